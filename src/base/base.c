@@ -1,0 +1,176 @@
+/* base: errors, logging, asserts, time, aligned memory, fp16 — see base.h */
+#include "base.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const hr_err_names[HR_ERR_COUNT] = {
+    "ok", "invalid argument", "I/O error", "out of memory", "malformed input", "unsupported",
+    "out of range", "not found", "already exists", "timed out", "network error", "protocol error",
+};
+
+const char *hr_strerror(int code) {
+    int i = -code;
+    if (i < 0 || i >= HR_ERR_COUNT) return "unknown error";
+    return hr_err_names[i];
+}
+
+int hr_fail(hr_err *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* ---- logging ---- */
+static hr_log_fn hr_log_cb;
+static void *hr_log_user;
+static int hr_log_min = -1;
+
+void hr_log_set(hr_log_fn fn, void *user) { hr_log_cb = fn; hr_log_user = user; }
+void hr_log_set_level(enum hr_log_level lvl) { hr_log_min = (int)lvl; }
+
+static int hr_log_level_now(void) {
+    if (hr_log_min < 0) {
+        const char *e = getenv("HEARTH_LOG");
+        hr_log_min = HR_LOG_INFO;
+        if (e && !strcasecmp(e, "debug")) hr_log_min = HR_LOG_DEBUG;
+        else if (e && !strcasecmp(e, "warn")) hr_log_min = HR_LOG_WARN;
+        else if (e && !strcasecmp(e, "error")) hr_log_min = HR_LOG_ERROR;
+        else if (e && !strcasecmp(e, "none")) hr_log_min = HR_LOG_NONE;
+    }
+    return hr_log_min;
+}
+
+void hr_log(enum hr_log_level level, const char *fmt, ...) {
+    if ((int)level < hr_log_level_now()) return;
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (hr_log_cb) { hr_log_cb(level, buf, hr_log_user); return; }
+    static const char *const tag[] = {"debug: ", "", "warning: ", "error: ", ""};
+    size_t n = strlen(buf);
+    fprintf(stderr, "%s%s%s", tag[level], buf, (n && buf[n - 1] == '\n') ? "" : "\n");
+}
+
+void hr_abort(const char *file, int line, const char *expr) {
+    fprintf(stderr, "%s:%d: internal error: assertion failed: %s\n", file, line, expr);
+    fflush(stderr);
+    abort();
+}
+
+int64_t hr_time_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void *hr_alloc_aligned(size_t size, size_t align) {
+    void *p = NULL;
+    if (size == 0) size = 1;
+    if (posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, size) != 0) return NULL;
+    memset(p, 0, size);
+    return p;
+}
+void hr_free_aligned(void *p) { free(p); }
+
+int hr_physical_cores(void) {
+    /* count distinct (physical id, core id) pairs among CPUs we may run on */
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return (int)n;
+    char line[256];
+    int phys = -1, cores = 0, siblings = 0, cpu_cores = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "physical id : %d", &phys) == 1) continue;
+        if (sscanf(line, "siblings : %d", &siblings) == 1) continue;
+        if (sscanf(line, "cpu cores : %d", &cpu_cores) == 1) continue;
+    }
+    fclose(f);
+    (void)phys;
+    if (siblings > 0 && cpu_cores > 0 && siblings > cpu_cores) cores = (int)(n * cpu_cores / siblings);
+    else cores = (int)n;
+    return cores < 1 ? 1 : cores;
+}
+
+/* ---- fp16 ---- */
+float hr_fp16_table[65536];
+
+float hr_fp16_to_fp32_slow(hr_fp16 h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) {
+        float f = ldexpf((float)man, -24);
+        return sign ? -f : f;
+    }
+    if (exp == 31) return hr_bits_to_f32(sign | 0x7f800000 | (man << 13));
+    return hr_bits_to_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+hr_fp16 hr_fp32_to_fp16(float f) {
+    uint32_t x = hr_f32_to_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffff;
+    if (ax > 0x7f800000) return (hr_fp16)(sign | 0x7e00);          /* NaN */
+    if (ax >= 0x477ff000) return (hr_fp16)(sign | 0x7c00);         /* overflow -> inf (>= 65520) */
+    if (ax < 0x38800000) {                                          /* subnormal or zero */
+        if (ax < 0x33000000) return (hr_fp16)sign;                  /* < 2^-25 rounds to 0 */
+        uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
+        uint32_t shift = 126 - e;                                   /* 14 + (113 - e) - ... */
+        uint32_t hm = m >> (shift - 0);
+        /* value = m * 2^(e-150); half subnormal unit = 2^-24 -> hm = m >> (126 - e) */
+        uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (hm & 1))) hm++;
+        return (hr_fp16)(sign | hm);
+    }
+    uint32_t r = ax + 0xfff + ((ax >> 13) & 1);                     /* round to nearest even */
+    r -= 112u << 23;
+    return (hr_fp16)(sign | (r >> 13));
+}
+
+static pthread_once_t hr_once = PTHREAD_ONCE_INIT;
+static void hr_init_once(void) {
+    for (uint32_t i = 0; i < 65536; i++) hr_fp16_table[i] = hr_fp16_to_fp32_slow((hr_fp16)i);
+}
+void hr_init(void) { pthread_once(&hr_once, hr_init_once); }
+
+int64_t hr_parse_size(const char *s) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) return -1;
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'I') end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end) return -1;
+    v *= mul;
+    if (v > 9.0e18) return -1;
+    return (int64_t)v;
+}
+
+uint64_t hr_fnv1a(const void *data, size_t n, uint64_t h) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ULL; }
+    return h;
+}

@@ -1,0 +1,28 @@
+/* cli — the `hearth` command: one file per subcommand, each `int cmd_X(int argc, char **argv)`
+   returning the process exit code (0 ok, 1 runtime error, 2 usage error). argv[0] is the
+   subcommand name. Only this layer prints to stdout or decides to exit. */
+#ifndef HEARTH_CLI_H
+#define HEARTH_CLI_H
+
+#include "base/base.h"
+
+int cmd_run(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+
+/* shared helpers (cli-util.c) */
+/* Parses an integer flag value; prints "hearth CMD: invalid value 'V' for FLAG" and returns false. */
+bool cli_parse_int(const char *cmd, const char *flag, const char *v, long min, long max, long *out);
+bool cli_parse_float(const char *cmd, const char *flag, const char *v, double min, double max, double *out);
+/* Returns argv[++*i] or prints "hearth CMD: FLAG needs a value" and returns NULL. */
+const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+/* true if stderr is a terminal (progress bars only then) */
+bool cli_is_tty(void);
+/* A progress bar on stderr, drawn only on a TTY: cli_progress("quantize", done, total). */
+void cli_progress(const char *label, uint64_t done, uint64_t total);
+void cli_progress_end(void);
+
+#endif

@@ -1,0 +1,48 @@
+/* main: `hearth COMMAND ...` dispatch */
+#include "cli.h"
+
+#include <stdio.h>
+
+/* TEMPORARY during the first build-out: subcommands are weak so the binary links while they are
+   written in parallel; main reports a missing one. Removed once all exist. */
+#pragma weak cmd_run
+#pragma weak cmd_eval
+#pragma weak cmd_bench
+#pragma weak cmd_info
+#pragma weak cmd_synth
+#pragma weak cmd_quantize
+
+static const struct { const char *name; int (*fn)(int, char **); const char *help; } commands[] = {
+    {"run", cmd_run, "generate text from a prompt"},
+    {"eval", cmd_eval, "write the logits of a token sequence (for comparison with references)"},
+    {"bench", cmd_bench, "measure prompt-processing and generation speed"},
+    {"info", cmd_info, "describe a GGUF model: architecture, shapes, tensor types, memory"},
+    {"synth", cmd_synth, "write a random-weight GGUF model of a given shape"},
+    {"quantize", cmd_quantize, "convert a GGUF model's weights to another type"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: hearth COMMAND [options]\n\ncommands:\n");
+    for (size_t i = 0; i < HR_ARRAY_LEN(commands); i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n'hearth COMMAND --help' describes each command's options.\n"
+               "Environment: HEARTH_LOG=debug|info|warn|error|none sets the log level;\n"
+               "             HEARTH_NO_SIMD=1 forces the portable kernels.\n");
+}
+
+int main(int argc, char **argv) {
+    hr_init();
+    if (argc < 2) { usage(stderr); return 2; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < HR_ARRAY_LEN(commands); i++)
+        if (!strcmp(argv[1], commands[i].name)) {
+            if (!commands[i].fn) { fprintf(stderr, "hearth: '%s' is not in this build\n", argv[1]); return 2; }
+            return commands[i].fn(argc - 1, argv + 1);
+        }
+    fprintf(stderr, "hearth: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

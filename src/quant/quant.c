@@ -1,0 +1,131 @@
+/* quant: the one dispatch table — see quant.h */
+#include "quant.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <strings.h>
+
+/* Kernels are referenced weakly: a kernel an architecture does not provide is NULL here and the
+   table falls back to the portable one. tests/test-quant checks that on a CPU with AVX2 every
+   type does get its SIMD kernel, so a misnamed kernel cannot hide behind the fallback. */
+#define HQ_WEAK_REF(t)                                                                                   \
+    __attribute__((weak)) void hq_quantize_ref_##t(const float *restrict, void *restrict, int64_t);      \
+    __attribute__((weak)) void hq_dequantize_ref_##t(const void *restrict, float *restrict, int64_t);    \
+    __attribute__((weak)) void hq_vec_dot_ref_##t(int, float *restrict, const void *restrict, const void *restrict);
+HQ_WEAK_REF(f32) HQ_WEAK_REF(f16) HQ_WEAK_REF(bf16)
+HQ_WEAK_REF(q4_0) HQ_WEAK_REF(q4_1) HQ_WEAK_REF(q5_0) HQ_WEAK_REF(q5_1) HQ_WEAK_REF(q8_0) HQ_WEAK_REF(q8_1)
+HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_REF(q6_K) HQ_WEAK_REF(q8_K)
+
+#define HQ_WEAK_SIMD(arch, t) \
+    __attribute__((weak)) void hq_vec_dot_##arch##_##t(int, float *restrict, const void *restrict, const void *restrict);
+#define HQ_WEAK_SIMD_ALL(arch)                                                                          \
+    HQ_WEAK_SIMD(arch, f32) HQ_WEAK_SIMD(arch, f16) HQ_WEAK_SIMD(arch, bf16) HQ_WEAK_SIMD(arch, q4_0)   \
+    HQ_WEAK_SIMD(arch, q4_1) HQ_WEAK_SIMD(arch, q5_0) HQ_WEAK_SIMD(arch, q5_1) HQ_WEAK_SIMD(arch, q8_0) \
+    HQ_WEAK_SIMD(arch, q2_K) HQ_WEAK_SIMD(arch, q3_K) HQ_WEAK_SIMD(arch, q4_K) HQ_WEAK_SIMD(arch, q5_K) \
+    HQ_WEAK_SIMD(arch, q6_K)                                                                            \
+    __attribute__((weak)) void hq_quantize_##arch##_q8_0(const float *restrict, void *restrict, int64_t); \
+    __attribute__((weak)) void hq_quantize_##arch##_q8_1(const float *restrict, void *restrict, int64_t); \
+    __attribute__((weak)) void hq_quantize_##arch##_q8_K(const float *restrict, void *restrict, int64_t);
+HQ_WEAK_SIMD_ALL(avx2)
+HQ_WEAK_SIMD_ALL(neon)
+
+static hq_traits hq_table[HQ_TYPE_COUNT];
+static const char *hq_simd = "generic";
+
+#define HQ_ENTRY(T, t, nm, blk, sz, q, vdt)                                                     \
+    hq_table[HQ_TYPE_##T] = (hq_traits){                                                        \
+        .name = nm, .blck_size = blk, .type_size = sz, .is_quantized = q,                       \
+        .to_float = hq_dequantize_ref_##t, .from_float_ref = hq_quantize_ref_##t,               \
+        .from_float = hq_quantize_ref_##t, .vec_dot_type = HQ_TYPE_##vdt,                       \
+        .vec_dot = hq_vec_dot_ref_##t, .vec_dot_ref = hq_vec_dot_ref_##t }
+
+#define HQ_USE_SIMD(arch, T, t) \
+    if (hq_vec_dot_##arch##_##t) hq_table[HQ_TYPE_##T].vec_dot = hq_vec_dot_##arch##_##t
+#define HQ_USE_SIMD_Q(arch, T, t) \
+    if (hq_quantize_##arch##_##t) hq_table[HQ_TYPE_##T].from_float = hq_quantize_##arch##_##t
+
+#define HQ_USE_SIMD_ALL(arch)                                                               \
+    do {                                                                                    \
+        HQ_USE_SIMD(arch, F32, f32); HQ_USE_SIMD(arch, F16, f16); HQ_USE_SIMD(arch, BF16, bf16); \
+        HQ_USE_SIMD(arch, Q4_0, q4_0); HQ_USE_SIMD(arch, Q4_1, q4_1);                       \
+        HQ_USE_SIMD(arch, Q5_0, q5_0); HQ_USE_SIMD(arch, Q5_1, q5_1);                       \
+        HQ_USE_SIMD(arch, Q8_0, q8_0); HQ_USE_SIMD(arch, Q2_K, q2_K);                       \
+        HQ_USE_SIMD(arch, Q3_K, q3_K); HQ_USE_SIMD(arch, Q4_K, q4_K);                       \
+        HQ_USE_SIMD(arch, Q5_K, q5_K); HQ_USE_SIMD(arch, Q6_K, q6_K);                       \
+        HQ_USE_SIMD_Q(arch, Q8_0, q8_0); HQ_USE_SIMD_Q(arch, Q8_1, q8_1);                   \
+        HQ_USE_SIMD_Q(arch, Q8_K, q8_K);                                                    \
+    } while (0)
+
+static void hq_init_once(void) {
+    hr_init();
+    HQ_ENTRY(F32, f32, "F32", 1, 4, false, F32);
+    HQ_ENTRY(F16, f16, "F16", 1, 2, false, F16);
+    HQ_ENTRY(BF16, bf16, "BF16", 1, 2, false, BF16);
+    HQ_ENTRY(Q4_0, q4_0, "Q4_0", QK4_0, sizeof(block_q4_0), true, Q8_0);
+    HQ_ENTRY(Q4_1, q4_1, "Q4_1", QK4_1, sizeof(block_q4_1), true, Q8_1);
+    HQ_ENTRY(Q5_0, q5_0, "Q5_0", QK5_0, sizeof(block_q5_0), true, Q8_0);
+    HQ_ENTRY(Q5_1, q5_1, "Q5_1", QK5_1, sizeof(block_q5_1), true, Q8_1);
+    HQ_ENTRY(Q8_0, q8_0, "Q8_0", QK8_0, sizeof(block_q8_0), true, Q8_0);
+    HQ_ENTRY(Q8_1, q8_1, "Q8_1", QK8_1, sizeof(block_q8_1), true, Q8_1);
+    HQ_ENTRY(Q2_K, q2_K, "Q2_K", QK_K, sizeof(block_q2_K), true, Q8_K);
+    HQ_ENTRY(Q3_K, q3_K, "Q3_K", QK_K, sizeof(block_q3_K), true, Q8_K);
+    HQ_ENTRY(Q4_K, q4_K, "Q4_K", QK_K, sizeof(block_q4_K), true, Q8_K);
+    HQ_ENTRY(Q5_K, q5_K, "Q5_K", QK_K, sizeof(block_q5_K), true, Q8_K);
+    HQ_ENTRY(Q6_K, q6_K, "Q6_K", QK_K, sizeof(block_q6_K), true, Q8_K);
+    HQ_ENTRY(Q8_K, q8_K, "Q8_K", QK_K, sizeof(block_q8_K), true, Q8_K);
+
+    const char *no_simd = getenv("HEARTH_NO_SIMD");
+    if (no_simd && *no_simd && strcmp(no_simd, "0") != 0) return;
+#if defined(HEARTH_ARCH_X86)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        HQ_USE_SIMD_ALL(avx2);
+        hq_simd = "avx2";
+    }
+#elif defined(HEARTH_ARCH_ARM)
+    HQ_USE_SIMD_ALL(neon); /* NEON is mandatory on AArch64 */
+    hq_simd = "neon";
+#endif
+}
+
+static pthread_once_t hq_once = PTHREAD_ONCE_INIT;
+
+const hq_traits *hq_get_traits(int type) {
+    pthread_once(&hq_once, hq_init_once);
+    if (type < 0 || type >= HQ_TYPE_COUNT) return NULL;
+    const hq_traits *t = &hq_table[type];
+    if (!t->name || !t->to_float || !t->vec_dot) return NULL;
+    return t;
+}
+
+const char *hq_simd_name(void) {
+    pthread_once(&hq_once, hq_init_once);
+    return hq_simd;
+}
+
+bool hq_type_valid(int type) {
+    return type != HQ_TYPE_Q8_1 && type != HQ_TYPE_Q8_K && hq_get_traits(type) != NULL;
+}
+
+const char *hq_type_name(int type) {
+    static const char *const names[HQ_TYPE_COUNT] = {
+        [HQ_TYPE_F32] = "F32", [HQ_TYPE_F16] = "F16", [HQ_TYPE_Q4_0] = "Q4_0", [HQ_TYPE_Q4_1] = "Q4_1",
+        [HQ_TYPE_Q5_0] = "Q5_0", [HQ_TYPE_Q5_1] = "Q5_1", [HQ_TYPE_Q8_0] = "Q8_0", [HQ_TYPE_Q8_1] = "Q8_1",
+        [HQ_TYPE_Q2_K] = "Q2_K", [HQ_TYPE_Q3_K] = "Q3_K", [HQ_TYPE_Q4_K] = "Q4_K", [HQ_TYPE_Q5_K] = "Q5_K",
+        [HQ_TYPE_Q6_K] = "Q6_K", [HQ_TYPE_Q8_K] = "Q8_K", [HQ_TYPE_BF16] = "BF16",
+    };
+    if (type < 0 || type >= HQ_TYPE_COUNT || !names[type]) return "unknown";
+    return names[type];
+}
+
+int hq_type_from_name(const char *s) {
+    for (int t = 0; t < HQ_TYPE_COUNT; t++)
+        if (strcmp(hq_type_name(t), "unknown") != 0 && !strcasecmp(hq_type_name(t), s)) return t;
+    return -1;
+}
+
+size_t hq_row_size(int type, int64_t ne0) {
+    const hq_traits *t = hq_get_traits(type);
+    if (!t || ne0 < 0 || ne0 % t->blck_size) return 0;
+    return (size_t)(ne0 / t->blck_size) * t->type_size;
+}

@@ -1,0 +1,152 @@
+/*
+ * quant — tensor element types, their block layouts (bit-exact with ggml, so GGUF files are read
+ * as they are), reference (de)quantizers and dot-product kernels, chosen at run time through one
+ * dispatch table.  Prefix: hq_.
+ *
+ * Every weight type is stored in blocks of hq_blck_size(t) elements taking hq_type_size(t) bytes.
+ * Blocks are the unit of everything: a row is a whole number of blocks, and a tensor sliced for
+ * another device is cut at block boundaries.
+ *
+ * Dot products multiply a weight row (type t) with an activation row that was first converted to
+ * the type's vec_dot_type (Q8_0 for the 32-element quants, Q8_1 for Q4_1/Q5_1, Q8_K for the
+ * K-quants, F16 for F16, BF16 for BF16, F32 for F32) — the same scheme as llama.cpp, so the engine's
+ * logits track its reference outputs.
+ *
+ * Kernel layers (as in ggml-cpu):
+ *   *_ref      portable reference code (quants-ref.c, quants-k-ref.c): quantize, dequantize, dot
+ *   generic    the scalar kernels the table uses when no SIMD version exists (= the _ref dots)
+ *   arch/x86   AVX2/FMA/F16C kernels;   arch/arm   NEON kernels
+ * hq_init() (called by hr_init users through hq_traits) detects CPU features once and fills the
+ * table; HEARTH_NO_SIMD=1 in the environment forces the generic kernels (for tests and debugging).
+ */
+#ifndef HEARTH_QUANT_H
+#define HEARTH_QUANT_H
+
+#include "base/base.h"
+
+#include <assert.h>
+
+/* On-disk type ids: the values are ggml's (they are stored in GGUF files). Append only. */
+typedef enum hq_type {
+    HQ_TYPE_F32  = 0,
+    HQ_TYPE_F16  = 1,
+    HQ_TYPE_Q4_0 = 2,
+    HQ_TYPE_Q4_1 = 3,
+    HQ_TYPE_Q5_0 = 6,
+    HQ_TYPE_Q5_1 = 7,
+    HQ_TYPE_Q8_0 = 8,
+    HQ_TYPE_Q8_1 = 9,
+    HQ_TYPE_Q2_K = 10,
+    HQ_TYPE_Q3_K = 11,
+    HQ_TYPE_Q4_K = 12,
+    HQ_TYPE_Q5_K = 13,
+    HQ_TYPE_Q6_K = 14,
+    HQ_TYPE_Q8_K = 15,
+    HQ_TYPE_BF16 = 30,
+    HQ_TYPE_COUNT = 31,
+} hq_type;
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+/* ---- block layouts (ggml-common.h's, field for field) ------------------------------------------- */
+typedef struct { hr_fp16 d; uint8_t qs[QK4_0 / 2]; } block_q4_0;           /* x = d * (q - 8) */
+static_assert(sizeof(block_q4_0) == 2 + QK4_0 / 2, "block_q4_0 size");
+typedef struct { hr_fp16 d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;        /* x = d * q + m */
+static_assert(sizeof(block_q4_1) == 4 + QK4_1 / 2, "block_q4_1 size");
+typedef struct { hr_fp16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;   /* x = d*(q-16) */
+static_assert(sizeof(block_q5_0) == 2 + 4 + QK5_0 / 2, "block_q5_0 size");
+typedef struct { hr_fp16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
+static_assert(sizeof(block_q5_1) == 4 + 4 + QK5_1 / 2, "block_q5_1 size");
+typedef struct { hr_fp16 d; int8_t qs[QK8_0]; } block_q8_0;                 /* x = d * q */
+static_assert(sizeof(block_q8_0) == 2 + QK8_0, "block_q8_0 size");
+typedef struct { hr_fp16 d, s; int8_t qs[QK8_1]; } block_q8_1;              /* s = d * sum(qs) */
+static_assert(sizeof(block_q8_1) == 4 + QK8_1, "block_q8_1 size");
+
+/* 2.625 bpw: 16 blocks of 16, 4-bit scales and mins, x = d*sc*q - dmin*m */
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; hr_fp16 d, dmin; } block_q2_K;
+static_assert(sizeof(block_q2_K) == 2 * 2 + QK_K / 16 + QK_K / 4, "block_q2_K size");
+/* 3.4375 bpw: 16 blocks of 16, 6-bit scales, high bit in hmask */
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; hr_fp16 d; } block_q3_K;
+static_assert(sizeof(block_q3_K) == 2 + QK_K / 4 + QK_K / 8 + 12, "block_q3_K size");
+/* 4.5 bpw: 8 blocks of 32, 6-bit scales and mins packed in 12 bytes */
+typedef struct { hr_fp16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } block_q4_K;
+static_assert(sizeof(block_q4_K) == 2 * 2 + K_SCALE_SIZE + QK_K / 2, "block_q4_K size");
+/* 5.5 bpw */
+typedef struct { hr_fp16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
+static_assert(sizeof(block_q5_K) == 2 * 2 + K_SCALE_SIZE + QK_K / 2 + QK_K / 8, "block_q5_K size");
+/* 6.5625 bpw: 16 blocks of 16, 8-bit scales */
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; hr_fp16 d; } block_q6_K;
+static_assert(sizeof(block_q6_K) == 2 + QK_K / 16 + 3 * QK_K / 4, "block_q6_K size");
+/* activations for K-quant dots: float scale, sums of groups of 16 */
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "block_q8_K size");
+
+/* ---- traits and dispatch ------------------------------------------------------------------------- */
+/* y[0..k) = dequantize(x); k is a multiple of the block size */
+typedef void (*hq_to_float_fn)(const void *restrict x, float *restrict y, int64_t k);
+/* y = quantize(x[0..k)); k is a multiple of the block size */
+typedef void (*hq_from_float_fn)(const float *restrict x, void *restrict y, int64_t k);
+/* *s = dot(x, y) over n elements; x has the weight type, y the type's vec_dot_type */
+typedef void (*hq_vec_dot_fn)(int n, float *restrict s, const void *restrict x, const void *restrict y);
+
+typedef struct hq_traits {
+    const char      *name;          /* "Q4_K" */
+    int64_t          blck_size;     /* elements per block */
+    size_t           type_size;     /* bytes per block */
+    bool             is_quantized;
+    hq_to_float_fn   to_float;      /* dequantize (reference; fine for bulk conversion) */
+    hq_from_float_fn from_float_ref;/* reference quantizer (used by `hearth quantize`) */
+    hq_from_float_fn from_float;    /* fast quantizer for activations (SIMD where available) */
+    hq_type          vec_dot_type;  /* activation type for vec_dot */
+    hq_vec_dot_fn    vec_dot;       /* dispatched kernel */
+    hq_vec_dot_fn    vec_dot_ref;   /* portable reference kernel (tests compare against it) */
+} hq_traits;
+
+/* The table entry for a type, or NULL if the type is not supported. Thread-safe after first call. */
+const hq_traits *hq_get_traits(int type);
+const char *hq_type_name(int type);          /* "Q4_K", or "unknown" */
+int         hq_type_from_name(const char *); /* case-insensitive; -1 if unknown */
+bool        hq_type_valid(int type);         /* supported as a weight type */
+/* bytes of a row of ne0 elements; 0 if ne0 is not a multiple of the block size or type unknown */
+size_t      hq_row_size(int type, int64_t ne0);
+/* Which kernel family the table picked: "avx2", "neon" or "generic". */
+const char *hq_simd_name(void);
+
+/* ---- kernels each implementation file provides (the table in quant.c refers to them) ------------- */
+/* reference quantize/dequantize (quants-ref.c, quants-k-ref.c) */
+#define HQ_DECLARE_REF(t)                                                                   \
+    void hq_quantize_ref_##t(const float *restrict x, void *restrict y, int64_t k);         \
+    void hq_dequantize_ref_##t(const void *restrict x, float *restrict y, int64_t k);       \
+    void hq_vec_dot_ref_##t(int n, float *restrict s, const void *restrict x, const void *restrict y);
+HQ_DECLARE_REF(f32) HQ_DECLARE_REF(f16) HQ_DECLARE_REF(bf16)
+HQ_DECLARE_REF(q4_0) HQ_DECLARE_REF(q4_1) HQ_DECLARE_REF(q5_0) HQ_DECLARE_REF(q5_1)
+HQ_DECLARE_REF(q8_0) HQ_DECLARE_REF(q8_1)
+HQ_DECLARE_REF(q2_K) HQ_DECLARE_REF(q3_K) HQ_DECLARE_REF(q4_K) HQ_DECLARE_REF(q5_K)
+HQ_DECLARE_REF(q6_K) HQ_DECLARE_REF(q8_K)
+/* (hq_vec_dot_ref_q8_1 / _q8_K are activation-only types: their dot is not used; they exist for
+   symmetry and may simply be dot-with-self-type) */
+
+/* SIMD kernels (files in arch/x86 with -mavx2 -mfma -mf16c; in arch/arm with NEON). Each arch file
+   defines the functions it has; quant.c references them only under HEARTH_ARCH_X86/ARM. */
+#define HQ_DECLARE_SIMD(arch, t) \
+    void hq_vec_dot_##arch##_##t(int n, float *restrict s, const void *restrict x, const void *restrict y);
+#define HQ_DECLARE_SIMD_ALL(arch)                                                        \
+    HQ_DECLARE_SIMD(arch, f32) HQ_DECLARE_SIMD(arch, f16) HQ_DECLARE_SIMD(arch, bf16)    \
+    HQ_DECLARE_SIMD(arch, q4_0) HQ_DECLARE_SIMD(arch, q4_1) HQ_DECLARE_SIMD(arch, q5_0)  \
+    HQ_DECLARE_SIMD(arch, q5_1) HQ_DECLARE_SIMD(arch, q8_0)                              \
+    HQ_DECLARE_SIMD(arch, q2_K) HQ_DECLARE_SIMD(arch, q3_K) HQ_DECLARE_SIMD(arch, q4_K)  \
+    HQ_DECLARE_SIMD(arch, q5_K) HQ_DECLARE_SIMD(arch, q6_K)                              \
+    void hq_quantize_##arch##_q8_0(const float *restrict x, void *restrict y, int64_t k); \
+    void hq_quantize_##arch##_q8_1(const float *restrict x, void *restrict y, int64_t k); \
+    void hq_quantize_##arch##_q8_K(const float *restrict x, void *restrict y, int64_t k);
+HQ_DECLARE_SIMD_ALL(avx2)
+HQ_DECLARE_SIMD_ALL(neon)
+
+#endif
