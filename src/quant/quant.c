@@ -18,7 +18,14 @@ HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_
 
 #define HQ_WEAK_SIMD(arch, t) \
     __attribute__((weak)) void hq_vec_dot_##arch##_##t(int, float *restrict, const void *restrict, const void *restrict);
+#define HQ_WEAK_GEMM(arch, t)                                                                          \
+    __attribute__((weak)) void hq_gemm_##arch##_##t(int, float *restrict, size_t, const void *restrict,  \
+                                                    size_t, int, const void *restrict, size_t, int);
 #define HQ_WEAK_SIMD_ALL(arch)                                                                          \
+    HQ_WEAK_GEMM(arch, q4_0) HQ_WEAK_GEMM(arch, q8_0) HQ_WEAK_GEMM(arch, q4_K) HQ_WEAK_GEMM(arch, q5_K)  \
+    HQ_WEAK_GEMM(arch, q6_K) HQ_WEAK_GEMM(arch, q4_1) HQ_WEAK_GEMM(arch, q5_0) HQ_WEAK_GEMM(arch, q5_1)  \
+    HQ_WEAK_GEMM(arch, q2_K) HQ_WEAK_GEMM(arch, q3_K) HQ_WEAK_GEMM(arch, f16) HQ_WEAK_GEMM(arch, f32)    \
+    HQ_WEAK_GEMM(arch, bf16)                                                                            \
     HQ_WEAK_SIMD(arch, f32) HQ_WEAK_SIMD(arch, f16) HQ_WEAK_SIMD(arch, bf16) HQ_WEAK_SIMD(arch, q4_0)   \
     HQ_WEAK_SIMD(arch, q4_1) HQ_WEAK_SIMD(arch, q5_0) HQ_WEAK_SIMD(arch, q5_1) HQ_WEAK_SIMD(arch, q8_0) \
     HQ_WEAK_SIMD(arch, q2_K) HQ_WEAK_SIMD(arch, q3_K) HQ_WEAK_SIMD(arch, q4_K) HQ_WEAK_SIMD(arch, q5_K) \
@@ -30,6 +37,24 @@ HQ_WEAK_SIMD_ALL(avx2)
 HQ_WEAK_SIMD_ALL(neon)
 
 static hq_traits hq_table[HQ_TYPE_COUNT];
+
+/* The generic tile: one vec_dot per (row, column). Each type's entry gets its own instance so the
+   indirect call goes to that type's dispatched vec_dot. */
+static void hq_gemm_loop(hq_vec_dot_fn dot, int n, float *restrict s, size_t lds, const void *restrict x,
+                         size_t bx, int nr, const void *restrict y, size_t by, int nc) {
+    for (int j = 0; j < nc; j++)
+        for (int i = 0; i < nr; i++)
+            dot(n, &s[(size_t)j * lds + i], (const char *)x + (size_t)i * bx, (const char *)y + (size_t)j * by);
+}
+#define HQ_GEMM_GENERIC(T)                                                                               \
+    static void hq_gemm_generic_##T(int n, float *restrict s, size_t lds, const void *restrict x,      \
+                                    size_t bx, int nr, const void *restrict y, size_t by, int nc) {     \
+        hq_gemm_loop(hq_table[HQ_TYPE_##T].vec_dot, n, s, lds, x, bx, nr, y, by, nc);                    \
+    }
+HQ_GEMM_GENERIC(F32) HQ_GEMM_GENERIC(F16) HQ_GEMM_GENERIC(BF16) HQ_GEMM_GENERIC(Q4_0)
+HQ_GEMM_GENERIC(Q4_1) HQ_GEMM_GENERIC(Q5_0) HQ_GEMM_GENERIC(Q5_1) HQ_GEMM_GENERIC(Q8_0)
+HQ_GEMM_GENERIC(Q8_1) HQ_GEMM_GENERIC(Q2_K) HQ_GEMM_GENERIC(Q3_K) HQ_GEMM_GENERIC(Q4_K)
+HQ_GEMM_GENERIC(Q5_K) HQ_GEMM_GENERIC(Q6_K) HQ_GEMM_GENERIC(Q8_K)
 static const char *hq_simd = "generic";
 
 #define HQ_ENTRY(T, t, nm, blk, sz, q, vdt)                                                     \
@@ -37,15 +62,22 @@ static const char *hq_simd = "generic";
         .name = nm, .blck_size = blk, .type_size = sz, .is_quantized = q,                       \
         .to_float = hq_dequantize_ref_##t, .from_float_ref = hq_quantize_ref_##t,               \
         .from_float = hq_quantize_ref_##t, .vec_dot_type = HQ_TYPE_##vdt,                       \
-        .vec_dot = hq_vec_dot_ref_##t, .vec_dot_ref = hq_vec_dot_ref_##t }
+        .vec_dot = hq_vec_dot_ref_##t, .vec_dot_ref = hq_vec_dot_ref_##t, .gemm = hq_gemm_generic_##T }
 
 #define HQ_USE_SIMD(arch, T, t) \
     if (hq_vec_dot_##arch##_##t) hq_table[HQ_TYPE_##T].vec_dot = hq_vec_dot_##arch##_##t
 #define HQ_USE_SIMD_Q(arch, T, t) \
     if (hq_quantize_##arch##_##t) hq_table[HQ_TYPE_##T].from_float = hq_quantize_##arch##_##t
 
+#define HQ_USE_GEMM(arch, T, t) \
+    if (hq_gemm_##arch##_##t) hq_table[HQ_TYPE_##T].gemm = hq_gemm_##arch##_##t
 #define HQ_USE_SIMD_ALL(arch)                                                               \
     do {                                                                                    \
+        HQ_USE_GEMM(arch, Q4_0, q4_0); HQ_USE_GEMM(arch, Q8_0, q8_0); HQ_USE_GEMM(arch, Q4_K, q4_K); \
+        HQ_USE_GEMM(arch, Q5_K, q5_K); HQ_USE_GEMM(arch, Q6_K, q6_K); HQ_USE_GEMM(arch, Q4_1, q4_1); \
+        HQ_USE_GEMM(arch, Q5_0, q5_0); HQ_USE_GEMM(arch, Q5_1, q5_1); HQ_USE_GEMM(arch, Q2_K, q2_K); \
+        HQ_USE_GEMM(arch, Q3_K, q3_K); HQ_USE_GEMM(arch, F16, f16); HQ_USE_GEMM(arch, F32, f32);     \
+        HQ_USE_GEMM(arch, BF16, bf16);                                                      \
         HQ_USE_SIMD(arch, F32, f32); HQ_USE_SIMD(arch, F16, f16); HQ_USE_SIMD(arch, BF16, bf16); \
         HQ_USE_SIMD(arch, Q4_0, q4_0); HQ_USE_SIMD(arch, Q4_1, q4_1);                       \
         HQ_USE_SIMD(arch, Q5_0, q5_0); HQ_USE_SIMD(arch, Q5_1, q5_1);                       \

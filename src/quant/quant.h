@@ -96,6 +96,12 @@ typedef void (*hq_from_float_fn)(const float *restrict x, void *restrict y, int6
 /* *s = dot(x, y) over n elements; x has the weight type, y the type's vec_dot_type */
 typedef void (*hq_vec_dot_fn)(int n, float *restrict s, const void *restrict x, const void *restrict y);
 
+/* Tile of dot products for prefill (weights read once per tile, reused across activation rows):
+   s[j*lds + i] = dot(x_i, y_j) for i < nr weight rows (row i at x + i*bx bytes) and j < nc
+   activation rows (row j at y + j*by bytes, already in vec_dot_type). */
+typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,
+                           const void *restrict y, size_t by, int nc);
+
 typedef struct hq_traits {
     const char      *name;          /* "Q4_K" */
     int64_t          blck_size;     /* elements per block */
@@ -107,6 +113,7 @@ typedef struct hq_traits {
     hq_type          vec_dot_type;  /* activation type for vec_dot */
     hq_vec_dot_fn    vec_dot;       /* dispatched kernel */
     hq_vec_dot_fn    vec_dot_ref;   /* portable reference kernel (tests compare against it) */
+    hq_gemm_fn       gemm;          /* tile kernel; a generic loop over vec_dot where no SIMD one exists */
 } hq_traits;
 
 /* The table entry for a type, or NULL if the type is not supported. Thread-safe after first call. */
@@ -137,12 +144,21 @@ HQ_DECLARE_REF(q6_K) HQ_DECLARE_REF(q8_K)
    defines the functions it has; quant.c references them only under HEARTH_ARCH_X86/ARM. */
 #define HQ_DECLARE_SIMD(arch, t) \
     void hq_vec_dot_##arch##_##t(int n, float *restrict s, const void *restrict x, const void *restrict y);
+/* optional tile kernels: hq_gemm_<arch>_<type> (see hq_gemm_fn) */
+#define HQ_DECLARE_GEMM(arch, t)                                                                 \
+    void hq_gemm_##arch##_##t(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
+                              int nr, const void *restrict y, size_t by, int nc);
 #define HQ_DECLARE_SIMD_ALL(arch)                                                        \
     HQ_DECLARE_SIMD(arch, f32) HQ_DECLARE_SIMD(arch, f16) HQ_DECLARE_SIMD(arch, bf16)    \
     HQ_DECLARE_SIMD(arch, q4_0) HQ_DECLARE_SIMD(arch, q4_1) HQ_DECLARE_SIMD(arch, q5_0)  \
     HQ_DECLARE_SIMD(arch, q5_1) HQ_DECLARE_SIMD(arch, q8_0)                              \
     HQ_DECLARE_SIMD(arch, q2_K) HQ_DECLARE_SIMD(arch, q3_K) HQ_DECLARE_SIMD(arch, q4_K)  \
     HQ_DECLARE_SIMD(arch, q5_K) HQ_DECLARE_SIMD(arch, q6_K)                              \
+    HQ_DECLARE_GEMM(arch, q4_0) HQ_DECLARE_GEMM(arch, q8_0) HQ_DECLARE_GEMM(arch, q4_K)    \
+    HQ_DECLARE_GEMM(arch, q5_K) HQ_DECLARE_GEMM(arch, q6_K) HQ_DECLARE_GEMM(arch, q4_1)    \
+    HQ_DECLARE_GEMM(arch, q5_0) HQ_DECLARE_GEMM(arch, q5_1) HQ_DECLARE_GEMM(arch, q2_K)    \
+    HQ_DECLARE_GEMM(arch, q3_K) HQ_DECLARE_GEMM(arch, f16) HQ_DECLARE_GEMM(arch, f32)      \
+    HQ_DECLARE_GEMM(arch, bf16)                                                            \
     void hq_quantize_##arch##_q8_0(const float *restrict x, void *restrict y, int64_t k); \
     void hq_quantize_##arch##_q8_1(const float *restrict x, void *restrict y, int64_t k); \
     void hq_quantize_##arch##_q8_K(const float *restrict x, void *restrict y, int64_t k);
