@@ -18,6 +18,9 @@ static int test_n_pass, test_n_fail;
 #define REQUIRE(x) do { if (!(x)) { fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #x); \
     test_n_fail++; return test_summary(); } } while (0)
 
+#define REQUIRE_VOID(x) do { if (!(x)) { fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #x); \
+    test_n_fail++; return; } } while (0)
+
 static inline int test_summary(void) {
     printf("%d passed, %d failed\n", test_n_pass, test_n_fail);
     return test_n_fail ? 1 : 0;
@@ -28,7 +31,7 @@ static inline const char *test_shared_dir(void) {
     const char *d = getenv("HEARTH_SHARED");
     if (!d) d = "../shared";
     char p[4096];
-    snprintf(p, sizeof p, "%s/models/stories260K.gguf", d);
+    if (snprintf(p, sizeof p, "%s/models/stories260K.gguf", d) >= (int)sizeof p) exit(1);
     FILE *f = fopen(p, "rb");
     if (!f) { printf("SKIPPED: shared data not found at %s (set HEARTH_SHARED)\n", d); exit(77); }
     fclose(f);
@@ -39,7 +42,7 @@ static inline char *test_path(const char *dir, const char *rel) {
     static char buf[8][4096];
     static int k;
     char *b = buf[k++ & 7];
-    snprintf(b, 4096, "%s/%s", dir, rel);
+    if (snprintf(b, 4096, "%s/%s", dir, rel) >= 4096) { fprintf(stderr, "path too long\n"); exit(1); }
     return b;
 }
 
