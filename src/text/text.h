@@ -24,30 +24,37 @@ int32_t ht_token_bos(const ht_vocab *v);     /* -1 if none */
 int32_t ht_token_eos(const ht_vocab *v);     /* -1 if none */
 bool    ht_add_bos(const ht_vocab *v);       /* tokenizer.ggml.add_bos_token (default per model) */
 bool    ht_is_eog(const ht_vocab *v, int32_t id);  /* end of generation: EOS, EOT, ... */
-const char *ht_token_text(const ht_vocab *v, int32_t id); /* raw vocab string, NUL-terminated */
+const char *ht_token_text(const ht_vocab *v, int32_t id); /* raw vocab string, NUL-terminated; NULL if out of range */
 
 /* Tokenizes text[0..len). Writes at most cap ids to out and returns the total number of tokens
    (which may exceed cap: call again with a bigger buffer), or a negative HR_E* code. add_bos
    prepends BOS when the vocab has one. Special tokens in the text are not parsed (plain text). */
 int ht_tokenize(const ht_vocab *v, const char *text, size_t len, bool add_bos, int32_t *out, int cap);
 
-/* The bytes a token stands for when it follows `prev` in a sequence (prev = -1 at the start):
-   SentencePiece '▁' becomes ' ', byte tokens <0xNN> become that byte, control tokens become "".
-   (A leading space after BOS is kept, as llama.cpp does.) Returns the byte count written to buf
-   (at most cap), or the needed count if larger than cap. */
+/* The bytes a token stands for (the same wherever it occurs in a sequence): SentencePiece '▁'
+   becomes ' ', byte tokens <0xNN> become that byte, user-defined tokens their text, control,
+   unknown and unused tokens "". (A leading space after BOS is kept, as llama.cpp does.) Returns
+   the byte count written to buf (at most cap), or the needed count, writing nothing, if larger
+   than cap; HR_EINVAL for an id outside the vocabulary. */
 int ht_token_to_bytes(const ht_vocab *v, int32_t id, char *buf, int cap);
 
 /* Streaming detokenizer: feed ids one at a time; it emits only whole UTF-8 sequences and holds
-   back an incomplete tail until the next token completes it (flush emits what is left). */
+   back an incomplete tail until the next token completes it (flush emits what is left). Output is
+   always valid UTF-8: bytes that can never form a valid sequence (stray continuation bytes, a
+   sequence broken off by the next byte, overlong forms, surrogates) come out as U+FFFD, one per
+   maximal invalid subpart, and flush turns a held-back incomplete tail into one U+FFFD. */
 typedef struct ht_detok {
     const ht_vocab *v;
     char pending[8];
     int  n_pending;
 } ht_detok;
 void ht_detok_init(ht_detok *d, const ht_vocab *v);
-/* Appends the printable text of `id` to out (cap bytes); returns bytes written (>= 0). */
+/* Appends the printable text of `id` to out (cap bytes); returns bytes written (>= 0). Ids outside
+   the vocabulary emit nothing. A character that does not fit in cap is dropped (never split); a
+   cap of ht_detok_max_bytes(v) always fits. */
 int  ht_detok_push(ht_detok *d, int32_t id, char *out, int cap);
 int  ht_detok_flush(ht_detok *d, char *out, int cap);
+int  ht_detok_max_bytes(const ht_vocab *v);  /* most bytes one push or flush can emit */
 
 /* ---- sampler ------------------------------------------------------------------------------------ */
 typedef struct ht_sampler_params {
@@ -56,18 +63,19 @@ typedef struct ht_sampler_params {
     float    top_p;           /* >= 1: off */
     float    min_p;           /* <= 0: off */
     float    repeat_penalty;  /* 1: off (llama.cpp semantics: divide positive logits, multiply negative) */
-    int32_t  repeat_last_n;   /* window of recent tokens the penalty looks at */
-    uint64_t seed;
+    int32_t  repeat_last_n;   /* window of recent tokens the penalty looks at (0: off, < 0: all since reset) */
+    uint64_t seed;            /* HT_SEED_RANDOM: random */
 } ht_sampler_params;
 ht_sampler_params ht_sampler_default_params(void);  /* llama.cpp defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat 1.0/64, seed random */
+#define HT_SEED_RANDOM UINT64_MAX  /* seed value asking for a random seed (time-based, fixed at create) */
 
 typedef struct ht_sampler ht_sampler;
-ht_sampler *ht_sampler_create(const ht_sampler_params *p, int32_t n_vocab);
+ht_sampler *ht_sampler_create(const ht_sampler_params *p, int32_t n_vocab); /* NULL: bad args / no memory */
 void        ht_sampler_free(ht_sampler *s);
 /* Picks the next token from logits[n_vocab] (logits may be modified). Deterministic for a seed. */
 int32_t     ht_sampler_sample(ht_sampler *s, float *logits);
 /* Tells the sampler a token was added to the context (for the repetition penalty). */
 void        ht_sampler_accept(ht_sampler *s, int32_t token);
-void        ht_sampler_reset(ht_sampler *s);
+void        ht_sampler_reset(ht_sampler *s);  /* forgets accepted tokens, rewinds the PRNG to its seed */
 
 #endif
