@@ -1,0 +1,253 @@
+/* `hearth quantize`: converts a GGUF model's float weights to a quantized type or recipe, streamed
+   tensor by tensor from the mapped input to the output file. */
+#include "cli.h"
+#include "model-shapes.h"
+
+#include "base/pool.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+static void quantize_usage(FILE *f) {
+    fprintf(f,
+            "usage: hearth quantize IN OUT TYPE [options]\n"
+            "\n"
+            "Converts the F32/F16/BF16 2-D weights of the GGUF model IN to TYPE and writes OUT. 1-D tensors\n"
+            "(norms, biases) and tensors that are already quantized are copied as they are; token_embd is\n"
+            "quantized too (as llama.cpp does) unless --keep-embd. Metadata is copied; general.file_type is\n"
+            "updated.\n"
+            "\n"
+            "TYPE: %s\n"
+            "  plain types are pure (every converted weight is TYPE); Q4_K_M / Q5_K_M / Q3_K_M are\n"
+            "  llama.cpp's mixes (see hearth synth --help). Rows that are not a multiple of the type's block\n"
+            "  fall back to a type that fits.\n"
+            "\n"
+            "options:\n"
+            "  --force             overwrite OUT if it exists (never IN itself)\n"
+            "  --keep-embd         leave token_embd.weight in its type\n"
+            "  -t, --threads N     threads (default: physical cores)\n",
+            cli_recipe_names());
+}
+
+typedef struct quantize_src {
+    const hq_traits *t;
+    const uint8_t   *data;
+    size_t           row_bytes;
+} quantize_src;
+
+static void quantize_row(void *user, int64_t row, float *dst, int64_t ne0) {
+    const quantize_src *s = user;
+    s->t->to_float(s->data + (size_t)row * s->row_bytes, dst, ne0);
+}
+
+static bool quantize_is_float(int type) {
+    return type == HQ_TYPE_F32 || type == HQ_TYPE_F16 || type == HQ_TYPE_BF16;
+}
+
+/* Number of blocks: <arch>.block_count, else one more than the highest blk.N in the tensor names. */
+static int64_t quantize_n_layer(const gguf_ctx *g) {
+    char arch[64], key[96];
+    int64_t n = -1;
+    if (gguf_get_cstr(g, "general.architecture", arch, sizeof(arch))) {
+        snprintf(key, sizeof(key), "%s.block_count", arch);
+        if (gguf_get_i64(g, key, &n) && n > 0 && n <= 100000) return n;
+    }
+    n = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        long long l;
+        if (sscanf(gguf_tensor_at(g, i)->name, "blk.%lld.", &l) == 1 && l >= 0 && l < 100000 && l + 1 > n) n = l + 1;
+    }
+    return n;
+}
+
+int cmd_quantize(int argc, char **argv) {
+    const char *cmd = "quantize", *pos[3] = {0};
+    int npos = 0;
+    bool force = false, keep_embd = false;
+    long threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            quantize_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--force")) {
+            force = true;
+        } else if (!strcmp(a, "--keep-embd")) {
+            keep_embd = true;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 1024, &threads)) return 2;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "hearth quantize: unknown option '%s' (see hearth quantize --help)\n", a);
+            return 2;
+        } else if (npos < 3) {
+            pos[npos++] = a;
+        } else {
+            fprintf(stderr, "hearth quantize: unexpected argument '%s'\n", a);
+            return 2;
+        }
+    }
+    if (npos < 3) {
+        fprintf(stderr, "hearth quantize: needs IN OUT TYPE (see hearth quantize --help)\n");
+        return 2;
+    }
+    const char *in = pos[0], *out = pos[1];
+    cli_recipe recipe;
+    if (!cli_recipe_parse(pos[2], &recipe)) {
+        fprintf(stderr, "hearth quantize: unknown type '%s' (%s)\n", pos[2], cli_recipe_names());
+        return 2;
+    }
+
+    struct stat st_in, st_out;
+    if (stat(in, &st_in) != 0) {
+        fprintf(stderr, "hearth quantize: cannot open %s: %s\n", in, strerror(errno));
+        return 1;
+    }
+    if (stat(out, &st_out) == 0) {
+        if (st_out.st_dev == st_in.st_dev && st_out.st_ino == st_in.st_ino) {
+            fprintf(stderr, "hearth quantize: %s and %s are the same file; write to another file\n", in, out);
+            return 1;
+        }
+        if (!force) {
+            fprintf(stderr, "hearth quantize: %s exists (use --force to overwrite)\n", out);
+            return 1;
+        }
+    }
+
+    int ret = 1;
+    hr_err err = {0};
+    gguf_ctx *g = NULL;
+    gguf_writer *w = NULL;
+    hr_pool *pool = NULL;
+    int *types = NULL;
+    void *buf = NULL;
+    if (!(g = gguf_open(in, &err))) {
+        fprintf(stderr, "hearth quantize: %s\n", err.msg);
+        goto done;
+    }
+    int64_t nt = gguf_n_tensors(g), n_layer = quantize_n_layer(g);
+    bool has_output = gguf_find_tensor(g, "output.weight") != NULL;
+    if (!(types = calloc((size_t)HR_MAX(nt, 1), sizeof(int)))) {
+        fprintf(stderr, "hearth quantize: out of memory\n");
+        goto done;
+    }
+
+    /* choose each tensor's type; a tensor that keeps its type is copied byte for byte */
+    cli_fallbacks fb = {0};
+    int n_conv = 0, n_1d = 0, n_quant = 0, n_other = 0, n_same = 0;
+    uint64_t conv_elems = 0, bytes_in = 0, bytes_out = 0;
+    size_t max_bytes = 0;
+    for (int64_t i = 0; i < nt; i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        types[i] = t->type;
+        bytes_in += t->nbytes;
+        size_t nb = t->nbytes;
+        bool is_weight = t->n_dims >= 2 && strlen(t->name) > 7 && !strcmp(t->name + strlen(t->name) - 7, ".weight");
+        if (t->n_dims < 2) {
+            n_1d++;
+        } else if (!quantize_is_float(t->type)) {
+            n_quant++;
+        } else if (!is_weight || (keep_embd && !strcmp(t->name, "token_embd.weight")) || t->ne[0] <= 0) {
+            n_other++;
+        } else {
+            int want = cli_recipe_type(&recipe, t->name, n_layer, has_output);
+            int got = cli_type_fallback(want, t->ne[0]);
+            if (got != want) cli_fallbacks_add(&fb, want, got, t->ne[0], t->name);
+            const hq_traits *src = hq_get_traits(t->type), *dst = hq_get_traits(got);
+            if (!src || !dst || !dst->from_float_ref) {
+                fprintf(stderr, "hearth quantize: converting %s to %s is not supported by this build\n",
+                        hq_type_name(t->type), hq_type_name(got));
+                goto done;
+            }
+            if (got != t->type) {
+                types[i] = got;
+                n_conv++;
+                int64_t n = gguf_tensor_nelements(t);
+                conv_elems += (uint64_t)n;
+                nb = hq_row_size(got, t->ne[0]) * (size_t)(n / t->ne[0]);
+                max_bytes = HR_MAX(max_bytes, nb);
+            } else {
+                n_same++;
+            }
+        }
+        bytes_out += nb;
+    }
+    cli_fallbacks_report(&fb, cmd);
+    if (n_1d) fprintf(stderr, "hearth quantize: %d 1-D tensors (norms, biases) copied as they are\n", n_1d);
+    if (n_quant) fprintf(stderr, "hearth quantize: %d already-quantized tensors copied as they are\n", n_quant);
+    if (n_other)
+        fprintf(stderr, "hearth quantize: %d tensors kept in their type (%s)\n", n_other,
+                keep_embd ? "not named *.weight, or token_embd with --keep-embd" : "not named *.weight");
+    if (n_same) fprintf(stderr, "hearth quantize: %d tensors already have the type chosen for them\n", n_same);
+
+    if (!(w = gguf_writer_create())) {
+        fprintf(stderr, "hearth quantize: out of memory\n");
+        goto done;
+    }
+    int rc = 0;
+    for (int64_t i = 0; i < gguf_n_kv(g) && !rc; i++) rc = gguf_writer_copy_kv(w, g, i);
+    rc = rc ? rc : gguf_writer_set_u32(w, "general.quantization_version", 2);
+    rc = rc ? rc : gguf_writer_set_u32(w, "general.file_type", recipe.file_type);
+    if (rc) {
+        fprintf(stderr, "hearth quantize: copying metadata failed: %s\n", hr_strerror(rc));
+        goto done;
+    }
+    for (int64_t i = 0; i < nt; i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if (gguf_writer_add_tensor(w, t->name, types[i], t->n_dims, t->ne, &err)) {
+            fprintf(stderr, "hearth quantize: %s\n", err.msg);
+            goto done;
+        }
+    }
+    if (!(pool = hr_pool_create(threads > 0 ? (int)threads : hr_physical_cores(), &err))) {
+        fprintf(stderr, "hearth quantize: %s\n", err.msg);
+        goto done;
+    }
+    if (max_bytes && !(buf = malloc(max_bytes))) {
+        fprintf(stderr, "hearth quantize: out of memory for a %.1f MiB tensor buffer\n", max_bytes / 1048576.0);
+        goto done;
+    }
+    if (gguf_writer_begin(w, out, force, &err)) {
+        fprintf(stderr, "hearth quantize: %s\n", err.msg);
+        goto done;
+    }
+    double t0 = hr_time_s();
+    cli_progress_state prog = {.label = "quantize", .total = conv_elems};
+    for (int64_t i = 0; i < nt; i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        int wrc;
+        if (types[i] == t->type) {
+            wrc = gguf_writer_write_data(w, t->data, t->nbytes, &err);
+        } else {
+            int64_t nrows = gguf_tensor_nelements(t) / t->ne[0];
+            quantize_src src = {.t = hq_get_traits(t->type), .data = t->data,
+                                .row_bytes = hq_row_size(t->type, t->ne[0])};
+            wrc = cli_convert(pool, types[i], t->ne[0], nrows, quantize_row, &src, buf, &prog, &err);
+            if (!wrc) wrc = gguf_writer_write_data(w, buf, hq_row_size(types[i], t->ne[0]) * (size_t)nrows, &err);
+        }
+        if (wrc) {
+            cli_progress_end();
+            fprintf(stderr, "hearth quantize: %s: %s\n", t->name, err.msg);
+            goto done;
+        }
+    }
+    if (gguf_writer_finish(w, &err)) {
+        cli_progress_end();
+        fprintf(stderr, "hearth quantize: %s\n", err.msg);
+        goto done;
+    }
+    cli_progress_end();
+    printf("wrote %s: %s, %d of %lld tensors converted, %.1f MiB -> %.1f MiB (%.1f s)\n", out, recipe.name, n_conv,
+           (long long)nt, bytes_in / 1048576.0, bytes_out / 1048576.0, hr_time_s() - t0);
+    ret = 0;
+done:
+    free(buf);
+    if (pool) hr_pool_free(pool);
+    if (w) gguf_writer_free(w);
+    free(types);
+    if (g) gguf_close(g);
+    return ret;
+}

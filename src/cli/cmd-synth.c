@@ -1,0 +1,468 @@
+/* `hearth synth`: writes a random-weight GGUF model of a real (or custom) shape, streamed tensor by
+   tensor, so memory, speed and sharding can be measured on shapes we cannot download. */
+#include "cli.h"
+#include "model-shapes.h"
+
+#include "base/pool.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#define SYNTH_DEFAULT_VOCAB "../shared/models/stories260K.gguf"
+#define SYNTH_SIGMA 0.02f
+
+static void synth_usage(FILE *f) {
+    fprintf(f,
+            "usage: hearth synth --shape NAME|custom [options]\n"
+            "\n"
+            "Writes a GGUF model with random weights (N(0, 0.02); norm weights 1 + N(0, 0.02); biases\n"
+            "N(0, 0.02)) of a real model's shape, quantized to TYPE. Tensors are generated and quantized\n"
+            "on all cores and streamed to the file one at a time.\n"
+            "\n"
+            "shapes: %s, custom\n"
+            "\n"
+            "options:\n"
+            "  --shape NAME        shape to write (required); 'custom' takes the numbers below\n"
+            "  --type T            weight type or recipe (default F16): %s\n"
+            "                      plain types are pure (every 2-D weight is T; norms and biases stay F32);\n"
+            "                      Q4_K_M / Q5_K_M / Q3_K_M are llama.cpp's mixes (see below)\n"
+            "  --layers N          number of layers (same as --n-layer), e.g. 2 to try a 70B shape cheaply\n"
+            "  --vocab-from GGUF   copy tokenizer.* from this file (default %s);\n"
+            "                      a smaller vocabulary is padded with control tokens [PAD<i>] up to n_vocab\n"
+            "  --seed S            random seed (default 1); the output does not depend on -t\n"
+            "  -o, --output OUT    output file (default <shape>-<type>.gguf)\n"
+            "  --force             overwrite OUT if it exists\n"
+            "  -t, --threads N     threads (default: physical cores)\n"
+            "\n"
+            "shape parameters (required for custom, else override the named shape):\n"
+            "  --arch A            llama | qwen2 (q/k/v biases) | qwen3 (per-head q/k norms); default llama\n"
+            "  --n-embd N  --n-layer N  --n-head N  --n-head-kv N (default n-head)  --n-ff N\n"
+            "  --n-vocab N         (default: the vocabulary's size)\n"
+            "  --head-dim N        (default n-embd / n-head)\n"
+            "  --rope-base F       (default 10000 for llama, 1e6 for qwen)\n"
+            "  --n-ctx N           context_length written to the file (default 4096 for custom)\n"
+            "  --tied | --untied   output head shared with token_embd or separate (custom default: untied)\n"
+            "\n"
+            "recipes (as llama.cpp's): Q4_K_M and Q5_K_M: Q4_K/Q5_K with attn_v and ffn_down in Q6_K on\n"
+            "the first and last eighth of the layers and every third layer between, output in Q6_K;\n"
+            "Q3_K_M: Q3_K, attn_v Q5_K (layers 0-1) / Q4_K, ffn_down Q5_K (first 1/16) / Q4_K, attn_output\n"
+            "Q4_K, output Q6_K. Rows that are not a block multiple fall back to a type that fits.\n",
+            cli_shape_names(), cli_recipe_names(), SYNTH_DEFAULT_VOCAB);
+}
+
+/* ---- random numbers ---------------------------------------------------------------------------- */
+/* splitmix64: one multiply-xorshift chain per draw, and any seed (even 0) gives a good stream */
+static inline uint64_t synth_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Approximately normal: the sum of the four 16-bit quarters of one draw (Irwin-Hall, n = 4) is
+   within a few percent of a Gaussian's shape inside +-3 sigma and has no tail beyond 3.46 sigma.
+   About 10x cheaper than Box-Muller, which matters at billions of weights; random weights need
+   the right scale, not exact tails. */
+#define SYNTH_IH_MEAN 131070.0f             /* 4 * 65535 / 2 */
+#define SYNTH_IH_STD  37837.23f             /* sqrt(4 * (65536^2 - 1) / 12) */
+static inline float synth_gauss(uint64_t *s) {
+    uint64_t r = synth_next(s);
+    uint32_t sum = (uint32_t)(r & 0xffff) + (uint32_t)(r >> 16 & 0xffff) + (uint32_t)(r >> 32 & 0xffff) +
+                   (uint32_t)(r >> 48);
+    return ((float)sum - SYNTH_IH_MEAN) * (1.0f / SYNTH_IH_STD);
+}
+
+typedef struct synth_gen {
+    uint64_t tensor_seed;  /* seed mixed with the tensor name: tensors do not repeat each other */
+    int      kind;         /* enum cli_tkind */
+} synth_gen;
+
+/* Each row has its own stream, derived from (seed, tensor, row), so the file does not depend on
+   how rows are split between threads. */
+static void synth_row(void *user, int64_t row, float *dst, int64_t ne0) {
+    const synth_gen *g = user;
+    uint64_t s = g->tensor_seed ^ ((uint64_t)row * 0xd1b54a32d192ed03ULL);
+    synth_next(&s);
+    float base = g->kind == CLI_T_NORM ? 1.0f : 0.0f;
+    for (int64_t i = 0; i < ne0; i++) dst[i] = base + SYNTH_SIGMA * synth_gauss(&s);
+}
+
+/* ---- vocabulary -------------------------------------------------------------------------------- */
+typedef struct synth_vocab {
+    gguf_str *tokens;   /* padded token list (n entries) */
+    char     *pad_text; /* storage of the [PAD<i>] strings */
+    float    *scores;   /* padded, or NULL if the source has none */
+    int32_t  *types;    /* padded, or NULL */
+} synth_vocab;
+
+static void synth_vocab_free(synth_vocab *v) {
+    free(v->tokens);
+    free(v->pad_text);
+    free(v->scores);
+    free(v->types);
+}
+
+/* Copies tokenizer.* from vg to w, padding tokens/scores/token_type from nv to n entries. */
+static int synth_copy_vocab(gguf_writer *w, const gguf_ctx *vg, const char *vpath, uint64_t nv, uint64_t n,
+                            synth_vocab *v, hr_err *err) {
+    for (int64_t i = 0; i < gguf_n_kv(vg); i++) {
+        if (strncmp(gguf_key(vg, i), "tokenizer.", 10)) continue;
+        int rc = gguf_writer_copy_kv(w, vg, i);
+        if (rc) return hr_fail(err, rc, "copying %s from %s failed", gguf_key(vg, i), vpath);
+    }
+    if (n == nv) return 0;
+
+    v->tokens = calloc(n, sizeof(*v->tokens));
+    v->pad_text = malloc((n - nv) * 24);
+    if (!v->tokens || !v->pad_text) return hr_fail(err, HR_ENOMEM, "out of memory for the vocabulary");
+    for (uint64_t i = 0; i < nv; i++)
+        if (!gguf_get_arr_str(vg, "tokenizer.ggml.tokens", i, &v->tokens[i]))
+            return hr_fail(err, HR_EFORMAT, "%s: cannot read token %llu", vpath, (unsigned long long)i);
+    char *p = v->pad_text;
+    for (uint64_t i = nv; i < n; i++) {
+        int len = snprintf(p, 24, "[PAD%llu]", (unsigned long long)i);
+        v->tokens[i] = (gguf_str){p, (uint64_t)len};
+        p += len;
+    }
+    int rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", v->tokens, n);
+    if (rc) return hr_fail(err, rc, "writing the padded token list failed");
+
+    int et;
+    uint64_t cnt;
+    const void *data;
+    if (gguf_get_arr(vg, "tokenizer.ggml.scores", &et, &cnt, &data)) {
+        if (et != GGUF_VT_FLOAT32 || cnt != nv)
+            return hr_fail(err, HR_EFORMAT, "%s: tokenizer.ggml.scores is not %llu float32 values", vpath,
+                           (unsigned long long)nv);
+        if (!(v->scores = malloc(n * sizeof(float)))) return hr_fail(err, HR_ENOMEM, "out of memory");
+        memcpy(v->scores, data, nv * sizeof(float));
+        /* pad tokens must never win a SentencePiece merge */
+        for (uint64_t i = nv; i < n; i++) v->scores[i] = -1000.0f;
+        if ((rc = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, v->scores, n)))
+            return hr_fail(err, rc, "writing the padded scores failed");
+    }
+    if (gguf_get_arr(vg, "tokenizer.ggml.token_type", &et, &cnt, &data)) {
+        if ((et != GGUF_VT_INT32 && et != GGUF_VT_UINT32) || cnt != nv)
+            return hr_fail(err, HR_EFORMAT, "%s: tokenizer.ggml.token_type is not %llu int32 values", vpath,
+                           (unsigned long long)nv);
+        if (!(v->types = malloc(n * sizeof(int32_t)))) return hr_fail(err, HR_ENOMEM, "out of memory");
+        memcpy(v->types, data, nv * sizeof(int32_t));
+        for (uint64_t i = nv; i < n; i++) v->types[i] = 3; /* CONTROL */
+        if ((rc = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", et, v->types, n)))
+            return hr_fail(err, rc, "writing the padded token types failed");
+    }
+    return 0;
+}
+
+/* ---- options ----------------------------------------------------------------------------------- */
+typedef struct synth_opts {
+    const char *shape, *type, *vocab, *out, *arch;
+    uint64_t    seed;
+    bool        force;
+    long        threads;
+    /* overrides: -1 = not given */
+    long        n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, head_dim, n_ctx;
+    double      rope_base;
+    int         tied;     /* -1 not given, 0 untied, 1 tied */
+} synth_opts;
+
+/* 0 ok, 1 runtime error, 2 usage error; -1 = printed help */
+static int synth_parse(int argc, char **argv, synth_opts *o) {
+    const char *cmd = "synth";
+    *o = (synth_opts){.type = "F16", .seed = 1, .threads = 0, .n_embd = -1, .n_layer = -1, .n_head = -1,
+                      .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1, .n_ctx = -1, .rope_base = -1,
+                      .tied = -1};
+    struct { const char *flag; long *dst; long min, max; } ints[] = {
+        {"--n-embd", &o->n_embd, 1, 1 << 20},     {"--n-layer", &o->n_layer, 1, 100000},
+        {"--layers", &o->n_layer, 1, 100000},     {"--n-head", &o->n_head, 1, 1 << 16},
+        {"--n-head-kv", &o->n_head_kv, 1, 1 << 16}, {"--n-ff", &o->n_ff, 1, 1 << 20},
+        {"--n-vocab", &o->n_vocab, 1, 1 << 24},   {"--head-dim", &o->head_dim, 2, 4096},
+        {"--n-ctx", &o->n_ctx, 1, 1 << 24},       {"-t", &o->threads, 1, 1024},
+        {"--threads", &o->threads, 1, 1024},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            synth_usage(stdout);
+            return -1;
+        }
+        bool matched = false;
+        for (size_t k = 0; k < HR_ARRAY_LEN(ints) && !matched; k++) {
+            if (strcmp(a, ints[k].flag)) continue;
+            matched = true;
+            if (!(v = cli_value(cmd, argc, argv, &i)) ||
+                !cli_parse_int(cmd, a, v, ints[k].min, ints[k].max, ints[k].dst))
+                return 2;
+        }
+        if (matched) continue;
+        if (!strcmp(a, "--shape")) {
+            if (!(o->shape = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--type")) {
+            if (!(o->type = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--vocab-from")) {
+            if (!(o->vocab = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(o->out = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--arch")) {
+            if (!(o->arch = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--seed")) {
+            long s;
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, INT64_MAX, &s)) return 2;
+            o->seed = (uint64_t)s;
+        } else if (!strcmp(a, "--rope-base")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_float(cmd, a, v, 1e-3, 1e12, &o->rope_base))
+                return 2;
+        } else if (!strcmp(a, "--force")) {
+            o->force = true;
+        } else if (!strcmp(a, "--tied")) {
+            o->tied = 1;
+        } else if (!strcmp(a, "--untied")) {
+            o->tied = 0;
+        } else {
+            fprintf(stderr, "hearth synth: unknown option '%s' (see hearth synth --help)\n", a);
+            return 2;
+        }
+    }
+    if (!o->shape) {
+        fprintf(stderr, "hearth synth: --shape is required (%s, custom; see hearth synth --help)\n",
+                cli_shape_names());
+        return 2;
+    }
+    return 0;
+}
+
+/* Builds the shape from --shape and the overrides; 0 ok or 2 (usage, message printed). */
+static int synth_shape(const synth_opts *o, cli_shape *s) {
+    if (!strcmp(o->shape, "custom")) {
+        *s = (cli_shape){.n_embd = o->n_embd, .n_layer = o->n_layer, .n_head = o->n_head, .n_ff = o->n_ff,
+                         .n_ctx = 4096};
+        snprintf(s->name, sizeof(s->name), "custom");
+        snprintf(s->arch, sizeof(s->arch), "%s", o->arch ? o->arch : "llama");
+        cli_shape_arch_defaults(s);
+        const char *missing = o->n_embd < 0 ? "--n-embd" : o->n_layer < 0 ? "--n-layer"
+                            : o->n_head < 0 ? "--n-head" : o->n_ff < 0 ? "--n-ff" : NULL;
+        if (missing) {
+            fprintf(stderr, "hearth synth: --shape custom needs %s\n", missing);
+            return 2;
+        }
+        s->n_head_kv = o->n_head;
+    } else if (!cli_shape_find(o->shape, s)) {
+        fprintf(stderr, "hearth synth: unknown shape '%s' (%s, custom)\n", o->shape, cli_shape_names());
+        return 2;
+    } else {
+        if (o->arch) snprintf(s->arch, sizeof(s->arch), "%s", o->arch);
+        if (o->n_embd >= 0) s->n_embd = o->n_embd;
+        if (o->n_layer >= 0) s->n_layer = o->n_layer;
+        if (o->n_head >= 0) s->n_head = o->n_head;
+        if (o->n_ff >= 0) s->n_ff = o->n_ff;
+        /* a named shape's head_dim follows a changed width unless given */
+        if (o->n_embd >= 0 || o->n_head >= 0) s->head_dim = 0;
+    }
+    if (o->n_head_kv >= 0) s->n_head_kv = o->n_head_kv;
+    if (o->n_vocab >= 0) s->n_vocab = o->n_vocab;
+    if (o->head_dim >= 0) s->head_dim = o->head_dim;
+    if (o->n_ctx >= 0) s->n_ctx = o->n_ctx;
+    if (o->rope_base >= 0) s->rope_base = o->rope_base;
+    if (o->tied >= 0) s->tied = o->tied;
+    return 0;
+}
+
+static bool synth_file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int cmd_synth(int argc, char **argv) {
+    synth_opts o;
+    int rc = synth_parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    cli_shape s;
+    if ((rc = synth_shape(&o, &s))) return rc;
+    cli_recipe recipe;
+    if (!cli_recipe_parse(o.type, &recipe)) {
+        fprintf(stderr, "hearth synth: unknown type '%s' (%s)\n", o.type, cli_recipe_names());
+        return 2;
+    }
+
+    int ret = 1;
+    hr_err err = {0};
+    gguf_ctx *vg = NULL;
+    gguf_writer *w = NULL;
+    hr_pool *pool = NULL;
+    cli_tensor_desc *td = NULL;
+    int *types = NULL;
+    void *buf = NULL;
+    synth_vocab voc = {0};
+    char out_default[128];
+    const char *out = o.out;
+    if (!out) {
+        snprintf(out_default, sizeof(out_default), "%s-%s.gguf", s.name, recipe.name);
+        out = out_default;
+    }
+
+    /* vocabulary first: a custom shape may take its n_vocab from it */
+    const char *vpath = o.vocab ? o.vocab : SYNTH_DEFAULT_VOCAB;
+    if (!synth_file_exists(vpath)) {
+        fprintf(stderr, "hearth synth: vocabulary file %s not found (give one with --vocab-from GGUF)\n", vpath);
+        return 1;
+    }
+    if (!(vg = gguf_open(vpath, &err))) {
+        fprintf(stderr, "hearth synth: %s\n", err.msg);
+        goto done;
+    }
+    int et;
+    uint64_t nv;
+    const void *unused;
+    if (!gguf_get_arr(vg, "tokenizer.ggml.tokens", &et, &nv, &unused) || et != GGUF_VT_STRING || nv == 0) {
+        fprintf(stderr, "hearth synth: %s has no tokenizer.ggml.tokens string array\n", vpath);
+        goto done;
+    }
+    if (s.n_vocab == 0) s.n_vocab = (int64_t)nv;
+    if (cli_shape_check(&s, &err)) {
+        fprintf(stderr, "hearth synth: shape %s: %s\n", s.name, err.msg);
+        ret = 2;
+        goto done;
+    }
+    if ((uint64_t)s.n_vocab < nv) {
+        fprintf(stderr, "hearth synth: the vocabulary of %s has %llu tokens, more than the shape's n_vocab %lld\n",
+                vpath, (unsigned long long)nv, (long long)s.n_vocab);
+        goto done;
+    }
+    if (synth_file_exists(out) && !o.force) {
+        fprintf(stderr, "hearth synth: %s exists (use --force to overwrite)\n", out);
+        goto done;
+    }
+
+    /* tensors and their types (say once which ones could not take the asked type) */
+    int64_t nt;
+    if (!(td = cli_shape_tensors(&s, &nt)) || !(types = calloc((size_t)nt, sizeof(int)))) {
+        fprintf(stderr, "hearth synth: out of memory\n");
+        goto done;
+    }
+    cli_fallbacks fb = {0};
+    uint64_t total_elems = 0, total_bytes = 0;
+    size_t max_bytes = 0;
+    for (int64_t i = 0; i < nt; i++) {
+        int want = td[i].kind == CLI_T_WEIGHT ? cli_recipe_type(&recipe, td[i].name, s.n_layer, !s.tied)
+                                              : HQ_TYPE_F32;
+        int got = cli_type_fallback(want, td[i].ne[0]);
+        if (got != want) cli_fallbacks_add(&fb, want, got, td[i].ne[0], td[i].name);
+        const hq_traits *tr = hq_get_traits(got);
+        if (!tr || !tr->from_float_ref) {
+            fprintf(stderr, "hearth synth: type %s is not supported by this build\n", hq_type_name(got));
+            goto done;
+        }
+        types[i] = got;
+        size_t nb = hq_row_size(got, td[i].ne[0]) * (size_t)td[i].ne[1];
+        total_elems += (uint64_t)td[i].ne[0] * (uint64_t)td[i].ne[1];
+        total_bytes += nb;
+        max_bytes = HR_MAX(max_bytes, nb);
+    }
+    cli_fallbacks_report(&fb, "synth");
+
+    /* metadata: the keys llama.cpp writes for these architectures */
+    if (!(w = gguf_writer_create())) {
+        fprintf(stderr, "hearth synth: out of memory\n");
+        goto done;
+    }
+    char key[96], name[96];
+    int64_t hd = s.head_dim ? s.head_dim : s.n_embd / s.n_head;
+    snprintf(name, sizeof(name), "synthetic %s", s.name);
+    rc = gguf_writer_set_str(w, "general.architecture", s.arch);
+    rc = rc ? rc : gguf_writer_set_str(w, "general.name", name);
+#define SYNTH_KEY_U32(suffix, val)                                                        \
+    do {                                                                                  \
+        snprintf(key, sizeof(key), "%s." suffix, s.arch);                                 \
+        if (!rc) rc = gguf_writer_set_u32(w, key, (uint32_t)(val));                       \
+    } while (0)
+#define SYNTH_KEY_F32(suffix, val)                                                        \
+    do {                                                                                  \
+        snprintf(key, sizeof(key), "%s." suffix, s.arch);                                 \
+        if (!rc) rc = gguf_writer_set_f32(w, key, (float)(val));                          \
+    } while (0)
+    SYNTH_KEY_U32("context_length", s.n_ctx);
+    SYNTH_KEY_U32("embedding_length", s.n_embd);
+    SYNTH_KEY_U32("feed_forward_length", s.n_ff);
+    SYNTH_KEY_U32("block_count", s.n_layer);
+    SYNTH_KEY_U32("attention.head_count", s.n_head);
+    SYNTH_KEY_U32("attention.head_count_kv", s.n_head_kv);
+    SYNTH_KEY_F32("attention.layer_norm_rms_epsilon", s.rms_eps);
+    SYNTH_KEY_F32("rope.freq_base", s.rope_base);
+    SYNTH_KEY_U32("rope.dimension_count", hd);
+    SYNTH_KEY_U32("attention.key_length", hd);
+    SYNTH_KEY_U32("attention.value_length", hd);
+    SYNTH_KEY_U32("vocab_size", s.n_vocab);
+#undef SYNTH_KEY_U32
+#undef SYNTH_KEY_F32
+    rc = rc ? rc : gguf_writer_set_u32(w, "general.quantization_version", 2);
+    rc = rc ? rc : gguf_writer_set_u32(w, "general.file_type", recipe.file_type);
+    if (rc) {
+        fprintf(stderr, "hearth synth: writing metadata failed: %s\n", hr_strerror(rc));
+        goto done;
+    }
+    if (synth_copy_vocab(w, vg, vpath, nv, (uint64_t)s.n_vocab, &voc, &err)) {
+        fprintf(stderr, "hearth synth: %s\n", err.msg);
+        goto done;
+    }
+    if ((uint64_t)s.n_vocab > nv)
+        fprintf(stderr, "hearth synth: the vocabulary of %s has %llu tokens; padded to n_vocab %lld with control "
+                        "tokens [PAD%llu]..[PAD%lld]\n",
+                vpath, (unsigned long long)nv, (long long)s.n_vocab, (unsigned long long)nv,
+                (long long)s.n_vocab - 1);
+    for (int64_t i = 0; i < nt; i++)
+        if (gguf_writer_add_tensor(w, td[i].name, types[i], td[i].n_dims, td[i].ne, &err)) {
+            fprintf(stderr, "hearth synth: %s\n", err.msg);
+            goto done;
+        }
+
+    int n_threads = o.threads > 0 ? (int)o.threads : hr_physical_cores();
+    if (!(pool = hr_pool_create(n_threads, &err))) {
+        fprintf(stderr, "hearth synth: %s\n", err.msg);
+        goto done;
+    }
+    /* one tensor's bytes at a time: the largest tensor bounds the memory, not the model */
+    if (!(buf = malloc(HR_MAX(max_bytes, (size_t)1)))) {
+        fprintf(stderr, "hearth synth: out of memory for a %.1f MiB tensor buffer\n", max_bytes / 1048576.0);
+        goto done;
+    }
+    if (gguf_writer_begin(w, out, o.force, &err)) {
+        fprintf(stderr, "hearth synth: %s\n", err.msg);
+        goto done;
+    }
+    double t0 = hr_time_s();
+    cli_progress_state prog = {.label = "synth", .total = total_elems};
+    for (int64_t i = 0; i < nt; i++) {
+        synth_gen g = {.tensor_seed = hr_fnv1a(td[i].name, strlen(td[i].name), HR_FNV_SEED ^ o.seed),
+                       .kind = td[i].kind};
+        size_t nb = hq_row_size(types[i], td[i].ne[0]) * (size_t)td[i].ne[1];
+        if (cli_convert(pool, types[i], td[i].ne[0], td[i].ne[1], synth_row, &g, buf, &prog, &err) ||
+            gguf_writer_write_data(w, buf, nb, &err)) {
+            cli_progress_end();
+            fprintf(stderr, "hearth synth: %s: %s\n", td[i].name, err.msg);
+            goto done;
+        }
+    }
+    if (gguf_writer_finish(w, &err)) {
+        cli_progress_end();
+        fprintf(stderr, "hearth synth: %s\n", err.msg);
+        goto done;
+    }
+    cli_progress_end();
+    printf("wrote %s: %s %s, %lld layers, %lld tensors, %.1f M parameters, %.1f MiB of weights (%.1f s)\n", out,
+           s.name, recipe.name, (long long)s.n_layer, (long long)nt, total_elems / 1e6, total_bytes / 1048576.0,
+           hr_time_s() - t0);
+    ret = 0;
+done:
+    free(buf);
+    if (pool) hr_pool_free(pool);
+    if (w) gguf_writer_free(w);
+    synth_vocab_free(&voc);
+    free(types);
+    free(td);
+    if (vg) gguf_close(vg);
+    return ret;
+}
