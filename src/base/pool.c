@@ -1,0 +1,122 @@
+/* pool: persistent fork/join thread pool — see pool.h */
+#include "pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define hr_cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define hr_cpu_relax() __asm__ __volatile__("yield")
+#else
+#define hr_cpu_relax() ((void)0)
+#endif
+
+/* How long a worker spins for the next job before sleeping: long enough to bridge the gaps
+   between the operations of one forward pass, short enough not to burn a core while idle. */
+#define HR_POOL_SPIN_ITERS 200000
+
+struct hr_pool {
+    int n;
+    pthread_t *threads;
+    _Atomic uint64_t gen;      /* incremented for every job */
+    _Atomic int      pending;  /* workers still running the current job */
+    _Atomic int      quit;
+    _Atomic int      sleepers;
+    hr_pool_fn fn;
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+};
+
+struct hr_pool_worker { hr_pool *pool; int ith; };
+
+static void *hr_pool_main(void *p) {
+    struct hr_pool_worker *w = p;
+    hr_pool *pool = w->pool;
+    int ith = w->ith;
+    free(w);
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen) {
+            if (++spins < HR_POOL_SPIN_ITERS) { hr_cpu_relax(); continue; }
+            pthread_mutex_lock(&pool->mu);
+            atomic_fetch_add(&pool->sleepers, 1);
+            while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->quit))
+                pthread_cond_wait(&pool->cv, &pool->mu);
+            atomic_fetch_sub(&pool->sleepers, 1);
+            pthread_mutex_unlock(&pool->mu);
+            spins = 0;
+        }
+        seen = g;
+        if (atomic_load(&pool->quit)) return NULL;
+        pool->fn(pool->arg, ith, pool->n);
+        atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel);
+    }
+}
+
+hr_pool *hr_pool_create(int n, hr_err *err) {
+    if (n < 1 || n > 1024) { hr_fail(err, HR_EINVAL, "thread count %d out of range [1, 1024]", n); return NULL; }
+    hr_pool *pool = calloc(1, sizeof *pool);
+    if (!pool) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
+    pool->n = n;
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->cv, NULL);
+    pool->threads = calloc((size_t)n, sizeof(pthread_t));
+    if (!pool->threads) goto err;
+    for (int i = 1; i < n; i++) {
+        struct hr_pool_worker *w = malloc(sizeof *w);
+        if (!w) goto err;
+        w->pool = pool;
+        w->ith = i;
+        if (pthread_create(&pool->threads[i], NULL, hr_pool_main, w) != 0) {
+            free(w);
+            pool->n = i; /* threads 1..i-1 exist */
+            hr_fail(err, HR_ENOMEM, "cannot create thread %d of %d", i, n);
+            hr_pool_free(pool);
+            return NULL;
+        }
+    }
+    return pool;
+err:
+    hr_fail(err, HR_ENOMEM, "out of memory");
+    free(pool->threads);
+    free(pool);
+    return NULL;
+}
+
+void hr_pool_free(hr_pool *pool) {
+    if (!pool) return;
+    pthread_mutex_lock(&pool->mu);
+    atomic_store(&pool->quit, 1);
+    atomic_fetch_add(&pool->gen, 1);
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+    for (int i = 1; i < pool->n; i++) pthread_join(pool->threads[i], NULL);
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->cv);
+    free(pool->threads);
+    free(pool);
+}
+
+int hr_pool_size(const hr_pool *pool) { return pool->n; }
+
+void hr_pool_run(hr_pool *pool, hr_pool_fn fn, void *arg) {
+    if (pool->n == 1) { fn(arg, 0, 1); return; }
+    pool->fn = fn;
+    pool->arg = arg;
+    atomic_store_explicit(&pool->pending, pool->n - 1, memory_order_relaxed);
+    atomic_fetch_add(&pool->gen, 1); /* seq_cst: pairs with the sleepers check (Dekker) */
+    if (atomic_load(&pool->sleepers) > 0) {
+        pthread_mutex_lock(&pool->mu);
+        pthread_cond_broadcast(&pool->cv);
+        pthread_mutex_unlock(&pool->mu);
+    }
+    fn(arg, 0, pool->n);
+    while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0) hr_cpu_relax();
+}

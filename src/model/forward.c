@@ -1,0 +1,606 @@
+/* forward: the transformer forward pass over a shard, KV cache, scratch — see model.h
+ *
+ * Data flow for n tokens (one hm_eval call), per layer:
+ *   xn = rmsnorm(x) * attn_norm            -> quantized once per activation type the weights need
+ *   q, k, v = Wq xn, Wk xn, Wv xn (+ bias)  one parallel job for the three (matvec or GEMM tiles)
+ *   q, k = per-head rmsnorm (qwen3); RoPE; k, v -> KV cache (K rows, V transposed)
+ *   a = softmax(q K^T / sqrt(hd)) V          per (token, head), causal, one pass (online softmax)
+ *   o = Wo a;  sync(o);  x += o
+ *   xn = rmsnorm(x) * ffn_norm;  h = silu(Wg xn) * (Wu xn);  d = Wd h;  sync(d);  x += d
+ * then (last shard) logits = Wout rmsnorm(x) * output_norm.
+ * The numerics follow ggml's CPU backend where it matters for comparing logits: RMS sums and softmax
+ * sums in double, RoPE angles by repeated float multiplication, activations quantized to the weight
+ * type's vec_dot_type, q and softmax probabilities converted to the KV type.
+ */
+#include "model.h"
+
+#include "quant/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define HM_ALIGN 64
+#define HM_ROW_CHUNK 16   /* rows per work unit: a multiple of every tile kernel's row step */
+
+/* activation types a weight can ask for (its vec_dot_type) */
+enum { HM_ACT_F32, HM_ACT_F16, HM_ACT_BF16, HM_ACT_Q8_0, HM_ACT_Q8_1, HM_ACT_Q8_K, HM_ACT_COUNT };
+static const int hm_act_types[HM_ACT_COUNT] = {HQ_TYPE_F32, HQ_TYPE_F16, HQ_TYPE_BF16,
+                                               HQ_TYPE_Q8_0, HQ_TYPE_Q8_1, HQ_TYPE_Q8_K};
+static int hm_act_index(int type) {
+    for (int i = 0; i < HM_ACT_COUNT; i++)
+        if (hm_act_types[i] == type) return i;
+    return -1;
+}
+
+/* An activation matrix [n][dim] in F32 plus lazily made copies in each vec_dot_type. */
+typedef struct hm_act {
+    float   *f32;                   /* borrowed: [n][dim] */
+    int      n, dim;
+    uint8_t *q[HM_ACT_COUNT];       /* owned buffers, [n_batch][row_size(max_dim)] */
+    size_t   q_row[HM_ACT_COUNT];   /* row stride of the current conversion */
+    bool     valid[HM_ACT_COUNT];
+} hm_act;
+
+struct hm_ctx {
+    const hm_model *m;
+    hm_shard shard;
+    hm_ctx_params p;
+    hr_pool *pool;
+    bool own_pool;
+    int kv_type;
+    size_t kv_esize;
+    int32_t n_ctx;
+    int64_t max_dim;
+    /* KV cache of the shard's layers: K and V as rows [n_ctx][n_kv*hd] */
+    uint8_t **k_cache, **v_cache;
+    /* scratch, [n_batch][...] */
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up;
+    float *rope_cs;                 /* [n_batch][hd/2][2] cos, sin */
+    hm_act act_in;                  /* xn (dim n_embd) */
+    hm_act act_att;                 /* att (dim n_head*hd) */
+    hm_act act_ff;                  /* gate after silu*up (dim n_ff) */
+    /* per-thread attention scratch: scores [n_ctx] f32, probs [n_ctx] kv type, q [hd] kv type */
+    uint8_t *att_scratch;
+    size_t att_scratch_stride;
+    uint64_t bytes;
+    hm_timings t;
+};
+
+hm_ctx_params hm_ctx_default_params(void) {
+    hm_ctx_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .kv_type = HQ_TYPE_F16, .pool = NULL};
+    return p;
+}
+
+static int32_t hm_resolve_n_ctx(const hm_hparams *hp, int32_t n_ctx) {
+    if (n_ctx > 0) return n_ctx;
+    return HR_MIN(hp->n_ctx_train, 4096);
+}
+
+static size_t hm_kv_layer_bytes(const hm_hparams *hp, int32_t n_ctx, int kv_type) {
+    size_t es = kv_type == HQ_TYPE_F32 ? 4 : 2;
+    return (size_t)n_ctx * (size_t)hp->n_head_kv * (size_t)hp->head_dim * es;
+}
+
+static int64_t hm_max_dim(const hm_hparams *hp) {
+    int64_t d = hp->n_embd;
+    d = HR_MAX(d, (int64_t)hp->n_ff);
+    d = HR_MAX(d, (int64_t)hp->n_head * hp->head_dim);
+    return d;
+}
+
+uint64_t hm_ctx_bytes_estimate(const hm_hparams *hp, const hm_ctx_params *p) {
+    int32_t n_ctx = hm_resolve_n_ctx(hp, p->n_ctx);
+    int64_t B = p->n_batch > 0 ? p->n_batch : 512;
+    uint64_t kv = 2ull * hp->n_layer * hm_kv_layer_bytes(hp, n_ctx, p->kv_type);
+    int64_t Dq = (int64_t)hp->n_head * hp->head_dim, Dkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    uint64_t scratch = (uint64_t)B * (3 * hp->n_embd + 2 * Dq + 2 * Dkv + 2 * hp->n_ff + hp->head_dim) * 4;
+    scratch += (uint64_t)B * hm_max_dim(hp) * 4 * 3;   /* quantized copies (upper bound) */
+    int nt = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
+    scratch += (uint64_t)nt * ((uint64_t)n_ctx * 8 + hp->head_dim * 4 + 256);
+    return kv + scratch;
+}
+
+static void *hm_ctx_alloc(hm_ctx *c, size_t bytes) {
+    c->bytes += bytes;
+    return hr_alloc_aligned(bytes, HM_ALIGN);
+}
+
+void hm_ctx_free(hm_ctx *c) {
+    if (!c) return;
+    int nl = c->shard.layer_end - c->shard.layer_begin;
+    for (int i = 0; c->k_cache && i < nl; i++) hr_free_aligned(c->k_cache[i]);
+    for (int i = 0; c->v_cache && i < nl; i++) hr_free_aligned(c->v_cache[i]);
+    free(c->k_cache);
+    free(c->v_cache);
+    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->gate, c->up, c->rope_cs};
+    for (size_t i = 0; i < HR_ARRAY_LEN(bufs); i++) hr_free_aligned(bufs[i]);
+    hm_act *acts[] = {&c->act_in, &c->act_att, &c->act_ff};
+    for (size_t a = 0; a < HR_ARRAY_LEN(acts); a++)
+        for (int i = 0; i < HM_ACT_COUNT; i++) hr_free_aligned(acts[a]->q[i]);
+    hr_free_aligned(c->att_scratch);
+    if (c->own_pool) hr_pool_free(c->pool);
+    free(c);
+}
+
+/* allocates one quantized-copy buffer per activation type some weight of the shard needs */
+static int hm_act_init(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, int nw, int64_t dim) {
+    for (int i = 0; i < nw; i++) {
+        const hq_traits *tr = hq_get_traits(ws[i]->type);
+        int ai = hm_act_index(tr->vec_dot_type);
+        HR_ASSERT(ai >= 0);
+        if (ai == HM_ACT_F32 || a->q[ai]) continue;
+        size_t row = hq_row_size(hm_act_types[ai], dim);
+        HR_ASSERT(row > 0);
+        a->q[ai] = hm_ctx_alloc(c, row * (size_t)c->p.n_batch);
+        if (!a->q[ai]) return HR_ENOMEM;
+    }
+    return 0;
+}
+
+hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_params *params, hr_err *err) {
+    const hm_hparams *hp = &m->hp;
+    hm_ctx *c = calloc(1, sizeof *c);
+    if (!c) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
+    c->m = m;
+    c->shard = *shard;
+    c->p = *params;
+    if (shard->layer_begin < 0 || shard->layer_end > hp->n_layer || shard->layer_begin > shard->layer_end) {
+        hr_fail(err, HR_EINVAL, "shard layers [%d, %d) outside the model's %d layers", shard->layer_begin,
+                shard->layer_end, hp->n_layer);
+        goto err;
+    }
+    if (c->p.n_batch <= 0) c->p.n_batch = 512;
+    if (c->p.n_threads <= 0) c->p.n_threads = hr_physical_cores();
+    c->n_ctx = hm_resolve_n_ctx(hp, c->p.n_ctx);
+    if (c->n_ctx < 1 || c->n_ctx > (1 << 24)) { hr_fail(err, HR_EINVAL, "context length %d out of range", c->n_ctx); goto err; }
+    c->p.n_ctx = c->n_ctx;
+    if (c->p.n_batch > c->n_ctx) c->p.n_batch = c->n_ctx;
+    c->kv_type = c->p.kv_type;
+    if (c->kv_type != HQ_TYPE_F16 && c->kv_type != HQ_TYPE_F32) {
+        hr_fail(err, HR_EINVAL, "KV cache type must be F16 or F32");
+        goto err;
+    }
+    c->kv_esize = c->kv_type == HQ_TYPE_F32 ? 4 : 2;
+    if (c->p.pool) c->pool = c->p.pool;
+    else {
+        c->pool = hr_pool_create(c->p.n_threads, err);
+        if (!c->pool) goto err;
+        c->own_pool = true;
+    }
+    c->p.n_threads = hr_pool_size(c->pool);
+
+    int64_t B = c->p.n_batch, E = hp->n_embd, hd = hp->head_dim;
+    int64_t Dq = (int64_t)hp->n_head * hd, Dkv = (int64_t)hp->n_head_kv * hd;
+    c->max_dim = hm_max_dim(hp);
+    int nl = shard->layer_end - shard->layer_begin;
+    c->k_cache = calloc((size_t)HR_MAX(nl, 1), sizeof(uint8_t *));
+    c->v_cache = calloc((size_t)HR_MAX(nl, 1), sizeof(uint8_t *));
+    if (!c->k_cache || !c->v_cache) goto oom;
+    size_t kvb = hm_kv_layer_bytes(hp, c->n_ctx, c->kv_type);
+    for (int i = 0; i < nl; i++) {
+        c->k_cache[i] = hm_ctx_alloc(c, kvb);
+        c->v_cache[i] = hm_ctx_alloc(c, kvb);
+        if (!c->k_cache[i] || !c->v_cache[i]) goto oom;
+    }
+#define ALLOC_F(field, count) if (!(c->field = hm_ctx_alloc(c, (size_t)(count) * sizeof(float)))) goto oom
+    ALLOC_F(x, B * E);
+    ALLOC_F(xn, B * E);
+    ALLOC_F(q, B * Dq);
+    ALLOC_F(k, B * Dkv);
+    ALLOC_F(v, B * Dkv);
+    ALLOC_F(att, B * Dq);
+    ALLOC_F(o, B * E);
+    ALLOC_F(gate, B * hp->n_ff);
+    ALLOC_F(up, B * hp->n_ff);
+    ALLOC_F(rope_cs, B * hd);
+#undef ALLOC_F
+    /* which activation types the shard's weights need */
+    for (int il = shard->layer_begin; il < shard->layer_end; il++) {
+        const hm_layer *L = &m->layers[il];
+        const hm_tensor *in[] = {&L->wq, &L->wk, &L->wv, &L->w_gate, &L->w_up};
+        const hm_tensor *at[] = {&L->wo};
+        const hm_tensor *ff[] = {&L->w_down};
+        if (hm_act_init(c, &c->act_in, in, 5, E) || hm_act_init(c, &c->act_att, at, 1, Dq) ||
+            hm_act_init(c, &c->act_ff, ff, 1, hp->n_ff))
+            goto oom;
+    }
+    if (shard->last) {
+        const hm_tensor *out[] = {&m->output};
+        if (hm_act_init(c, &c->act_in, out, 1, E)) goto oom;
+    }
+    c->att_scratch_stride = hr_pad((size_t)hd * 10, HM_ALIGN);
+    c->att_scratch = hm_ctx_alloc(c, c->att_scratch_stride * (size_t)c->p.n_threads);
+    if (!c->att_scratch) goto oom;
+    return c;
+oom:
+    hr_fail(err, HR_ENOMEM, "out of memory allocating the context (%.1f MiB so far)", c->bytes / 1048576.0);
+err:
+    hm_ctx_free(c);
+    return NULL;
+}
+
+uint64_t hm_ctx_bytes(const hm_ctx *c) { return c->bytes; }
+int32_t hm_ctx_n_ctx(const hm_ctx *c) { return c->n_ctx; }
+hm_timings hm_ctx_timings(const hm_ctx *c) { return c->t; }
+void hm_kv_truncate(hm_ctx *c, int32_t pos) { (void)c; (void)pos; /* positions >= pos are simply overwritten */ }
+
+/* ---- element-wise ops -------------------------------------------------------------------------- */
+
+/* y = x / rms(x) * w, the sum in double as ggml does */
+static void hm_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    float scale = 1.0f / sqrtf((float)(sum / n) + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
+}
+
+static inline float hm_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ---- activation conversion ---------------------------------------------------------------------- */
+
+typedef struct { hm_act *a; int ai; } hm_conv_job;
+static void hm_conv_worker(void *arg, int ith, int nth) {
+    hm_conv_job *j = arg;
+    hm_act *a = j->a;
+    int64_t r0, r1;
+    hr_split(a->n, ith, nth, 1, &r0, &r1);
+    const hq_traits *tr = hq_get_traits(hm_act_types[j->ai]);
+    for (int64_t r = r0; r < r1; r++)
+        tr->from_float(a->f32 + r * a->dim, a->q[j->ai] + r * a->q_row[j->ai], a->dim);
+}
+
+/* makes sure a has a copy in activation type ai; returns the row pointer base and stride */
+static const uint8_t *hm_act_get(hm_ctx *c, hm_act *a, int ai, size_t *row) {
+    if (ai == HM_ACT_F32) { *row = (size_t)a->dim * 4; return (const uint8_t *)a->f32; }
+    if (!a->valid[ai]) {
+        a->q_row[ai] = hq_row_size(hm_act_types[ai], a->dim);
+        hm_conv_job j = {a, ai};
+        if (a->n == 1) hm_conv_worker(&j, 0, 1);
+        else hr_pool_run(c->pool, hm_conv_worker, &j);
+        a->valid[ai] = true;
+    }
+    *row = a->q_row[ai];
+    return a->q[ai];
+}
+
+static void hm_act_set(hm_act *a, float *f32, int n, int64_t dim) {
+    a->f32 = f32;
+    a->n = n;
+    a->dim = (int)dim;
+    memset(a->valid, 0, sizeof a->valid);
+}
+
+/* ---- matmul: out[n][rows] = W · act, several weights in one parallel job ------------------------ */
+
+typedef struct hm_mm_item {
+    const hm_tensor *w;
+    const uint8_t *y;   /* activations in w's vec_dot_type */
+    size_t y_row;
+    float *out;         /* [n][w->ne1] */
+} hm_mm_item;
+
+typedef struct hm_mm_job {
+    hm_mm_item items[3];
+    int n_items;
+    int n;              /* tokens */
+} hm_mm_job;
+
+static void hm_mm_worker(void *arg, int ith, int nth) {
+    hm_mm_job *j = arg;
+    for (int it = 0; it < j->n_items; it++) {
+        const hm_mm_item *m = &j->items[it];
+        const hm_tensor *w = m->w;
+        const hq_traits *tr = hq_get_traits(w->type);
+        int64_t r0, r1;
+        hr_split(w->ne1, ith, nth, HM_ROW_CHUNK, &r0, &r1);
+        const uint8_t *wd = w->data;
+        if (j->n == 1) {
+            hq_vec_dot_fn dot = tr->vec_dot;
+            for (int64_t r = r0; r < r1; r++) dot((int)w->ne0, &m->out[r], wd + r * w->row_bytes, m->y);
+        } else {
+            /* tiles of HM_ROW_CHUNK weight rows x all tokens: the rows stay in cache while every
+               token's activations stream past them */
+            for (int64_t r = r0; r < r1; r += HM_ROW_CHUNK) {
+                int nr = (int)HR_MIN(HM_ROW_CHUNK, r1 - r);
+                tr->gemm((int)w->ne0, m->out + r, (size_t)w->ne1, wd + r * w->row_bytes, w->row_bytes, nr,
+                         m->y, m->y_row, j->n);
+            }
+        }
+    }
+}
+
+static void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *outs, int nw) {
+    int64_t t0 = hr_time_ns();
+    hm_mm_job j = {.n_items = nw, .n = a->n};
+    for (int i = 0; i < nw; i++) {
+        int ai = hm_act_index(hq_get_traits(ws[i]->type)->vec_dot_type);
+        j.items[i].w = ws[i];
+        j.items[i].y = hm_act_get(c, a, ai, &j.items[i].y_row);
+        j.items[i].out = outs[i];
+    }
+    hr_pool_run(c->pool, hm_mm_worker, &j);
+    c->t.matmul_ns += hr_time_ns() - t0;
+}
+
+/* ---- attention ---------------------------------------------------------------------------------- */
+
+typedef struct hm_att_job {
+    hm_ctx *c;
+    int li;          /* layer index within the shard */
+    int n;
+    int32_t pos0;
+} hm_att_job;
+
+/* One pass over the cache with an online softmax (as flash attention does): for each position the
+   running maximum M, the running sum S and the running output acc are updated, so K and V are each
+   read once. With an F16 cache the numerics are llama.cpp's CPU flash-attention path (its default):
+   q converted to F16 for the dot with K, and the output accumulated in F16, rounded after every
+   position; with an F32 cache everything is F32. */
+static void hm_att_worker(void *arg, int ith, int nth) {
+    hm_att_job *j = arg;
+    hm_ctx *c = j->c;
+    const hm_hparams *hp = &c->m->hp;
+    int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, gqa = nh / nkv;
+    int64_t Dq = (int64_t)nh * hd, Dkv = (int64_t)nkv * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    uint8_t *scr = c->att_scratch + (size_t)ith * c->att_scratch_stride;
+    float *acc = (float *)scr;                       /* [hd] f32 accumulator (F32 cache) */
+    hr_fp16 *acc16 = (hr_fp16 *)(scr + (size_t)hd * 4); /* [hd] f16 accumulator (F16 cache) */
+    uint8_t *qc = scr + (size_t)hd * 6;              /* q in the cache type */
+    const hq_traits *tr = hq_get_traits(c->kv_type);
+    const uint8_t *K = c->k_cache[j->li], *V = c->v_cache[j->li];
+    size_t es = c->kv_esize, row = (size_t)Dkv * es;
+    bool f16 = c->kv_type == HQ_TYPE_F16;
+    int64_t w0, w1;
+    hr_split((int64_t)j->n * nh, ith, nth, 1, &w0, &w1);
+    for (int64_t w = w0; w < w1; w++) {
+        int t = (int)(w / nh), h = (int)(w % nh), kvh = h / gqa;
+        int32_t npos = j->pos0 + t + 1;  /* causal: positions 0..pos */
+        const float *qv = c->q + (int64_t)t * Dq + (int64_t)h * hd;
+        if (f16) tr->from_float_ref(qv, qc, hd);
+        else memcpy(qc, qv, (size_t)hd * 4);
+        memset(acc, 0, (size_t)hd * 4);
+        memset(acc16, 0, (size_t)hd * 2);
+        float M = -INFINITY, S = 0.0f;
+        const uint8_t *kp = K + (size_t)kvh * hd * es, *vp = V + (size_t)kvh * hd * es;
+        for (int32_t p = 0; p < npos; p++, kp += row, vp += row) {
+            float s;
+            tr->vec_dot(hd, &s, kp, qc);
+            s *= scale;
+            float ms = 1.0f, vs = 1.0f;
+            if (s > M) {
+                float Mold = M;
+                M = s;
+                ms = expf(Mold - M);
+                if (f16) for (int d = 0; d < hd; d++) acc16[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(acc16[d]) * ms);
+                else for (int d = 0; d < hd; d++) acc[d] *= ms;
+            } else {
+                vs = expf(s - M);
+            }
+            if (f16) {
+                const hr_fp16 *v16 = (const hr_fp16 *)vp;
+                for (int d = 0; d < hd; d++)
+                    acc16[d] = hr_fp32_to_fp16(fmaf(hr_fp16_to_fp32(v16[d]), vs, hr_fp16_to_fp32(acc16[d])));
+            } else {
+                const float *v32 = (const float *)vp;
+                for (int d = 0; d < hd; d++) acc[d] += v32[d] * vs;
+            }
+            S = S * ms + vs;
+        }
+        float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        float *out = c->att + (int64_t)t * Dq + (int64_t)h * hd;
+        if (f16) for (int d = 0; d < hd; d++) out[d] = hr_fp16_to_fp32(acc16[d]) * inv;
+        else for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
+    }
+}
+
+/* RoPE on one head vector in place: llama rotates adjacent pairs, NeoX rotates the two halves */
+static void hm_rope(float *x, const float *cs, int hd, bool neox) {
+    int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        float cth = cs[2 * i], sth = cs[2 * i + 1];
+        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * cth - x1 * sth;
+        x[b] = x0 * sth + x1 * cth;
+    }
+}
+
+typedef struct hm_qk_job { hm_ctx *c; const hm_layer *L; int li; int n; int32_t pos0; } hm_qk_job;
+
+/* biases, q/k norms, RoPE, and the KV cache store, per token */
+static void hm_qk_worker(void *arg, int ith, int nth) {
+    hm_qk_job *j = arg;
+    hm_ctx *c = j->c;
+    const hm_hparams *hp = &c->m->hp;
+    const hm_layer *L = j->L;
+    int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
+    int64_t Dq = (int64_t)nh * hd, Dkv = (int64_t)nkv * hd;
+    int64_t t0, t1;
+    hr_split(j->n, ith, nth, 1, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        float *q = c->q + t * Dq, *k = c->k + t * Dkv, *v = c->v + t * Dkv;
+        if (L->bq.data) {
+            const float *bq = L->bq.data, *bk = L->bk.data, *bv = L->bv.data;
+            for (int64_t i = 0; i < Dq; i++) q[i] += bq[i];
+            for (int64_t i = 0; i < Dkv; i++) k[i] += bk[i];
+            for (int64_t i = 0; i < Dkv; i++) v[i] += bv[i];
+        }
+        const float *cs = c->rope_cs + t * hd;
+        for (int h = 0; h < nh; h++) {
+            if (L->q_norm.data) hm_rmsnorm(q + h * hd, q + h * hd, L->q_norm.data, hd, hp->rms_eps);
+            hm_rope(q + h * hd, cs, hd, hp->rope_neox);
+        }
+        for (int h = 0; h < nkv; h++) {
+            if (L->k_norm.data) hm_rmsnorm(k + h * hd, k + h * hd, L->k_norm.data, hd, hp->rms_eps);
+            hm_rope(k + h * hd, cs, hd, hp->rope_neox);
+        }
+        int32_t pos = j->pos0 + (int32_t)t;
+        uint8_t *K = c->k_cache[j->li] + (size_t)pos * Dkv * c->kv_esize;
+        uint8_t *V = c->v_cache[j->li] + (size_t)pos * Dkv * c->kv_esize;
+        if (c->kv_type == HQ_TYPE_F16) {
+            for (int64_t i = 0; i < Dkv; i++) ((hr_fp16 *)K)[i] = hr_fp32_to_fp16(k[i]);
+            for (int64_t i = 0; i < Dkv; i++) ((hr_fp16 *)V)[i] = hr_fp32_to_fp16(v[i]);
+        } else {
+            memcpy(K, k, (size_t)Dkv * 4);
+            memcpy(V, v, (size_t)Dkv * 4);
+        }
+    }
+}
+
+/* ---- the forward pass ---------------------------------------------------------------------------- */
+
+typedef struct hm_rows_job {
+    hm_ctx *c;
+    int n;
+    int op;              /* 0: xn = norm(x)*w; 1: x += o, xn = norm(x)*w; 2: gate = silu(gate)*up */
+    const float *w;
+} hm_rows_job;
+
+static void hm_rows_worker(void *arg, int ith, int nth) {
+    hm_rows_job *j = arg;
+    hm_ctx *c = j->c;
+    const hm_hparams *hp = &c->m->hp;
+    int64_t E = hp->n_embd, F = hp->n_ff;
+    int64_t t0, t1;
+    hr_split(j->n, ith, nth, 1, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        if (j->op == 2) {
+            float *g = c->gate + t * F, *u = c->up + t * F;
+            for (int64_t i = 0; i < F; i++) g[i] = hm_silu(g[i]) * u[i];
+            continue;
+        }
+        float *x = c->x + t * E;
+        if (j->op == 1) {
+            const float *o = c->o + t * E;
+            for (int64_t i = 0; i < E; i++) x[i] += o[i];
+        }
+        hm_rmsnorm(c->xn + t * E, x, j->w, E, hp->rms_eps);
+    }
+}
+
+static void hm_rows(hm_ctx *c, int n, int op, const float *w) {
+    int64_t t0 = hr_time_ns();
+    hm_rows_job j = {c, n, op, w};
+    if (n == 1 && op != 2) hm_rows_worker(&j, 0, 1);
+    else hr_pool_run(c->pool, hm_rows_worker, &j);
+    c->t.other_ns += hr_time_ns() - t0;
+}
+
+static int hm_sync(hm_ctx *c, int layer, enum hm_block b, float *x, int n, hr_err *err) {
+    if (!c->shard.sync) return 0;
+    int64_t t0 = hr_time_ns();
+    int rc = c->shard.sync(c->shard.sync_user, layer, b, x, n, c->m->hp.n_embd);
+    c->t.sync_ns += hr_time_ns() - t0;
+    if (rc) return hr_fail(err, rc, "layer %d %s sync failed: %s", layer, b == HM_BLOCK_ATTN ? "attention" : "FFN",
+                           hr_strerror(rc));
+    return 0;
+}
+
+/* cos/sin of each token's RoPE angles: theta_i = pos * base^(-2i/hd) / freq_factor_i, computed by
+   repeated multiplication in float as ggml's rope cache does */
+static void hm_rope_cache(hm_ctx *c, int n, int32_t pos0) {
+    const hm_hparams *hp = &c->m->hp;
+    int hd = hp->head_dim;
+    const float theta_scale = powf(hp->rope_base, -2.0f / (float)hd);
+    const float *ff = c->m->rope_freqs.data;
+    for (int t = 0; t < n; t++) {
+        float theta = (float)(pos0 + t);
+        float *cs = c->rope_cs + (int64_t)t * hd;
+        for (int i = 0; i < hd / 2; i++) {
+            float th = ff ? theta / ff[i] : theta;
+            cs[2 * i] = cosf(th);
+            cs[2 * i + 1] = sinf(th);
+            theta *= theta_scale;
+        }
+    }
+}
+
+int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0, float *logits,
+            bool all_logits, float *hidden_out, hr_err *err) {
+    const hm_model *m = c->m;
+    const hm_hparams *hp = &m->hp;
+    int64_t E = hp->n_embd, hd = hp->head_dim;
+    int64_t Dq = (int64_t)hp->n_head * hd;
+    memset(&c->t, 0, sizeof c->t);
+    int64_t t_start = hr_time_ns();
+    if (n < 1 || n > c->p.n_batch)
+        return hr_fail(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", n, c->p.n_batch);
+    if (pos0 < 0 || (int64_t)pos0 + n > c->n_ctx)
+        return hr_fail(err, HR_ERANGE, "positions %d..%d exceed the context length %d", pos0, pos0 + n - 1, c->n_ctx);
+
+    /* input: token embeddings (first shard) or the previous stage's hidden states */
+    if (c->shard.first) {
+        if (!tokens) return hr_fail(err, HR_EINVAL, "first shard needs token ids");
+        const hq_traits *tr = hq_get_traits(m->tok_embd.type);
+        for (int t = 0; t < n; t++) {
+            if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
+                return hr_fail(err, HR_EINVAL, "token id %d outside the vocabulary [0, %d)", tokens[t], hp->n_vocab);
+            tr->to_float((const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, c->x + t * E, E);
+        }
+    } else {
+        if (!hidden_in) return hr_fail(err, HR_EINVAL, "non-first shard needs hidden states");
+        memcpy(c->x, hidden_in, (size_t)n * E * sizeof(float));
+    }
+    hm_rope_cache(c, n, pos0);
+
+    for (int il = c->shard.layer_begin; il < c->shard.layer_end; il++) {
+        const hm_layer *L = &m->layers[il];
+        int li = il - c->shard.layer_begin;
+        /* attention rmsnorm (the residual add of the previous FFN is folded into op 1) */
+        hm_rows(c, n, il == c->shard.layer_begin ? 0 : 1, L->attn_norm.data);
+        hm_act_set(&c->act_in, c->xn, n, E);
+        /* q, k, v projections */
+        const hm_tensor *wqkv[] = {&L->wq, &L->wk, &L->wv};
+        float *oqkv[] = {c->q, c->k, c->v};
+        hm_matmul(c, &c->act_in, wqkv, oqkv, 3);
+        /* biases, q/k norm, RoPE, KV store */
+        int64_t t0 = hr_time_ns();
+        hm_qk_job qj = {c, L, li, n, pos0};
+        if (n == 1) hm_qk_worker(&qj, 0, 1);
+        else hr_pool_run(c->pool, hm_qk_worker, &qj);
+        /* attention */
+        hm_att_job aj = {c, li, n, pos0};
+        hr_pool_run(c->pool, hm_att_worker, &aj);
+        c->t.attn_ns += hr_time_ns() - t0;
+        /* output projection, sync, residual */
+        hm_act_set(&c->act_att, c->att, n, Dq);
+        const hm_tensor *wo[] = {&L->wo};
+        float *oo[] = {c->o};
+        hm_matmul(c, &c->act_att, wo, oo, 1);
+        if (hm_sync(c, il, HM_BLOCK_ATTN, c->o, n, err)) return err ? err->code : HR_ENET;
+        /* ffn rmsnorm (with x += o) */
+        hm_rows(c, n, 1, L->ffn_norm.data);
+        hm_act_set(&c->act_in, c->xn, n, E);
+        const hm_tensor *wgu[] = {&L->w_gate, &L->w_up};
+        float *ogu[] = {c->gate, c->up};
+        hm_matmul(c, &c->act_in, wgu, ogu, 2);
+        hm_rows(c, n, 2, NULL);
+        hm_act_set(&c->act_ff, c->gate, n, hp->n_ff);
+        const hm_tensor *wd[] = {&L->w_down};
+        hm_matmul(c, &c->act_ff, wd, oo, 1);
+        if (hm_sync(c, il, HM_BLOCK_FFN, c->o, n, err)) return err ? err->code : HR_ENET;
+        /* FFN residual: folded into the next layer's norm, done here after the last layer */
+        if (il == c->shard.layer_end - 1)
+            for (int64_t i = 0; i < (int64_t)n * E; i++) c->x[i] += c->o[i];
+    }
+    if (c->shard.layer_begin == c->shard.layer_end) { /* no layers: nothing to add */ }
+
+    if (!c->shard.last) {
+        if (hidden_out) memcpy(hidden_out, c->x, (size_t)n * E * sizeof(float));
+        c->t.total_ns = hr_time_ns() - t_start;
+        return 0;
+    }
+    /* final norm and output head, for the last token or all of them */
+    int first = all_logits ? 0 : n - 1, cnt = all_logits ? n : 1;
+    for (int t = first; t < n; t++) hm_rmsnorm(c->xn + (t - first) * E, c->x + (int64_t)t * E, m->output_norm.data, E, hp->rms_eps);
+    if (logits) {
+        hm_act_set(&c->act_in, c->xn, cnt, E);
+        const hm_tensor *wout[] = {&m->output};
+        float *olog[] = {logits};
+        hm_matmul(c, &c->act_in, wout, olog, 1);
+    }
+    if (hidden_out) memcpy(hidden_out, c->x, (size_t)n * E * sizeof(float));
+    c->t.total_ns = hr_time_ns() - t_start;
+    return 0;
+}

@@ -1,0 +1,173 @@
+/* model: hyper-parameters and weights from GGUF — see model.h */
+#include "model.h"
+
+#include "quant/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static const char *const hm_arch_names[HM_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
+
+static bool hm_get_i32(const gguf_ctx *g, const char *arch, const char *suffix, int32_t *out, bool required,
+                       hr_err *err, int *rc) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    if (!gguf_get_i64(g, key, &v)) {
+        if (required) *rc = hr_fail(err, HR_EFORMAT, "missing or non-integer metadata key '%s'", key);
+        return false;
+    }
+    if (v <= 0 || v > (1 << 30)) {
+        *rc = hr_fail(err, HR_EFORMAT, "metadata '%s' = %lld is out of range", key, (long long)v);
+        return false;
+    }
+    *out = (int32_t)v;
+    return true;
+}
+
+static bool hm_get_f32(const gguf_ctx *g, const char *arch, const char *suffix, float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return gguf_get_f32(g, key, out);
+}
+
+int hm_hparams_load(const gguf_ctx *g, hm_hparams *hp, hr_err *err) {
+    memset(hp, 0, sizeof *hp);
+    if (!gguf_get_cstr(g, "general.architecture", hp->arch_name, sizeof hp->arch_name))
+        return hr_fail(err, HR_EFORMAT, "missing metadata key 'general.architecture'");
+    int a = -1;
+    for (int i = 0; i < HM_ARCH_COUNT; i++)
+        if (!strcmp(hp->arch_name, hm_arch_names[i])) a = i;
+    if (a < 0)
+        return hr_fail(err, HR_EUNSUPPORTED, "architecture '%s' is not supported (supported: llama, qwen2, qwen3)",
+                       hp->arch_name);
+    hp->arch = (hm_arch)a;
+    gguf_get_cstr(g, "general.name", hp->name, sizeof hp->name);
+    const char *an = hp->arch_name;
+    int rc = 0;
+    if (!hm_get_i32(g, an, "embedding_length", &hp->n_embd, true, err, &rc)) return rc;
+    if (!hm_get_i32(g, an, "block_count", &hp->n_layer, true, err, &rc)) return rc;
+    if (!hm_get_i32(g, an, "attention.head_count", &hp->n_head, true, err, &rc)) return rc;
+    if (!hm_get_i32(g, an, "feed_forward_length", &hp->n_ff, true, err, &rc)) return rc;
+    hp->n_head_kv = hp->n_head;
+    if (!hm_get_i32(g, an, "attention.head_count_kv", &hp->n_head_kv, false, err, &rc) && rc) return rc;
+    hp->n_ctx_train = 4096;
+    if (!hm_get_i32(g, an, "context_length", &hp->n_ctx_train, false, err, &rc) && rc) return rc;
+    hp->head_dim = hp->n_embd / hp->n_head;
+    if (!hm_get_i32(g, an, "attention.key_length", &hp->head_dim, false, err, &rc) && rc) return rc;
+    int32_t vlen = hp->head_dim;
+    if (!hm_get_i32(g, an, "attention.value_length", &vlen, false, err, &rc) && rc) return rc;
+    if (vlen != hp->head_dim)
+        return hr_fail(err, HR_EUNSUPPORTED, "value_length %d != key_length %d is not supported", vlen, hp->head_dim);
+    hp->rms_eps = 1e-5f;
+    if (!hm_get_f32(g, an, "attention.layer_norm_rms_epsilon", &hp->rms_eps))
+        return hr_fail(err, HR_EFORMAT, "missing metadata key '%s.attention.layer_norm_rms_epsilon'", an);
+    hp->rope_base = 10000.0f;
+    hm_get_f32(g, an, "rope.freq_base", &hp->rope_base);
+    if (!(hp->rms_eps > 0 && hp->rms_eps < 1) || !(hp->rope_base > 1))
+        return hr_fail(err, HR_EFORMAT, "rms epsilon %g or rope base %g out of range", hp->rms_eps, hp->rope_base);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return hr_fail(err, HR_EFORMAT, "head_count %d is not a multiple of head_count_kv %d", hp->n_head, hp->n_head_kv);
+    if (hp->head_dim % 2 != 0 || hp->head_dim > 1024)
+        return hr_fail(err, HR_EFORMAT, "head dimension %d must be even and at most 1024", hp->head_dim);
+
+    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    if (!te) return hr_fail(err, HR_EFORMAT, "missing tensor 'token_embd.weight'");
+    if (te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] < 1 || te->ne[1] > (1 << 24))
+        return hr_fail(err, HR_EFORMAT, "tensor 'token_embd.weight' has shape [%lld, %lld], expected [%d, n_vocab]",
+                       (long long)te->ne[0], (long long)te->ne[1], hp->n_embd);
+    hp->n_vocab = (int32_t)te->ne[1];
+    hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
+    hp->rope_neox = hp->arch == HM_ARCH_QWEN2 || hp->arch == HM_ARCH_QWEN3;
+    hp->has_qkv_bias = gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    hp->has_qk_norm = gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
+    hp->has_rope_freqs = gguf_find_tensor(g, "rope_freqs.weight") != NULL;
+    if (hp->arch == HM_ARCH_QWEN3 && !hp->has_qk_norm)
+        return hr_fail(err, HR_EFORMAT, "qwen3 model without attn_q_norm tensors");
+    return 0;
+}
+
+/* Binds a tensor and checks its shape: ne0 = input dim, ne1 = rows (1 for vectors). */
+static int hm_bind(const gguf_ctx *g, hm_tensor *t, const char *name, int64_t ne0, int64_t ne1, bool optional,
+                   bool f32_only, hr_err *err) {
+    memset(t, 0, sizeof *t);
+    const gguf_tensor *gt = gguf_find_tensor(g, name);
+    if (!gt) return optional ? 0 : hr_fail(err, HR_EFORMAT, "missing tensor '%s'", name);
+    int64_t rows = 1;
+    for (int d = 1; d < gt->n_dims; d++) rows *= gt->ne[d];
+    if (gt->ne[0] != ne0 || rows != ne1)
+        return hr_fail(err, HR_EFORMAT, "tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", name,
+                       (long long)gt->ne[0], (long long)rows, (long long)ne0, (long long)ne1);
+    if (f32_only && gt->type != HQ_TYPE_F32)
+        return hr_fail(err, HR_EUNSUPPORTED, "tensor '%s' has type %s; norms and biases must be F32", name,
+                       hq_type_name(gt->type));
+    if (!hq_type_valid(gt->type))
+        return hr_fail(err, HR_EUNSUPPORTED, "tensor '%s' has unsupported type %s", name, hq_type_name(gt->type));
+    t->type = gt->type;
+    t->ne0 = ne0;
+    t->ne1 = ne1;
+    t->row_bytes = hq_row_size(gt->type, ne0);
+    t->data = gt->data;
+    if (t->row_bytes == 0 || (uint64_t)t->row_bytes * (uint64_t)ne1 != gt->nbytes)
+        return hr_fail(err, HR_EFORMAT, "tensor '%s': size does not match its shape and type", name);
+    return 0;
+}
+
+hm_model *hm_model_load(const gguf_ctx *g, hr_err *err) {
+    hm_model *m = calloc(1, sizeof *m);
+    if (!m) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
+    m->gguf = g;
+    if (hm_hparams_load(g, &m->hp, err)) goto err;
+    const hm_hparams *hp = &m->hp;
+    int64_t E = hp->n_embd, Dq = (int64_t)hp->n_head * hp->head_dim, Dkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
+    if (hm_bind(g, &m->tok_embd, "token_embd.weight", E, hp->n_vocab, false, false, err)) goto err;
+    if (hm_bind(g, &m->output_norm, "output_norm.weight", E, 1, false, true, err)) goto err;
+    if (hp->tied_output) m->output = m->tok_embd;
+    else if (hm_bind(g, &m->output, "output.weight", E, hp->n_vocab, false, false, err)) goto err;
+    if (hm_bind(g, &m->rope_freqs, "rope_freqs.weight", hp->head_dim / 2, 1, true, true, err)) goto err;
+    for (int il = 0; il < hp->n_layer; il++) {
+        hm_layer *L = &m->layers[il];
+        char n[96];
+#define BIND(field, suffix, ne0, ne1, opt, f32)                                              \
+        snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                                      \
+        if (hm_bind(g, &L->field, n, ne0, ne1, opt, f32, err)) goto err;
+        BIND(attn_norm, "attn_norm.weight", E, 1, false, true)
+        BIND(wq, "attn_q.weight", E, Dq, false, false)
+        BIND(wk, "attn_k.weight", E, Dkv, false, false)
+        BIND(wv, "attn_v.weight", E, Dkv, false, false)
+        BIND(wo, "attn_output.weight", Dq, E, false, false)
+        BIND(bq, "attn_q.bias", Dq, 1, !hp->has_qkv_bias, true)
+        BIND(bk, "attn_k.bias", Dkv, 1, !hp->has_qkv_bias, true)
+        BIND(bv, "attn_v.bias", Dkv, 1, !hp->has_qkv_bias, true)
+        BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 1, !hp->has_qk_norm, true)
+        BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 1, !hp->has_qk_norm, true)
+        BIND(ffn_norm, "ffn_norm.weight", E, 1, false, true)
+        BIND(w_gate, "ffn_gate.weight", E, hp->n_ff, false, false)
+        BIND(w_up, "ffn_up.weight", E, hp->n_ff, false, false)
+        BIND(w_down, "ffn_down.weight", hp->n_ff, E, false, false)
+#undef BIND
+    }
+    return m;
+err:
+    hm_model_free(m);
+    return NULL;
+}
+
+void hm_model_free(hm_model *m) {
+    if (!m) return;
+    free(m->layers);
+    free(m);
+}
+
+uint64_t hm_model_weight_bytes(const hm_model *m) {
+    uint64_t s = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) s += gguf_tensor_at(m->gguf, i)->nbytes;
+    return s;
+}
+
+hm_shard hm_shard_full(const hm_model *m) {
+    hm_shard s = {.layer_begin = 0, .layer_end = m->hp.n_layer, .first = true, .last = true};
+    return s;
+}

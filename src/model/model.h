@@ -1,0 +1,139 @@
+/*
+ * model — transformer architectures, their weights, and the forward pass over a *shard*.  Prefix: hm_.
+ *
+ * A decoder layer is two blocks, attention and FFN, each ending in a residual add. The forward pass
+ * runs any contiguous range of layers [layer_begin, layer_end) of the model, optionally with the
+ * head-side parts (token embedding at the start, final norm + output head at the end). After each
+ * block's output projection — before the residual add — it calls the shard's sync hook: a no-op on
+ * one device, an all-reduce under tensor parallelism (the block's weights then hold only this
+ * device's heads/neurons, so its output is a partial sum), or nothing but a hand-off at a pipeline
+ * stage boundary. The forward pass knows nothing else about the cluster (../shared/DESIGN.md).
+ *
+ * Architectures (general.architecture): llama (Llama 2/3.x, Mistral, SmolLM, DeepSeek-R1 distills;
+ * RoPE on adjacent pairs), qwen2 (q/k/v biases; RoPE on NeoX halves), qwen3 (per-head q/k RMS norm;
+ * NeoX RoPE). Tied embeddings (no output.weight) use token_embd as the output head.
+ *
+ * Ownership: hm_model borrows tensor data from the gguf_ctx it was loaded from (mmap), which must
+ * outlive it. hm_ctx owns the KV cache and scratch buffers.
+ */
+#ifndef HEARTH_MODEL_H
+#define HEARTH_MODEL_H
+
+#include "base/base.h"
+#include "base/pool.h"
+#include "gguf/gguf.h"
+
+typedef enum hm_arch { HM_ARCH_LLAMA = 0, HM_ARCH_QWEN2 = 1, HM_ARCH_QWEN3 = 2, HM_ARCH_COUNT } hm_arch;
+
+typedef struct hm_hparams {
+    hm_arch arch;
+    char    arch_name[32];  /* general.architecture */
+    char    name[128];      /* general.name, or "" */
+    int32_t n_vocab;
+    int32_t n_embd;         /* hidden size */
+    int32_t n_layer;
+    int32_t n_head;         /* query heads */
+    int32_t n_head_kv;      /* key/value heads (GQA: n_head % n_head_kv == 0) */
+    int32_t head_dim;       /* key_length if given, else n_embd / n_head */
+    int32_t n_ff;           /* FFN hidden size */
+    int32_t n_ctx_train;
+    float   rms_eps;
+    float   rope_base;      /* rope.freq_base */
+    bool    rope_neox;      /* rotate halves (qwen) instead of adjacent pairs (llama) */
+    bool    has_qkv_bias;   /* qwen2 */
+    bool    has_qk_norm;    /* qwen3 */
+    bool    tied_output;    /* no output.weight: token_embd is the output head */
+    bool    has_rope_freqs; /* Llama-3.1+ rope_freqs.weight scaling factors */
+} hm_hparams;
+
+/* Reads and validates hyper-parameters from GGUF metadata (and checks the tensors it implies exist). */
+int hm_hparams_load(const gguf_ctx *g, hm_hparams *hp, hr_err *err);
+
+/* A 2-D weight: rows of ne0 elements of `type`, row-major; data borrowed. */
+typedef struct hm_tensor {
+    int         type;      /* hq_type */
+    int64_t     ne0;       /* elements per row (input dim) */
+    int64_t     ne1;       /* rows (output dim) */
+    size_t      row_bytes;
+    const void *data;
+} hm_tensor;
+
+typedef struct hm_layer {
+    hm_tensor attn_norm;                   /* [n_embd] F32 */
+    hm_tensor wq, wk, wv;                  /* [n_embd] -> [n_head*hd], [n_head_kv*hd], [n_head_kv*hd] */
+    hm_tensor bq, bk, bv;                  /* qwen2 biases, F32 (data NULL if absent) */
+    hm_tensor q_norm, k_norm;              /* qwen3 per-head RMS norm weights [hd], F32 */
+    hm_tensor wo;                          /* [n_head*hd] -> [n_embd] */
+    hm_tensor ffn_norm;                    /* [n_embd] F32 */
+    hm_tensor w_gate, w_up;                /* [n_embd] -> [n_ff] */
+    hm_tensor w_down;                      /* [n_ff] -> [n_embd] */
+} hm_layer;
+
+typedef struct hm_model {
+    hm_hparams hp;
+    hm_tensor  tok_embd;                   /* [n_embd] x n_vocab rows */
+    hm_tensor  output_norm;                /* [n_embd] F32 */
+    hm_tensor  output;                     /* [n_embd] -> [n_vocab]; = tok_embd when tied */
+    hm_tensor  rope_freqs;                 /* [hd/2] F32 or data NULL */
+    hm_layer  *layers;                     /* n_layer */
+    const gguf_ctx *gguf;                  /* borrowed */
+} hm_model;
+
+hm_model *hm_model_load(const gguf_ctx *g, hr_err *err);
+void      hm_model_free(hm_model *m);
+/* bytes of weight data the model maps (all tensors) */
+uint64_t  hm_model_weight_bytes(const hm_model *m);
+
+/* ---- shard and sync ------------------------------------------------------------------------------ */
+enum hm_block { HM_BLOCK_ATTN = 0, HM_BLOCK_FFN = 1 };
+
+/* Called after a block's output projection, before the residual add, with x = [n_tokens][n_embd]
+   partial outputs; must leave the summed output in x. Return 0 or a negative HR_E* code (the
+   forward pass then stops and returns it). */
+typedef int (*hm_sync_fn)(void *user, int layer, enum hm_block block, float *x, int n_tokens, int n_embd);
+
+typedef struct hm_shard {
+    int32_t layer_begin, layer_end;  /* layers this device runs */
+    bool    first;                   /* runs the token embedding (tokens in) */
+    bool    last;                    /* runs final norm + output head (logits out) */
+    hm_sync_fn sync;                 /* NULL: single device */
+    void   *sync_user;
+} hm_shard;
+hm_shard hm_shard_full(const hm_model *m);   /* all layers, first and last, no sync */
+
+/* ---- context: KV cache + scratch, bound to a model ---------------------------------------------- */
+typedef struct hm_ctx_params {
+    int32_t n_ctx;        /* KV cache length (tokens); default min(n_ctx_train, 4096) */
+    int32_t n_batch;      /* max tokens per hm_eval call; default 512 */
+    int32_t n_threads;    /* default: physical cores */
+    int     kv_type;      /* HQ_TYPE_F16 (default) or HQ_TYPE_F32 */
+    hr_pool *pool;        /* optional shared pool (borrowed); else the ctx creates one */
+} hm_ctx_params;
+hm_ctx_params hm_ctx_default_params(void);
+
+typedef struct hm_ctx hm_ctx;
+hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_params *p, hr_err *err);
+void    hm_ctx_free(hm_ctx *c);
+/* bytes the ctx allocated (KV cache + scratch) */
+uint64_t hm_ctx_bytes(const hm_ctx *c);
+/* memory a context of these parameters needs, without creating it */
+uint64_t hm_ctx_bytes_estimate(const hm_hparams *hp, const hm_ctx_params *p);
+
+/* Runs tokens[0..n) at positions pos0..pos0+n-1 (n <= n_batch, pos0+n <= n_ctx) through the shard.
+   first shard: tokens in; else hidden_in[n][n_embd] in. last shard: writes logits of the last
+   token (all_logits=false) or of every token (all_logits=true) to logits ([n or 1][n_vocab]);
+   else writes hidden states out to hidden_out[n][n_embd]. Returns 0 or a negative HR_E* code. */
+int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0,
+            float *logits, bool all_logits, float *hidden_out, hr_err *err);
+
+/* Forgets positions >= pos (e.g. to restart generation). */
+void hm_kv_truncate(hm_ctx *c, int32_t pos);
+int32_t hm_ctx_n_ctx(const hm_ctx *c);
+
+/* Per-phase timing of the last hm_eval, nanoseconds (for `--timings` and benchmarks). */
+typedef struct hm_timings {
+    int64_t matmul_ns, attn_ns, sync_ns, other_ns, total_ns;
+} hm_timings;
+hm_timings hm_ctx_timings(const hm_ctx *c);
+
+#endif

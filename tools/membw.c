@@ -1,0 +1,68 @@
+/* membw — measures this machine's memory read bandwidth, the roofline of decoding (every weight is
+ * read once per generated token). Reads a buffer much larger than the caches with T threads, each
+ * summing its share, and reports the median of several passes in GB/s (10^9 bytes/s).
+ *
+ * usage: membw [-t THREADS] [-s SIZE_MIB] [-r REPS] [--json]
+ */
+#include "base/base.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct { const uint64_t *p; size_t n; uint64_t sum; } part;
+
+static void *reader(void *arg) {
+    part *w = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= w->n; i += 4) { s0 += w->p[i]; s1 += w->p[i + 1]; s2 += w->p[i + 2]; s3 += w->p[i + 3]; }
+    w->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+static int cmpd(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+
+int main(int argc, char **argv) {
+    int threads = hr_physical_cores(), reps = 7;
+    size_t mib = 1024;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc) mib = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: membw [-t THREADS] [-s SIZE_MIB (default 1024)] [-r REPS (default 7)] [--json]\n"
+                   "Median memory read bandwidth in GB/s (10^9 bytes/s) over REPS passes.\n");
+            return 0;
+        } else { fprintf(stderr, "membw: unknown or incomplete option '%s'\n", argv[i]); return 2; }
+    }
+    if (threads < 1 || threads > 256 || mib < 16 || reps < 1 || reps > 1000) { fprintf(stderr, "membw: bad arguments\n"); return 2; }
+    size_t n = mib * 1024 * 1024 / 8;
+    uint64_t *buf = hr_alloc_aligned(n * 8, 4096);
+    if (!buf) { fprintf(stderr, "membw: cannot allocate %zu MiB\n", mib); return 1; }
+    for (size_t i = 0; i < n; i++) buf[i] = i;
+    double *gbs = calloc((size_t)reps, sizeof *gbs);
+    pthread_t th[256];
+    part parts[256];
+    uint64_t total = 0;
+    for (int r = -1; r < reps; r++) {
+        int64_t t0 = hr_time_ns();
+        for (int t = 0; t < threads; t++) {
+            size_t b = n / threads * t, e = t == threads - 1 ? n : n / threads * (t + 1);
+            parts[t] = (part){buf + b, e - b, 0};
+            pthread_create(&th[t], NULL, reader, &parts[t]);
+        }
+        for (int t = 0; t < threads; t++) { pthread_join(th[t], NULL); total += parts[t].sum; }
+        double s = (hr_time_ns() - t0) * 1e-9;
+        if (r >= 0) gbs[r] = n * 8.0 / s / 1e9;
+    }
+    qsort(gbs, (size_t)reps, sizeof *gbs, cmpd);
+    double med = gbs[reps / 2];
+    if (json) printf("{\"threads\": %d, \"gb_per_s\": %.3f, \"size_mib\": %zu, \"reps\": %d}\n", threads, med, mib, reps);
+    else printf("memory read bandwidth: %.2f GB/s (%d threads, %zu MiB, median of %d)\n", med, threads, mib, reps);
+    if (total == 42) fprintf(stderr, "\n"); /* keeps the sums alive */
+    free(gbs);
+    hr_free_aligned(buf);
+    return 0;
+}
