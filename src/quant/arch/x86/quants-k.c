@@ -1,0 +1,395 @@
+/* quant, x86 AVX2/FMA/F16C: K-quant dot products against Q8_K activations, their tile (GEMM)
+ * kernels for prefill, and the Q8_K activation quantizer.  Layouts: see quants-k-ref.c.
+ *
+ * Every kernel is one always-inline "columns" routine that dots one weight row with NC (1..4)
+ * activation rows: vec_dot is its NC = 1 instance and the tile kernel its NC = 4 instance, so each
+ * weight block is unpacked once per 4 activation rows and both paths share one body.
+ *
+ * Arithmetic per 32 quants: the weight quants, made non-negative (Q3_K / Q6_K carry a bias of 4 /
+ * 32), go through maddubs with the int8 activations (pairs of products in int16, no saturation:
+ * at most 2*63*127), then madd with the sub-block scale as int16 gives int32 lanes. Biases and
+ * mins are applied once per super-block through the activation block sums (bsums).
+ */
+#include "quant/quant.h"
+
+#include <immintrin.h>
+
+#define KQ_INLINE static inline __attribute__((always_inline))
+
+KQ_INLINE float kq_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+KQ_INLINE float kq_fp16(hr_fp16 h) { return _cvtsh_ss(h); }
+
+KQ_INLINE __m256i kq_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* Scales are applied as int16 (madd), so each 32-quant vector needs a vector of 16 int16 scales:
+   the sub-block scale of its first 16 quants in the low 128-bit lane (maddubs fills that lane from
+   them) and of its last 16 in the high lane. The scales of a block are widened to int16 once; one
+   in-lane pshufb per vector then picks them with these controls (bytes 2a, 2a+1 in the low lane,
+   2b, 2b+1 in the high lane). */
+#define KQ_W8(a) 2 * (a), 2 * (a) + 1, 2 * (a), 2 * (a) + 1, 2 * (a), 2 * (a) + 1, 2 * (a), 2 * (a) + 1, \
+                 2 * (a), 2 * (a) + 1, 2 * (a), 2 * (a) + 1, 2 * (a), 2 * (a) + 1, 2 * (a), 2 * (a) + 1
+#define KQ_PICK(a, b) {KQ_W8(a), KQ_W8(b)}
+/* sub-blocks of 32 (Q4_K, Q5_K): vector k has the one scale k, picked from 8 int16 scales
+   duplicated in both lanes */
+static const uint8_t kq_pick32[8][32] __attribute__((aligned(32))) = {
+    KQ_PICK(0, 0), KQ_PICK(1, 1), KQ_PICK(2, 2), KQ_PICK(3, 3),
+    KQ_PICK(4, 4), KQ_PICK(5, 5), KQ_PICK(6, 6), KQ_PICK(7, 7)};
+/* sub-blocks of 16 (Q2_K, Q3_K, Q6_K): vector k has scales 2k and 2k+1, picked from scales 0..7
+   (k < 4) or 8..15 (k >= 4) duplicated in both lanes */
+static const uint8_t kq_pick16[4][32] __attribute__((aligned(32))) = {
+    KQ_PICK(0, 1), KQ_PICK(2, 3), KQ_PICK(4, 5), KQ_PICK(6, 7)};
+
+KQ_INLINE __m256i kq_pick(__m256i s16, const uint8_t *ctl) {
+    return _mm256_shuffle_epi8(s16, _mm256_load_si256((const __m256i *)ctl));
+}
+
+/* 16 int8 scales -> int16, as two vectors holding scales 0..7 and 8..15 in both lanes */
+KQ_INLINE void kq_widen16(__m128i s8, __m256i *s16, __m256i *lo, __m256i *hi) {
+    *s16 = _mm256_cvtepi8_epi16(s8);
+    *lo = _mm256_permute2x128_si256(*s16, *s16, 0x00);
+    *hi = _mm256_permute2x128_si256(*s16, *s16, 0x11);
+}
+
+/* moves bit b of every byte to bit t (other bits are left for the caller to mask); b, t < 8 and
+   constant after inlining */
+KQ_INLINE __m256i kq_bit_to(__m256i h, int b, int t) {
+    if (b < t) return _mm256_slli_epi16(h, t - b);
+    if (b > t) return _mm256_srli_epi16(h, b - t);
+    return h;
+}
+
+/* the 6-bit scales and mins of Q4_K/Q5_K, 8 bytes each in the low half of an xmm */
+KQ_INLINE void kq_k4_scales(const uint8_t *s, __m128i *sc, __m128i *mn) {
+    uint32_t a[3];
+    memcpy(a, s, 12);
+    const uint32_t sc_lo = a[0] & 0x3f3f3f3f, mn_lo = a[1] & 0x3f3f3f3f;
+    const uint32_t sc_hi = (a[2] & 0x0f0f0f0f) | (((a[0] >> 6) & 0x03030303) << 4);
+    const uint32_t mn_hi = ((a[2] >> 4) & 0x0f0f0f0f) | (((a[1] >> 6) & 0x03030303) << 4);
+    *sc = _mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo);
+    *mn = _mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo);
+}
+
+/* the 16 signed 6-bit scales of Q3_K as int8 */
+KQ_INLINE __m128i kq_k3_scales(const uint8_t *s) {
+    uint32_t a[3];
+    memcpy(a, s, 12);
+    const uint32_t v0 = (a[0] & 0x0f0f0f0f) | ((a[2] & 0x03030303) << 4);
+    const uint32_t v1 = (a[1] & 0x0f0f0f0f) | (((a[2] >> 2) & 0x03030303) << 4);
+    const uint32_t v2 = ((a[0] >> 4) & 0x0f0f0f0f) | (((a[2] >> 4) & 0x03030303) << 4);
+    const uint32_t v3 = ((a[1] >> 4) & 0x0f0f0f0f) | (((a[2] >> 6) & 0x03030303) << 4);
+    return _mm_sub_epi8(_mm_set_epi32((int)v3, (int)v2, (int)v1, (int)v0), _mm_set1_epi8(32));
+}
+
+/* ---- Q4_K ------------------------------------------------------------------------------------------ */
+
+KQ_INLINE void kq_cols_q4_K(int nb, int NC, const block_q4_K *restrict x, const block_q8_K *const *y, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m128i sc, mn;
+        kq_k4_scales(x[i].scales, &sc, &mn);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn)); /* m0 m0 m1 m1 .. */
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
+        const float dx = kq_fp16(x[i].d), mx = -kq_fp16(x[i].dmin);
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = kq_load(x[i].qs + 32 * j);
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i slo = kq_pick(sc16, kq_pick32[2 * j]), shi = kq_pick(sc16, kq_pick32[2 * j + 1]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) {
+                const int8_t *a = y[c][i].qs + 64 * j;
+                const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, kq_load(a)), slo);
+                const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, kq_load(a + 32)), shi);
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(plo, phi));
+            }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const __m256i summ = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
+            const float dy = y[c][i].d;
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * mx), _mm256_cvtepi32_ps(summ), acc[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) out[c] = kq_hsum(acc[c]);
+}
+
+/* ---- Q5_K ------------------------------------------------------------------------------------------ */
+
+KQ_INLINE void kq_cols_q5_K(int nb, int NC, const block_q5_K *restrict x, const block_q8_K *const *y, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m16 = _mm256_set1_epi8(0x10);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m128i sc, mn;
+        kq_k4_scales(x[i].scales, &sc, &mn);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
+        const float dx = kq_fp16(x[i].d), mx = -kq_fp16(x[i].dmin);
+        const __m256i qh = kq_load(x[i].qh);
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = kq_load(x[i].qs + 32 * j);
+            /* quant r of sub-block s has its fifth bit at bit s of qh[r] */
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(kq_bit_to(qh, 2 * j, 4), m16));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                               _mm256_and_si256(kq_bit_to(qh, 2 * j + 1, 4), m16));
+            const __m256i slo = kq_pick(sc16, kq_pick32[2 * j]), shi = kq_pick(sc16, kq_pick32[2 * j + 1]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) {
+                const int8_t *a = y[c][i].qs + 64 * j;
+                const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, kq_load(a)), slo);
+                const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, kq_load(a + 32)), shi);
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(plo, phi));
+            }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const __m256i summ = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
+            const float dy = y[c][i].d;
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * mx), _mm256_cvtepi32_ps(summ), acc[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) out[c] = kq_hsum(acc[c]);
+}
+
+/* ---- Q6_K ------------------------------------------------------------------------------------------ */
+
+KQ_INLINE void kq_cols_q6_K(int nb, int NC, const block_q6_K *restrict x, const block_q8_K *const *y, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i sc16, slo, shi;
+        kq_widen16(_mm_loadu_si128((const __m128i *)x[i].scales), &sc16, &slo, &shi);
+        const float dx = kq_fp16(x[i].d);
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = kq_load(x[i].ql + 64 * h), l1 = kq_load(x[i].ql + 64 * h + 32);
+            const __m256i qh = kq_load(x[i].qh + 32 * h);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                /* quants 32p..32p+31 of this half: nibble (low of l0, l1, then high of l0, l1) plus
+                   bits 2p, 2p+1 of qh as bits 4, 5 */
+                const __m256i nib = p < 2 ? _mm256_and_si256(p == 0 ? l0 : l1, m4)
+                                          : _mm256_and_si256(_mm256_srli_epi16(p == 2 ? l0 : l1, 4), m4);
+                const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(kq_bit_to(qh, 2 * p, 4), m30));
+                const __m256i s = kq_pick(h ? shi : slo, kq_pick16[p]);
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) {
+                    const __m256i pr = _mm256_maddubs_epi16(q, kq_load(y[c][i].qs + 128 * h + 32 * p));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(pr, s));
+                }
+            }
+        }
+        /* the quants went in biased by +32: take 32 * sum_j scale_j * bsum_j back out */
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const __m256i bias = _mm256_madd_epi16(kq_load(y[c][i].bsums), sc16);
+            const __m256i t = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(bias, 5));
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y[c][i].d * dx), _mm256_cvtepi32_ps(t), acc[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) out[c] = kq_hsum(acc[c]);
+}
+
+/* ---- Q3_K ------------------------------------------------------------------------------------------ */
+
+KQ_INLINE void kq_cols_q3_K(int nb, int NC, const block_q3_K *restrict x, const block_q8_K *const *y, float *out) {
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i sc16, slo, shi;
+        kq_widen16(kq_k3_scales(x[i].scales), &sc16, &slo, &shi);
+        const float dx = kq_fp16(x[i].d);
+        const __m256i hm = kq_load(x[i].hmask);
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i qs = kq_load(x[i].qs + 32 * h);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                const int k = 4 * h + p; /* quants 32k..32k+31: bits 2p of qs, bit k of hmask */
+                const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * p), m3),
+                                                  _mm256_and_si256(kq_bit_to(hm, k, 2), m4));
+                const __m256i s = kq_pick(h ? shi : slo, kq_pick16[p]);
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) {
+                    const __m256i pr = _mm256_maddubs_epi16(q, kq_load(y[c][i].qs + 32 * k));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(pr, s));
+                }
+            }
+        }
+        /* quants are 0..7 for values -4..3: take 4 * sum_j scale_j * bsum_j back out */
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const __m256i bias = _mm256_madd_epi16(kq_load(y[c][i].bsums), sc16);
+            const __m256i t = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(bias, 2));
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y[c][i].d * dx), _mm256_cvtepi32_ps(t), acc[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) out[c] = kq_hsum(acc[c]);
+}
+
+/* ---- Q2_K ------------------------------------------------------------------------------------------ */
+
+KQ_INLINE void kq_cols_q2_K(int nb, int NC, const block_q2_K *restrict x, const block_q8_K *const *y, float *out) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i n4 = _mm_set1_epi8(0x0F);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)x[i].scales);
+        __m256i sc16, slo, shi;
+        kq_widen16(_mm_and_si128(raw, n4), &sc16, &slo, &shi);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), n4));
+        const float dx = kq_fp16(x[i].d), mx = -kq_fp16(x[i].dmin);
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i qs = kq_load(x[i].qs + 32 * h);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                const int k = 4 * h + p;
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * p), m3);
+                const __m256i s = kq_pick(h ? shi : slo, kq_pick16[p]);
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) {
+                    const __m256i pr = _mm256_maddubs_epi16(q, kq_load(y[c][i].qs + 32 * k));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(pr, s));
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const __m256i summ = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
+            const float dy = y[c][i].d;
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * mx), _mm256_cvtepi32_ps(summ), acc[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) out[c] = kq_hsum(acc[c]);
+}
+
+/* ---- entry points ------------------------------------------------------------------------------------ */
+
+/* vec_dot is the one-column instance; the tile walks the weight rows and, for each, the activation
+   rows four at a time (then 3, 2 or 1 for the rest), so a weight row is streamed from memory once
+   and re-read from L1 for each group of columns. */
+#define KQ_ENTRY(t)                                                                                           \
+    void hq_vec_dot_avx2_##t(int n, float *restrict s, const void *restrict vx, const void *restrict vy) { \
+        const block_q8_K *yc[1] = {vy};                                                                    \
+        kq_cols_##t(n / QK_K, 1, vx, yc, s);                                                               \
+    }                                                                                                      \
+    void hq_gemm_avx2_##t(int n, float *restrict s, size_t lds, const void *restrict vx, size_t bx, int nr, \
+                          const void *restrict vy, size_t by, int nc) {                                     \
+        const int nb = n / QK_K;                                                                           \
+        for (int i = 0; i < nr; i++) {                                                                     \
+            const void *xr = (const char *)vx + (size_t)i * bx;                                            \
+            for (int j0 = 0; j0 < nc; j0 += 4) {                                                           \
+                const int m = nc - j0 < 4 ? nc - j0 : 4;                                                   \
+                const block_q8_K *yc[4];                                                                   \
+                for (int c = 0; c < 4; c++)                                                                \
+                    yc[c] = (const block_q8_K *)((const char *)vy + (size_t)(j0 + (c < m ? c : 0)) * by); \
+                float out[4];                                                                              \
+                switch (m) {                                                                               \
+                case 4: kq_cols_##t(nb, 4, xr, yc, out); break;                                            \
+                case 3: kq_cols_##t(nb, 3, xr, yc, out); break;                                            \
+                case 2: kq_cols_##t(nb, 2, xr, yc, out); break;                                            \
+                default: kq_cols_##t(nb, 1, xr, yc, out); break;                                           \
+                }                                                                                          \
+                for (int c = 0; c < m; c++) s[(size_t)(j0 + c) * lds + i] = out[c];                        \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+
+KQ_ENTRY(q2_K)
+KQ_ENTRY(q3_K)
+KQ_ENTRY(q4_K)
+KQ_ENTRY(q5_K)
+KQ_ENTRY(q6_K)
+
+/* ---- Q8_K activations: the reference's bytes, eight lanes at a time ------------------------------ */
+
+void hq_quantize_avx2_q8_K(const float *restrict x, void *restrict vy, int64_t k) {
+    block_q8_K *y = vy;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < k / QK_K; b++, x += QK_K) {
+        __m256 mx = _mm256_setzero_ps();
+        for (int i = 0; i < QK_K; i += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(x + i), absmask));
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        const float amax = _mm_cvtss_f32(m);
+        if (amax == 0) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        /* the sign comes from the first value of that magnitude, as in the reference */
+        const __m256 va = _mm256_set1_ps(amax);
+        int idx = -1;
+        for (int i = 0; i < QK_K && idx < 0; i += 8) {
+            const int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), absmask), va, _CMP_EQ_OQ));
+            if (bits) idx = i + __builtin_ctz((unsigned)bits);
+        }
+        if (idx < 0) { /* NaNs: the reference defines what happens */
+            hq_quantize_ref_q8_K(x, &y[b], QK_K);
+            continue;
+        }
+        const float iscale = -127.0f / x[idx];
+        const __m256 vs = _mm256_set1_ps(iscale);
+        for (int i = 0; i < QK_K; i += 32) {
+            /* round to nearest even (the MXCSR default), saturate to int8: 128 -> 127 as the
+               reference's cap */
+            const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + i)));
+            const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + i + 8)));
+            const __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + i + 16)));
+            const __m256i q3 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + i + 24)));
+            const __m256i p = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3)), order);
+            _mm256_storeu_si256((__m256i *)(y[b].qs + i), p);
+            /* sums of 8 bytes of q + 128 */
+            const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(p, flip), _mm256_setzero_si256());
+            uint64_t s8[4];
+            _mm256_storeu_si256((__m256i *)s8, sad);
+            y[b].bsums[i / 16] = (int16_t)((int)(s8[0] + s8[1]) - 16 * 128);
+            y[b].bsums[i / 16 + 1] = (int16_t)((int)(s8[2] + s8[3]) - 16 * 128);
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
