@@ -1,0 +1,525 @@
+// modules: base quant
+/* test-quant — the float types and the 32-element quants: reference (de)quantizers (byte layout and
+   error bounds), and every dispatched kernel (vec_dot, from_float, gemm) against its reference.
+   Prints single-thread vec_dot bandwidth for 4096x4096 Q4_0 / Q8_0 (best pass; not asserted).
+   Without HEARTH_NO_SIMD it runs itself once more with HEARTH_NO_SIMD=1, so the generic table is
+   tested too.  Flags: --no-bench, --no-reexec (tests/test-arm-build.sh uses both under qemu). */
+#include "test.h"
+
+#include "quant/quant.h"
+
+#include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* REQUIRE for functions that return nothing */
+#define REQUIRE_V(x) do { if (!(x)) { fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #x); \
+    test_n_fail++; return; } } while (0)
+
+/* ---- data ------------------------------------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t rng_next(void) { /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static float rng_uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rng_next() >> 40) * 0x1p-24f; }
+
+static void fill_uniform(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = rng_uniform(-1.0f, 1.0f);
+}
+
+static const int my_types[] = {HQ_TYPE_F32, HQ_TYPE_F16, HQ_TYPE_BF16, HQ_TYPE_Q4_0, HQ_TYPE_Q4_1,
+                               HQ_TYPE_Q5_0, HQ_TYPE_Q5_1, HQ_TYPE_Q8_0, HQ_TYPE_Q8_1};
+
+/* Relative RMS error of quantize -> dequantize on data uniform in [-1, 1] (the per-block scales of
+   test_roundtrip are divided out).  With a uniform step h the error is uniform in [-h/2, h/2], RMS
+   h/sqrt(12), against the data's RMS 1/sqrt(3): ratio h/2.  Blocks of 32 have amax ~ 32/33 and
+   range max-min ~ 2*31/33:
+     Q8_0/Q8_1 h = amax/127 -> 0.38%     Q5_1 h = range/31 -> 2.9%     Q4_1 h = range/15 -> 6.1%
+     Q5_0 h = amax/16, Q4_0 h = amax/8 -> 3.0%, 6.1%, plus the clamp: the side opposite the
+       largest magnitude has one step less (codes -8..7), so values in its last half step are off
+       by up to h -> 3.1%, 6.5%
+     F16/BF16: RMS half-ulp of an 11/8-bit significand over data uniform in [0, s], averaged over
+       log-uniform s -> 0.0207% / 0.166%
+   Each was also checked by a direct simulation; the bounds are those values plus ~5% (64K
+   samples: the estimate's own spread is ~0.5%). */
+static double rms_bound(int t) {
+    switch (t) {
+    case HQ_TYPE_F32:  return 0.0;
+    case HQ_TYPE_F16:  return 0.00022;
+    case HQ_TYPE_BF16: return 0.00175;
+    case HQ_TYPE_Q4_0: return 0.068;
+    case HQ_TYPE_Q4_1: return 0.064;
+    case HQ_TYPE_Q5_0: return 0.033;
+    case HQ_TYPE_Q5_1: return 0.031;
+    case HQ_TYPE_Q8_0:
+    case HQ_TYPE_Q8_1: return 0.00395;
+    }
+    return 1.0;
+}
+
+static bool is_simd_disabled(void) {
+    const char *e = getenv("HEARTH_NO_SIMD");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+/* ---- byte layouts: blocks quantized by hand ------------------------------------------------------- */
+
+static void test_layout(void) {
+    const hq_traits *tr = hq_get_traits(HQ_TYPE_Q4_0);
+    REQUIRE_V(tr != NULL);
+    CHECK(tr->blck_size == 32 && tr->type_size == 18);
+    CHECK(hq_get_traits(HQ_TYPE_Q4_1)->type_size == 20);
+    CHECK(hq_get_traits(HQ_TYPE_Q5_0)->type_size == 22);
+    CHECK(hq_get_traits(HQ_TYPE_Q5_1)->type_size == 24);
+    CHECK(hq_get_traits(HQ_TYPE_Q8_0)->type_size == 34);
+    CHECK(hq_get_traits(HQ_TYPE_Q8_1)->type_size == 36);
+    CHECK(hq_get_traits(HQ_TYPE_F16)->type_size == 2 && hq_get_traits(HQ_TYPE_F16)->blck_size == 1);
+    CHECK(hq_get_traits(HQ_TYPE_BF16)->type_size == 2);
+    CHECK(hq_row_size(HQ_TYPE_Q4_0, 4096) == 128 * 18);
+    CHECK(hq_row_size(HQ_TYPE_Q4_0, 4095) == 0);
+
+    /* Q4_0, block 1: elements 0..15 are (j-8)/2, elements 16..31 are (7-j)/2. The value of largest
+       magnitude is -4 (first at element 0), so d = -4/-8 = 0.5 and q = x/0.5 + 8: element j -> j,
+       element 16+j -> 15-j; byte j = j | (15-j) << 4.  Block 2: zeros but +4 at 5 and -1 at 20:
+       d = 4/-8 = -0.5, q(4) = 0, q(0) = 8, q(-1) = 10. */
+    float x[64] = {0};
+    for (int j = 0; j < 16; j++) {
+        x[j] = (float)(j - 8) * 0.5f;
+        x[16 + j] = (float)(7 - j) * 0.5f;
+    }
+    x[32 + 5] = 4.0f;
+    x[32 + 20] = -1.0f;
+    uint8_t q4[2 * 18];
+    hq_quantize_ref_q4_0(x, q4, 64);
+    uint8_t want4[2 * 18];
+    want4[0] = 0x00, want4[1] = 0x38; /* fp16 0.5, little-endian */
+    for (int j = 0; j < 16; j++) want4[2 + j] = (uint8_t)(j | (15 - j) << 4);
+    want4[18] = 0x00, want4[19] = 0xB8; /* fp16 -0.5 */
+    memset(want4 + 20, 0x88, 16);
+    want4[20 + 5] = 0x80; /* element 5 low (0), element 21 high (8) */
+    want4[20 + 4] = 0xA8; /* element 4 low (8), element 20 high (10) */
+    CHECK(memcmp(q4, want4, sizeof want4) == 0);
+    float back[64];
+    hq_dequantize_ref_q4_0(q4, back, 64);
+    CHECK(memcmp(back, x, 32 * sizeof(float)) == 0); /* block 1 is exactly representable */
+    CHECK(back[32 + 5] == 4.0f && back[32 + 20] == -1.0f && back[32] == 0.0f);
+
+    /* Q8_0: amax 7.9375 = 127/16, so d = 1/16 exactly (fp16 0x2C00) and x/d = 16x.  The codes test
+       roundf's half-away-from-zero: 0.5 -> 1, -0.5 -> -1, 1.5 -> 2. */
+    float y[32];
+    for (int j = 0; j < 32; j++) y[j] = (float)(j - 16) * 0.25f; /* q = 4(j-16) */
+    const float special[8] = {-7.9375f, 7.9375f, 0.03f, 0.032f, -0.032f, 0.03125f, -0.03125f, 0.09375f};
+    const int8_t special_q[8] = {-127, 127, 0, 1, -1, 1, -1, 2};
+    memcpy(y, special, sizeof special);
+    uint8_t want8[34] = {0x00, 0x2C};
+    for (int j = 0; j < 32; j++) want8[2 + j] = (uint8_t)(j < 8 ? special_q[j] : 4 * (j - 16));
+    uint8_t q8[34], q8s[34];
+    hq_quantize_ref_q8_0(y, q8, 32);
+    CHECK(memcmp(q8, want8, 34) == 0);
+    hq_get_traits(HQ_TYPE_Q8_0)->from_float(y, q8s, 32); /* the SIMD quantizer rounds ties alike */
+    CHECK(memcmp(q8s, want8, 34) == 0);
+    /* Q8_1 adds s = d * sum(q) */
+    int sum = 0;
+    for (int j = 0; j < 32; j++) sum += (int8_t)want8[2 + j];
+    const hr_fp16 want_s = hr_fp32_to_fp16((float)sum * 0.0625f);
+    block_q8_1 b81, b81s;
+    hq_quantize_ref_q8_1(y, &b81, 32);
+    hq_get_traits(HQ_TYPE_Q8_1)->from_float(y, &b81s, 32);
+    CHECK(b81.d == 0x2C00 && b81.s == want_s && memcmp(b81.qs, want8 + 2, 32) == 0);
+    CHECK(memcmp(&b81, &b81s, sizeof b81) == 0);
+
+    /* Q5_0 by hand: d = 1; qh = 01 00 00 80 sets bit 0 (element 0) and bit 31 (element 31);
+       qs[0] = 0x21 (element 0 low 1, element 16 low 2), qs[15] = 0x3F (element 15 low 15,
+       element 31 low 3); all else 0 -> -16. */
+    block_q5_0 b5 = {.d = 0x3C00, .qh = {0x01, 0x00, 0x00, 0x80}};
+    b5.qs[0] = 0x21;
+    b5.qs[15] = 0x3F;
+    float v5[32];
+    hq_dequantize_ref_q5_0(&b5, v5, 32);
+    CHECK(v5[0] == 1.0f && v5[16] == -14.0f && v5[15] == -1.0f && v5[31] == 3.0f && v5[1] == -16.0f);
+    /* ... and quantizing those values gives the block back (max magnitude -16 -> d = 1) */
+    block_q5_0 b5q;
+    hq_quantize_ref_q5_0(v5, &b5q, 32);
+    CHECK(memcmp(&b5q, &b5, sizeof b5) == 0);
+    /* Q5_1 / Q4_1: x = d*q + m with d = 1, m = -3 */
+    block_q5_1 b51 = {.d = 0x3C00, .m = 0xC200, .qh = {0x00, 0x00, 0x01, 0x00}};
+    b51.qs[0] = 0x1F; /* element 0 -> 15, element 16 -> 1 | 16 (bit 16 set) = 17 */
+    float v51[32];
+    hq_dequantize_ref_q5_1(&b51, v51, 32);
+    CHECK(v51[0] == 12.0f && v51[16] == 14.0f && v51[1] == -3.0f);
+    block_q4_1 b41 = {.d = 0x3C00, .m = 0xC200};
+    b41.qs[3] = 0xE2; /* element 3 -> 2, element 19 -> 14 */
+    float v41[32];
+    hq_dequantize_ref_q4_1(&b41, v41, 32);
+    CHECK(v41[3] == -1.0f && v41[19] == 11.0f && v41[0] == -3.0f);
+    /* F16 / BF16 rounding of a value exactly between two representable ones: to even */
+    hr_fp16 h;
+    const float mid = 1.0f + 0x1p-11f; /* halfway between 1 and 1 + 2^-10 */
+    hq_quantize_ref_f16(&mid, &h, 1);
+    CHECK(h == 0x3C00);
+    hr_bf16 bh;
+    const float midb = 1.0f + 0x1p-8f + 0x1p-7f; /* halfway between 1+2^-7 and 1+2^-6: to even */
+    hq_quantize_ref_bf16(&midb, &bh, 1);
+    CHECK(bh == 0x3F82);
+}
+
+/* ---- quantize -> dequantize error ------------------------------------------------------------------- */
+
+static void test_roundtrip(void) {
+    const int64_t n = 65536;
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float)), *scale = malloc(n / 32 * sizeof(float));
+    void *q = malloc((size_t)n * 4);
+    REQUIRE_V(x && y && q && scale);
+    fill_uniform(x, n);
+    for (int64_t b = 0; b < n / 32; b++) { /* blocks of very different magnitude */
+        scale[b] = exp2f(rng_uniform(-6.0f, 6.0f));
+        for (int j = 0; j < 32; j++) x[b * 32 + j] *= scale[b];
+    }
+    for (size_t k = 0; k < HR_ARRAY_LEN(my_types); k++) {
+        const int t = my_types[k];
+        const hq_traits *tr = hq_get_traits(t);
+        CHECK(tr != NULL);
+        if (!tr) continue;
+        tr->from_float_ref(x, q, n);
+        tr->to_float(q, y, n);
+        /* on the data before the per-block scaling, so every magnitude counts alike */
+        double e2 = 0.0, s2 = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            const double d = ((double)y[i] - x[i]) / scale[i / 32], v = (double)x[i] / scale[i / 32];
+            e2 += d * d;
+            s2 += v * v;
+        }
+        const double rel = sqrt(e2 / s2);
+        printf("  %-5s quantize->dequantize relative RMS error %.5f%% (bound %.4f%%)\n", tr->name, 100 * rel,
+               100 * rms_bound(t));
+        CHECKF(rel <= rms_bound(t), "%s rel rms %g", tr->name, rel);
+        /* the reference does not depend on the table: quantizing again gives the same bytes */
+        if (tr->from_float != tr->from_float_ref) {
+            void *q2 = malloc((size_t)n * 4);
+            tr->from_float(x, q2, n);
+            CHECKF(memcmp(q, q2, hq_row_size(t, n)) == 0, "%s from_float differs from the reference", tr->name);
+            free(q2);
+        }
+    }
+    free(x), free(y), free(q), free(scale);
+}
+
+/* ---- activation quantizers: SIMD vs reference, byte for byte ---------------------------------------- */
+
+static void test_from_float(void) {
+    const int types[] = {HQ_TYPE_Q8_0, HQ_TYPE_Q8_1};
+    enum { N = 32 * 97 };
+    static float x[N];
+    static uint8_t a[N * 2], b[N * 2];
+    for (size_t k = 0; k < HR_ARRAY_LEN(types); k++) {
+        const hq_traits *tr = hq_get_traits(types[k]);
+        int bad = 0;
+        for (int round = 0; round < 4; round++) {
+            fill_uniform(x, N);
+            if (round == 1) /* exact ties: amax 127 * 2^e, values at (k + 1/2) steps */
+                for (int i = 0; i < N; i++)
+                    x[i] = (i % 32 == 0 ? 127.0f : (float)((int)(rng_next() % 253) - 126) + 0.5f) * 0x1p-3f;
+            if (round == 2) /* a zero block, tiny and huge magnitudes */
+                for (int i = 0; i < N; i++) x[i] = i < 32 ? 0.0f : x[i] * (i < N / 2 ? 1e-30f : 1e30f);
+            if (round == 3) /* the largest magnitude negative, or shared by +/- */
+                for (int i = 0; i < N; i += 32) x[i + 7] = -2.0f, x[i + 9] = (i & 32) ? 2.0f : 1.0f;
+            for (int len = 32; len <= N; len += 32 * 24) {
+                memset(a, 0xAA, sizeof a);
+                memset(b, 0x55, sizeof b);
+                tr->from_float_ref(x, a, len);
+                tr->from_float(x, b, len);
+                if (memcmp(a, b, hq_row_size(types[k], len)) != 0) bad++;
+            }
+        }
+        CHECKF(bad == 0, "%s: %d rows differ between from_float and from_float_ref", tr->name, bad);
+    }
+}
+
+/* ---- dot products --------------------------------------------------------------------------------------- */
+
+typedef struct {
+    double simd, deq, quant; /* largest errors seen, relative to sum |x_i y_i| */
+} dot_err;
+
+/* one random pair of rows of n elements: dispatched vs reference dot, reference vs the dot of the
+   dequantized rows, and the quantized dot vs the float dot of the original data */
+static void check_dot(int t, int n, dot_err *e) {
+    const hq_traits *tr = hq_get_traits(t), *vt = hq_get_traits(tr->vec_dot_type);
+    float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
+    float *xd = malloc((size_t)n * sizeof(float)), *yd = malloc((size_t)n * sizeof(float));
+    void *qx = malloc((size_t)n * 4 + 64), *qy = malloc((size_t)n * 4 + 64);
+    fill_uniform(x, n);
+    fill_uniform(y, n);
+    tr->from_float_ref(x, qx, n);
+    vt->from_float(y, qy, n);
+    tr->to_float(qx, xd, n);
+    vt->to_float(qy, yd, n);
+    double exact = 0.0, deq = 0.0, absd = 0.0, absx = 0.0;
+    for (int i = 0; i < n; i++) {
+        exact += (double)x[i] * y[i];
+        deq += (double)xd[i] * yd[i];
+        absd += fabs((double)xd[i] * yd[i]);
+        absx += fabs((double)x[i] * y[i]);
+    }
+    float r_ref = NAN, r = NAN;
+    tr->vec_dot_ref(n, &r_ref, qx, qy);
+    tr->vec_dot(n, &r, qx, qy);
+    const double es = fabs((double)r - r_ref) / absd, ed = fabs((double)r_ref - deq) / absd;
+    const double eq = fabs((double)r - exact) / absx;
+    if (!(es <= e->simd)) e->simd = isnan(es) ? INFINITY : es;
+    if (!(ed <= e->deq)) e->deq = isnan(ed) ? INFINITY : ed;
+    /* quantization error: a sum of n independent errors; scaled by sqrt(n) to compare across n */
+    const double eqn = eq * sqrt((double)n);
+    if (!(eqn <= e->quant)) e->quant = isnan(eqn) ? INFINITY : eqn;
+    free(x), free(y), free(xd), free(yd), free(qx), free(qy);
+}
+
+static void test_vec_dot(void) {
+    const int dot_types[] = {HQ_TYPE_F32, HQ_TYPE_F16, HQ_TYPE_BF16, HQ_TYPE_Q4_0, HQ_TYPE_Q4_1,
+                             HQ_TYPE_Q5_0, HQ_TYPE_Q5_1, HQ_TYPE_Q8_0, HQ_TYPE_Q8_1};
+    const int nblocks[] = {1, 2, 3, 4, 5, 7, 8, 16, 31, 33, 64};
+    const int odd_n[] = {1, 3, 7, 8, 9, 15, 17, 31, 33, 100, 257, 1000, 2047};
+    for (size_t k = 0; k < HR_ARRAY_LEN(dot_types); k++) {
+        const int t = dot_types[k];
+        const hq_traits *tr = hq_get_traits(t);
+        dot_err e = {0};
+        for (int rep = 0; rep < 8; rep++)
+            for (size_t m = 0; m < HR_ARRAY_LEN(nblocks); m++) check_dot(t, nblocks[m] * 32, &e);
+        if (tr->blck_size == 1)
+            for (int rep = 0; rep < 4; rep++)
+                for (size_t m = 0; m < HR_ARRAY_LEN(odd_n); m++) check_dot(t, odd_n[m], &e);
+        /* SIMD vs reference: identical integer parts, only the float summation order differs —
+           a few ulps of the largest partial sum.  Dequantized vs quantized dot: the same products
+           (d*q is exact in float), except for Q8_1's s = d*sum(q), stored as fp16 (2^-11
+           relative), which enters the _1 types' dots through m*s. */
+        const bool has_min = t == HQ_TYPE_Q4_1 || t == HQ_TYPE_Q5_1;
+        const double tol_simd = 2e-6, tol_deq = has_min ? 2e-3 : 2e-6;
+        /* quantization: each element's error has relative RMS rx (weights) and ry (activations),
+           so the dot's error has SD (4/3) sqrt(rx^2 + ry^2) / sqrt(n) relative to sum|x y| for
+           uniform data (E|x| = 1/2, E x^2 = 1/3); allow 6 SD (some 1100 draws per type) */
+        const double rx = rms_bound(t), ry = rms_bound(tr->vec_dot_type);
+        const double tol_quant = 6.0 * (4.0 / 3.0) * sqrt(rx * rx + ry * ry) + 2e-5;
+        printf("  %-5s vec_dot: simd-ref %.2e  ref-dequantized %.2e  quantized-exact*sqrt(n) %.2e (bound %.2e)\n",
+               tr->name, e.simd, e.deq, e.quant, tol_quant);
+        CHECKF(e.simd <= tol_simd, "%s simd vs ref %g", tr->name, e.simd);
+        CHECKF(e.deq <= tol_deq, "%s ref vs dequantized %g", tr->name, e.deq);
+        CHECKF(e.quant <= tol_quant, "%s quantized vs exact %g", tr->name, e.quant);
+    }
+}
+
+/* ---- gemm tiles vs a loop of vec_dot ---------------------------------------------------------------- */
+
+static void test_gemm(void) {
+    const int gemm_types[] = {HQ_TYPE_F32, HQ_TYPE_F16, HQ_TYPE_BF16, HQ_TYPE_Q4_0, HQ_TYPE_Q4_1,
+                              HQ_TYPE_Q5_0, HQ_TYPE_Q5_1, HQ_TYPE_Q8_0};
+    const int lens[] = {32, 96, 256, 1024 + 32};
+    enum { MAXR = 7 };
+    for (size_t k = 0; k < HR_ARRAY_LEN(gemm_types); k++) {
+        const int t = gemm_types[k];
+        const hq_traits *tr = hq_get_traits(t), *vt = hq_get_traits(tr->vec_dot_type);
+        int bad = 0, untouched_bad = 0;
+        double worst = 0.0;
+        for (size_t m = 0; m < HR_ARRAY_LEN(lens); m++) {
+            int n = lens[m];
+            if (tr->blck_size == 1 && m == 1) n = 101; /* float types: a length with a tail */
+            /* rows padded by 3 blocks so the strides are not the row sizes */
+            const size_t bx = hq_row_size(t, n) + 3 * tr->type_size;
+            const size_t by = hq_row_size(tr->vec_dot_type, n) + 3 * vt->type_size;
+            uint8_t *x = calloc(MAXR, bx), *y = calloc(MAXR, by);
+            float *f = malloc((size_t)n * sizeof(float));
+            for (int r = 0; r < MAXR; r++) {
+                fill_uniform(f, n);
+                tr->from_float_ref(f, x + r * bx, n);
+                fill_uniform(f, n);
+                vt->from_float(f, y + r * by, n);
+            }
+            for (int nr = 1; nr <= MAXR; nr++)
+                for (int nc = 1; nc <= MAXR; nc++) {
+                    const size_t lds = (size_t)nr + 2;
+                    float s[MAXR * (MAXR + 2)];
+                    for (size_t i = 0; i < HR_ARRAY_LEN(s); i++) s[i] = -12345.0f;
+                    tr->gemm(n, s, lds, x, bx, nr, y, by, nc);
+                    for (int j = 0; j < nc; j++)
+                        for (size_t i = 0; i < lds; i++) {
+                            if (i >= (size_t)nr) {
+                                if (s[j * lds + i] != -12345.0f) untouched_bad++;
+                                continue;
+                            }
+                            float want, mag;
+                            tr->vec_dot(n, &want, x + i * bx, y + j * by);
+                            /* scale of the sums: the dot of |dequantized| values */
+                            float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
+                            tr->to_float(x + i * bx, a, n);
+                            vt->to_float(y + j * by, b, n);
+                            double acc = 0.0;
+                            for (int e = 0; e < n; e++) acc += fabs((double)a[e] * b[e]);
+                            mag = (float)acc;
+                            free(a), free(b);
+                            const double err = fabs((double)s[j * lds + i] - want) / mag;
+                            if (!(err <= 2e-6)) bad++;
+                            if (err > worst || isnan(err)) worst = isnan(err) ? INFINITY : err;
+                        }
+                }
+            free(x), free(y), free(f);
+        }
+        printf("  %-5s gemm (nr, nc in 1..7) vs vec_dot: worst relative difference %.2e\n", tr->name, worst);
+        CHECKF(bad == 0, "%s gemm: %d entries differ from vec_dot", tr->name, bad);
+        CHECKF(untouched_bad == 0, "%s gemm wrote outside the tile", tr->name);
+    }
+}
+
+/* ---- which kernels the table chose -------------------------------------------------------------------- */
+
+static void test_dispatch(void) {
+    const int simd_types[] = {HQ_TYPE_F32, HQ_TYPE_F16, HQ_TYPE_BF16, HQ_TYPE_Q4_0, HQ_TYPE_Q4_1,
+                              HQ_TYPE_Q5_0, HQ_TYPE_Q5_1, HQ_TYPE_Q8_0};
+    printf("  kernels: %s\n", hq_simd_name());
+    if (is_simd_disabled()) {
+        CHECK(strcmp(hq_simd_name(), "generic") == 0);
+        for (size_t k = 0; k < HR_ARRAY_LEN(my_types); k++) {
+            const hq_traits *tr = hq_get_traits(my_types[k]);
+            CHECK(tr->vec_dot == tr->vec_dot_ref && tr->from_float == tr->from_float_ref);
+        }
+        return;
+    }
+#if defined(HEARTH_ARCH_X86)
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))) {
+        printf("  (no AVX2/FMA/F16C: generic kernels)\n");
+        return;
+    }
+    CHECK(strcmp(hq_simd_name(), "avx2") == 0);
+    /* a misnamed kernel would silently leave the reference in place */
+    for (size_t k = 0; k < HR_ARRAY_LEN(simd_types); k++) {
+        const hq_traits *tr = hq_get_traits(simd_types[k]);
+        CHECKF(tr->vec_dot != tr->vec_dot_ref, "%s has no AVX2 vec_dot", tr->name);
+    }
+    CHECK(hq_get_traits(HQ_TYPE_Q4_0)->vec_dot == hq_vec_dot_avx2_q4_0);
+    CHECK(hq_get_traits(HQ_TYPE_Q8_0)->vec_dot == hq_vec_dot_avx2_q8_0);
+    CHECK(hq_get_traits(HQ_TYPE_Q8_0)->from_float == hq_quantize_avx2_q8_0);
+    CHECK(hq_get_traits(HQ_TYPE_Q8_1)->from_float == hq_quantize_avx2_q8_1);
+    CHECK(hq_get_traits(HQ_TYPE_Q4_0)->gemm == hq_gemm_avx2_q4_0);
+    CHECK(hq_get_traits(HQ_TYPE_Q4_1)->gemm == hq_gemm_avx2_q4_1);
+    CHECK(hq_get_traits(HQ_TYPE_Q5_0)->gemm == hq_gemm_avx2_q5_0);
+    CHECK(hq_get_traits(HQ_TYPE_Q5_1)->gemm == hq_gemm_avx2_q5_1);
+    CHECK(hq_get_traits(HQ_TYPE_Q8_0)->gemm == hq_gemm_avx2_q8_0);
+    CHECK(hq_get_traits(HQ_TYPE_F32)->gemm == hq_gemm_avx2_f32);
+    CHECK(hq_get_traits(HQ_TYPE_F16)->gemm == hq_gemm_avx2_f16);
+    CHECK(hq_get_traits(HQ_TYPE_BF16)->gemm == hq_gemm_avx2_bf16);
+#elif defined(HEARTH_ARCH_ARM)
+    CHECK(strcmp(hq_simd_name(), "neon") == 0);
+    for (size_t k = 0; k < HR_ARRAY_LEN(simd_types); k++) {
+        const hq_traits *tr = hq_get_traits(simd_types[k]);
+        CHECKF(tr->vec_dot != tr->vec_dot_ref, "%s has no NEON vec_dot", tr->name);
+    }
+    CHECK(hq_get_traits(HQ_TYPE_Q4_0)->vec_dot == hq_vec_dot_neon_q4_0);
+    CHECK(hq_get_traits(HQ_TYPE_Q8_0)->from_float == hq_quantize_neon_q8_0);
+    CHECK(hq_get_traits(HQ_TYPE_Q8_1)->from_float == hq_quantize_neon_q8_1);
+    CHECK(hq_get_traits(HQ_TYPE_Q4_0)->gemm == hq_gemm_neon_q4_0);
+    CHECK(hq_get_traits(HQ_TYPE_Q5_1)->gemm == hq_gemm_neon_q5_1);
+    CHECK(hq_get_traits(HQ_TYPE_Q8_0)->gemm == hq_gemm_neon_q8_0);
+    CHECK(hq_get_traits(HQ_TYPE_F16)->gemm == hq_gemm_neon_f16);
+#else
+    (void)simd_types;
+#endif
+}
+
+/* ---- bandwidth ---------------------------------------------------------------------------------------- */
+
+/* vec_dot over every row of a rows x cols matrix with random codes, one thread */
+static void bench(int t, int rows, int cols, double min_s) {
+    const hq_traits *tr = hq_get_traits(t), *vt = hq_get_traits(tr->vec_dot_type);
+    const size_t rs = hq_row_size(t, cols);
+    uint8_t *w = hr_alloc_aligned(rs * (size_t)rows, 64);
+    float *f = malloc((size_t)cols * sizeof(float)), *out = malloc((size_t)rows * 4 * sizeof(float));
+    void *a = malloc(hq_row_size(tr->vec_dot_type, cols) * 4);
+    if (!w || !f || !a || !out) {
+        printf("  bench %s: out of memory\n", tr->name);
+        goto done;
+    }
+    for (size_t i = 0; i < rs * (size_t)rows; i += 8) {
+        const uint64_t r = rng_next();
+        memcpy(w + i, &r, HR_MIN(8, rs * (size_t)rows - i));
+    }
+    for (size_t i = 0; i < rs * (size_t)rows; i += tr->type_size) { /* sane scales; codes stay random */
+        const hr_fp16 d = 0x2000;
+        memcpy(w + i, &d, 2);
+    }
+    const size_t ars = hq_row_size(tr->vec_dot_type, cols);
+    for (int c = 0; c < 4; c++) {
+        fill_uniform(f, cols);
+        vt->from_float(f, (char *)a + c * ars, cols);
+    }
+    /* best pass, not the mean: other processes on a small machine only ever add time */
+    double best = 1e30, gbest = 1e30;
+    const double t0 = hr_time_s();
+    for (int pass = 0; pass < 2 || hr_time_s() - t0 < min_s; pass++) {
+        const double p0 = hr_time_s();
+        for (int r = 0; r < rows; r++) tr->vec_dot(cols, &out[r], w + (size_t)r * rs, a);
+        best = HR_MIN(best, hr_time_s() - p0);
+    }
+    /* gemm with 4 activation rows: weights read once per 4 dots */
+    const double g0 = hr_time_s();
+    for (int pass = 0; pass < 2 || hr_time_s() - g0 < min_s / 2; pass++) {
+        const double p0 = hr_time_s();
+        tr->gemm(cols, out, (size_t)rows, w, rs, rows, a, ars, 4);
+        gbest = HR_MIN(gbest, hr_time_s() - p0);
+    }
+    printf("  bench %s %dx%d, 1 thread, %s: vec_dot %.2f GB/s (%.0f ns/row); "
+           "gemm 4 cols: %.2fx the dots/s of vec_dot\n", tr->name, rows, cols, hq_simd_name(), (double)rs * rows / best * 1e-9, 1e9 * best / rows,
+           4.0 * best / gbest);
+done:
+    hr_free_aligned(w);
+    free(f), free(a), free(out);
+}
+
+/* ---- main --------------------------------------------------------------------------------------------- */
+
+/* the same tests with HEARTH_NO_SIMD=1 (the table is filled once per process) */
+static void run_generic_child(const char *self) {
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setenv("HEARTH_NO_SIMD", "1", 1);
+        execl("/proc/self/exe", self, "--no-reexec", "--short-bench", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "HEARTH_NO_SIMD=1 run failed (status %d)", status);
+}
+
+int main(int argc, char **argv) {
+    bool do_bench = true, reexec = true, short_bench = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--no-bench")) do_bench = false;
+        if (!strcmp(argv[i], "--no-reexec")) reexec = false;
+        if (!strcmp(argv[i], "--short-bench")) short_bench = true;
+    }
+#if defined(__SANITIZE_ADDRESS__)
+    short_bench = true;
+#endif
+    hr_init();
+    printf("test-quant (%s kernels%s)\n", hq_simd_name(), is_simd_disabled() ? ", HEARTH_NO_SIMD" : "");
+    test_dispatch();
+    test_layout();
+    test_roundtrip();
+    test_from_float();
+    test_vec_dot();
+    test_gemm();
+    if (do_bench) {
+        const double min_s = short_bench ? 0.05 : 1.0;
+        bench(HQ_TYPE_Q4_0, 4096, 4096, min_s);
+        bench(HQ_TYPE_Q8_0, 4096, 4096, min_s);
+        if (!short_bench) bench(HQ_TYPE_Q4_0, 16384, 4096, min_s); /* 38 MB: past the L3 */
+    }
+    if (reexec && !is_simd_disabled()) run_generic_child(argv[0]);
+    return test_summary();
+}
