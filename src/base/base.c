@@ -120,27 +120,6 @@ float hr_fp16_to_fp32_slow(hr_fp16 h) {
     return hr_bits_to_f32(sign | ((exp + 112) << 23) | (man << 13));
 }
 
-hr_fp16 hr_fp32_to_fp16(float f) {
-    uint32_t x = hr_f32_to_bits(f);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t ax = x & 0x7fffffff;
-    if (ax > 0x7f800000) return (hr_fp16)(sign | 0x7e00);          /* NaN */
-    if (ax >= 0x477ff000) return (hr_fp16)(sign | 0x7c00);         /* overflow -> inf (>= 65520) */
-    if (ax < 0x38800000) {                                          /* subnormal or zero */
-        if (ax < 0x33000000) return (hr_fp16)sign;                  /* < 2^-25 rounds to 0 */
-        uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
-        uint32_t shift = 126 - e;                                   /* 14 + (113 - e) - ... */
-        uint32_t hm = m >> (shift - 0);
-        /* value = m * 2^(e-150); half subnormal unit = 2^-24 -> hm = m >> (126 - e) */
-        uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (hm & 1))) hm++;
-        return (hr_fp16)(sign | hm);
-    }
-    uint32_t r = ax + 0xfff + ((ax >> 13) & 1);                     /* round to nearest even */
-    r -= 112u << 23;
-    return (hr_fp16)(sign | (r >> 13));
-}
-
 static pthread_once_t hr_once = PTHREAD_ONCE_INIT;
 static void hr_init_once(void) {
     for (uint32_t i = 0; i < 65536; i++) hr_fp16_table[i] = hr_fp16_to_fp32_slow((hr_fp16)i);

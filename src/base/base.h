@@ -75,7 +75,7 @@ static inline float hr_bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); ret
 static inline uint32_t hr_f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 float   hr_fp16_to_fp32_slow(hr_fp16 h);     /* portable, exact */
-hr_fp16 hr_fp32_to_fp16(float f);            /* round to nearest even, exact */
+static inline hr_fp16 hr_fp32_to_fp16(float f); /* round to nearest even, exact */
 extern float hr_fp16_table[65536];           /* filled by hr_init(); hr_fp16_to_fp32 reads it */
 static inline float hr_fp16_to_fp32(hr_fp16 h) { return hr_fp16_table[h]; }
 static inline float hr_bf16_to_fp32(hr_bf16 h) { return hr_bits_to_f32((uint32_t)h << 16); }
@@ -83,6 +83,26 @@ static inline hr_bf16 hr_fp32_to_bf16(float f) {
     uint32_t u = hr_f32_to_bits(f);
     if ((u & 0x7fffffff) > 0x7f800000) return (hr_bf16)((u >> 16) | 64); /* quiet NaN */
     return (hr_bf16)((u + (0x7fff + ((u >> 16) & 1))) >> 16);          /* round to nearest even */
+}
+
+static inline hr_fp16 hr_fp32_to_fp16(float f) {
+    uint32_t x = hr_f32_to_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffff;
+    if (ax > 0x7f800000) return (hr_fp16)(sign | 0x7e00);          /* NaN */
+    if (ax >= 0x477ff000) return (hr_fp16)(sign | 0x7c00);         /* >= 65520 rounds to inf */
+    if (ax < 0x38800000) {                                          /* half subnormal or zero */
+        if (ax < 0x33000000) return (hr_fp16)sign;                  /* < 2^-25 rounds to 0 */
+        uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
+        uint32_t shift = 126 - e;                                   /* value = m * 2^(e-150) = hm * 2^-24 */
+        uint32_t hm = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (hm & 1))) hm++;
+        return (hr_fp16)(sign | hm);
+    }
+    uint32_t r = ax + 0xfff + ((ax >> 13) & 1);                     /* round to nearest even */
+    r -= 112u << 23;
+    return (hr_fp16)(sign | (r >> 13));
 }
 
 /* One-time process init (fp16 table, CPU feature detection). Idempotent, thread-safe. */

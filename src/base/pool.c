@@ -15,9 +15,12 @@
 #define hr_cpu_relax() ((void)0)
 #endif
 
-/* How long a worker spins for the next job before sleeping: long enough to bridge the gaps
-   between the operations of one forward pass, short enough not to burn a core while idle. */
-#define HR_POOL_SPIN_ITERS 200000
+/* A worker waiting for the next job spins (pause) long enough to bridge the gaps between the
+   operations of one forward pass, then yields the core for a while (so an oversubscribed machine
+   still makes progress: a spinning thread must not keep a descheduled peer off the CPU), then
+   sleeps on the condition variable. */
+#define HR_POOL_SPIN_ITERS  4096
+#define HR_POOL_YIELD_ITERS 2048
 
 struct hr_pool {
     int n;
@@ -44,7 +47,9 @@ static void *hr_pool_main(void *p) {
         uint64_t g;
         int spins = 0;
         while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen) {
-            if (++spins < HR_POOL_SPIN_ITERS) { hr_cpu_relax(); continue; }
+            ++spins;
+            if (spins < HR_POOL_SPIN_ITERS) { hr_cpu_relax(); continue; }
+            if (spins < HR_POOL_SPIN_ITERS + HR_POOL_YIELD_ITERS) { sched_yield(); continue; }
             pthread_mutex_lock(&pool->mu);
             atomic_fetch_add(&pool->sleepers, 1);
             while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->quit))
@@ -118,5 +123,8 @@ void hr_pool_run(hr_pool *pool, hr_pool_fn fn, void *arg) {
         pthread_mutex_unlock(&pool->mu);
     }
     fn(arg, 0, pool->n);
-    while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0) hr_cpu_relax();
+    for (unsigned spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++) {
+        if ((spins & 1023) == 1023) sched_yield();
+        else hr_cpu_relax();
+    }
 }

@@ -294,17 +294,13 @@ static void hm_mm_worker(void *arg, int ith, int nth) {
         int64_t r0, r1;
         hr_split(w->ne1, ith, nth, HM_ROW_CHUNK, &r0, &r1);
         const uint8_t *wd = w->data;
-        if (j->n == 1) {
-            hq_vec_dot_fn dot = tr->vec_dot;
-            for (int64_t r = r0; r < r1; r++) dot((int)w->ne0, &m->out[r], wd + r * w->row_bytes, m->y);
-        } else {
-            /* tiles of HM_ROW_CHUNK weight rows x all tokens: the rows stay in cache while every
-               token's activations stream past them */
-            for (int64_t r = r0; r < r1; r += HM_ROW_CHUNK) {
-                int nr = (int)HR_MIN(HM_ROW_CHUNK, r1 - r);
-                tr->gemm((int)w->ne0, m->out + r, (size_t)w->ne1, wd + r * w->row_bytes, w->row_bytes, nr,
-                         m->y, m->y_row, j->n);
-            }
+        /* tiles of HM_ROW_CHUNK weight rows x all tokens: the rows stay in cache while every
+           token's activations stream past them (decode, n = 1, is the matvec case of the same call:
+           kernels may then work on several weight rows at once) */
+        for (int64_t r = r0; r < r1; r += HM_ROW_CHUNK) {
+            int nr = (int)HR_MIN(HM_ROW_CHUNK, r1 - r);
+            tr->gemm((int)w->ne0, m->out + r, (size_t)w->ne1, wd + r * w->row_bytes, w->row_bytes, nr, m->y,
+                     m->y_row, j->n);
         }
     }
 }
