@@ -10,7 +10,7 @@
  * then (last shard) logits = Wout rmsnorm(x) * output_norm.
  * The numerics follow ggml's CPU backend where it matters for comparing logits: RMS sums and softmax
  * sums in double, RoPE angles by repeated float multiplication, activations quantized to the weight
- * type's vec_dot_type, q and softmax probabilities converted to the KV type.
+ * type's vec_dot_type; attention numerics as llama.cpp's CPU flash attention (see hm_att_worker).
  */
 #include "model.h"
 
@@ -21,6 +21,7 @@
 
 #define HM_ALIGN 64
 #define HM_ROW_CHUNK 16   /* rows per work unit: a multiple of every tile kernel's row step */
+#define HM_KV_TILE 64     /* attention positions per online-softmax step (llama.cpp's CPU flash-attention tile) */
 
 /* activation types a weight can ask for (its vec_dot_type) */
 enum { HM_ACT_F32, HM_ACT_F16, HM_ACT_BF16, HM_ACT_Q8_0, HM_ACT_Q8_1, HM_ACT_Q8_K, HM_ACT_COUNT };
@@ -208,7 +209,7 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
         const hm_tensor *out[] = {&m->output};
         if (hm_act_init(c, &c->act_in, out, 1, E)) goto oom;
     }
-    c->att_scratch_stride = hr_pad((size_t)hd * 10, HM_ALIGN);
+    c->att_scratch_stride = hr_pad((size_t)(hd + HM_KV_TILE) * sizeof(float) + (size_t)hd * 2 * sizeof(hr_fp16), HM_ALIGN);
     c->att_scratch = hm_ctx_alloc(c, c->att_scratch_stride * (size_t)c->p.n_threads);
     if (!c->att_scratch) goto oom;
     return c;
@@ -327,11 +328,83 @@ typedef struct hm_att_job {
     int32_t pos0;
 } hm_att_job;
 
-/* One pass over the cache with an online softmax (as flash attention does): for each position the
-   running maximum M, the running sum S and the running output acc are updated, so K and V are each
-   read once. With an F16 cache the numerics are llama.cpp's CPU flash-attention path (its default):
-   q converted to F16 for the dot with K, and the output accumulated in F16, rounded after every
-   position; with an F32 cache everything is F32. */
+/* Attention for one (token, head): one pass over the cache with an online softmax (running max M,
+   running sum S, running output acc), so K and V are each read once. Two numerics, chosen as
+   llama.cpp's CPU flash attention (its default, against which hearth is tested) chooses them:
+   - F32 path (batches of >= HM_KV_TILE tokens, and always with an F32 cache): q stays F32, an F16
+     cache is converted on load, scores are sequential sums over the head dimension, positions go in
+     tiles of HM_KV_TILE with the softmax normalised per tile, the output accumulates in F32;
+   - F16 path (smaller batches, F16 cache): q is rounded to F16 for the dot with K, and the output
+     is accumulated in F16, rounded after every position, as llama.cpp's per-row kernel does.
+   Both are exact softmax attention; they differ only in rounding (~3e-4 relative on the logits). */
+static inline float hm_kv_load(const uint8_t *row, int d, bool f16) {
+    return f16 ? hr_fp16_to_fp32(((const hr_fp16 *)row)[d]) : ((const float *)row)[d];
+}
+
+static void hm_att_f32(const float *q, const uint8_t *kbase, const uint8_t *vbase, size_t row, bool f16,
+                       int32_t npos, int hd, float scale, float *acc, float *sc, float *out) {
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    float M = -INFINITY, S = 0.0f;
+    for (int32_t p0 = 0; p0 < npos; p0 += HM_KV_TILE) {
+        int nt = HR_MIN(HM_KV_TILE, npos - p0);
+        float tmax = -INFINITY;
+        for (int i = 0; i < nt; i++) {
+            const uint8_t *kr = kbase + (size_t)(p0 + i) * row;
+            float s = 0.0f;
+            for (int d = 0; d < hd; d++) s += q[d] * hm_kv_load(kr, d, f16);
+            s *= scale;
+            sc[i] = s;
+            tmax = s > tmax ? s : tmax;
+        }
+        if (tmax > M) {
+            float ms = expf(M - tmax);
+            for (int d = 0; d < hd; d++) acc[d] *= ms;
+            S *= ms;
+            M = tmax;
+        }
+        double sum = 0;
+        for (int i = 0; i < nt; i++) {
+            sc[i] = expf(sc[i] - M);
+            sum += sc[i];
+        }
+        S += (float)sum;
+        for (int i = 0; i < nt; i++) {
+            const uint8_t *vr = vbase + (size_t)(p0 + i) * row;
+            float pi = sc[i];
+            for (int d = 0; d < hd; d++) acc[d] += pi * hm_kv_load(vr, d, f16);
+        }
+    }
+    float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
+}
+
+static void hm_att_f16(const float *q, const uint8_t *kbase, const uint8_t *vbase, size_t row, int32_t npos,
+                       int hd, float scale, hr_fp16 *q16, hr_fp16 *acc16, float *out) {
+    const hq_traits *tr = hq_get_traits(HQ_TYPE_F16);
+    for (int d = 0; d < hd; d++) q16[d] = hr_fp32_to_fp16(q[d]);
+    memset(acc16, 0, (size_t)hd * sizeof(hr_fp16));
+    float M = -INFINITY, S = 0.0f;
+    for (int32_t p = 0; p < npos; p++) {
+        float s;
+        tr->vec_dot(hd, &s, kbase + (size_t)p * row, q16);
+        s *= scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            ms = expf(M - s);
+            M = s;
+            for (int d = 0; d < hd; d++) acc16[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(acc16[d]) * ms);
+        } else {
+            vs = expf(s - M);
+        }
+        const hr_fp16 *v16 = (const hr_fp16 *)(vbase + (size_t)p * row);
+        for (int d = 0; d < hd; d++)
+            acc16[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(v16[d]) * vs + hr_fp16_to_fp32(acc16[d]));
+        S = S * ms + vs;
+    }
+    float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (int d = 0; d < hd; d++) out[d] = hr_fp16_to_fp32(acc16[d]) * inv;
+}
+
 static void hm_att_worker(void *arg, int ith, int nth) {
     hm_att_job *j = arg;
     hm_ctx *c = j->c;
@@ -339,54 +412,23 @@ static void hm_att_worker(void *arg, int ith, int nth) {
     int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, gqa = nh / nkv;
     int64_t Dq = (int64_t)nh * hd, Dkv = (int64_t)nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    uint8_t *scr = c->att_scratch + (size_t)ith * c->att_scratch_stride;
-    float *acc = (float *)scr;                       /* [hd] f32 accumulator (F32 cache) */
-    hr_fp16 *acc16 = (hr_fp16 *)(scr + (size_t)hd * 4); /* [hd] f16 accumulator (F16 cache) */
-    uint8_t *qc = scr + (size_t)hd * 6;              /* q in the cache type */
-    const hq_traits *tr = hq_get_traits(c->kv_type);
+    float *acc = (float *)(c->att_scratch + (size_t)ith * c->att_scratch_stride); /* [hd] */
+    float *sc = acc + hd;                                                        /* [HM_KV_TILE] */
+    hr_fp16 *q16 = (hr_fp16 *)(sc + HM_KV_TILE), *acc16 = q16 + hd;               /* [hd], [hd] */
     const uint8_t *K = c->k_cache[j->li], *V = c->v_cache[j->li];
     size_t es = c->kv_esize, row = (size_t)Dkv * es;
     bool f16 = c->kv_type == HQ_TYPE_F16;
+    bool f16_path = f16 && j->n < HM_KV_TILE;
     int64_t w0, w1;
     hr_split((int64_t)j->n * nh, ith, nth, 1, &w0, &w1);
     for (int64_t w = w0; w < w1; w++) {
         int t = (int)(w / nh), h = (int)(w % nh), kvh = h / gqa;
         int32_t npos = j->pos0 + t + 1;  /* causal: positions 0..pos */
-        const float *qv = c->q + (int64_t)t * Dq + (int64_t)h * hd;
-        if (f16) tr->from_float_ref(qv, qc, hd);
-        else memcpy(qc, qv, (size_t)hd * 4);
-        memset(acc, 0, (size_t)hd * 4);
-        memset(acc16, 0, (size_t)hd * 2);
-        float M = -INFINITY, S = 0.0f;
-        const uint8_t *kp = K + (size_t)kvh * hd * es, *vp = V + (size_t)kvh * hd * es;
-        for (int32_t p = 0; p < npos; p++, kp += row, vp += row) {
-            float s;
-            tr->vec_dot(hd, &s, kp, qc);
-            s *= scale;
-            float ms = 1.0f, vs = 1.0f;
-            if (s > M) {
-                float Mold = M;
-                M = s;
-                ms = expf(Mold - M);
-                if (f16) for (int d = 0; d < hd; d++) acc16[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(acc16[d]) * ms);
-                else for (int d = 0; d < hd; d++) acc[d] *= ms;
-            } else {
-                vs = expf(s - M);
-            }
-            if (f16) {
-                const hr_fp16 *v16 = (const hr_fp16 *)vp;
-                for (int d = 0; d < hd; d++)
-                    acc16[d] = hr_fp32_to_fp16(fmaf(hr_fp16_to_fp32(v16[d]), vs, hr_fp16_to_fp32(acc16[d])));
-            } else {
-                const float *v32 = (const float *)vp;
-                for (int d = 0; d < hd; d++) acc[d] += v32[d] * vs;
-            }
-            S = S * ms + vs;
-        }
-        float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        const float *q = c->q + (int64_t)t * Dq + (int64_t)h * hd;
+        const uint8_t *kb = K + (size_t)kvh * hd * es, *vb = V + (size_t)kvh * hd * es;
         float *out = c->att + (int64_t)t * Dq + (int64_t)h * hd;
-        if (f16) for (int d = 0; d < hd; d++) out[d] = hr_fp16_to_fp32(acc16[d]) * inv;
-        else for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
+        if (f16_path) hm_att_f16(q, kb, vb, row, npos, hd, scale, q16, acc16, out);
+        else hm_att_f32(q, kb, vb, row, f16, npos, hd, scale, acc, sc, out);
     }
 }
 

@@ -1,0 +1,240 @@
+// modules: base quant gguf model
+/* test-model: the forward pass against llama.cpp's outputs in ../shared/reference.
+ * - every synth model: logits at every position, relative RMS error and top-1 agreement;
+ * - stories260K: logits (rel. RMS <= 1e-4) and the greedy continuations token for token;
+ * - F32 vs F16 KV cache and batch vs token-by-token evaluation agree.
+ * Tolerances are the issue's: F16/BF16 <= 0.005, quantized <= 0.03, top-1 >= 90%. */
+#include "test.h"
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "quant/quant.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+
+typedef struct { double rel_rms; double top1; } cmp_result;
+
+static cmp_result compare(const float *a, const float *ref, int n_tok, int n_vocab) {
+    double num = 0, den = 0;
+    int agree = 0;
+    for (int t = 0; t < n_tok; t++) {
+        const float *x = a + (size_t)t * n_vocab, *y = ref + (size_t)t * n_vocab;
+        int ax = 0, ay = 0;
+        for (int i = 0; i < n_vocab; i++) {
+            double d = (double)x[i] - y[i];
+            num += d * d;
+            den += (double)y[i] * y[i];
+            if (x[i] > x[ax]) ax = i;
+            if (y[i] > y[ay]) ay = i;
+        }
+        agree += ax == ay;
+    }
+    cmp_result r = {sqrt(num / (den > 0 ? den : 1)), (double)agree / n_tok};
+    return r;
+}
+
+/* loads MODEL, evaluates `tokens` in one batch (all logits) */
+static float *eval_all(const char *path, const int32_t *tokens, int n, int kv_type, int n_batch, int *n_vocab) {
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open(path, &err);
+    if (!g) { fprintf(stderr, "%s\n", err.msg); return NULL; }
+    hm_model *m = hm_model_load(g, &err);
+    if (!m) { fprintf(stderr, "%s\n", err.msg); gguf_close(g); return NULL; }
+    hm_ctx_params p = hm_ctx_default_params();
+    p.n_ctx = n;
+    p.n_batch = n_batch;
+    p.kv_type = kv_type;
+    hm_shard sh = hm_shard_full(m);
+    hm_ctx *c = hm_ctx_create(m, &sh, &p, &err);
+    float *logits = NULL;
+    if (c) {
+        *n_vocab = m->hp.n_vocab;
+        logits = malloc((size_t)n * m->hp.n_vocab * sizeof(float));
+        for (int i = 0; i < n; i += n_batch) {
+            int nb = HR_MIN(n_batch, n - i);
+            if (hm_eval(c, tokens + i, NULL, nb, i, logits + (size_t)i * m->hp.n_vocab, true, NULL, &err)) {
+                fprintf(stderr, "%s\n", err.msg);
+                free(logits);
+                logits = NULL;
+                break;
+            }
+        }
+    } else fprintf(stderr, "%s\n", err.msg);
+    hm_ctx_free(c);
+    hm_model_free(m);
+    gguf_close(g);
+    return logits;
+}
+
+static int32_t *json_ids(json_t *arr, int *n) {
+    *n = (int)json_array_size(arr);
+    int32_t *ids = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *ids);
+    for (int i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
+    return ids;
+}
+
+static void test_synth(const char *shared) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/reference/synth", shared);
+    DIR *d = opendir(dir);
+    REQUIRE_VOID(d);
+    struct dirent *e;
+    int n_models = 0;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".json")) continue;
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(len - 5), e->d_name);
+        json_error_t je;
+        json_t *j = json_load_file(test_path(dir, e->d_name), 0, &je);
+        CHECKF(j != NULL, "%s: %s", e->d_name, je.text);
+        if (!j) continue;
+        int n;
+        int32_t *ids = json_ids(json_object_get(j, "tokens"), &n);
+        int n_vocab_ref = (int)json_integer_value(json_object_get(j, "n_vocab"));
+        char rel[8192];
+        snprintf(rel, sizeof rel, "models/synth/%s.gguf", name);
+        int n_vocab = 0;
+        float *logits = eval_all(test_path(shared, rel), ids, n, HQ_TYPE_F16, n, &n_vocab);
+        /* the shared references, else the llama.cpp-made ones in tests/data/ref-synth (README there) */
+        snprintf(rel, sizeof rel, "%s/%s.logits.f32", dir, name);
+        size_t sz = 0;
+        float *ref = test_read_file(rel, &sz);
+        if (!ref) {
+            const char *src = getenv("HEARTH_SRC");
+            snprintf(rel, sizeof rel, "%s/tests/data/ref-synth/%s.logits.f32", src ? src : ".", name);
+            ref = test_read_file(rel, &sz);
+        }
+        CHECKF(logits && ref && n_vocab == n_vocab_ref && sz == (size_t)n * n_vocab * 4, "%s: eval or reference failed (logits %p ref %p n_vocab %d/%d size %zu)", name, (void *)logits, (void *)ref, n_vocab, n_vocab_ref, sz);
+        if (logits && ref && n_vocab == n_vocab_ref && sz == (size_t)n * n_vocab * 4) {
+            cmp_result r = compare(logits, ref, n, n_vocab);
+            bool is_float = strstr(name, "F16") || strstr(name, "BF16");
+            double tol = is_float ? 0.005 : 0.03;
+            printf("%-28s rel_rms %.5f (tol %.3f)  top1 %.1f%%\n", name, r.rel_rms, tol, 100 * r.top1);
+            CHECKF(r.rel_rms <= tol, "%s: relative RMS %.5f > %.3f", name, r.rel_rms, tol);
+            CHECKF(r.top1 >= 0.90, "%s: top-1 agreement %.1f%% < 90%%", name, 100 * r.top1);
+        }
+        n_models++;
+        free(logits);
+        free(ref);
+        free(ids);
+        json_decref(j);
+    }
+    closedir(d);
+    CHECKF(n_models >= 17, "only %d synth references found", n_models);
+}
+
+static void test_stories(const char *shared) {
+    const char *model = test_path(shared, "models/stories260K.gguf");
+    hr_err err = {0};
+    for (int k = 1; k <= 16; k++) {
+        char p[8192];
+        snprintf(p, sizeof p, "%s/reference/stories260K/public-%d.json", shared, k);
+        json_t *j = json_load_file(p, 0, NULL);
+        if (!j) { CHECKF(k > 1, "no stories260K references"); break; }
+        int n;
+        int32_t *ids = json_ids(json_object_get(j, "tokens"), &n);
+        int n_vocab = 0;
+        float *logits = eval_all(model, ids, n, HQ_TYPE_F16, n, &n_vocab);
+        snprintf(p, sizeof p, "%s/reference/stories260K/public-%d.logits.f32", shared, k);
+        size_t sz;
+        float *ref = test_read_file(p, &sz);
+        CHECK(logits && ref && sz == (size_t)n * n_vocab * 4);
+        if (logits && ref && sz == (size_t)n * n_vocab * 4) {
+            cmp_result r = compare(logits, ref, n, n_vocab);
+            printf("stories260K public-%d logits: rel_rms %.2e top1 %.1f%%\n", k, r.rel_rms, 100 * r.top1);
+            CHECKF(r.rel_rms <= 1e-4, "public-%d: relative RMS %.2e > 1e-4", k, r.rel_rms);
+            /* with an F32 cache, evaluating token by token, in batches of 7 or all at once uses the
+               same arithmetic (the KV cache path): the logits must agree to float rounding */
+            float *la = eval_all(model, ids, n, HQ_TYPE_F32, n, &n_vocab);
+            float *l1 = eval_all(model, ids, n, HQ_TYPE_F32, 1, &n_vocab);
+            float *l7 = eval_all(model, ids, n, HQ_TYPE_F32, 7, &n_vocab);
+            CHECK(la && l1 && l7);
+            if (la && l1 && l7) {
+                cmp_result r1 = compare(l1, la, n, n_vocab), r7 = compare(l7, la, n, n_vocab);
+                CHECKF(r1.rel_rms < 1e-5 && r7.rel_rms < 1e-5, "batching changes logits: %.2e %.2e", r1.rel_rms, r7.rel_rms);
+                cmp_result rf = compare(la, ref, n, n_vocab);
+                printf("stories260K public-%d F32 cache: rel_rms %.2e\n", k, rf.rel_rms);
+                CHECKF(rf.rel_rms < 1e-3, "F32 KV cache: relative RMS %.2e", rf.rel_rms);
+            }
+            free(la);
+            free(l1);
+            free(l7);
+        }
+        free(logits);
+        free(ref);
+        free(ids);
+        json_decref(j);
+
+        /* greedy continuation, token by token, F16 KV cache as llama.cpp's default */
+        snprintf(p, sizeof p, "%s/reference/stories260K/public-%d.gen.json", shared, k);
+        j = json_load_file(p, 0, NULL);
+        CHECK(j != NULL);
+        if (!j) continue;
+        int np, ng;
+        int32_t *prompt = json_ids(json_object_get(j, "prompt_tokens"), &np);
+        int32_t *gen = json_ids(json_object_get(j, "tokens"), &ng);
+        gguf_ctx *g = gguf_open(model, &err);
+        hm_model *m = g ? hm_model_load(g, &err) : NULL;
+        hm_ctx_params cp = hm_ctx_default_params();
+        cp.n_ctx = np + ng + 1;
+        hm_shard sh = m ? hm_shard_full(m) : (hm_shard){0};
+        hm_ctx *c = m ? hm_ctx_create(m, &sh, &cp, &err) : NULL;
+        REQUIRE_VOID(c);
+        float *lg = malloc((size_t)m->hp.n_vocab * sizeof(float));
+        int rc = hm_eval(c, prompt, NULL, np, 0, lg, false, NULL, &err);
+        int match = 0;
+        for (int i = 0; i < ng && rc == 0; i++) {
+            int best = 0;
+            for (int v = 1; v < m->hp.n_vocab; v++) if (lg[v] > lg[best]) best = v;
+            if (best != gen[i]) break;
+            match++;
+            if (i + 1 < ng) rc = hm_eval(c, &best, NULL, 1, np + i, lg, false, NULL, &err);
+        }
+        printf("stories260K public-%d greedy: %d/%d tokens match\n", k, match, ng);
+        CHECKF(match == ng, "public-%d: greedy continuation diverges at token %d", k, match);
+        free(lg);
+        free(prompt);
+        free(gen);
+        hm_ctx_free(c);
+        hm_model_free(m);
+        gguf_close(g);
+        json_decref(j);
+    }
+}
+
+static void test_bad_inputs(const char *shared) {
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open(test_path(shared, "models/stories260K.gguf"), &err);
+    REQUIRE_VOID(g);
+    hm_model *m = hm_model_load(g, &err);
+    REQUIRE_VOID(m);
+    hm_ctx_params p = hm_ctx_default_params();
+    p.n_ctx = 8;
+    p.n_batch = 4;
+    hm_shard sh = hm_shard_full(m);
+    hm_ctx *c = hm_ctx_create(m, &sh, &p, &err);
+    REQUIRE_VOID(c);
+    float *lg = malloc((size_t)m->hp.n_vocab * sizeof(float));
+    int32_t bad = m->hp.n_vocab, ok[5] = {1, 2, 3, 4, 5};
+    CHECK(hm_eval(c, &bad, NULL, 1, 0, lg, false, NULL, &err) == HR_EINVAL && err.msg[0]);
+    CHECK(hm_eval(c, ok, NULL, 5, 0, lg, false, NULL, &err) == HR_EINVAL);   /* > n_batch */
+    CHECK(hm_eval(c, ok, NULL, 2, 7, lg, false, NULL, &err) == HR_ERANGE);   /* past n_ctx */
+    CHECK(hm_eval(c, ok, NULL, 2, 6, lg, false, NULL, &err) == 0);
+    free(lg);
+    hm_ctx_free(c);
+    hm_model_free(m);
+    gguf_close(g);
+}
+
+int main(void) {
+    hr_init();
+    const char *shared = test_shared_dir();
+    printf("kernels: %s\n", hq_simd_name());
+    test_bad_inputs(shared);
+    test_stories(shared);
+    test_synth(shared);
+    return test_summary();
+}
