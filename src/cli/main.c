@@ -3,14 +3,6 @@
 
 #include <stdio.h>
 
-/* TEMPORARY during the first build-out: subcommands are weak so the binary links while they are
-   written in parallel; main reports a missing one. Removed once all exist. */
-#pragma weak cmd_run
-#pragma weak cmd_eval
-#pragma weak cmd_bench
-#pragma weak cmd_info
-#pragma weak cmd_synth
-#pragma weak cmd_quantize
 
 static const struct { const char *name; int (*fn)(int, char **); const char *help; } commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
@@ -38,10 +30,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (size_t i = 0; i < HR_ARRAY_LEN(commands); i++)
-        if (!strcmp(argv[1], commands[i].name)) {
-            if (!commands[i].fn) { fprintf(stderr, "hearth: '%s' is not in this build\n", argv[1]); return 2; }
-            return commands[i].fn(argc - 1, argv + 1);
-        }
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "hearth: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
