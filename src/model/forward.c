@@ -52,6 +52,10 @@ struct hm_ctx {
     size_t kv_esize;
     int32_t n_ctx;
     int64_t max_dim;
+    /* this shard's share of each layer: query heads, KV heads, their widths, FFN neurons */
+    int nh, nkv;
+    int64_t Dq, Dkv, F;
+    hm_layer *L;                    /* [n layers of the shard]: views of the model's tensors */
     /* KV cache of the shard's layers: K and V as rows [n_ctx][n_kv*hd] */
     uint8_t **k_cache, **v_cache;
     /* scratch, [n_batch][...] */
@@ -80,6 +84,48 @@ static int32_t hm_resolve_n_ctx(const hm_hparams *hp, int32_t n_ctx) {
 static size_t hm_kv_layer_bytes(const hm_hparams *hp, int32_t n_ctx, int kv_type) {
     size_t es = kv_type == HQ_TYPE_F32 ? 4 : 2;
     return (size_t)n_ctx * (size_t)hp->n_head_kv * (size_t)hp->head_dim * es;
+}
+
+/* rows [r0, r1) of a weight: a contiguous view */
+static hm_tensor hm_rows_view(const hm_tensor *t, int64_t r0, int64_t r1) {
+    hm_tensor v = *t;
+    if (!t->data) return v;
+    v.data = (const uint8_t *)t->data + (size_t)r0 * t->row_bytes;
+    v.ne1 = r1 - r0;
+    return v;
+}
+/* columns [c0, c1) of every row (block-aligned, checked by hm_shard_validate): a strided view whose
+   row_bytes stays the full row's stride */
+static hm_tensor hm_cols_view(const hm_tensor *t, int64_t c0, int64_t c1) {
+    hm_tensor v = *t;
+    const hq_traits *tr = hq_get_traits(t->type);
+    v.data = (const uint8_t *)t->data + (size_t)(c0 / tr->blck_size) * tr->type_size;
+    v.ne0 = c1 - c0;
+    return v;
+}
+/* elements [e0, e1) of an F32 vector (biases) */
+static hm_tensor hm_vec_view(const hm_tensor *t, int64_t e0, int64_t e1) {
+    hm_tensor v = *t;
+    if (!t->data) return v;
+    v.data = (const float *)t->data + e0;
+    v.ne0 = e1 - e0;
+    return v;
+}
+
+static void hm_layer_view(hm_layer *d, const hm_layer *L, const hm_shard *s, int64_t unit, int64_t hd) {
+    *d = *L;
+    int64_t q0 = s->kv_begin * unit, q1 = s->kv_end * unit;    /* query rows */
+    int64_t k0 = s->kv_begin * hd, k1 = s->kv_end * hd;        /* key/value rows */
+    d->wq = hm_rows_view(&L->wq, q0, q1);
+    d->wk = hm_rows_view(&L->wk, k0, k1);
+    d->wv = hm_rows_view(&L->wv, k0, k1);
+    d->bq = hm_vec_view(&L->bq, q0, q1);
+    d->bk = hm_vec_view(&L->bk, k0, k1);
+    d->bv = hm_vec_view(&L->bv, k0, k1);
+    d->wo = hm_cols_view(&L->wo, q0, q1);
+    d->w_gate = hm_rows_view(&L->w_gate, s->ff_begin, s->ff_end);
+    d->w_up = hm_rows_view(&L->w_up, s->ff_begin, s->ff_end);
+    d->w_down = hm_cols_view(&L->w_down, s->ff_begin, s->ff_end);
 }
 
 static int64_t hm_max_dim(const hm_hparams *hp) {
@@ -115,6 +161,7 @@ void hm_ctx_free(hm_ctx *c) {
     free(c->v_cache);
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->gate, c->up, c->rope_cs};
     for (size_t i = 0; i < HR_ARRAY_LEN(bufs); i++) hr_free_aligned(bufs[i]);
+    free(c->L);
     hm_act *acts[] = {&c->act_in, &c->act_att, &c->act_ff};
     for (size_t a = 0; a < HR_ARRAY_LEN(acts); a++)
         for (int i = 0; i < HM_ACT_COUNT; i++) hr_free_aligned(acts[a]->q[i]);
@@ -125,6 +172,7 @@ void hm_ctx_free(hm_ctx *c) {
 
 /* allocates one quantized-copy buffer per activation type some weight of the shard needs */
 static int hm_act_init(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, int nw, int64_t dim) {
+    if (dim == 0) return 0; /* an empty share: the block is skipped */
     for (int i = 0; i < nw; i++) {
         const hq_traits *tr = hq_get_traits(ws[i]->type);
         int ai = hm_act_index(tr->vec_dot_type);
@@ -143,13 +191,10 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
     hm_ctx *c = calloc(1, sizeof *c);
     if (!c) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
     c->m = m;
-    c->shard = *shard;
+    c->shard = hm_shard_normalize(m, shard);
+    shard = &c->shard;
     c->p = *params;
-    if (shard->layer_begin < 0 || shard->layer_end > hp->n_layer || shard->layer_begin > shard->layer_end) {
-        hr_fail(err, HR_EINVAL, "shard layers [%d, %d) outside the model's %d layers", shard->layer_begin,
-                shard->layer_end, hp->n_layer);
-        goto err;
-    }
+    if (hm_shard_validate(m, shard, err)) goto err;
     if (c->p.n_batch <= 0) c->p.n_batch = 512;
     if (c->p.n_threads <= 0) c->p.n_threads = hr_physical_cores();
     c->n_ctx = hm_resolve_n_ctx(hp, c->p.n_ctx);
@@ -171,13 +216,23 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
     c->p.n_threads = hr_pool_size(c->pool);
 
     int64_t B = c->p.n_batch, E = hp->n_embd, hd = hp->head_dim;
-    int64_t Dq = (int64_t)hp->n_head * hd, Dkv = (int64_t)hp->n_head_kv * hd;
+    int gqa = hp->n_head / hp->n_head_kv;
+    c->nkv = shard->kv_end - shard->kv_begin;
+    c->nh = c->nkv * gqa;
+    c->Dq = (int64_t)c->nh * hd;
+    c->Dkv = (int64_t)c->nkv * hd;
+    c->F = shard->ff_end - shard->ff_begin;
+    int64_t Dq = c->Dq, Dkv = c->Dkv;
     c->max_dim = hm_max_dim(hp);
     int nl = shard->layer_end - shard->layer_begin;
+    c->L = calloc((size_t)HR_MAX(nl, 1), sizeof *c->L);
+    if (!c->L) goto oom;
+    for (int i = 0; i < nl; i++)
+        hm_layer_view(&c->L[i], &m->layers[shard->layer_begin + i], shard, gqa * hd, hd);
     c->k_cache = calloc((size_t)HR_MAX(nl, 1), sizeof(uint8_t *));
     c->v_cache = calloc((size_t)HR_MAX(nl, 1), sizeof(uint8_t *));
     if (!c->k_cache || !c->v_cache) goto oom;
-    size_t kvb = hm_kv_layer_bytes(hp, c->n_ctx, c->kv_type);
+    size_t kvb = (size_t)c->n_ctx * (size_t)Dkv * c->kv_esize;
     for (int i = 0; i < nl; i++) {
         c->k_cache[i] = hm_ctx_alloc(c, kvb);
         c->v_cache[i] = hm_ctx_alloc(c, kvb);
@@ -191,18 +246,18 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
     ALLOC_F(v, B * Dkv);
     ALLOC_F(att, B * Dq);
     ALLOC_F(o, B * E);
-    ALLOC_F(gate, B * hp->n_ff);
-    ALLOC_F(up, B * hp->n_ff);
+    ALLOC_F(gate, B * c->F);
+    ALLOC_F(up, B * c->F);
     ALLOC_F(rope_cs, B * hd);
 #undef ALLOC_F
     /* which activation types the shard's weights need */
-    for (int il = shard->layer_begin; il < shard->layer_end; il++) {
-        const hm_layer *L = &m->layers[il];
+    for (int i = 0; i < nl; i++) {
+        const hm_layer *L = &c->L[i];
         const hm_tensor *in[] = {&L->wq, &L->wk, &L->wv, &L->w_gate, &L->w_up};
         const hm_tensor *at[] = {&L->wo};
         const hm_tensor *ff[] = {&L->w_down};
         if (hm_act_init(c, &c->act_in, in, 5, E) || hm_act_init(c, &c->act_att, at, 1, Dq) ||
-            hm_act_init(c, &c->act_ff, ff, 1, hp->n_ff))
+            hm_act_init(c, &c->act_ff, ff, 1, c->F))
             goto oom;
     }
     if (shard->last) {
@@ -409,8 +464,8 @@ static void hm_att_worker(void *arg, int ith, int nth) {
     hm_att_job *j = arg;
     hm_ctx *c = j->c;
     const hm_hparams *hp = &c->m->hp;
-    int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, gqa = nh / nkv;
-    int64_t Dq = (int64_t)nh * hd, Dkv = (int64_t)nkv * hd;
+    int hd = hp->head_dim, nh = c->nh, gqa = hp->n_head / hp->n_head_kv;
+    int64_t Dq = c->Dq, Dkv = c->Dkv;
     const float scale = 1.0f / sqrtf((float)hd);
     float *acc = (float *)(c->att_scratch + (size_t)ith * c->att_scratch_stride); /* [hd] */
     float *sc = acc + hd;                                                        /* [HM_KV_TILE] */
@@ -452,8 +507,8 @@ static void hm_qk_worker(void *arg, int ith, int nth) {
     hm_ctx *c = j->c;
     const hm_hparams *hp = &c->m->hp;
     const hm_layer *L = j->L;
-    int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
-    int64_t Dq = (int64_t)nh * hd, Dkv = (int64_t)nkv * hd;
+    int hd = hp->head_dim, nh = c->nh, nkv = c->nkv;
+    int64_t Dq = c->Dq, Dkv = c->Dkv;
     int64_t t0, t1;
     hr_split(j->n, ith, nth, 1, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
@@ -499,7 +554,7 @@ static void hm_rows_worker(void *arg, int ith, int nth) {
     hm_rows_job *j = arg;
     hm_ctx *c = j->c;
     const hm_hparams *hp = &c->m->hp;
-    int64_t E = hp->n_embd, F = hp->n_ff;
+    int64_t E = hp->n_embd, F = c->F;
     int64_t t0, t1;
     hr_split(j->n, ith, nth, 1, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
@@ -554,12 +609,57 @@ static void hm_rope_cache(hm_ctx *c, int n, int32_t pos0) {
     }
 }
 
+/* o = attention block output (this share's partial sum) for xn = rmsnorm(x) * attn_norm */
+static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n, int32_t pos0) {
+    if (c->nkv == 0) { /* no attention heads in this share: a zero partial */
+        memset(c->o, 0, (size_t)n * c->m->hp.n_embd * sizeof(float));
+        return;
+    }
+    /* q, k, v projections */
+    hm_act_set(&c->act_in, c->xn, n, c->m->hp.n_embd);
+    const hm_tensor *wqkv[] = {&L->wq, &L->wk, &L->wv};
+    float *oqkv[] = {c->q, c->k, c->v};
+    hm_matmul(c, &c->act_in, wqkv, oqkv, 3);
+    /* biases, q/k norm, RoPE, KV store */
+    int64_t t0 = hr_time_ns();
+    hm_qk_job qj = {c, L, li, n, pos0};
+    if (n == 1) hm_qk_worker(&qj, 0, 1);
+    else hr_pool_run(c->pool, hm_qk_worker, &qj);
+    /* softmax(q K^T / sqrt(hd)) V */
+    hm_att_job aj = {c, li, n, pos0};
+    hr_pool_run(c->pool, hm_att_worker, &aj);
+    c->t.attn_ns += hr_time_ns() - t0;
+    /* output projection */
+    hm_act_set(&c->act_att, c->att, n, c->Dq);
+    const hm_tensor *wo[] = {&L->wo};
+    float *oo[] = {c->o};
+    hm_matmul(c, &c->act_att, wo, oo, 1);
+}
+
+/* o = FFN block output (this share's partial sum) for xn = rmsnorm(x) * ffn_norm:
+   Wd (silu(Wg xn) * Wu xn) */
+static void hm_ffn_block(hm_ctx *c, const hm_layer *L, int n) {
+    if (c->F == 0) { /* no FFN neurons in this share */
+        memset(c->o, 0, (size_t)n * c->m->hp.n_embd * sizeof(float));
+        return;
+    }
+    hm_act_set(&c->act_in, c->xn, n, c->m->hp.n_embd);
+    const hm_tensor *wgu[] = {&L->w_gate, &L->w_up};
+    float *ogu[] = {c->gate, c->up};
+    hm_matmul(c, &c->act_in, wgu, ogu, 2);
+    hm_rows(c, n, 2, NULL);
+    hm_act_set(&c->act_ff, c->gate, n, c->F);
+    const hm_tensor *wd[] = {&L->w_down};
+    float *od[] = {c->o};
+    hm_matmul(c, &c->act_ff, wd, od, 1);
+}
+
 int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0, float *logits,
             bool all_logits, float *hidden_out, hr_err *err) {
     const hm_model *m = c->m;
     const hm_hparams *hp = &m->hp;
     int64_t E = hp->n_embd, hd = hp->head_dim;
-    int64_t Dq = (int64_t)hp->n_head * hd;
+    (void)hd;
     memset(&c->t, 0, sizeof c->t);
     int64_t t_start = hr_time_ns();
     if (n < 1 || n > c->p.n_batch)
@@ -583,40 +683,15 @@ int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int
     hm_rope_cache(c, n, pos0);
 
     for (int il = c->shard.layer_begin; il < c->shard.layer_end; il++) {
-        const hm_layer *L = &m->layers[il];
         int li = il - c->shard.layer_begin;
+        const hm_layer *L = &c->L[li];
         /* attention rmsnorm (the residual add of the previous FFN is folded into op 1) */
         hm_rows(c, n, il == c->shard.layer_begin ? 0 : 1, L->attn_norm.data);
-        hm_act_set(&c->act_in, c->xn, n, E);
-        /* q, k, v projections */
-        const hm_tensor *wqkv[] = {&L->wq, &L->wk, &L->wv};
-        float *oqkv[] = {c->q, c->k, c->v};
-        hm_matmul(c, &c->act_in, wqkv, oqkv, 3);
-        /* biases, q/k norm, RoPE, KV store */
-        int64_t t0 = hr_time_ns();
-        hm_qk_job qj = {c, L, li, n, pos0};
-        if (n == 1) hm_qk_worker(&qj, 0, 1);
-        else hr_pool_run(c->pool, hm_qk_worker, &qj);
-        /* attention */
-        hm_att_job aj = {c, li, n, pos0};
-        hr_pool_run(c->pool, hm_att_worker, &aj);
-        c->t.attn_ns += hr_time_ns() - t0;
-        /* output projection, sync, residual */
-        hm_act_set(&c->act_att, c->att, n, Dq);
-        const hm_tensor *wo[] = {&L->wo};
-        float *oo[] = {c->o};
-        hm_matmul(c, &c->act_att, wo, oo, 1);
+        hm_attention_block(c, L, li, n, pos0);
         if (hm_sync(c, il, HM_BLOCK_ATTN, c->o, n, err)) return err ? err->code : HR_ENET;
-        /* ffn rmsnorm (with x += o) */
+        /* ffn rmsnorm (with the attention residual x += o folded in) */
         hm_rows(c, n, 1, L->ffn_norm.data);
-        hm_act_set(&c->act_in, c->xn, n, E);
-        const hm_tensor *wgu[] = {&L->w_gate, &L->w_up};
-        float *ogu[] = {c->gate, c->up};
-        hm_matmul(c, &c->act_in, wgu, ogu, 2);
-        hm_rows(c, n, 2, NULL);
-        hm_act_set(&c->act_ff, c->gate, n, hp->n_ff);
-        const hm_tensor *wd[] = {&L->w_down};
-        hm_matmul(c, &c->act_ff, wd, oo, 1);
+        hm_ffn_block(c, L, n);
         if (hm_sync(c, il, HM_BLOCK_FFN, c->o, n, err)) return err ? err->code : HR_ENET;
         /* FFN residual: folded into the next layer's norm, done here after the last layer */
         if (il == c->shard.layer_end - 1)

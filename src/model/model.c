@@ -168,6 +168,46 @@ uint64_t hm_model_weight_bytes(const hm_model *m) {
 }
 
 hm_shard hm_shard_full(const hm_model *m) {
-    hm_shard s = {.layer_begin = 0, .layer_end = m->hp.n_layer, .first = true, .last = true};
+    hm_shard s = {.layer_begin = 0, .layer_end = m->hp.n_layer, .kv_begin = 0, .kv_end = m->hp.n_head_kv,
+                  .ff_begin = 0, .ff_end = m->hp.n_ff, .first = true, .last = true};
     return s;
+}
+
+static bool hm_cols_aligned(const hm_tensor *t, int64_t c0, int64_t c1) {
+    const hq_traits *tr = hq_get_traits(t->type);
+    return tr && c0 % tr->blck_size == 0 && c1 % tr->blck_size == 0;
+}
+
+hm_shard hm_shard_normalize(const hm_model *m, const hm_shard *in) {
+    hm_shard s = *in;
+    if (s.kv_end < 0) s.kv_end = m->hp.n_head_kv;
+    if (s.ff_end < 0) s.ff_end = m->hp.n_ff;
+    return s;
+}
+
+int hm_shard_validate(const hm_model *m, const hm_shard *in, hr_err *err) {
+    const hm_hparams *hp = &m->hp;
+    hm_shard sn = hm_shard_normalize(m, in);
+    const hm_shard *s = &sn;
+    if (s->layer_begin < 0 || s->layer_end > hp->n_layer || s->layer_begin > s->layer_end)
+        return hr_fail(err, HR_EINVAL, "shard layers [%d, %d) outside the model's %d layers", s->layer_begin,
+                       s->layer_end, hp->n_layer);
+    if (s->kv_begin < 0 || s->kv_end > hp->n_head_kv || s->kv_begin > s->kv_end)
+        return hr_fail(err, HR_EINVAL, "shard attention units [%d, %d) outside the model's %d KV heads", s->kv_begin,
+                       s->kv_end, hp->n_head_kv);
+    if (s->ff_begin < 0 || s->ff_end > hp->n_ff || s->ff_begin > s->ff_end)
+        return hr_fail(err, HR_EINVAL, "shard FFN neurons [%d, %d) outside the model's %d", s->ff_begin, s->ff_end,
+                       hp->n_ff);
+    int64_t unit = (int64_t)(hp->n_head / hp->n_head_kv) * hp->head_dim;
+    for (int il = s->layer_begin; il < s->layer_end; il++) {
+        const hm_layer *L = &m->layers[il];
+        if (!hm_cols_aligned(&L->wo, s->kv_begin * unit, s->kv_end * unit))
+            return hr_fail(err, HR_EINVAL, "layer %d: attention units [%d, %d) do not fall on %s block boundaries of "
+                           "attn_output (%lld columns per unit)", il, s->kv_begin, s->kv_end,
+                           hq_type_name(L->wo.type), (long long)unit);
+        if (!hm_cols_aligned(&L->w_down, s->ff_begin, s->ff_end))
+            return hr_fail(err, HR_EINVAL, "layer %d: FFN neurons [%d, %d) do not fall on %s block boundaries of "
+                           "ffn_down", il, s->ff_begin, s->ff_end, hq_type_name(L->w_down.type));
+    }
+    return 0;
 }

@@ -92,14 +92,28 @@ enum hm_block { HM_BLOCK_ATTN = 0, HM_BLOCK_FFN = 1 };
    forward pass then stops and returns it). */
 typedef int (*hm_sync_fn)(void *user, int layer, enum hm_block block, float *x, int n_tokens, int n_embd);
 
+/* A shard is a layer range and, for tensor parallelism, a share of every layer in it: the attention
+   units [kv_begin, kv_end) (a unit is one KV head and the n_head/n_head_kv query heads that share it)
+   and the FFN neurons [ff_begin, ff_end). The shard's wq/wk/wv/w_gate/w_up are row ranges and its
+   wo/w_down column ranges of the full tensors (views, no copy); column ranges must fall on block
+   boundaries of those tensors' types. Its block outputs are then partial sums, which sync must add
+   up across the shards. A share may be empty (kv_begin == kv_end: no attention heads here; the
+   block's partial output is then zero): FFN can be split finer than attention. kv_end / ff_end < 0
+   mean "to the end". */
 typedef struct hm_shard {
     int32_t layer_begin, layer_end;  /* layers this device runs */
+    int32_t kv_begin, kv_end;        /* attention units (KV heads) of each layer */
+    int32_t ff_begin, ff_end;        /* FFN neurons of each layer */
     bool    first;                   /* runs the token embedding (tokens in) */
     bool    last;                    /* runs final norm + output head (logits out) */
     hm_sync_fn sync;                 /* NULL: single device */
     void   *sync_user;
 } hm_shard;
-hm_shard hm_shard_full(const hm_model *m);   /* all layers, first and last, no sync */
+hm_shard hm_shard_full(const hm_model *m);   /* all layers and units, first and last, no sync */
+/* The shard with kv_end/ff_end < 0 replaced by the model's counts. */
+hm_shard hm_shard_normalize(const hm_model *m, const hm_shard *s);
+/* Checks a shard against a model: ranges inside it, column slices on block boundaries. */
+int hm_shard_validate(const hm_model *m, const hm_shard *s, hr_err *err);
 
 /* ---- context: KV cache + scratch, bound to a model ---------------------------------------------- */
 typedef struct hm_ctx_params {
