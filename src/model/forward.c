@@ -580,6 +580,13 @@ static void hm_rows(hm_ctx *c, int n, int op, const float *w) {
     c->t.other_ns += hr_time_ns() - t0;
 }
 
+static void hm_weights(hm_ctx *c, int layer, enum hm_block b, enum hm_phase ph) {
+    if (!c->shard.weights) return;
+    int64_t t0 = hr_time_ns();
+    c->shard.weights(c->shard.weights_user, layer, b, ph);
+    c->t.weights_ns += hr_time_ns() - t0;
+}
+
 static int hm_sync(hm_ctx *c, int layer, enum hm_block b, float *x, int n, hr_err *err) {
     if (!c->shard.sync) return 0;
     int64_t t0 = hr_time_ns();
@@ -687,11 +694,15 @@ int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int
         const hm_layer *L = &c->L[li];
         /* attention rmsnorm (the residual add of the previous FFN is folded into op 1) */
         hm_rows(c, n, il == c->shard.layer_begin ? 0 : 1, L->attn_norm.data);
+        hm_weights(c, il, HM_BLOCK_ATTN, HM_PHASE_BEGIN);
         hm_attention_block(c, L, li, n, pos0);
+        hm_weights(c, il, HM_BLOCK_ATTN, HM_PHASE_END);
         if (hm_sync(c, il, HM_BLOCK_ATTN, c->o, n, err)) return err ? err->code : HR_ENET;
         /* ffn rmsnorm (with the attention residual x += o folded in) */
         hm_rows(c, n, 1, L->ffn_norm.data);
+        hm_weights(c, il, HM_BLOCK_FFN, HM_PHASE_BEGIN);
         hm_ffn_block(c, L, n);
+        hm_weights(c, il, HM_BLOCK_FFN, HM_PHASE_END);
         if (hm_sync(c, il, HM_BLOCK_FFN, c->o, n, err)) return err ? err->code : HR_ENET;
         /* FFN residual: folded into the next layer's norm, done here after the last layer */
         if (il == c->shard.layer_end - 1)
@@ -706,13 +717,16 @@ int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int
     }
     /* final norm and output head, for the last token or all of them */
     int first = all_logits ? 0 : n - 1, cnt = all_logits ? n : 1;
-    for (int t = first; t < n; t++) hm_rmsnorm(c->xn + (t - first) * E, c->x + (int64_t)t * E, m->output_norm.data, E, hp->rms_eps);
+    hm_weights(c, m->hp.n_layer, HM_BLOCK_OUTPUT, HM_PHASE_BEGIN);
+    for (int t = first; t < n; t++)
+        hm_rmsnorm(c->xn + (t - first) * E, c->x + (int64_t)t * E, m->output_norm.data, E, hp->rms_eps);
     if (logits) {
         hm_act_set(&c->act_in, c->xn, cnt, E);
         const hm_tensor *wout[] = {&m->output};
         float *olog[] = {logits};
         hm_matmul(c, &c->act_in, wout, olog, 1);
     }
+    hm_weights(c, m->hp.n_layer, HM_BLOCK_OUTPUT, HM_PHASE_END);
     if (hidden_out) memcpy(hidden_out, c->x, (size_t)n * E * sizeof(float));
     c->t.total_ns = hr_time_ns() - t_start;
     return 0;

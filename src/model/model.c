@@ -211,3 +211,28 @@ int hm_shard_validate(const hm_model *m, const hm_shard *in, hr_err *err) {
     }
     return 0;
 }
+
+static int hm_add_range(const hm_tensor *t, hm_range *out, int n, int cap) {
+    if (!t->data) return n;
+    if (n < cap) out[n] = (hm_range){t->data, t->row_bytes * (size_t)t->ne1};
+    return n + 1;
+}
+
+int hm_block_ranges(const hm_model *m, int layer, enum hm_block block, hm_range *out, int cap) {
+    int n = 0;
+    if (block == HM_BLOCK_OUTPUT) {
+        n = hm_add_range(&m->output_norm, out, n, cap);
+        return hm_add_range(&m->output, out, n, cap);
+    }
+    if (layer < 0 || layer >= m->hp.n_layer) return 0;
+    const hm_layer *L = &m->layers[layer];
+    if (block == HM_BLOCK_ATTN) {
+        const hm_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq, &L->bk, &L->bv,
+                                 &L->q_norm, &L->k_norm, &L->wo};
+        for (size_t i = 0; i < HR_ARRAY_LEN(ts); i++) n = hm_add_range(ts[i], out, n, cap);
+    } else {
+        const hm_tensor *ts[] = {&L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < HR_ARRAY_LEN(ts); i++) n = hm_add_range(ts[i], out, n, cap);
+    }
+    return n;
+}

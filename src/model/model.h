@@ -85,7 +85,19 @@ void      hm_model_free(hm_model *m);
 uint64_t  hm_model_weight_bytes(const hm_model *m);
 
 /* ---- shard and sync ------------------------------------------------------------------------------ */
-enum hm_block { HM_BLOCK_ATTN = 0, HM_BLOCK_FFN = 1 };
+enum hm_block { HM_BLOCK_ATTN = 0, HM_BLOCK_FFN = 1, HM_BLOCK_OUTPUT = 2 /* output norm + head */ };
+enum hm_phase { HM_PHASE_BEGIN = 0, HM_PHASE_END = 1 };
+
+/* Called just before a block's weights are used (BEGIN) and right after (END), on the thread that
+   calls hm_eval: the residency manager's hook (stream the block in, release it, prefetch the next).
+   NULL: weights stay mapped as they are. */
+typedef void (*hm_weights_fn)(void *user, int layer, enum hm_block block, enum hm_phase phase);
+
+/* The byte ranges of the mapped file a block reads (its tensors, whole), for madvise/fadvise.
+   Writes at most cap ranges; returns the number of ranges the block has. layer = n_layer with
+   HM_BLOCK_OUTPUT means the output norm and head. */
+typedef struct hm_range { const void *ptr; size_t len; } hm_range;
+int hm_block_ranges(const hm_model *m, int layer, enum hm_block block, hm_range *out, int cap);
 
 /* Called after a block's output projection, before the residual add, with x = [n_tokens][n_embd]
    partial outputs; must leave the summed output in x. Return 0 or a negative HR_E* code (the
@@ -108,6 +120,8 @@ typedef struct hm_shard {
     bool    last;                    /* runs final norm + output head (logits out) */
     hm_sync_fn sync;                 /* NULL: single device */
     void   *sync_user;
+    hm_weights_fn weights;           /* NULL: no residency management */
+    void   *weights_user;
 } hm_shard;
 hm_shard hm_shard_full(const hm_model *m);   /* all layers and units, first and last, no sync */
 /* The shard with kv_end/ff_end < 0 replaced by the model's counts. */
@@ -146,7 +160,7 @@ int32_t hm_ctx_n_ctx(const hm_ctx *c);
 
 /* Per-phase timing of the last hm_eval, nanoseconds (for `--timings` and benchmarks). */
 typedef struct hm_timings {
-    int64_t matmul_ns, attn_ns, sync_ns, other_ns, total_ns;
+    int64_t matmul_ns, attn_ns, sync_ns, weights_ns, other_ns, total_ns; /* weights: time in the residency hook */
 } hm_timings;
 hm_timings hm_ctx_timings(const hm_ctx *c);
 
