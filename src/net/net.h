@@ -1,0 +1,387 @@
+/*
+ * net — hearth's wire protocol (framed, versioned, little-endian messages with hard length limits)
+ * and its TCP transport (every send and receive has a deadline).  Prefix: hn_.
+ *
+ * The module knows messages and sockets, not roles: nothing here asks whether it runs on the head
+ * or on a worker (../shared/DESIGN.md, "Network").
+ *
+ * ==== Frame ====================================================================================
+ * Every message is one frame: a fixed 16-byte header, then `length` payload bytes.
+ *
+ *   offset size  field
+ *      0    4    magic    u32 0x48545248, the bytes "HRTH"
+ *      4    2    version  u16 protocol version, HN_PROTO_VERSION (1)
+ *      6    2    type     u16 enum hn_msg_type
+ *      8    4    length   u32 payload bytes; at most hn_msg_max_payload(type)
+ *     12    4    seq      u32 chosen by the sender and not interpreted by this module; a reply carries
+ *                         the seq of the request it answers (HELLO_ACK, PROFILE, READY, PARTIAL,
+ *                         RESULT, ERROR), so a receiver can match replies and drop stale ones.
+ *
+ * A receiver checks magic, version, type and length against the per-type limit *before* it
+ * allocates anything; any mismatch is HR_EPROTO with a message naming what was wrong. A frame of
+ * another version is refused outright: a peer that speaks several versions sends HELLO in the
+ * lowest one the other side may know and both move to the highest common one after HELLO_ACK.
+ *
+ * ==== Payload encoding =========================================================================
+ * All integers little-endian; f32 is IEEE binary32 little-endian.
+ *   str      u32 n, n bytes of UTF-8, no NUL inside, no terminator; each field has a maximum n
+ *   blob     u32 n, n bytes
+ *   T[]      u32 count, zero bytes up to the next multiple of min(sizeof(T), 8) counted from the
+ *            start of the payload, count * sizeof(T) bytes. The padding lets a receiver read arrays
+ *            in place (payload buffers are 8-byte aligned), so a 64 MiB hidden state is not copied.
+ *   kv[]     u32 count (<= HN_MAX_KV), count x { str key (<= HN_MAX_KEY), str value (<= HN_MAX_VALUE) }
+ * Decoders are strict: every count is checked against the bytes that remain, padding must be zero,
+ * and a payload with bytes left after the last field is refused. Fields must also agree: version_min
+ * <= version_max, device_index < n_devices, known unit kinds and stages, begin <= end,
+ * layer_begin <= layer_end, counts equal to n_tokens (x n_embd). Encoders check the same, so
+ * decode(encode(m)) == m and encode(decode(p)) == p for every payload p that decodes.
+ *
+ * ==== Messages (value, name, payload limit, layout) ============================================
+ *  1 HELLO        4 KiB   u32 version_min, u32 version_max, u64 caps (HN_CAP_*),
+ *                         u8 auth_tag[32] (reserved for a tag derived from the cluster key; zero for
+ *                         now), str device (<= HN_MAX_NAME)
+ *  2 HELLO_ACK    4 KiB   u32 version (chosen), u64 caps, u8 auth_tag[32], str device
+ *  3 ERROR        4 KiB   i32 code (an HR_E* value), str message (<= HN_MAX_MESSAGE)
+ *  4 PROFILE_REQ  256     u32 flags (HN_PROFILE_*), u32 bench_ms (time budget of the benchmark)
+ *  5 PROFILE      64 KiB  kv[] facts: "threads", "mem_bytes", "matvec_gflops", "cpu", ... (text)
+ *  6 LOAD_PLAN    1 MiB   u64 model_hash, u32 device_index, u32 n_devices, str arch (<= HN_MAX_NAME),
+ *                         kv[] params (hyper-parameters as text, "n_embd" = "288"),
+ *                         hn_unit[] units (16 bytes each: u32 layer, u32 kind, u32 begin, u32 end)
+ *  7 SLICE_HAVE   1 MiB   u64 model_hash, u64[] hashes (content hashes already in the cache)
+ *  8 SLICE_BEGIN  4 KiB   u64 hash, u64 size, u32 dtype (hq_type), u32 n_dims (<= 4), u64 ne[4],
+ *                         str name (<= HN_MAX_SLICE_NAME)
+ *  9 SLICE_CHUNK  16 MiB+64  u64 hash, u64 offset, blob data (<= HN_MAX_CHUNK)
+ * 10 SLICE_END    256     u64 hash, u64 size
+ * 11 READY        256     u64 model_hash, u64 weight_bytes, u32 n_slices
+ * 12 FORWARD      64 MiB  u32 layer_begin, u32 layer_end, u32 stage (HN_STAGE_*), u32 n_tokens,
+ *                         u32 n_embd, i32[] pos (count n_tokens), f32[] data (n_tokens x n_embd)
+ * 13 PARTIAL      64 MiB  u32 layer, u32 stage, u32 n_tokens, u32 n_embd, u32 offset,
+ *                         u64 compute_ns, f32[] data (offset + count <= n_tokens x n_embd)
+ * 14 RESULT       64 MiB  u32 layer_end, u32 n_tokens, u32 n_embd, u64 compute_ns,
+ *                         f32[] data (n_tokens x n_embd)
+ * 15 RESET        256     u32 pos_begin (drop KV cache entries at positions >= pos_begin)
+ * 16 BYE          4 KiB   i32 code (0 = normal), str reason (<= HN_MAX_MESSAGE)
+ * Type 0 is never valid. Values are append-only; HN_MSG_COUNT ends the list.
+ * In FORWARD/PARTIAL/RESULT/SLICE_CHUNK the bulk array is the last field, so it can be sent from
+ * the caller's memory as a second iovec (hn_msg_encode returns it as `tail`).
+ *
+ * ==== Ownership and threads ====================================================================
+ * Decoded messages borrow: hn_str, array and data pointers point into the payload they were decoded
+ * from and live as long as it (for hn_msg_recv: until the hn_frame is reused or freed). Messages to
+ * encode borrow the caller's memory. A connection may be used by one sending and one receiving
+ * thread at the same time; its counters may be read from any thread. No global state.
+ *
+ * The protocol assumes a little-endian host (x86-64, ARM64, RISC-V): f32 arrays travel in host order
+ * so that they are sent and received without a copy. proto.c refuses to compile elsewhere.
+ */
+#ifndef HEARTH_NET_H
+#define HEARTH_NET_H
+
+#include "base/base.h"
+
+#define HN_MAGIC          0x48545248u /* "HRTH" as a little-endian u32 */
+#define HN_PROTO_VERSION  1
+#define HN_HEADER_SIZE    16
+
+/* field limits (bytes or entries) */
+#define HN_MAX_NAME       128
+#define HN_MAX_MESSAGE    1024
+#define HN_MAX_KV         64
+#define HN_MAX_KEY        64
+#define HN_MAX_VALUE      256
+#define HN_MAX_SLICE_NAME 256
+#define HN_MAX_DIMS       4
+#define HN_MAX_CHUNK      (16u << 20)
+#define HN_AUTH_TAG_SIZE  32
+
+/* ---- message types (wire values: append only) ---------------------------------------------------- */
+enum hn_msg_type {
+    HN_MSG_HELLO       = 1,
+    HN_MSG_HELLO_ACK   = 2,
+    HN_MSG_ERROR       = 3,
+    HN_MSG_PROFILE_REQ = 4,
+    HN_MSG_PROFILE     = 5,
+    HN_MSG_LOAD_PLAN   = 6,
+    HN_MSG_SLICE_HAVE  = 7,
+    HN_MSG_SLICE_BEGIN = 8,
+    HN_MSG_SLICE_CHUNK = 9,
+    HN_MSG_SLICE_END   = 10,
+    HN_MSG_READY       = 11,
+    HN_MSG_FORWARD     = 12,
+    HN_MSG_PARTIAL     = 13,
+    HN_MSG_RESULT      = 14,
+    HN_MSG_RESET       = 15,
+    HN_MSG_BYE         = 16,
+    HN_MSG_COUNT       = 17,
+};
+
+/* capability bits in HELLO / HELLO_ACK (append only) */
+enum {
+    HN_CAP_F32_ACT     = 1u << 0, /* hidden states as f32 (always set in version 1) */
+    HN_CAP_SLICE_CACHE = 1u << 1, /* keeps weight slices in an on-disk cache (SLICE_HAVE) */
+    HN_CAP_LOSSY_UDP   = 1u << 2, /* can send partial sums over UDP (HALO), later */
+    HN_CAP_ENCRYPT     = 1u << 3, /* can encrypt traffic with the cluster key, later */
+};
+
+/* PROFILE_REQ flags */
+enum { HN_PROFILE_BENCH = 1u << 0 }; /* run the matvec benchmark (bench_ms budget) */
+
+/* what a FORWARD / PARTIAL covers (wire values: append only) */
+enum hn_stage { HN_STAGE_BLOCK = 0, HN_STAGE_ATTN = 1, HN_STAGE_FFN = 2, HN_STAGE_COUNT = 3 };
+
+/* kinds of units a LOAD_PLAN assigns (wire values: append only; 0 is invalid) */
+enum hn_unit_kind {
+    HN_UNIT_LAYER      = 1, /* the whole layer [begin, end) = [0, 1) (pipeline) */
+    HN_UNIT_ATTN_HEADS = 2, /* query heads [begin, end) of the layer, with their KV heads */
+    HN_UNIT_FFN_ROWS   = 3, /* FFN neurons [begin, end): gate/up rows, down columns */
+    HN_UNIT_COUNT      = 4,
+};
+
+const char *hn_msg_name(int type);        /* "FORWARD"; "?" for an unknown type */
+uint32_t    hn_msg_max_payload(int type); /* the hard limit; 0 for an unknown type */
+
+/* ---- header -------------------------------------------------------------------------------------- */
+typedef struct hn_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint32_t len;
+    uint32_t seq;
+} hn_header;
+
+void hn_header_encode(uint8_t out[HN_HEADER_SIZE], int type, uint32_t len, uint32_t seq);
+/* Parses and checks magic, version, type and length limit. HR_EPROTO with a message on failure. */
+int  hn_header_decode(const uint8_t in[HN_HEADER_SIZE], hn_header *h, hr_err *err);
+
+/* ---- payload writer: grows as needed; an allocation failure is sticky and reported at the end ---- */
+typedef struct hn_buf {
+    uint8_t *data;
+    size_t   len, cap;
+    bool     oom;
+} hn_buf;
+
+void hn_buf_init(hn_buf *b);
+void hn_buf_free(hn_buf *b);
+void hn_buf_reset(hn_buf *b); /* len = 0, keeps the memory */
+void hn_buf_put_u8(hn_buf *b, uint8_t v);
+void hn_buf_put_u16(hn_buf *b, uint16_t v);
+void hn_buf_put_u32(hn_buf *b, uint32_t v);
+void hn_buf_put_u64(hn_buf *b, uint64_t v);
+void hn_buf_put_i32(hn_buf *b, int32_t v);
+void hn_buf_put_f32(hn_buf *b, float v);
+void hn_buf_put_raw(hn_buf *b, const void *p, size_t n);       /* n bytes, no length */
+void hn_buf_put_blob(hn_buf *b, const void *p, uint32_t n);    /* u32 n + bytes */
+void hn_buf_put_str(hn_buf *b, const char *s, uint32_t n);     /* u32 n + bytes */
+/* u32 count + zero padding to `elem_size` alignment; the caller appends (or sends) the elements */
+void hn_buf_put_array_head(hn_buf *b, uint32_t count, size_t elem_size);
+void hn_buf_put_f32s(hn_buf *b, const float *v, uint32_t n);
+void hn_buf_put_i32s(hn_buf *b, const int32_t *v, uint32_t n);
+void hn_buf_put_u64s(hn_buf *b, const uint64_t *v, uint32_t n);
+
+/* ---- payload reader: every read checks what remains; the first failure stops the whole decode ---- */
+typedef struct hn_str { const char *s; uint32_t n; } hn_str; /* not NUL-terminated */
+
+typedef struct hn_rd {
+    const uint8_t *p;
+    size_t         len, pos;
+    int            type;      /* for messages: "FORWARD.pos: ..." */
+    bool           failed;
+    char           why[200];  /* first failure, "field: reason" */
+} hn_rd;
+
+/* `p` must be 8-byte aligned (arrays are returned in place). */
+void     hn_rd_init(hn_rd *r, int type, const void *p, size_t len);
+uint8_t  hn_rd_u8(hn_rd *r, const char *field);
+uint16_t hn_rd_u16(hn_rd *r, const char *field);
+uint32_t hn_rd_u32(hn_rd *r, const char *field);
+uint64_t hn_rd_u64(hn_rd *r, const char *field);
+int32_t  hn_rd_i32(hn_rd *r, const char *field);
+float    hn_rd_f32(hn_rd *r, const char *field);
+bool     hn_rd_raw(hn_rd *r, void *out, size_t n, const char *field);            /* copies n bytes */
+hn_str   hn_rd_str(hn_rd *r, uint32_t max_len, const char *field);               /* rejects NUL */
+const uint8_t *hn_rd_blob(hn_rd *r, uint32_t *n, uint32_t max_len, const char *field);
+/* u32 count, padding, elements in place; NULL (and count 0) on failure or when count is 0 */
+const void *hn_rd_array(hn_rd *r, uint32_t *count, size_t elem_size, const char *field);
+/* marks the reader failed with "field: reason" (for checks between fields); returns false */
+bool     hn_rd_reject(hn_rd *r, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* HR_OK when everything read fine and nothing is left over; else HR_EFORMAT "TYPE.field: reason" */
+int      hn_rd_finish(hn_rd *r, hr_err *err);
+
+hn_str hn_cstr(const char *s);                             /* borrows s; NULL gives an empty string */
+size_t hn_str_copy(char *dst, size_t cap, hn_str s);        /* NUL-terminated, truncated; returns s.n */
+bool   hn_str_eq(hn_str s, const char *cstr);
+
+/* ---- messages -------------------------------------------------------------------------------------- */
+typedef struct hn_kv { hn_str key, value; } hn_kv;
+
+/* A unit of a LOAD_PLAN. Its wire layout is this struct on a little-endian host (4 x u32). */
+typedef struct hn_unit {
+    uint32_t layer;
+    uint32_t kind;    /* enum hn_unit_kind */
+    uint32_t begin;   /* [begin, end): heads or neurons */
+    uint32_t end;
+} hn_unit;
+
+typedef struct hn_hello {
+    uint32_t version_min, version_max;
+    uint64_t caps;
+    uint8_t  auth_tag[HN_AUTH_TAG_SIZE];
+    hn_str   device;
+} hn_hello;
+
+typedef struct hn_hello_ack {
+    uint32_t version;
+    uint64_t caps;
+    uint8_t  auth_tag[HN_AUTH_TAG_SIZE];
+    hn_str   device;
+} hn_hello_ack;
+
+typedef struct hn_error    { int32_t code; hn_str message; } hn_error;
+typedef struct hn_profile_req { uint32_t flags, bench_ms; } hn_profile_req;
+typedef struct hn_profile  { uint32_t n_kv; hn_kv kv[HN_MAX_KV]; } hn_profile;
+
+typedef struct hn_load_plan {
+    uint64_t       model_hash;
+    uint32_t       device_index, n_devices;
+    hn_str         arch;
+    uint32_t       n_params;
+    hn_kv          params[HN_MAX_KV];
+    uint32_t       n_units;
+    const hn_unit *units;
+} hn_load_plan;
+
+typedef struct hn_slice_have { uint64_t model_hash; uint32_t n_hashes; const uint64_t *hashes; } hn_slice_have;
+
+typedef struct hn_slice_begin {
+    uint64_t hash, size;
+    uint32_t dtype, n_dims;
+    uint64_t ne[HN_MAX_DIMS];
+    hn_str   name;
+} hn_slice_begin;
+
+typedef struct hn_slice_chunk { uint64_t hash, offset; uint32_t n; const uint8_t *data; } hn_slice_chunk;
+typedef struct hn_slice_end   { uint64_t hash, size; } hn_slice_end;
+typedef struct hn_ready       { uint64_t model_hash, weight_bytes; uint32_t n_slices; } hn_ready;
+
+typedef struct hn_forward {
+    uint32_t       layer_begin, layer_end, stage;
+    uint32_t       n_tokens, n_embd;
+    const int32_t *pos;    /* n_tokens */
+    const float   *data;   /* n_tokens x n_embd, row per token */
+} hn_forward;
+
+typedef struct hn_partial {
+    uint32_t     layer, stage, n_tokens, n_embd;
+    uint32_t     offset;       /* first element of `data` within n_tokens x n_embd (ring chunks) */
+    uint32_t     n;            /* elements in data */
+    uint64_t     compute_ns;   /* time the sender spent computing it */
+    const float *data;
+} hn_partial;
+
+typedef struct hn_result {
+    uint32_t     layer_end, n_tokens, n_embd;
+    uint64_t     compute_ns;
+    const float *data;         /* n_tokens x n_embd */
+} hn_result;
+
+typedef struct hn_reset { uint32_t pos_begin; } hn_reset;
+typedef struct hn_bye   { int32_t code; hn_str reason; } hn_bye;
+
+typedef struct hn_msg {
+    int      type;   /* enum hn_msg_type */
+    uint32_t seq;
+    union {
+        hn_hello       hello;
+        hn_hello_ack   hello_ack;
+        hn_error       error;
+        hn_profile_req profile_req;
+        hn_profile     profile;
+        hn_load_plan   load_plan;
+        hn_slice_have  slice_have;
+        hn_slice_begin slice_begin;
+        hn_slice_chunk slice_chunk;
+        hn_slice_end   slice_end;
+        hn_ready       ready;
+        hn_forward     forward;
+        hn_partial     partial;
+        hn_result      result;
+        hn_reset       reset;
+        hn_bye         bye;
+    } u;
+} hn_msg;
+
+typedef struct hn_iov { const void *p; size_t n; } hn_iov;
+
+/* Encodes m's payload. Everything but the bulk array replaces the contents of `head`; the bulk array
+   (f32 data, chunk bytes) is returned in `tail` ({NULL, 0} if none), to be sent after it. Checks the
+   message the way the decoder would (string and count limits, n_tokens x n_embd, payload limit):
+   HR_EINVAL with a message naming type and field, so whatever encodes also decodes. */
+int hn_msg_encode(const hn_msg *m, hn_buf *head, hn_iov *tail, hr_err *err);
+/* Same, with the tail appended: the whole payload in `out` (replaced). */
+int hn_msg_encode_full(const hn_msg *m, hn_buf *out, hr_err *err);
+/* Decodes a payload of `type` (8-byte aligned; borrowed by *out). HR_EFORMAT "FORWARD.pos: ..." or
+   HR_EPROTO for an unknown type; a failed decode leaves only type and seq set in *out. */
+int hn_msg_decode(int type, uint32_t seq, const void *payload, size_t len, hn_msg *out, hr_err *err);
+
+/* ---- TCP transport ------------------------------------------------------------------------------- */
+/* Deadlines are absolute hr_time_ns() values. HN_NO_DEADLINE waits forever: keep it for waits on a
+   person (an idle worker waiting for a head); TCP keepalive still notices a vanished peer there. */
+#define HN_NO_DEADLINE INT64_MAX
+static inline int64_t hn_deadline_ms(int64_t ms) { return hr_time_ns() + ms * 1000000; }
+
+/* Splits "HOST:PORT", "[V6ADDR]:PORT" or ":PORT" (empty host = any address). A bare IPv6 address
+   without brackets is refused (its colons are ambiguous). */
+int hn_parse_addr(const char *s, char *host, size_t host_cap, uint16_t *port, hr_err *err);
+
+typedef struct hn_listener hn_listener;
+typedef struct hn_conn     hn_conn;
+
+typedef struct hn_conn_stats {
+    uint64_t bytes_sent, bytes_received;   /* headers included */
+    uint64_t frames_sent, frames_received;
+} hn_conn_stats;
+
+/* Binds and listens on addr (host names resolved with getaddrinfo; port 0 = ephemeral). */
+hn_listener *hn_listen(const char *addr, hr_err *err);
+uint16_t     hn_listener_port(const hn_listener *l); /* the bound port (useful after port 0) */
+void         hn_listener_close(hn_listener *l);      /* NULL is fine */
+/* Waits for one connection until the deadline: NULL with HR_ETIMEDOUT, or HR_ENET. */
+hn_conn     *hn_accept(hn_listener *l, int64_t deadline, hr_err *err);
+
+/* Connects to addr, trying each resolved address in turn, until the deadline (name resolution itself
+   is not bounded by it). */
+hn_conn    *hn_connect(const char *addr, int64_t deadline, hr_err *err);
+void        hn_conn_close(hn_conn *c);                 /* NULL is fine */
+/* Shuts the socket down without freeing it: a thread blocked in a receive on it returns HR_ENET. */
+void        hn_conn_shutdown(hn_conn *c);
+const char *hn_conn_peer(const hn_conn *c);            /* "127.0.0.1:7070", "[::1]:7070" */
+int         hn_conn_fd(const hn_conn *c);
+void        hn_conn_get_stats(const hn_conn *c, hn_conn_stats *out);
+
+/* A received frame. Zero-initialise it; pass it again to reuse its payload buffer (64-byte aligned,
+   grown only when needed); release with hn_frame_free. */
+typedef struct hn_frame {
+    int      type;
+    uint32_t seq;
+    uint32_t len;
+    uint8_t *payload;   /* owned; NULL until a non-empty frame arrives */
+    size_t   cap;
+} hn_frame;
+void hn_frame_free(hn_frame *f);
+
+/* Sends one frame: header + the concatenation of parts (at most 8), with one sendmsg per try and no
+   copy of the parts. The total must be within the type's limit. Errors: HR_ETIMEDOUT (peer not
+   reading), HR_ENET. After a send error the connection's send side is unusable (partial frame). */
+int hn_send_frame(hn_conn *c, int type, uint32_t seq, const hn_iov *parts, int n_parts,
+                  int64_t deadline, hr_err *err);
+/* Receives one whole frame. The header is checked before the payload is allocated. Errors:
+   HR_ETIMEDOUT (nothing, or not all of it, by the deadline), HR_ENET ("peer closed the
+   connection", reset), HR_EPROTO (bad header). A timeout before the first byte leaves the connection
+   usable; any other error leaves its receive side unusable. */
+int hn_recv_frame(hn_conn *c, hn_frame *f, int64_t deadline, hr_err *err);
+
+/* Encode + send (bulk array straight from the caller's memory) / receive + decode (m borrows f). */
+int hn_msg_send(hn_conn *c, const hn_msg *m, int64_t deadline, hr_err *err);
+int hn_msg_recv(hn_conn *c, hn_frame *f, hn_msg *m, int64_t deadline, hr_err *err);
+
+#endif
