@@ -7,11 +7,13 @@
 #include "base/base.h"
 
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 /* shared helpers (cli-util.c) */
 /* Parses an integer flag value; prints "hearth CMD: invalid value 'V' for FLAG" and returns false. */

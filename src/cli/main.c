@@ -6,11 +6,13 @@
 
 static const struct { const char *name; int (*fn)(int, char **); const char *help; } commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
+    {"chat", cmd_chat, "chat with a model on the terminal, in its chat template"},
     {"eval", cmd_eval, "write the logits of a token sequence (for comparison with references)"},
     {"bench", cmd_bench, "measure prompt-processing and generation speed"},
     {"info", cmd_info, "describe a GGUF model: architecture, shapes, tensor types, memory"},
     {"synth", cmd_synth, "write a random-weight GGUF model of a given shape"},
     {"quantize", cmd_quantize, "convert a GGUF model's weights to another type"},
+    {"tokenize", cmd_tokenize, "print the tokens of a text under a model's vocabulary"},
 };
 
 static void usage(FILE *f) {

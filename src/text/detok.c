@@ -1,8 +1,8 @@
 /* Token ids back to bytes: the per-token pieces (built at load, see ht_build_pieces) and the
    streaming detokenizer that only ever emits valid UTF-8.
 
-   Byte-fallback tokens split a character over several ids, so a stream must hold back a character
-   until its last byte arrives. Bytes that can never become valid UTF-8 (a stray continuation byte,
+   Byte-fallback tokens (SentencePiece's <0xNN>) and byte-level BPE tokens split a character over
+   several ids, so a stream must hold back a character until its last byte arrives. Bytes that can never become valid UTF-8 (a stray continuation byte,
    an invalid lead byte, a sequence cut short by a byte that cannot continue it, overlong forms,
    surrogates, code points above U+10FFFF) are replaced by U+FFFD, one per maximal invalid subpart
    as Unicode recommends, so bad model output neither stalls the stream nor leaks broken UTF-8. */

@@ -1,6 +1,7 @@
 /* SentencePiece ("llama" vocabularies) tokenization, with the same results as llama.cpp's
    llm_tokenizer_spm:
-     1. spaces become U+2581 and, when add_space_prefix is set, one U+2581 goes in front;
+     1. spaces become U+2581 and, when asked (add_space_prefix, see ht_tokenize_ex), one U+2581 goes
+        in front;
      2. the text is split into UTF-8 characters (a stray byte is a character of its own);
      3. repeatedly, of all adjacent symbol pairs whose concatenation is a token, the one whose token
         has the highest score is merged (ties: the leftmost pair) — a binary heap of candidate pairs
@@ -9,9 +10,8 @@
      4. each final symbol is its token, or, if the vocabulary lacks it (only single characters can
         be missing, since merges only form tokens), one <0xNN> byte token per byte (byte fallback),
         or the unknown token where the vocabulary has no byte tokens.
-   Not done: llama.cpp first cuts user-defined (type 4) tokens out of the text and emits each whole.
-   The llama-spm and phi-3 vectors pass without it (phi-3's one such token, "</s>", is not in them),
-   but text that spells out a user-defined token may tokenize differently from llama.cpp. */
+   User-defined and (when asked) control tokens never reach this: ht_tokenize_ex cuts them out of
+   the text first, and passes each plain piece with or without the space prefix. */
 #include "text-impl.h"
 
 #include <stdlib.h>
@@ -147,13 +147,13 @@ static int spm_segment(spm_state *st, int32_t first, int32_t end, ht_tokout *o) 
     return 0;
 }
 
-int ht_spm_tokenize(const ht_vocab *v, const char *text, size_t len, ht_tokout *o) {
+int ht_spm_tokenize(const ht_vocab *v, const char *text, size_t len, bool space_prefix, ht_tokout *o) {
     /* Like llama.cpp: empty text gives no tokens (not even the space prefix). */
     if (len == 0) return 0;
 
     size_t n_space = 0;
     for (size_t i = 0; i < len; i++) n_space += text[i] == ' ';
-    size_t esz = len + n_space * (HT_SPM_SPACE_LEN - 1) + (v->add_space_prefix ? HT_SPM_SPACE_LEN : 0);
+    size_t esz = len + n_space * (HT_SPM_SPACE_LEN - 1) + (space_prefix ? HT_SPM_SPACE_LEN : 0);
 
     int rc = 0;
     spm_state st = { .v = v };
@@ -164,7 +164,7 @@ int ht_spm_tokenize(const ht_vocab *v, const char *text, size_t len, ht_tokout *
 
     /* 1. escape */
     size_t e = 0;
-    if (v->add_space_prefix) { memcpy(buf, HT_SPM_SPACE, HT_SPM_SPACE_LEN); e = HT_SPM_SPACE_LEN; }
+    if (space_prefix) { memcpy(buf, HT_SPM_SPACE, HT_SPM_SPACE_LEN); e = HT_SPM_SPACE_LEN; }
     for (size_t i = 0; i < len; i++) {
         if (text[i] == ' ') { memcpy(buf + e, HT_SPM_SPACE, HT_SPM_SPACE_LEN); e += HT_SPM_SPACE_LEN; }
         else buf[e++] = text[i];

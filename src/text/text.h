@@ -1,7 +1,7 @@
 /*
- * text — everything between strings and token ids on the head: the tokenizer (SentencePiece-style
- * "llama" vocabularies now; byte-level BPE "gpt2" comes next), streaming detokenization and the
- * sampler.  Prefix: ht_.
+ * text — everything between strings and token ids on the head: the tokenizers (SentencePiece
+ * "llama" vocabularies and byte-level BPE "gpt2" ones with their tokenizer.ggml.pre pre-tokenizer),
+ * streaming detokenization and the sampler.  Prefix: ht_.
  *
  * Ownership: an ht_vocab copies what it needs out of the GGUF, so it outlives the gguf_ctx.
  */
@@ -28,12 +28,30 @@ const char *ht_token_text(const ht_vocab *v, int32_t id); /* raw vocab string, N
 
 /* Tokenizes text[0..len). Writes at most cap ids to out and returns the total number of tokens
    (which may exceed cap: call again with a bigger buffer), or a negative HR_E* code. add_bos
-   prepends BOS when the vocab has one. Special tokens in the text are not parsed (plain text). */
+   prepends BOS when the vocab has one. Control tokens in the text are not parsed (their text is
+   tokenized as plain text); user-defined tokens are, as llama.cpp and HF tokenizers do. Same as
+   ht_tokenize_ex(v, text, len, add_bos, false, out, cap). */
 int ht_tokenize(const ht_vocab *v, const char *text, size_t len, bool add_bos, int32_t *out, int cap);
 
+/* As ht_tokenize; with parse_special, the texts of control and unknown tokens (<|im_start|>,
+   <|eot_id|>, </s>, ...) in the text become their ids too (llama.cpp's parse_special): special
+   tokens are cut out of the text longest first, and the text between them is tokenized piece by
+   piece (SentencePiece puts its space prefix in front of the first piece and of every piece that
+   follows a special token; phi-3's chat tokens swallow the whitespace after them, as llama.cpp
+   has it). Invalid UTF-8 reaches a BPE vocabulary as U+FFFD, one per bad byte, as in llama.cpp. */
+int ht_tokenize_ex(const ht_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
+                   int32_t *out, int cap);
+
+/* "spm" or "bpe" */
+const char *ht_vocab_kind_name(const ht_vocab *v);
+/* The BPE pre-tokenizer in use (tokenizer.ggml.pre, "default" when the file names none); NULL for
+   SentencePiece vocabularies. */
+const char *ht_vocab_pre_name(const ht_vocab *v);
+
 /* The bytes a token stands for (the same wherever it occurs in a sequence): SentencePiece '▁'
-   becomes ' ', byte tokens <0xNN> become that byte, user-defined tokens their text, control,
-   unknown and unused tokens "". (A leading space after BOS is kept, as llama.cpp does.) Returns
+   becomes ' ', byte tokens <0xNN> become that byte, byte-level BPE tokens their bytes (GPT-2's
+   byte-to-character mapping undone), user-defined tokens their text, control, unknown and unused
+   tokens "". (A leading space after BOS is kept, as llama.cpp does.) Returns
    the byte count written to buf (at most cap), or the needed count, writing nothing, if larger
    than cap; HR_EINVAL for an id outside the vocabulary. */
 int ht_token_to_bytes(const ht_vocab *v, int32_t id, char *buf, int cap);

@@ -1,6 +1,10 @@
-/* Loading a vocabulary from tokenizer.ggml.* and the lookups every tokenizer shares. */
+/* Loading a vocabulary from tokenizer.ggml.*, the lookups every tokenizer shares, and
+   ht_tokenize_ex: special tokens cut out of the text, the rest handed to the SentencePiece (spm.c)
+   or byte-level BPE (bpe.c) tokenizer. */
+#define _GNU_SOURCE  /* memmem */
 #include "text-impl.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,14 +20,8 @@
 static const char *const ht_eog_names[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
     "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "</s>",  /* llama.cpp since 2025 (phi-3 ships it as USER_DEFINED, Qwen 2 as an added token) */
 };
-
-/* FNV-1a, inlined: the tokenizers hash every candidate merge */
-static inline uint32_t ht_hash(const char *s, size_t n) {
-    uint64_t h = HR_FNV_SEED;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
-    return (uint32_t)(h ^ (h >> 32));
-}
 
 int32_t ht_vocab_lookup(const ht_vocab *v, const char *s, size_t n) {
     if (n > (size_t)v->max_token_len) return -1;
@@ -48,6 +46,9 @@ void ht_vocab_free(ht_vocab *v) {
     free(v->type);
     free(v->eog);
     free(v->map);
+    free(v->special);
+    free(v->strip);
+    ht_bpe_free(v->bpe);
     free(v);
 }
 
@@ -220,7 +221,15 @@ static void ht_build_pieces(ht_vocab *v) {
         char *dst = v->piece + off;
         int32_t m = 0;
         int b = v->type[id] == HT_TT_BYTE ? ht_parse_byte_token(s, n) : -1;
-        if (b >= 0) {
+        if (v->kind == HT_VOCAB_BPE) {
+            /* llama.cpp decodes only NORMAL tokens; BYTE-typed ones hold stand-in characters too */
+            if (v->type[id] == HT_TT_USER_DEFINED) {
+                memcpy(dst, s, (size_t)n);
+                m = n;
+            } else if (v->type[id] == HT_TT_NORMAL || v->type[id] == HT_TT_BYTE) {
+                m = ht_bpe_decode(v->bpe, s, n, dst);
+            }
+        } else if (b >= 0) {
             dst[m++] = (char)b;
         } else if (v->type[id] == HT_TT_USER_DEFINED) {
             memcpy(dst, s, (size_t)n);
@@ -256,6 +265,14 @@ static bool ht_spm_words_ok(const ht_vocab *v) {
 
 static void ht_build_byte_fallback(ht_vocab *v) {
     static const char hex[] = "0123456789ABCDEF";
+    if (v->kind == HT_VOCAB_BPE) {
+        for (int b = 0; b < 256; b++) {
+            char c[2];
+            int n = ht_bpe_byte_char(v->bpe, (unsigned char)b, c);
+            v->byte_tok[b] = ht_vocab_lookup(v, c, (size_t)n);
+        }
+        return;
+    }
     for (int b = 0; b < 256; b++) {
         char name[7] = { '<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0 };
         int32_t id = ht_vocab_lookup(v, name, 6);
@@ -267,16 +284,66 @@ static void ht_build_byte_fallback(ht_vocab *v) {
     }
 }
 
+/* longest text first, then lower id */
+static int ht_special_cmp(const void *a, const void *b) {
+    const int64_t *x = a, *y = b;
+    return *x < *y ? -1 : *x > *y;
+}
+
+static void ht_set_strip(ht_vocab *v, const char *text, int bits, bool on) {
+    int32_t id = ht_vocab_lookup(v, text, strlen(text));
+    if (id < 0) return;
+    v->strip[id] = (uint8_t)(on ? v->strip[id] | bits : v->strip[id] & ~bits);
+}
+
+/* The tokens ht_tokenize_ex cuts out of the text, in the order it tries them, and their strip
+   flags, which llama.cpp sets by model name (phi-3's chat tokens swallow the whitespace after
+   them, as its HF tokenizer's rstrip=True says). */
+static int ht_build_special(ht_vocab *v, const gguf_ctx *g, hr_err *err) {
+    v->strip = calloc((size_t)v->n_tokens, 1);
+    if (!v->strip) return hr_fail(err, HR_ENOMEM, "ht_vocab_load: out of memory");
+    int32_t n = 0;
+    for (int32_t id = 0; id < v->n_tokens; id++)
+        n += v->type[id] == HT_TT_CONTROL || v->type[id] == HT_TT_USER_DEFINED || v->type[id] == HT_TT_UNKNOWN;
+    v->special = malloc((n ? (size_t)n : 1) * sizeof *v->special);
+    if (!v->special) return hr_fail(err, HR_ENOMEM, "ht_vocab_load: out of memory");
+    int64_t *keys = malloc((n ? (size_t)n : 1) * sizeof *keys);
+    if (!keys) return hr_fail(err, HR_ENOMEM, "ht_vocab_load: out of memory");
+    for (int32_t id = 0; id < v->n_tokens; id++)
+        if (v->type[id] == HT_TT_CONTROL || v->type[id] == HT_TT_USER_DEFINED || v->type[id] == HT_TT_UNKNOWN)
+            keys[v->n_special++] = (int64_t)(INT32_MAX - ht_text_len(v, id)) << 32 | id;
+    for (int32_t id = 0; id < v->n_tokens; id++) v->n_user_defined += v->type[id] == HT_TT_USER_DEFINED;
+    qsort(keys, (size_t)n, sizeof *keys, ht_special_cmp);
+    for (int32_t i = 0; i < n; i++) v->special[i] = (int32_t)(keys[i] & 0xffffffff);
+    free(keys);
+
+    char name[128] = "", pre[64] = "";
+    gguf_get_cstr(g, "general.name", name, sizeof name);
+    gguf_get_cstr(g, "tokenizer.ggml.pre", pre, sizeof pre);
+    for (char *c = name; *c; c++) *c = (char)tolower((unsigned char)*c);
+    if (strstr(pre, "jina-v2-de") || strstr(pre, "jina-v2-es") || strstr(pre, "jina-v2-code")) {
+        ht_set_strip(v, "<mask>", HT_STRIP_LEFT, true);
+    } else if (strstr(name, "phi-3") || strstr(name, "phi3")) {
+        for (int32_t i = 0; i < v->n_special; i++) v->strip[v->special[i]] |= HT_STRIP_RIGHT;
+        ht_set_strip(v, "</s>", HT_STRIP_RIGHT, true);
+        ht_set_strip(v, "<unk>", HT_STRIP_RIGHT, false);
+        ht_set_strip(v, "<s>", HT_STRIP_RIGHT, false);
+        ht_set_strip(v, "<|endoftext|>", HT_STRIP_RIGHT, false);
+    }
+    return 0;
+}
+
 ht_vocab *ht_vocab_load(const gguf_ctx *g, hr_err *err) {
     char model[64];
     if (!gguf_get_cstr(g, "tokenizer.ggml.model", model, sizeof model)) {
         hr_fail(err, HR_ENOTFOUND, "ht_vocab_load: no tokenizer.ggml.model in the file");
         return NULL;
     }
-    if (strcmp(model, "llama") != 0) {
+    int kind = !strcmp(model, "llama") ? HT_VOCAB_SPM : !strcmp(model, "gpt2") ? HT_VOCAB_BPE : 0;
+    if (!kind) {
         hr_fail(err, HR_EUNSUPPORTED,
-                "ht_vocab_load: tokenizer model '%s' is not supported (only 'llama' SentencePiece vocabularies)",
-                model);
+                "ht_vocab_load: tokenizer model '%s' is not supported (only 'llama' SentencePiece and 'gpt2' "
+                "byte-level BPE vocabularies)", model);
         return NULL;
     }
     int et;
@@ -296,16 +363,23 @@ ht_vocab *ht_vocab_load(const gguf_ctx *g, hr_err *err) {
         hr_fail(err, HR_ENOMEM, "ht_vocab_load: out of memory");
         return NULL;
     }
-    v->kind = HT_VOCAB_SPM;
+    v->kind = kind;
     v->n_tokens = (int32_t)n;
-    /* SentencePiece defaults when the file does not say (as llama.cpp) */
-    v->bos = 1; v->eos = 2; v->unk = 0; v->pad = -1; v->eot = -1; v->eom = -1;
-    v->add_bos = true; v->add_eos = false; v->add_space_prefix = true;
+    /* defaults when the file does not say (llama.cpp's, odd as GPT-2's are) */
+    v->pad = -1; v->eot = -1; v->eom = -1; v->add_eos = false;
+    if (kind == HT_VOCAB_SPM) {
+        v->bos = 1; v->eos = 2; v->unk = 0;
+        v->add_bos = true; v->add_space_prefix = true;
+    } else {
+        v->bos = 11; v->eos = 11; v->unk = -1;
+        v->add_bos = false; v->add_space_prefix = false;
+    }
     if (v->bos >= v->n_tokens) v->bos = -1;
     if (v->eos >= v->n_tokens) v->eos = -1;
 
     if (ht_load_texts(v, g, err) < 0 || ht_load_scores_types(v, g, err) < 0 || ht_build_map(v, err) < 0)
         goto fail;
+    if (kind == HT_VOCAB_BPE && ht_bpe_load(v, g, err) < 0) goto fail;
     if (ht_read_id(g, "tokenizer.ggml.bos_token_id", v->n_tokens, &v->bos, err) < 0 ||
         ht_read_id(g, "tokenizer.ggml.eos_token_id", v->n_tokens, &v->eos, err) < 0 ||
         ht_read_id(g, "tokenizer.ggml.unknown_token_id", v->n_tokens, &v->unk, err) < 0 ||
@@ -321,7 +395,8 @@ ht_vocab *ht_vocab_load(const gguf_ctx *g, hr_err *err) {
     ht_mark_eog(v);
     ht_build_pieces(v);
     ht_build_byte_fallback(v);
-    v->spm_words = ht_spm_words_ok(v);
+    if (ht_build_special(v, g, err) < 0) goto fail;
+    v->spm_words = kind == HT_VOCAB_SPM && ht_spm_words_ok(v);
     return v;
 
 fail:
@@ -343,17 +418,147 @@ const char *ht_token_text(const ht_vocab *v, int32_t id) {
     return v->text + v->text_off[id];
 }
 
-int ht_tokenize(const ht_vocab *v, const char *text, size_t len, bool add_bos, int32_t *out, int cap) {
+const char *ht_vocab_kind_name(const ht_vocab *v) { return v->kind == HT_VOCAB_BPE ? "bpe" : "spm"; }
+const char *ht_vocab_pre_name(const ht_vocab *v) { return v->bpe ? ht_bpe_pre_name(v->bpe) : NULL; }
+
+/* ---- special tokens ----------------------------------------------------------------------------------
+   llama.cpp's tokenizer_st_partition: for each special token, longest first, every stretch of plain
+   text still left is cut at each occurrence of it (leftmost first). Doing it token by token rather
+   than in one left-to-right scan matters: a longer token wins over a shorter one that starts
+   earlier and overlaps it. */
+typedef struct ht_frag {
+    uint32_t off, n;  /* plain text: bytes [off, off + n) */
+    int32_t  id;      /* >= 0: a special token */
+} ht_frag;
+
+typedef struct ht_frags {
+    ht_frag *a;
+    size_t   n, cap;
+} ht_frags;
+
+static int ht_frag_push(ht_frags *f, uint32_t off, uint32_t n, int32_t id) {
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? f->cap * 2 : 16;
+        ht_frag *a = realloc(f->a, cap * sizeof *a);
+        if (!a) return HR_ENOMEM;
+        f->a = a;
+        f->cap = cap;
+    }
+    f->a[f->n++] = (ht_frag){ off, n, id };
+    return 0;
+}
+
+/* Cuts token id out of every plain fragment of `in`, writing the result to `out`. */
+static int ht_cut(const ht_vocab *v, const char *text, int32_t id, const ht_frags *in, ht_frags *out) {
+    const char *s = v->text + v->text_off[id];
+    uint32_t n = (uint32_t)ht_text_len(v, id);
+    int rc;
+    out->n = 0;
+    for (size_t k = 0; k < in->n; k++) {
+        ht_frag f = in->a[k];
+        if (f.id >= 0) {
+            if ((rc = ht_frag_push(out, f.off, f.n, f.id)) < 0) return rc;
+            continue;
+        }
+        uint32_t base = f.off, left = f.n;
+        while (left) {
+            const char *p = memmem(text + base, left, s, n);
+            if (!p) {
+                if ((rc = ht_frag_push(out, base, left, -1)) < 0) return rc;
+                break;
+            }
+            uint32_t at = (uint32_t)(p - text), before = at - base;
+            if (v->strip[id] & HT_STRIP_LEFT)
+                while (before && isspace((unsigned char)text[base + before - 1])) before--;
+            if (before && (rc = ht_frag_push(out, base, before, -1)) < 0) return rc;
+            if ((rc = ht_frag_push(out, 0, 0, id)) < 0) return rc;
+            uint32_t end = base + left;
+            base = at + n;
+            if (v->strip[id] & HT_STRIP_RIGHT)
+                while (base < end && isspace((unsigned char)text[base])) base++;
+            left = end - base;
+        }
+    }
+    return 0;
+}
+
+/* Splits text into plain fragments and special tokens (into *f, which the caller frees). Tokens
+   whose bytes, or pairs of adjacent bytes, do not all occur in the text are ruled out before any
+   search: with the thousands of user-defined tokens some vocabularies have (DeepSeek's single
+   accented letters), most are. */
+static int ht_partition(const ht_vocab *v, const char *text, size_t len, bool parse_special, ht_frags *f) {
+    int rc = ht_frag_push(f, 0, (uint32_t)len, -1);
+    if (rc < 0 || (parse_special ? v->n_special : v->n_user_defined) == 0) return rc;
+    uint64_t *pairs = calloc(65536 / 64, sizeof *pairs);
+    if (!pairs) return HR_ENOMEM;
+    uint64_t bytes[4] = { 0 };
+    const unsigned char *t = (const unsigned char *)text;
+    for (size_t i = 0; i < len; i++) {
+        bytes[t[i] >> 6] |= 1ULL << (t[i] & 63);
+        if (i + 1 < len) {
+            unsigned pr = (unsigned)t[i] << 8 | t[i + 1];
+            pairs[pr >> 6] |= 1ULL << (pr & 63);
+        }
+    }
+    ht_frags tmp = { 0 };
+    for (int32_t k = 0; k < v->n_special; k++) {
+        int32_t id = v->special[k];
+        if (!parse_special && v->type[id] != HT_TT_USER_DEFINED) continue;
+        const unsigned char *s = (const unsigned char *)v->text + v->text_off[id];
+        int32_t n = ht_text_len(v, id);
+        if ((size_t)n > len) continue;
+        bool maybe = true;
+        for (int32_t i = 0; maybe && i < n; i++) {
+            maybe = bytes[s[i] >> 6] >> (s[i] & 63) & 1;
+            if (maybe && i + 1 < n) {
+                unsigned pr = (unsigned)s[i] << 8 | s[i + 1];
+                maybe = pairs[pr >> 6] >> (pr & 63) & 1;
+            }
+        }
+        if (!maybe || !memmem(text, len, s, (size_t)n)) continue;
+        if ((rc = ht_cut(v, text, id, f, &tmp)) < 0) break;
+        ht_frags swap = *f;
+        *f = tmp;
+        tmp = swap;
+    }
+    free(tmp.a);
+    free(pairs);
+    return rc;
+}
+
+int ht_tokenize_ex(const ht_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
+                   int32_t *out, int cap) {
     if (!v || (len && !text) || cap < 0 || (cap && !out)) return HR_EINVAL;
     if (len > HT_MAX_TEXT) return HR_ERANGE;
     ht_tokout o = { .out = out, .cap = cap, .n = 0 };
     if (add_bos && v->bos >= 0) ht_tokout_push(&o, v->bos);
-    int rc = 0;
-    switch (v->kind) {
-    case HT_VOCAB_SPM: rc = ht_spm_tokenize(v, text, len, &o); break;
-    default: rc = HR_EUNSUPPORTED; break;
+    if (len == 0) return (int)o.n;
+
+    ht_frags f = { 0 };
+    int rc = ht_partition(v, text, len, parse_special, &f);
+    /* SentencePiece: the space prefix goes before the first plain piece and before each one that
+       follows a special token (llama.cpp) */
+    bool prev_special = true;
+    for (size_t k = 0; rc >= 0 && k < f.n; k++) {
+        if (f.a[k].id >= 0) {
+            ht_tokout_push(&o, f.a[k].id);
+            prev_special = true;
+            continue;
+        }
+        const char *s = text + f.a[k].off;
+        switch (v->kind) {
+        case HT_VOCAB_SPM: rc = ht_spm_tokenize(v, s, f.a[k].n, v->add_space_prefix && prev_special, &o); break;
+        case HT_VOCAB_BPE: rc = ht_bpe_tokenize(v, s, f.a[k].n, &o); break;
+        default: rc = HR_EUNSUPPORTED; break;
+        }
+        prev_special = false;
     }
+    free(f.a);
     if (rc < 0) return rc;
     if (o.n > INT32_MAX) return HR_ERANGE;
     return (int)o.n;
+}
+
+int ht_tokenize(const ht_vocab *v, const char *text, size_t len, bool add_bos, int32_t *out, int cap) {
+    return ht_tokenize_ex(v, text, len, add_bos, false, out, cap);
 }

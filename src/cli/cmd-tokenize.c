@@ -1,0 +1,179 @@
+/* hearth tokenize: the tokens of a text under a model's vocabulary, printed like llama.cpp's
+   llama-tokenize (one `ID -> 'piece'` per line, or `[1, 2, 3]` with --ids), so scripts can check
+   tokenization. Only the vocabulary is read: vocabulary-only GGUFs work. */
+#include "cli.h"
+
+#include "gguf/gguf.h"
+#include "text/text.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: hearth tokenize -m MODEL (-p TEXT | -f FILE | --stdin) [options]\n\n"
+            "Tokenizes TEXT with the vocabulary of the GGUF file MODEL (a vocabulary-only file will do) and\n"
+            "prints the tokens to stdout, one per line as `ID -> 'piece'` (the piece is the token's text as\n"
+            "it prints; control tokens show their own text), like llama.cpp's llama-tokenize.\n\n"
+            "options:\n"
+            "  -m, --model FILE     GGUF model or vocabulary (required)\n"
+            "  -p, --prompt TEXT    the text to tokenize\n"
+            "  -f, --file FILE      read the text from FILE\n"
+            "  --stdin              read the text from standard input\n"
+            "  --ids                print only the ids, as one bracketed list: [1, 15043, 3186]\n"
+            "  --no-bos             do not add the BOS token (added by default when the vocabulary asks\n"
+            "                       for it: tokenizer.ggml.add_bos_token)\n"
+            "  --parse-special      turn the texts of control tokens (<|im_start|>, <s>, ...) into those\n"
+            "                       tokens; without it they are tokenized as plain text (user-defined\n"
+            "                       tokens are always matched, as in llama.cpp)\n"
+            "  -e, --escape         process escapes in the text first: \\n \\r \\t \\\\ \\' \\\" \\xNN\n"
+            "  --show-count         also print the number of tokens\n"
+            "  -h, --help           this help\n"
+            "\n"
+            "Exit status: 0 ok, 1 the model or text could not be read or tokenized, 2 usage error.\n");
+}
+
+/* whole stream into a malloc'd buffer; NULL on error (errno set) */
+static char *read_all(FILE *f, size_t *len) {
+    size_t cap = 4096, n = 0, r;
+    char *buf = malloc(cap);
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) { free(buf); errno = ENOMEM; return NULL; }
+            buf = nb;
+        }
+    }
+    if (buf && ferror(f)) { free(buf); return NULL; }
+    *len = n;
+    return buf;
+}
+
+static int hexval(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* in place; returns the new length. Unknown escapes are kept as they are. */
+static size_t unescape(char *s, size_t n) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '\\' || i + 1 >= n) { s[o++] = s[i]; continue; }
+        char c = s[++i];
+        switch (c) {
+        case 'n': s[o++] = '\n'; break;
+        case 'r': s[o++] = '\r'; break;
+        case 't': s[o++] = '\t'; break;
+        case '\\': case '\'': case '"': s[o++] = c; break;
+        case 'x':
+            if (i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
+                s[o++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+                i += 2;
+                break;
+            }
+            /* fall through */
+        default: s[o++] = '\\'; s[o++] = c; break;
+        }
+    }
+    return o;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *prompt = NULL, *pfile = NULL;
+    bool from_stdin = false, ids_only = false, no_bos = false, special = false, escape = false, count = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(model = cli_value("tokenize", argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!(prompt = cli_value("tokenize", argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!(pfile = cli_value("tokenize", argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--stdin")) from_stdin = true;
+        else if (!strcmp(a, "--ids")) ids_only = true;
+        else if (!strcmp(a, "--no-bos")) no_bos = true;
+        else if (!strcmp(a, "--parse-special")) special = true;
+        else if (!strcmp(a, "-e") || !strcmp(a, "--escape")) escape = true;
+        else if (!strcmp(a, "--show-count")) count = true;
+        else {
+            fprintf(stderr, "hearth tokenize: unknown option '%s'\n\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model) { fprintf(stderr, "hearth tokenize: -m MODEL is required\n"); return 2; }
+    if ((prompt != NULL) + (pfile != NULL) + from_stdin != 1) {
+        fprintf(stderr, "hearth tokenize: give exactly one of -p TEXT, -f FILE, --stdin\n");
+        return 2;
+    }
+
+    int rc = 1;
+    hr_err err = { 0 };
+    gguf_ctx *g = NULL;
+    ht_vocab *voc = NULL;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t len = 0;
+
+    if (!(g = gguf_open(model, &err)) || !(voc = ht_vocab_load(g, &err))) {
+        fprintf(stderr, "hearth tokenize: %s: %s\n", model, err.msg);
+        goto done;
+    }
+    if (prompt) {
+        len = strlen(prompt);
+        text = malloc(len + 1);
+        if (text) memcpy(text, prompt, len + 1);
+    } else {
+        FILE *f = pfile ? fopen(pfile, "rb") : stdin;
+        if (!f) { fprintf(stderr, "hearth tokenize: cannot open '%s': %s\n", pfile, strerror(errno)); goto done; }
+        text = read_all(f, &len);
+        int e = errno;
+        if (pfile) fclose(f);
+        if (!text) { fprintf(stderr, "hearth tokenize: reading %s: %s\n", pfile ? pfile : "stdin", strerror(e)); goto done; }
+    }
+    if (!text) { fprintf(stderr, "hearth tokenize: out of memory\n"); goto done; }
+    if (escape) len = unescape(text, len);
+
+    bool bos = ht_add_bos(voc) && !no_bos;
+    int n = ht_tokenize_ex(voc, text, len, bos, special, NULL, 0);
+    if (n >= 0 && !(ids = malloc(sizeof *ids * (size_t)(n ? n : 1)))) n = HR_ENOMEM;
+    if (n >= 0) n = ht_tokenize_ex(voc, text, len, bos, special, ids, n);
+    if (n < 0) { fprintf(stderr, "hearth tokenize: tokenizing failed: %s\n", hr_strerror(n)); goto done; }
+
+    if (ids_only) {
+        putchar('[');
+        for (int i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+        printf("]\n");
+    } else {
+        int cap = 256;
+        char *piece = malloc((size_t)cap);
+        for (int i = 0; piece && i < n; i++) {
+            int k = ht_token_to_bytes(voc, ids[i], piece, cap);
+            if (k > cap) {
+                char *np = realloc(piece, (size_t)k);
+                if (!np) { free(piece); piece = NULL; break; }
+                piece = np;
+                cap = k;
+                k = ht_token_to_bytes(voc, ids[i], piece, cap);
+            }
+            const char *p = piece;
+            if (k <= 0) {  /* control and unknown tokens print nothing in text: show what they are */
+                p = ht_token_text(voc, ids[i]);
+                k = (int)strlen(p);
+            }
+            printf("%6d -> '", ids[i]);
+            fwrite(p, 1, (size_t)k, stdout);
+            printf("'\n");
+        }
+        if (!piece) { fprintf(stderr, "hearth tokenize: out of memory\n"); goto done; }
+        free(piece);
+    }
+    if (count) printf("Total number of tokens: %d\n", n);
+    rc = fflush(stdout) == 0 ? 0 : 1;
+
+done:
+    free(ids);
+    free(text);
+    ht_vocab_free(voc);
+    gguf_close(g);
+    return rc;
+}
