@@ -366,6 +366,45 @@ static void test_gemm(void) {
     }
 }
 
+/* More weight rows than one call's group of 4 and one engine tile (16), a short last group, and
+   activation row counts that leave columns over */
+static void test_gemm_large(void) {
+    enum { NB = 11, MAXR = 22, MAXC = 6 }; /* 11 super-blocks: prefill chunks of 8 plus 3 */
+    const int n = NB * QK_K, rows[] = {16, 22}, cols[] = {1, 6};
+    for (int t = 0; t < N_KTYPES; t++) {
+        const hq_traits *tr = hq_get_traits(ktypes[t]);
+        NEED(tr->gemm);
+        const size_t bx = tr->type_size * NB, by = sizeof(block_q8_K) * NB;
+        char *x = malloc(bx * MAXR), *y = malloc(by * MAXR);
+        float *wf = malloc(n * sizeof(float)), *af = malloc(n * sizeof(float));
+        float *s = malloc(MAXR * MAXC * sizeof(float)), *wd = malloc(n * sizeof(float)), *ad = malloc(n * sizeof(float));
+        double wn[MAXR], an[MAXR];
+        NEED(x && y && wf && af && s && wd && ad);
+        for (int i = 0; i < MAXR; i++) {
+            make_rows(tr, NB, x + i * bx, y + i * by, wf, af);
+            tr->to_float(x + i * bx, wd, n);
+            hq_dequantize_ref_q8_K(y + i * by, ad, n);
+            wn[i] = dot_norm(wd, wd, n), an[i] = dot_norm(ad, ad, n); /* squared norms */
+        }
+        double worst = 0;
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                const int nr = rows[a], nc = cols[b];
+                tr->gemm(n, s, MAXR, x, bx, nr, y, by, nc);
+                for (int j = 0; j < nc; j++)
+                    for (int i = 0; i < nr; i++) {
+                        float ref = 0;
+                        tr->vec_dot(n, &ref, x + i * bx, y + j * by);
+                        worst = fmax(worst, fabs((double)s[j * MAXR + i] - ref) / sqrt(wn[i] * an[j]));
+                    }
+            }
+        /* relative to |w| |a| as in test_vec_dot: float summation order only (~nb * 2^-24) */
+        printf("  %-5s gemm (nr up to %d, nc up to %d) vs vec_dot: worst %.2g\n", tr->name, MAXR, MAXC, worst);
+        CHECKF(worst < 1e-6, "%s: large gemm vs vec_dot loop rel error %.3g", tr->name, worst);
+        free(x), free(y), free(wf), free(af), free(s), free(wd), free(ad);
+    }
+}
+
 /* With SIMD on, every K type must get its SIMD kernel: a misnamed kernel would otherwise fall
    back to the reference silently (the table refers to kernels by weak symbol). */
 static void test_dispatch(void) {
@@ -617,6 +656,7 @@ int main(void) {
     test_vec_dot();
     test_q8_K_from_float();
     test_gemm();
+    test_gemm_large();
     test_real_files();
     const char *nb = getenv("HEARTH_BENCH");
     if (!nb || strcmp(nb, "0") != 0) {

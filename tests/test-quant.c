@@ -374,6 +374,63 @@ static void test_gemm(void) {
     }
 }
 
+/* Tiles larger than the kernels' blocking: more than 16 weight rows (several row tiles, a short
+   last group of 4), activation row counts that leave 1..3 columns over, and lengths that cross the
+   kernels' K chunks (2080 = 65 blocks: prefill chunks of 32 blocks plus an odd last block; 8288 =
+   259 blocks: decode chunks of 256 blocks plus a pair and a last block). */
+static void test_gemm_large(void) {
+    const int gemm_types[] = {HQ_TYPE_Q4_0, HQ_TYPE_Q4_1, HQ_TYPE_Q5_0, HQ_TYPE_Q5_1, HQ_TYPE_Q8_0, HQ_TYPE_F16};
+    const int lens[] = {2080, 8288}, rows[] = {16, 21, 35}, cols[] = {1, 6, 9};
+    enum { MAXR = 35, MAXC = 9 };
+    for (size_t k = 0; k < HR_ARRAY_LEN(gemm_types); k++) {
+        const int t = gemm_types[k];
+        const hq_traits *tr = hq_get_traits(t), *vt = hq_get_traits(tr->vec_dot_type);
+        int bad = 0;
+        double worst = 0.0;
+        for (size_t m = 0; m < HR_ARRAY_LEN(lens); m++) {
+            const int n = lens[m];
+            const size_t bx = hq_row_size(t, n) + tr->type_size, by = hq_row_size(tr->vec_dot_type, n);
+            uint8_t *x = calloc(MAXR, bx), *y = calloc(MAXC, by);
+            float *f = malloc((size_t)n * sizeof(float)), *s = malloc((size_t)MAXR * MAXC * sizeof(float));
+            float *want = malloc((size_t)MAXR * MAXC * sizeof(float)), *mag = malloc((size_t)MAXR * MAXC * sizeof(float));
+            float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
+            REQUIRE_V(x && y && f && s && want && mag && a && b);
+            for (int r = 0; r < MAXR; r++) {
+                fill_uniform(f, n);
+                tr->from_float_ref(f, x + r * bx, n);
+            }
+            for (int c = 0; c < MAXC; c++) {
+                fill_uniform(f, n);
+                vt->from_float(f, y + c * by, n);
+            }
+            for (int r = 0; r < MAXR; r++)
+                for (int c = 0; c < MAXC; c++) {
+                    tr->vec_dot(n, &want[c * MAXR + r], x + r * bx, y + c * by);
+                    tr->to_float(x + r * bx, a, n);
+                    vt->to_float(y + c * by, b, n);
+                    double acc = 0.0;
+                    for (int e = 0; e < n; e++) acc += fabs((double)a[e] * b[e]);
+                    mag[c * MAXR + r] = (float)acc;
+                }
+            for (size_t ir = 0; ir < HR_ARRAY_LEN(rows); ir++)
+                for (size_t ic = 0; ic < HR_ARRAY_LEN(cols); ic++) {
+                    const int nr = rows[ir], nc = cols[ic];
+                    tr->gemm(n, s, MAXR, x, bx, nr, y, by, nc);
+                    for (int c = 0; c < nc; c++)
+                        for (int r = 0; r < nr; r++) {
+                            const double err = fabs((double)s[c * MAXR + r] - want[c * MAXR + r]) / mag[c * MAXR + r];
+                            if (!(err <= 2e-6)) bad++;
+                            if (err > worst || isnan(err)) worst = isnan(err) ? INFINITY : err;
+                        }
+                }
+            free(x), free(y), free(f), free(s), free(want), free(mag), free(a), free(b);
+        }
+        printf("  %-5s gemm (nr up to 35, nc up to 9, n up to 8288) vs vec_dot: worst relative difference %.2e\n",
+               tr->name, worst);
+        CHECKF(bad == 0, "%s large gemm: %d entries differ from vec_dot", tr->name, bad);
+    }
+}
+
 /* ---- which kernels the table chose -------------------------------------------------------------------- */
 
 static void test_dispatch(void) {
@@ -514,6 +571,7 @@ int main(int argc, char **argv) {
     test_from_float();
     test_vec_dot();
     test_gemm();
+    test_gemm_large();
     if (do_bench) {
         const double min_s = short_bench ? 0.05 : 1.0;
         bench(HQ_TYPE_Q4_0, 4096, 4096, min_s);

@@ -1,9 +1,12 @@
 /* quant, x86 AVX2/FMA/F16C: K-quant dot products against Q8_K activations, their tile (GEMM)
- * kernels for prefill, and the Q8_K activation quantizer.  Layouts: see quants-k-ref.c.
+ * kernels, and the Q8_K activation quantizer.  Layouts: see quants-k-ref.c.
  *
- * Every kernel is one always-inline "columns" routine that dots one weight row with NC (1..4)
- * activation rows: vec_dot is its NC = 1 instance and the tile kernel its NC = 4 instance, so each
- * weight block is unpacked once per 4 activation rows and both paths share one body.
+ * Every kernel is built on one always-inline body per type (kq_sb_*) that takes one super-block of
+ * one weight row against NC (1..4) activation rows to integer sums, unpacking each weight vector
+ * once for all NC.  On top of it: vec_dot (NC = 1), prefill tiles (16 weight rows x 4 activation
+ * rows, walked along K in chunks that stay in L1), and decode (four weight rows against one
+ * activation row: the rows' integer sums are reduced across rows, so the float work per
+ * super-block is shared by four rows, and the rows are prefetched as one linear stream).
  *
  * Arithmetic per 32 quants: the weight quants, made non-negative (Q3_K / Q6_K carry a bias of 4 /
  * 32), go through maddubs with the int8 activations (pairs of products in int16, no saturation:
@@ -13,6 +16,7 @@
 #include "quant/quant.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 
 #define KQ_INLINE static inline __attribute__((always_inline))
 
@@ -66,272 +70,327 @@ KQ_INLINE __m256i kq_bit_to(__m256i h, int b, int t) {
 
 /* the 6-bit scales and mins of Q4_K/Q5_K, 8 bytes each in the low half of an xmm */
 KQ_INLINE void kq_k4_scales(const uint8_t *s, __m128i *sc, __m128i *mn) {
-    uint32_t a[3];
-    memcpy(a, s, 12);
-    const uint32_t sc_lo = a[0] & 0x3f3f3f3f, mn_lo = a[1] & 0x3f3f3f3f;
-    const uint32_t sc_hi = (a[2] & 0x0f0f0f0f) | (((a[0] >> 6) & 0x03030303) << 4);
-    const uint32_t mn_hi = ((a[2] >> 4) & 0x0f0f0f0f) | (((a[1] >> 6) & 0x03030303) << 4);
-    *sc = _mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo);
-    *mn = _mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo);
+    uint32_t a0, a1, a2; /* three plain loads: a copy into an array went through the stack */
+    memcpy(&a0, s, 4), memcpy(&a1, s + 4, 4), memcpy(&a2, s + 8, 4);
+    const uint32_t sc_lo = a0 & 0x3f3f3f3f, mn_lo = a1 & 0x3f3f3f3f;
+    const uint32_t sc_hi = (a2 & 0x0f0f0f0f) | (((a0 >> 6) & 0x03030303) << 4);
+    const uint32_t mn_hi = ((a2 >> 4) & 0x0f0f0f0f) | (((a1 >> 6) & 0x03030303) << 4);
+    *sc = _mm_cvtsi64_si128((long long)((uint64_t)sc_hi << 32 | sc_lo));
+    *mn = _mm_cvtsi64_si128((long long)((uint64_t)mn_hi << 32 | mn_lo));
 }
 
 /* the 16 signed 6-bit scales of Q3_K as int8 */
 KQ_INLINE __m128i kq_k3_scales(const uint8_t *s) {
-    uint32_t a[3];
-    memcpy(a, s, 12);
-    const uint32_t v0 = (a[0] & 0x0f0f0f0f) | ((a[2] & 0x03030303) << 4);
-    const uint32_t v1 = (a[1] & 0x0f0f0f0f) | (((a[2] >> 2) & 0x03030303) << 4);
-    const uint32_t v2 = ((a[0] >> 4) & 0x0f0f0f0f) | (((a[2] >> 4) & 0x03030303) << 4);
-    const uint32_t v3 = ((a[1] >> 4) & 0x0f0f0f0f) | (((a[2] >> 6) & 0x03030303) << 4);
-    return _mm_sub_epi8(_mm_set_epi32((int)v3, (int)v2, (int)v1, (int)v0), _mm_set1_epi8(32));
+    uint32_t a0, a1, a2;
+    memcpy(&a0, s, 4), memcpy(&a1, s + 4, 4), memcpy(&a2, s + 8, 4);
+    const uint32_t v0 = (a0 & 0x0f0f0f0f) | ((a2 & 0x03030303) << 4);
+    const uint32_t v1 = (a1 & 0x0f0f0f0f) | (((a2 >> 2) & 0x03030303) << 4);
+    const uint32_t v2 = ((a0 >> 4) & 0x0f0f0f0f) | (((a2 >> 4) & 0x03030303) << 4);
+    const uint32_t v3 = ((a1 >> 4) & 0x0f0f0f0f) | (((a2 >> 6) & 0x03030303) << 4);
+    const __m128i v = _mm_set_epi64x((long long)((uint64_t)v3 << 32 | v2), (long long)((uint64_t)v1 << 32 | v0));
+    return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
+
+/* Each type's body works on one super-block i of one weight row against NC (1..4) activation rows
+   (y[c] + i), unpacking each weight vector once for all NC: it leaves per column the integer sums
+   A[c] (8 lanes; scaled by d, biases already taken out) and, for the types with mins, B[c] (scaled
+   by dmin, subtracted). */
 
 /* ---- Q4_K ------------------------------------------------------------------------------------------ */
 
-KQ_INLINE void kq_cols_q4_K(int nb, int NC, const block_q4_K *restrict x, const block_q8_K *const *y, float *out) {
+KQ_INLINE void kq_sb_q4_K(int NC, const block_q4_K *x, const block_q8_K *const *y, int i, __m256i *A, __m256i *B) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[4];
+    __m128i sc, mn;
+    kq_k4_scales(x->scales, &sc, &mn);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn)); /* m0 m0 m1 m1 .. */
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m128i sc, mn;
-        kq_k4_scales(x[i].scales, &sc, &mn);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn)); /* m0 m0 m1 m1 .. */
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
-        const float dx = kq_fp16(x[i].d), mx = -kq_fp16(x[i].dmin);
-        __m256i sumi[4];
+    for (int c = 0; c < NC; c++) A[c] = _mm256_setzero_si256();
 #pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = kq_load(x[i].qs + 32 * j);
-            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i slo = kq_pick(sc16, kq_pick32[2 * j]), shi = kq_pick(sc16, kq_pick32[2 * j + 1]);
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; c++) {
-                const int8_t *a = y[c][i].qs + 64 * j;
-                const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, kq_load(a)), slo);
-                const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, kq_load(a + 32)), shi);
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(plo, phi));
-            }
-        }
+    for (int j = 0; j < 4; j++) {
+        const __m256i q = kq_load(x->qs + 32 * j);
+        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        const __m256i slo = kq_pick(sc16, kq_pick32[2 * j]), shi = kq_pick(sc16, kq_pick32[2 * j + 1]);
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) {
-            const __m256i summ = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
-            const float dy = y[c][i].d;
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * mx), _mm256_cvtepi32_ps(summ), acc[c]);
+            const int8_t *a = y[c][i].qs + 64 * j;
+            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, kq_load(a)), slo);
+            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, kq_load(a + 32)), shi);
+            A[c] = _mm256_add_epi32(A[c], _mm256_add_epi32(plo, phi));
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) out[c] = kq_hsum(acc[c]);
+    for (int c = 0; c < NC; c++) B[c] = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
 }
 
 /* ---- Q5_K ------------------------------------------------------------------------------------------ */
 
-KQ_INLINE void kq_cols_q5_K(int nb, int NC, const block_q5_K *restrict x, const block_q8_K *const *y, float *out) {
+KQ_INLINE void kq_sb_q5_K(int NC, const block_q5_K *x, const block_q8_K *const *y, int i, __m256i *A, __m256i *B) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m16 = _mm256_set1_epi8(0x10);
-    __m256 acc[4];
+    __m128i sc, mn;
+    kq_k4_scales(x->scales, &sc, &mn);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
+    const __m256i qh = kq_load(x->qh);
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m128i sc, mn;
-        kq_k4_scales(x[i].scales, &sc, &mn);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
-        const float dx = kq_fp16(x[i].d), mx = -kq_fp16(x[i].dmin);
-        const __m256i qh = kq_load(x[i].qh);
-        __m256i sumi[4];
+    for (int c = 0; c < NC; c++) A[c] = _mm256_setzero_si256();
 #pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = kq_load(x[i].qs + 32 * j);
-            /* quant r of sub-block s has its fifth bit at bit s of qh[r] */
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(kq_bit_to(qh, 2 * j, 4), m16));
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                               _mm256_and_si256(kq_bit_to(qh, 2 * j + 1, 4), m16));
-            const __m256i slo = kq_pick(sc16, kq_pick32[2 * j]), shi = kq_pick(sc16, kq_pick32[2 * j + 1]);
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; c++) {
-                const int8_t *a = y[c][i].qs + 64 * j;
-                const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, kq_load(a)), slo);
-                const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, kq_load(a + 32)), shi);
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(plo, phi));
-            }
-        }
+    for (int j = 0; j < 4; j++) {
+        const __m256i q = kq_load(x->qs + 32 * j);
+        /* quant r of sub-block s has its fifth bit at bit s of qh[r] */
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(kq_bit_to(qh, 2 * j, 4), m16));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                           _mm256_and_si256(kq_bit_to(qh, 2 * j + 1, 4), m16));
+        const __m256i slo = kq_pick(sc16, kq_pick32[2 * j]), shi = kq_pick(sc16, kq_pick32[2 * j + 1]);
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) {
-            const __m256i summ = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
-            const float dy = y[c][i].d;
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * mx), _mm256_cvtepi32_ps(summ), acc[c]);
+            const int8_t *a = y[c][i].qs + 64 * j;
+            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, kq_load(a)), slo);
+            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, kq_load(a + 32)), shi);
+            A[c] = _mm256_add_epi32(A[c], _mm256_add_epi32(plo, phi));
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) out[c] = kq_hsum(acc[c]);
+    for (int c = 0; c < NC; c++) B[c] = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
 }
 
 /* ---- Q6_K ------------------------------------------------------------------------------------------ */
 
-KQ_INLINE void kq_cols_q6_K(int nb, int NC, const block_q6_K *restrict x, const block_q8_K *const *y, float *out) {
+KQ_INLINE void kq_sb_q6_K(int NC, const block_q6_K *x, const block_q8_K *const *y, int i, __m256i *A, __m256i *B) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc[4];
+    __m256i sc16, slo, shi;
+    kq_widen16(_mm_loadu_si128((const __m128i *)x->scales), &sc16, &slo, &shi);
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m256i sc16, slo, shi;
-        kq_widen16(_mm_loadu_si128((const __m128i *)x[i].scales), &sc16, &slo, &shi);
-        const float dx = kq_fp16(x[i].d);
-        __m256i sumi[4];
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
+    for (int c = 0; c < NC; c++) A[c] = _mm256_setzero_si256();
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256i l0 = kq_load(x[i].ql + 64 * h), l1 = kq_load(x[i].ql + 64 * h + 32);
-            const __m256i qh = kq_load(x[i].qh + 32 * h);
+    for (int h = 0; h < 2; h++) {
+        const __m256i l0 = kq_load(x->ql + 64 * h), l1 = kq_load(x->ql + 64 * h + 32);
+        const __m256i qh = kq_load(x->qh + 32 * h);
 #pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                /* quants 32p..32p+31 of this half: nibble (low of l0, l1, then high of l0, l1) plus
-                   bits 2p, 2p+1 of qh as bits 4, 5 */
-                const __m256i nib = p < 2 ? _mm256_and_si256(p == 0 ? l0 : l1, m4)
-                                          : _mm256_and_si256(_mm256_srli_epi16(p == 2 ? l0 : l1, 4), m4);
-                const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(kq_bit_to(qh, 2 * p, 4), m30));
-                const __m256i s = kq_pick(h ? shi : slo, kq_pick16[p]);
+        for (int p = 0; p < 4; p++) {
+            /* quants 32p..32p+31 of this half: nibble (low of l0, l1, then high of l0, l1) plus
+               bits 2p, 2p+1 of qh as bits 4, 5 */
+            const __m256i nib = p < 2 ? _mm256_and_si256(p == 0 ? l0 : l1, m4)
+                                      : _mm256_and_si256(_mm256_srli_epi16(p == 2 ? l0 : l1, 4), m4);
+            const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(kq_bit_to(qh, 2 * p, 4), m30));
+            const __m256i sv = kq_pick(h ? shi : slo, kq_pick16[p]);
 #pragma GCC unroll 4
-                for (int c = 0; c < NC; c++) {
-                    const __m256i pr = _mm256_maddubs_epi16(q, kq_load(y[c][i].qs + 128 * h + 32 * p));
-                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(pr, s));
-                }
+            for (int c = 0; c < NC; c++) {
+                const __m256i pr = _mm256_maddubs_epi16(q, kq_load(y[c][i].qs + 128 * h + 32 * p));
+                A[c] = _mm256_add_epi32(A[c], _mm256_madd_epi16(pr, sv));
             }
         }
-        /* the quants went in biased by +32: take 32 * sum_j scale_j * bsum_j back out */
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            const __m256i bias = _mm256_madd_epi16(kq_load(y[c][i].bsums), sc16);
-            const __m256i t = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(bias, 5));
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y[c][i].d * dx), _mm256_cvtepi32_ps(t), acc[c]);
-        }
     }
+    /* the quants went in biased by +32: take 32 * sum_j scale_j * bsum_j back out */
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) out[c] = kq_hsum(acc[c]);
+    for (int c = 0; c < NC; c++) {
+        const __m256i bias = _mm256_madd_epi16(kq_load(y[c][i].bsums), sc16);
+        A[c] = _mm256_sub_epi32(A[c], _mm256_slli_epi32(bias, 5));
+    }
+    (void)B;
 }
 
 /* ---- Q3_K ------------------------------------------------------------------------------------------ */
 
-KQ_INLINE void kq_cols_q3_K(int nb, int NC, const block_q3_K *restrict x, const block_q8_K *const *y, float *out) {
+KQ_INLINE void kq_sb_q3_K(int NC, const block_q3_K *x, const block_q8_K *const *y, int i, __m256i *A, __m256i *B) {
     const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
-    __m256 acc[4];
+    __m256i sc16, slo, shi;
+    kq_widen16(kq_k3_scales(x->scales), &sc16, &slo, &shi);
+    const __m256i hm = kq_load(x->hmask);
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m256i sc16, slo, shi;
-        kq_widen16(kq_k3_scales(x[i].scales), &sc16, &slo, &shi);
-        const float dx = kq_fp16(x[i].d);
-        const __m256i hm = kq_load(x[i].hmask);
-        __m256i sumi[4];
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
+    for (int c = 0; c < NC; c++) A[c] = _mm256_setzero_si256();
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256i qs = kq_load(x[i].qs + 32 * h);
+    for (int h = 0; h < 2; h++) {
+        const __m256i qs = kq_load(x->qs + 32 * h);
 #pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                const int k = 4 * h + p; /* quants 32k..32k+31: bits 2p of qs, bit k of hmask */
-                const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * p), m3),
-                                                  _mm256_and_si256(kq_bit_to(hm, k, 2), m4));
-                const __m256i s = kq_pick(h ? shi : slo, kq_pick16[p]);
+        for (int p = 0; p < 4; p++) {
+            const int k = 4 * h + p; /* quants 32k..32k+31: bits 2p of qs, bit k of hmask */
+            const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * p), m3),
+                                              _mm256_and_si256(kq_bit_to(hm, k, 2), m4));
+            const __m256i sv = kq_pick(h ? shi : slo, kq_pick16[p]);
 #pragma GCC unroll 4
-                for (int c = 0; c < NC; c++) {
-                    const __m256i pr = _mm256_maddubs_epi16(q, kq_load(y[c][i].qs + 32 * k));
-                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(pr, s));
-                }
+            for (int c = 0; c < NC; c++) {
+                const __m256i pr = _mm256_maddubs_epi16(q, kq_load(y[c][i].qs + 32 * k));
+                A[c] = _mm256_add_epi32(A[c], _mm256_madd_epi16(pr, sv));
             }
         }
-        /* quants are 0..7 for values -4..3: take 4 * sum_j scale_j * bsum_j back out */
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            const __m256i bias = _mm256_madd_epi16(kq_load(y[c][i].bsums), sc16);
-            const __m256i t = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(bias, 2));
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y[c][i].d * dx), _mm256_cvtepi32_ps(t), acc[c]);
-        }
     }
+    /* quants are 0..7 for values -4..3: take 4 * sum_j scale_j * bsum_j back out */
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) out[c] = kq_hsum(acc[c]);
+    for (int c = 0; c < NC; c++) {
+        const __m256i bias = _mm256_madd_epi16(kq_load(y[c][i].bsums), sc16);
+        A[c] = _mm256_sub_epi32(A[c], _mm256_slli_epi32(bias, 2));
+    }
+    (void)B;
 }
 
 /* ---- Q2_K ------------------------------------------------------------------------------------------ */
 
-KQ_INLINE void kq_cols_q2_K(int nb, int NC, const block_q2_K *restrict x, const block_q8_K *const *y, float *out) {
+KQ_INLINE void kq_sb_q2_K(int NC, const block_q2_K *x, const block_q8_K *const *y, int i, __m256i *A, __m256i *B) {
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i n4 = _mm_set1_epi8(0x0F);
-    __m256 acc[4];
+    const __m128i raw = _mm_loadu_si128((const __m128i *)x->scales);
+    __m256i sc16, slo, shi;
+    kq_widen16(_mm_and_si128(raw, n4), &sc16, &slo, &shi);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), n4));
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        const __m128i raw = _mm_loadu_si128((const __m128i *)x[i].scales);
-        __m256i sc16, slo, shi;
-        kq_widen16(_mm_and_si128(raw, n4), &sc16, &slo, &shi);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), n4));
-        const float dx = kq_fp16(x[i].d), mx = -kq_fp16(x[i].dmin);
-        __m256i sumi[4];
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
+    for (int c = 0; c < NC; c++) A[c] = _mm256_setzero_si256();
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256i qs = kq_load(x[i].qs + 32 * h);
+    for (int h = 0; h < 2; h++) {
+        const __m256i qs = kq_load(x->qs + 32 * h);
 #pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                const int k = 4 * h + p;
-                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * p), m3);
-                const __m256i s = kq_pick(h ? shi : slo, kq_pick16[p]);
+        for (int p = 0; p < 4; p++) {
+            const int k = 4 * h + p;
+            const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * p), m3);
+            const __m256i sv = kq_pick(h ? shi : slo, kq_pick16[p]);
 #pragma GCC unroll 4
-                for (int c = 0; c < NC; c++) {
-                    const __m256i pr = _mm256_maddubs_epi16(q, kq_load(y[c][i].qs + 32 * k));
-                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(pr, s));
-                }
+            for (int c = 0; c < NC; c++) {
+                const __m256i pr = _mm256_maddubs_epi16(q, kq_load(y[c][i].qs + 32 * k));
+                A[c] = _mm256_add_epi32(A[c], _mm256_madd_epi16(pr, sv));
             }
-        }
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            const __m256i summ = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
-            const float dy = y[c][i].d;
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * mx), _mm256_cvtepi32_ps(summ), acc[c]);
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) out[c] = kq_hsum(acc[c]);
+    for (int c = 0; c < NC; c++) B[c] = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
 }
+
+/* ---- one row x NC columns (vec_dot, prefill) and four rows x one column (decode) ------------------- */
+
+/* Sums of four vectors v0..v3 into lanes 0..3 of each half, by in-lane unpacks (no horizontal
+   adds): kq_tr2 folds two of them ([v0 v1 v0 v1] partial sums), kq_tr22 two such results. */
+KQ_INLINE __m256i kq_tr2(__m256i v0, __m256i v1) {
+    return _mm256_add_epi32(_mm256_unpacklo_epi32(v0, v1), _mm256_unpackhi_epi32(v0, v1));
+}
+KQ_INLINE __m256i kq_tr22(__m256i t01, __m256i t23) {
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
+}
+
+/* the fp16 at byte offset off of rows xr[0..3], as [f0 f1 f2 f3 f0 f1 f2 f3]; the empty asm keeps
+   GCC from turning the four scalar loads into a dozen vector shuffles */
+KQ_INLINE __m256 kq_h4(const char *const *xr, size_t off) {
+    uint16_t h0, h1, h2, h3;
+    memcpy(&h0, xr[0] + off, 2), memcpy(&h1, xr[1] + off, 2), memcpy(&h2, xr[2] + off, 2), memcpy(&h3, xr[3] + off, 2);
+    uint64_t lo = (uint64_t)h0 | (uint64_t)h1 << 16, hi = (uint64_t)h2 | (uint64_t)h3 << 16;
+    __asm__("" : "+r"(lo), "+r"(hi));
+    return _mm256_cvtph_ps(_mm_set1_epi64x((long long)(lo | hi << 32)));
+}
+
+/* touches every 64-byte line of [p, p + n) */
+KQ_INLINE void kq_prefetch_span(const char *p, int n) {
+#pragma GCC unroll 16
+    for (int o = 0; o < n; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+/* Decode streams each weight row from DRAM once; four interleaved rows train the hardware
+   prefetcher poorly, so the group's bytes are prefetched linearly KQ_LPF ahead (see quants.c). */
+#ifndef KQ_LPF
+#define KQ_LPF 8192
+#endif
+
+/* MIN: the type has mins (B); DOFF / MOFF: byte offsets of d and dmin in the block */
+#define KQ_KERNELS(t, MIN, DOFF, MOFF)                                                                        \
+    /* one row x NC columns over super-blocks i0 .. i1, accumulating into acc[0..NC) */                   \
+    KQ_INLINE void kq_cols_##t(int i0, int i1, int NC, const void *vx, const block_q8_K *const *y, __m256 *acc) { \
+        const block_##t *x = vx;                                                                            \
+        __m256 t[4];                                                                                        \
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) t[c] = acc[c];                                \
+        for (int i = i0; i < i1; i++) {                                                                     \
+            __m256i A[4], B[4];                                                                             \
+            kq_sb_##t(NC, x + i, y, i, A, B);                                                               \
+            const float dx = kq_fp16(x[i].d), mx = MIN ? -kq_fp16(*(const hr_fp16 *)((const char *)(x + i) + MOFF)) : 0; \
+            _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) {                                          \
+                const float dy = y[c][i].d;                                                                 \
+                t[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(A[c]), t[c]);             \
+                if (MIN) t[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * mx), _mm256_cvtepi32_ps(B[c]), t[c]);     \
+            }                                                                                               \
+        }                                                                                                   \
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) acc[c] = t[c];                                \
+    }                                                                                                       \
+    /* four rows (xr[0..3]) x one column: the rows' integer sums are reduced across rows per           \
+       super-block, so one conversion and FMA (two with mins) serve all four */                          \
+    KQ_INLINE void kq_rows4_##t(int nb, const char *const *xr, const block_q8_K *y, float *out) {        \
+        const block_q8_K *yc[1] = {y};                                                                      \
+        const char *pf = xr[0] + KQ_LPF;                                                                    \
+        __m256 acc = _mm256_setzero_ps();                                                                   \
+        for (int i = 0; i < nb; i++) {                                                                      \
+            if (KQ_LPF) kq_prefetch_span(pf, 4 * (int)sizeof(block_##t));                                   \
+            pf += 4 * sizeof(block_##t);                                                                    \
+            __m256i A0, A1, B0, B1, TA[2], TB[2];                                                           \
+            _Pragma("GCC unroll 2") for (int r = 0; r < 2; r++) {                                          \
+                kq_sb_##t(1, (const block_##t *)xr[2 * r] + i, yc, i, &A0, &B0);                            \
+                kq_sb_##t(1, (const block_##t *)xr[2 * r + 1] + i, yc, i, &A1, &B1);                        \
+                TA[r] = kq_tr2(A0, A1);                                                                     \
+                if (MIN) TB[r] = kq_tr2(B0, B1);                                                            \
+            }                                                                                               \
+            const __m256 dy = _mm256_set1_ps(y[i].d);                                                       \
+            const size_t o = (size_t)i * sizeof(block_##t);                                                 \
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(kq_h4(xr, o + DOFF), dy), _mm256_cvtepi32_ps(kq_tr22(TA[0], TA[1])), acc); \
+            if (MIN)                                                                                        \
+                acc = _mm256_fnmadd_ps(_mm256_mul_ps(kq_h4(xr, o + MOFF), dy),                             \
+                                       _mm256_cvtepi32_ps(kq_tr22(TB[0], TB[1])), acc);                    \
+        }                                                                                                   \
+        _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)));       \
+    }
+
+KQ_KERNELS(q2_K, 1, offsetof(block_q2_K, d), offsetof(block_q2_K, dmin))
+KQ_KERNELS(q3_K, 0, offsetof(block_q3_K, d), 0)
+KQ_KERNELS(q4_K, 1, offsetof(block_q4_K, d), offsetof(block_q4_K, dmin))
+
+KQ_KERNELS(q5_K, 1, offsetof(block_q5_K, d), offsetof(block_q5_K, dmin))
+KQ_KERNELS(q6_K, 0, offsetof(block_q6_K, d), 0)
 
 /* ---- entry points ------------------------------------------------------------------------------------ */
 
-/* vec_dot is the one-column instance; the tile walks the weight rows and, for each, the activation
-   rows four at a time (then 3, 2 or 1 for the rest), so a weight row is streamed from memory once
-   and re-read from L1 for each group of columns. */
+/* Prefill tiles: up to 16 weight rows x 4 activation rows, walked along K in chunks of KQ_KC
+   super-blocks so that the 4 activation rows' chunk (4 x 8 x 292 B = 9 KiB) stays in L1 while the
+   16 weight rows pass over it; each weight vector is unpacked once per 4 columns.  (Row by row over
+   all columns instead re-read every activation row from L2 per weight row: ~8x the L2 traffic.) */
+enum { KQ_KC = 8, KQ_TR = 16 };
+
 #define KQ_ENTRY(t)                                                                                           \
     void hq_vec_dot_avx2_##t(int n, float *restrict s, const void *restrict vx, const void *restrict vy) { \
         const block_q8_K *yc[1] = {vy};                                                                    \
-        kq_cols_##t(n / QK_K, 1, vx, yc, s);                                                               \
+        __m256 acc = _mm256_setzero_ps();                                                                  \
+        kq_cols_##t(0, n / QK_K, 1, vx, yc, &acc);                                                         \
+        *s = kq_hsum(acc);                                                                                 \
     }                                                                                                      \
     void hq_gemm_avx2_##t(int n, float *restrict s, size_t lds, const void *restrict vx, size_t bx, int nr, \
                           const void *restrict vy, size_t by, int nc) {                                     \
         const int nb = n / QK_K;                                                                           \
-        for (int i = 0; i < nr; i++) {                                                                     \
-            const void *xr = (const char *)vx + (size_t)i * bx;                                            \
+        if (nc == 1) { /* decode: four rows at a time; a short last group repeats its last row */          \
+            for (int i = 0; i < nr; i += 4) {                                                              \
+                const char *xr[4];                                                                         \
+                for (int r = 0; r < 4; r++) xr[r] = (const char *)vx + (size_t)(i + r < nr ? i + r : nr - 1) * bx; \
+                float out[4];                                                                              \
+                kq_rows4_##t(nb, xr, vy, out);                                                             \
+                for (int r = 0; r < 4 && i + r < nr; r++) s[i + r] = out[r];                               \
+            }                                                                                              \
+            return;                                                                                        \
+        }                                                                                                  \
+        for (int r0 = 0; r0 < nr; r0 += KQ_TR) {                                                           \
+            const int m = nr - r0 < KQ_TR ? nr - r0 : KQ_TR;                                               \
             for (int j0 = 0; j0 < nc; j0 += 4) {                                                           \
-                const int m = nc - j0 < 4 ? nc - j0 : 4;                                                   \
+                const int C = nc - j0 < 4 ? nc - j0 : 4;                                                   \
                 const block_q8_K *yc[4];                                                                   \
                 for (int c = 0; c < 4; c++)                                                                \
-                    yc[c] = (const block_q8_K *)((const char *)vy + (size_t)(j0 + (c < m ? c : 0)) * by); \
-                float out[4];                                                                              \
-                switch (m) {                                                                               \
-                case 4: kq_cols_##t(nb, 4, xr, yc, out); break;                                            \
-                case 3: kq_cols_##t(nb, 3, xr, yc, out); break;                                            \
-                case 2: kq_cols_##t(nb, 2, xr, yc, out); break;                                            \
-                default: kq_cols_##t(nb, 1, xr, yc, out); break;                                           \
+                    yc[c] = (const block_q8_K *)((const char *)vy + (size_t)(j0 + (c < C ? c : 0)) * by); \
+                __m256 acc[KQ_TR][4];                                                                      \
+                for (int r = 0; r < m; r++)                                                                \
+                    for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();                           \
+                for (int i0 = 0; i0 < nb; i0 += KQ_KC) {                                                   \
+                    const int i1 = nb - i0 < KQ_KC ? nb : i0 + KQ_KC;                                      \
+                    for (int r = 0; r < m; r++) {                                                          \
+                        const void *xr = (const char *)vx + (size_t)(r0 + r) * bx;                         \
+                        switch (C) {                                                                       \
+                        case 4: kq_cols_##t(i0, i1, 4, xr, yc, acc[r]); break;                             \
+                        case 3: kq_cols_##t(i0, i1, 3, xr, yc, acc[r]); break;                             \
+                        case 2: kq_cols_##t(i0, i1, 2, xr, yc, acc[r]); break;                             \
+                        default: kq_cols_##t(i0, i1, 1, xr, yc, acc[r]); break;                            \
+                        }                                                                                  \
+                    }                                                                                      \
                 }                                                                                          \
-                for (int c = 0; c < m; c++) s[(size_t)(j0 + c) * lds + i] = out[c];                        \
+                for (int c = 0; c < C; c++)                                                                \
+                    for (int r = 0; r < m; r++) s[(size_t)(j0 + c) * lds + r0 + r] = kq_hsum(acc[r][c]);   \
             }                                                                                              \
         }                                                                                                  \
     }

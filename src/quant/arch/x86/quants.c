@@ -1,7 +1,9 @@
 /* quant, x86: AVX2/FMA/F16C kernels for the float types and the 32-element quants — see quant.h.
  *
  * This file is compiled with -mavx2 -mfma -mf16c; quant.c installs its kernels only when the CPU
- * has all three.  Decoding calls vec_dot once per weight row, so these loops are the hot path.
+ * has all three.  The engine does every matmul through the tile kernels (hq_gemm_fn) — decoding
+ * is their one-activation-row case — so the tiles below are the hot path; vec_dot serves attention
+ * and the tests.
  *
  * Integer dots: a weight block becomes its 32 codes in one ymm register — unsigned for the 4/5-bit
  * types (value = d*(code - z) with zero point z = 8/16 for Q4_0/Q5_0, d*code + m for Q4_1/Q5_1,
@@ -20,6 +22,7 @@
 #include "quant/quant.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 
 #define HQ_INLINE static inline __attribute__((always_inline))
 
@@ -194,58 +197,322 @@ void hq_vec_dot_avx2_q8_0(int n, float *restrict s, const void *restrict x, cons
     *s = hq_vec_dot_blocks(HQ_K_Q8_0, n, x, y);
 }
 
-/* ---- tiles for prefill ---------------------------------------------------------------------------- */
+/* ---- tiles: decode (one activation row) and prefill (many) -------------------------------------- */
 
-/* One weight row against C (1..4) activation rows: each weight block is unpacked once and used C
-   times. C is a constant at every call and the C loops are unrolled, so acc[] lives in registers
-   (left to itself GCC kept it on the stack, a store-to-load chain per row and block).  Here the
-   sign trick is the cheaper one: |w| is computed once per weight block, leaving one sign + one
-   maddubs per activation row. */
-HQ_INLINE void hq_tile_1xC(int kind, int C, int nb, float *s, size_t lds, const void *x, const void *y,
-                           size_t by) {
-    __m256 acc[4];
-    float summ[4];
-    #pragma GCC unroll 4
-    for (int c = 0; c < C; c++) {
-        acc[c] = _mm256_setzero_ps();
-        summ[c] = 0.0f;
+/* The nibble kinds work on pairs of blocks b, b+1 held as two vectors:
+     lo = codes 0..15 of b | codes 0..15 of b+1,    hi = codes 16..31 of b | codes 16..31 of b+1,
+   which is how the bytes lie in memory (qs of b and of b+1 in the two lanes; low nibbles are codes
+   0..15), so unpacking crosses no lanes.  The activations are permuted to match once per call
+   ("prepared") and read from L1 by every weight row.
+   Four weight rows (one activation row) are then reduced together: their 16-bit pair results are
+   interleaved across rows with in-lane unpacks and added before anything is widened, so one madd,
+   one conversion and one FMA serve 4 rows x 2 blocks.  Lane r of the low half ends up with row r's
+   dot with block b and lane r of the high half with block b+1, and the 8 fp16 weight scales of
+   those 4 rows x 2 blocks convert into exactly that layout with one vcvtph2ps.  The 16-bit sums stay
+   exact: a Q4 lane adds at most 16 products of 15 * 128 (30720); the Q5 kinds widen after the first
+   step (8 products of 31 * 128 = 31744).  The zero point comes off the 32-bit sums as z * sum(a),
+   prepared per block; the mins of Q4_1/Q5_1 as m * s, one FMA with the activation sums s.
+   On Zen 3 this does a Q4_0 row-block in ~2.7 cycles (decode, from L1) where the single-row dot
+   takes ~4.9, and prefill (4 rows x 4 columns) ~1.8 cycles per row-column-block. */
+
+/* a prepared activation pair: codes (lo, hi), z * block sums as int32 (zero-point kinds), scales d
+   and sums s (kinds with a min) as [b x4 | b+1 x4] */
+typedef struct { __m256i lo, hi, z; __m256 d, s; } hq_a2;
+
+/* Q8_0 (signed codes) has no pairs: one madd / conversion / FMA per row and block as in vec_dot, the
+   sign trick taking the signs from the activation (|a| is prepared, so a row needs one vpsignb) */
+typedef struct { __m256i a, abs; __m256 d; } hq_a1;
+
+/* two fp16 scales as [h0 x4 | h1 x4] */
+HQ_INLINE __m256 hq_h2v2(hr_fp16 h0, hr_fp16 h1) { return _mm256_blend_ps(hq_h2v(h0), hq_h2v(h1), 0xF0); }
+
+/* bit 4 of the codes of a pair (qh words at qh0, qh1), as 0x10 bytes in the pair layout */
+HQ_INLINE void hq_hibits2(const uint8_t *qh0, const uint8_t *qh1, __m256i *lo, __m256i *hi) {
+    uint32_t h0, h1;
+    memcpy(&h0, qh0, 4);
+    memcpy(&h1, qh1, 4);
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128((long long)((uint64_t)h1 << 32 | h0)));
+    /* byte j of lo tests bit j of its block's word: source byte j/8 (h0 bytes 0..3, h1 bytes 4..7);
+       hi tests bits 16..31 */
+    const __m256i clo = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0404040404040404LL, 0x0505050505050505LL);
+    const __m256i chi = _mm256_setr_epi64x(0x0202020202020202LL, 0x0303030303030303LL, 0x0606060606060606LL,
+                                           0x0707070707070707LL);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL), b4 = _mm256_set1_epi8(0x10);
+    *lo = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, clo), bit), bit), b4);
+    *hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, chi), bit), bit), b4);
+}
+
+/* where the fields of the nibble blocks sit: d first, then m (the _1 kinds), then qh (Q5), then qs */
+static_assert(offsetof(block_q4_0, qs) == 2 && offsetof(block_q4_1, m) == 2 && offsetof(block_q4_1, qs) == 4 &&
+              offsetof(block_q5_0, qh) == 2 && offsetof(block_q5_0, qs) == 6 && offsetof(block_q5_1, m) == 2 &&
+              offsetof(block_q5_1, qh) == 4 && offsetof(block_q5_1, qs) == 8, "nibble block layouts");
+
+/* the codes of blocks b, b+1 of a weight row of a nibble kind, in the pair layout */
+HQ_INLINE void hq_codes2(int kind, const void *row, int b, __m256i *lo, __m256i *hi) {
+    const size_t bs = hq_kind_size(kind);
+    const char *p0 = (const char *)row + (size_t)b * bs, *p1 = p0 + bs;
+    const size_t off = kind == HQ_K_Q4_0 ? 2 : kind == HQ_K_Q4_1 ? 4 : kind == HQ_K_Q5_0 ? 6 : 8;
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + off))),
+                                              _mm_loadu_si128((const __m128i *)(p1 + off)), 1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    *lo = _mm256_and_si256(q, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    if (kind == HQ_K_Q5_0 || kind == HQ_K_Q5_1) {
+        __m256i hl, hh;
+        hq_hibits2((const uint8_t *)p0 + off - 4, (const uint8_t *)p1 + off - 4, &hl, &hh);
+        *lo = _mm256_or_si256(*lo, hl);
+        *hi = _mm256_or_si256(*hi, hh);
     }
-    const bool sign_trick = !hq_kind_min(kind);
-    for (int b = 0; b < nb; b++) {
-        __m256 dx;
-        float mx = 0.0f;
-        __m256i w = hq_load_w(kind, x, b, &dx, &mx);
-        if (hq_kind_zp(kind)) w = _mm256_sub_epi8(w, _mm256_set1_epi8((char)hq_kind_zp(kind)));
-        const __m256i aw = sign_trick ? _mm256_sign_epi8(w, w) : w;
+}
+
+/* zp * (sum of each block's codes), in all 4 lanes of its half */
+HQ_INLINE __m256i hq_zsum(int zp, __m256i lo, __m256i hi) {
+    const __m256i z = _mm256_set1_epi8((char)zp);
+    __m256i t = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(z, lo), _mm256_maddubs_epi16(z, hi)),
+                                  _mm256_set1_epi16(1));
+    t = _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0x4E));
+    return _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xB1));
+}
+
+/* prepares entries k0 .. k0+kc of an activation row: pairs (hq_a2) or Q8_0 blocks (hq_a1) */
+HQ_INLINE void hq_prep(int kind, const void *row, int k0, int kc, void *buf) {
+    for (int k = 0; k < kc; k++) {
+        if (kind == HQ_K_Q8_0) {
+            const block_q8_0 *y = (const block_q8_0 *)row + k0 + k;
+            hq_a1 *a = (hq_a1 *)buf + k;
+            a->a = _mm256_loadu_si256((const __m256i *)y->qs);
+            a->abs = _mm256_sign_epi8(a->a, a->a);
+            a->d = hq_h2v(y->d);
+            continue;
+        }
+        hq_a2 *a = (hq_a2 *)buf + k;
+        const int b = 2 * (k0 + k);
+        __m256i a0, a1;
+        if (hq_kind_min(kind)) {
+            const block_q8_1 *y = (const block_q8_1 *)row + b;
+            a0 = _mm256_loadu_si256((const __m256i *)y[0].qs), a1 = _mm256_loadu_si256((const __m256i *)y[1].qs);
+            a->d = hq_h2v2(y[0].d, y[1].d);
+            a->s = hq_h2v2(y[0].s, y[1].s);
+        } else {
+            const block_q8_0 *y = (const block_q8_0 *)row + b;
+            a0 = _mm256_loadu_si256((const __m256i *)y[0].qs), a1 = _mm256_loadu_si256((const __m256i *)y[1].qs);
+            a->d = hq_h2v2(y[0].d, y[1].d);
+        }
+        a->lo = _mm256_permute2x128_si256(a0, a1, 0x20);
+        a->hi = _mm256_permute2x128_si256(a0, a1, 0x31);
+        if (hq_kind_zp(kind)) a->z = hq_zsum(hq_kind_zp(kind), a->lo, a->hi);
+    }
+}
+
+/* four fp16 values, one from each row, as 64 bits; the empty asm keeps GCC from vectorizing the
+   gather into a dozen shuffles */
+HQ_INLINE uint64_t hq_h4(const char *const *xr, size_t off) {
+    uint16_t h0, h1, h2, h3;
+    memcpy(&h0, xr[0] + off, 2), memcpy(&h1, xr[1] + off, 2), memcpy(&h2, xr[2] + off, 2), memcpy(&h3, xr[3] + off, 2);
+    uint64_t lo = (uint64_t)h0 | (uint64_t)h1 << 16, hi = (uint64_t)h2 | (uint64_t)h3 << 16;
+    __asm__("" : "+r"(lo), "+r"(hi));
+    return lo | hi << 32;
+}
+
+/* the fp16 field at byte offset off of blocks b, b+1 (bs apart) in rows xr[0..3]:
+   [rows at b | rows at b+1] */
+HQ_INLINE __m256 hq_h8(const char *const *xr, size_t off, size_t bs) {
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)hq_h4(xr, off + bs), (long long)hq_h4(xr, off)));
+}
+
+/* the 16-bit pair results p[0..3] of four rows as int32 [r0 r1 r2 r3 | r0 r1 r2 r3] */
+HQ_INLINE __m256i hq_red4(int kind, const __m256i *p) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i q01 = _mm256_add_epi16(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
+    __m256i q23 = _mm256_add_epi16(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
+    if (kind == HQ_K_Q5_0 || kind == HQ_K_Q5_1) { /* 5-bit codes: widen after the first step */
+        q01 = _mm256_madd_epi16(q01, ones), q23 = _mm256_madd_epi16(q23, ones);
+        return _mm256_add_epi32(_mm256_unpacklo_epi64(q01, q23), _mm256_unpackhi_epi64(q01, q23));
+    }
+    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_unpacklo_epi64(q01, q23), _mm256_unpackhi_epi64(q01, q23)), ones);
+}
+
+/* a single block (the last of an odd count), its min term in lane 0 */
+HQ_INLINE __m256 hq_dot1(int kind, const void *x, const void *y, int b, __m256 acc) {
+    float summ = 0.0f;
+    acc = hq_block_dot(kind, x, y, b, acc, &summ);
+    if (hq_kind_min(kind)) acc = _mm256_add_ps(acc, _mm256_zextps128_ps256(_mm_set_ss(summ)));
+    return acc;
+}
+
+/* sums of the lanes of acc[0..3] into s[0..3] */
+HQ_INLINE void hq_store4(const __m256 *acc, float *s) {
+    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+}
+
+/* Weights are read once, straight from DRAM, and four interleaved row streams train the hardware
+   prefetcher poorly (Q4_0 decode at ~9 GB/s against ~13 one row at a time), so the kernels
+   prefetch the rows' bytes linearly, HQ_LPF ahead of what they read: Q4_0 then streams at ~14-15
+   GB/s and Q8_0 at ~14 of the ~17.7 one core can read (tools/membw). */
+#ifndef HQ_LPF
+#define HQ_LPF 8192
+#endif
+
+enum { HQ_TC = 4 /* most activation rows per tile */ };
+
+/* touches every 64-byte line of [p, p + n) */
+HQ_INLINE void hq_prefetch_span(const char *p, int n) {
+    #pragma GCC unroll 8
+    for (int o = 0; o < n; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+/* Q8_0: R weight rows xr[0..R) x C prepared columns; acc[c * 4 + r] */
+HQ_INLINE void hq_rows_q8(int R, int C, int k0, int kc, const char *const *xr, const void *buf, int stride,
+                          __m256 *acc, const char *pf) {
+    const size_t bs = sizeof(block_q8_0);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 t[HQ_TC][4];
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+        #pragma GCC unroll 4
+        for (int i = 0; i < R; i++) t[c][i] = acc[c * 4 + i];
+    for (int k = 0; k < kc; k++) {
+        if (HQ_LPF && pf) hq_prefetch_span(pf, R * (int)bs), pf += R * bs;
+        const size_t o = (size_t)(k0 + k) * bs;
+        __m256i w[4], aw[4];
+        __m256 dx[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const block_q8_0 *xb = (const block_q8_0 *)(xr[i] + o);
+            w[i] = _mm256_loadu_si256((const __m256i *)xb->qs);
+            aw[i] = _mm256_sign_epi8(w[i], w[i]);
+            dx[i] = hq_h2v(xb->d);
+        }
         #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
-            __m256 dy;
-            float sy = 0.0f;
-            const int8_t *qa = hq_load_a(kind, (const char *)y + (size_t)c * by, b, &dy, &sy);
-            __m256i a = _mm256_loadu_si256((const __m256i *)qa);
-            if (sign_trick) a = _mm256_sign_epi8(a, w);
-            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, a), _mm256_set1_epi16(1));
-            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(p), acc[c]);
-            if (hq_kind_min(kind)) summ[c] += mx * sy;
+            const hq_a1 *a = (const hq_a1 *)buf + c * stride + k;
+            #pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+#ifdef EXP_ROBUST
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(a->a, w[i])), ones);
+#else
+                (void)aw;
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(a->abs, _mm256_sign_epi8(w[i], a->a)), ones);
+#endif
+                t[c][i] = _mm256_fmadd_ps(_mm256_mul_ps(dx[i], a->d), _mm256_cvtepi32_ps(p), t[c][i]);
+            }
         }
     }
     #pragma GCC unroll 4
-    for (int c = 0; c < C; c++) s[(size_t)c * lds] = hq_hsum_ps(acc[c]) + summ[c];
+    for (int c = 0; c < C; c++)
+        #pragma GCC unroll 4
+        for (int i = 0; i < R; i++) acc[c * 4 + i] = t[c][i];
 }
+
+/* Rows xr[0..3] (the prefetch pointer pf walks them) against C (1..4) prepared activation rows
+   (column c at buf + c * stride entries) over entries k0 .. k0+kc.  Nibble kinds: acc[c] in the
+   4-row layout; Q8_0: acc[c * 4 + r] per row. */
+HQ_INLINE void hq_rows4(int kind, int C, int k0, int kc, const char *const *xr, const void *buf, int stride,
+                        __m256 *acc, const char *pf) {
+    const size_t bs = hq_kind_size(kind);
+    if (kind == HQ_K_Q8_0) {
+        /* 4 rows x 1 column for decode; 2 rows x C columns (8 accumulators) twice for prefill */
+        if (C == 1) {
+            hq_rows_q8(4, 1, k0, kc, xr, buf, stride, acc, pf);
+        } else {
+            hq_rows_q8(2, C, k0, kc, xr, buf, stride, acc, NULL);
+            hq_rows_q8(2, C, k0, kc, xr + 2, buf, stride, acc + 2, NULL);
+        }
+        return;
+    }
+    __m256 t[HQ_TC];
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; c++) t[c] = acc[c];
+    for (int k = 0; k < kc; k++) {
+        if (HQ_LPF && pf) hq_prefetch_span(pf, 8 * (int)bs), pf += 8 * bs;
+        const int b = 2 * (k0 + k);
+        __m256i lo[4], hi[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) hq_codes2(kind, xr[i], b, &lo[i], &hi[i]);
+        const __m256 dx = hq_h8(xr, (size_t)b * bs, bs);
+        const __m256 mx = hq_kind_min(kind) ? hq_h8(xr, (size_t)b * bs + 2, bs) : _mm256_setzero_ps();
+        #pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            const hq_a2 *a = (const hq_a2 *)buf + c * stride + k;
+            __m256i p[4];
+            #pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                p[i] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], a->lo), _mm256_maddubs_epi16(hi[i], a->hi));
+            __m256i d32 = hq_red4(kind, p);
+            if (hq_kind_zp(kind)) d32 = _mm256_sub_epi32(d32, a->z);
+            t[c] = _mm256_fmadd_ps(_mm256_mul_ps(dx, a->d), _mm256_cvtepi32_ps(d32), t[c]);
+            if (hq_kind_min(kind)) t[c] = _mm256_fmadd_ps(mx, a->s, t[c]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; c++) acc[c] = t[c];
+}
+
+/* Up to 16 weight rows (groups of 4; a short last group repeats its last row and drops the extra
+   results) x C (1..4) activation rows, walked along K in chunks of kc_max prepared entries per
+   column.  Decode (C = 1) prefetches the group's 4 rows as one linear stream; prefill re-reads the
+   16 rows from L1/L2 for every group of columns and leaves them to the hardware prefetcher. */
+HQ_INLINE void hq_tile(int kind, int C, int kc_max, void *buf, int nb, float *s, size_t lds, const void *x,
+                       size_t bx, int nr, const void *y, size_t by) {
+    const int step = kind == HQ_K_Q8_0 ? 1 : 2; /* blocks per prepared entry */
+    const int nk = nb / step, ng = (nr + 3) / 4, per = kind == HQ_K_Q8_0 ? 4 * C : C;
+    __m256 acc[4][4 * HQ_TC];
+    const char *xg[4][4];
+    for (int g = 0; g < ng; g++) {
+        for (int i = 0; i < 4; i++) xg[g][i] = (const char *)x + (size_t)(4 * g + i < nr ? 4 * g + i : nr - 1) * bx;
+        for (int i = 0; i < per; i++) acc[g][i] = _mm256_setzero_ps();
+    }
+    for (int k0 = 0; k0 < nk; k0 += kc_max) {
+        const int kc = nk - k0 < kc_max ? nk - k0 : kc_max;
+        for (int c = 0; c < C; c++)
+            hq_prep(kind, (const char *)y + (size_t)c * by, k0, kc,
+                    (char *)buf + (size_t)c * kc_max * (kind == HQ_K_Q8_0 ? sizeof(hq_a1) : sizeof(hq_a2)));
+        for (int g = 0; g < ng; g++)
+            hq_rows4(kind, C, k0, kc, xg[g], buf, kc_max, acc[g],
+                     C == 1 ? xg[g][0] + 4 * (size_t)k0 * step * hq_kind_size(kind) + HQ_LPF : NULL);
+    }
+    for (int g = 0; g < ng; g++)
+        for (int c = 0; c < C; c++) {
+            float r[4];
+            if (kind == HQ_K_Q8_0) {
+                hq_store4(&acc[g][4 * c], r);
+            } else {
+                const __m256 a = acc[g][c];
+                _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)));
+            }
+            for (int i = 0; i < 4 && 4 * g + i < nr; i++) {
+                if (nb % step)
+                    r[i] += hq_hsum_ps(hq_dot1(kind, xg[g][i], (const char *)y + (size_t)c * by, nb - 1,
+                                               _mm256_setzero_ps()));
+                s[(size_t)c * lds + 4 * g + i] = r[i];
+            }
+        }
+}
+
+/* prepared entries per chunk: decode takes K = 8192 in one (16-20 KiB); prefill keeps 4 columns'
+   chunk at 10 KiB so it stays in L1 next to the weight rows */
+enum { HQ_KC_DEC = 128, HQ_KC_PRE = 16 };
 
 HQ_INLINE void hq_gemm_blocks(int kind, int n, float *s, size_t lds, const void *x, size_t bx, int nr,
                               const void *y, size_t by, int nc) {
     const int nb = n / QK8_0;
-    for (int j = 0; j < nc; j += 4) {
-        const char *yj = (const char *)y + (size_t)j * by;
-        float *sj = s + (size_t)j * lds;
-        for (int i = 0; i < nr; i++) {
-            const char *xi = (const char *)x + (size_t)i * bx;
+    hq_a2 buf[HQ_KC_DEC > HQ_TC * HQ_KC_PRE ? HQ_KC_DEC : HQ_TC * HQ_KC_PRE];
+    for (int i0 = 0; i0 < nr; i0 += 16) {
+        const int ni = nr - i0 < 16 ? nr - i0 : 16;
+        const char *xi = (const char *)x + (size_t)i0 * bx;
+        if (nc == 1) {
+            hq_tile(kind, 1, HQ_KC_DEC, buf, nb, s + i0, lds, xi, bx, ni, y, by);
+            continue;
+        }
+        for (int j = 0; j < nc; j += HQ_TC) {
+            const char *yj = (const char *)y + (size_t)j * by;
+            float *sj = s + (size_t)j * lds + i0;
             switch (nc - j) {
-            case 1:  hq_tile_1xC(kind, 1, nb, sj + i, lds, xi, yj, by); break;
-            case 2:  hq_tile_1xC(kind, 2, nb, sj + i, lds, xi, yj, by); break;
-            case 3:  hq_tile_1xC(kind, 3, nb, sj + i, lds, xi, yj, by); break;
-            default: hq_tile_1xC(kind, 4, nb, sj + i, lds, xi, yj, by); break;
+            case 1:  hq_tile(kind, 1, HQ_KC_PRE, buf, nb, sj, lds, xi, bx, ni, yj, by); break;
+            case 2:  hq_tile(kind, 2, HQ_KC_PRE, buf, nb, sj, lds, xi, bx, ni, yj, by); break;
+            case 3:  hq_tile(kind, 3, HQ_KC_PRE, buf, nb, sj, lds, xi, bx, ni, yj, by); break;
+            default: hq_tile(kind, 4, HQ_KC_PRE, buf, nb, sj, lds, xi, bx, ni, yj, by); break;
             }
         }
     }
