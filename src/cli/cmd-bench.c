@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "gguf/gguf.h"
+#include "mem/mem.h"
 #include "model/model.h"
 #include "quant/quant.h"
 
@@ -23,9 +24,16 @@ static void usage(FILE *f) {
             "  -b, --batch-size N    prompt batch size (default 512)\n"
             "  -r, --repetitions N   runs per test (default 5)\n"
             "  --kv-type f16|f32     KV cache element type (default f16)\n"
+            "  --mem-budget SIZE     memory for weights + KV cache + scratch: 300M, 1.5G, N%% (of the\n"
+            "                        model's weights, plus KV cache and scratch), auto (%.0f%% of\n"
+            "                        MemAvailable / the cgroup limit; the default) or off (plain mmap).\n"
+            "                        Given, the table adds memory figures per test: ms/token, disk\n"
+            "                        bytes/token, time blocked on weights/token, resident weights, pressure\n"
+            "  --window W            blocks streamed ahead when the weights do not fit (default 2)\n"
+            "  --pin run|spread|ffn|none  which blocks stay resident beside the window (default run)\n"
             "  --json                print a JSON list of {test, threads, tok_per_s, reps, ...}\n"
             "  -h, --help            this help\n",
-            hr_physical_cores());
+            hr_physical_cores(), 100 * HMEM_DEFAULT_FRACTION);
 }
 
 static int parse_list(const char *flag, const char *v, long lo, long hi, long *out, int cap) {
@@ -45,12 +53,42 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* memory figures of one run of a test */
+typedef struct mem_run {
+    double disk_per_tok;     /* bytes read from storage */
+    double loaded_per_tok;   /* bytes the manager loaded */
+    double blocked_ms_per_tok;
+    double resident_med, resident_max;
+} mem_run;
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, long n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* --mem-budget N%: N% of the weights plus KV cache and scratch */
+static bool parse_percent(const char *v, double *pct) {
+    char *end;
+    size_t n = strlen(v);
+    if (n < 2 || v[n - 1] != '%') return false;
+    *pct = strtod(v, &end);
+    return end == v + n - 1 && *pct > 0 && *pct <= 1000;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *v;
-    long th[16], pp[16] = {512}, tg[16] = {128}, reps = 5, n_batch = 512;
+    long th[16], pp[16] = {512}, tg[16] = {128}, reps = 5, n_batch = 512, window = 2;
     int n_th = 1, n_pp = 1, n_tg = 1;
     th[0] = hr_physical_cores();
-    bool json = false;
+    bool json = false, figures = false, mem_on = true;
+    uint64_t mem_budget = 0;
+    double mem_pct = 0;
+    hmem_pin pin = hmem_default_params().pin;
     int kv_type = HQ_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -71,6 +109,24 @@ int cmd_bench(int argc, char **argv) {
             if (!strcmp(v, "f16")) kv_type = HQ_TYPE_F16;
             else if (!strcmp(v, "f32")) kv_type = HQ_TYPE_F32;
             else { fprintf(stderr, "hearth bench: --kv-type must be f16 or f32\n"); return 2; }
+        } else if (!strcmp(a, "--mem-budget")) {
+            if (!(v = cli_value("bench", argc, argv, &i))) return 2;
+            figures = true;
+            mem_pct = 0;
+            if (parse_percent(v, &mem_pct)) mem_on = true;
+            else if (hmem_parse_budget(v, &mem_on, &mem_budget)) {
+                fprintf(stderr, "hearth bench: invalid --mem-budget '%s' (a size like 300M, N%%, auto or off)\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--window")) {
+            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1 << 20, &window)) return 2;
+        } else if (!strcmp(a, "--pin")) {
+            if (!(v = cli_value("bench", argc, argv, &i))) return 2;
+            if (!strcmp(v, "spread")) pin = HMEM_PIN_SPREAD;
+            else if (!strcmp(v, "ffn")) pin = HMEM_PIN_FFN;
+            else if (!strcmp(v, "none")) pin = HMEM_PIN_NONE;
+            else if (!strcmp(v, "run")) pin = HMEM_PIN_RUN;
+            else { fprintf(stderr, "hearth bench: --pin must be spread, run, ffn or none\n"); return 2; }
         } else if (!strcmp(a, "--json")) json = true;
         else { fprintf(stderr, "hearth bench: unknown option '%s'\n", a); usage(stderr); return 2; }
     }
@@ -83,6 +139,11 @@ int cmd_bench(int argc, char **argv) {
     float *logits = NULL;
     int32_t *toks = NULL;
     double *runs = NULL;
+    mem_run *mruns = NULL;
+    double *tmp = NULL;
+    uint64_t *res = NULL;
+    hmem *mm = NULL;
+    hm_ctx *c = NULL;
     if (!(g = gguf_open(model, &err)) || !(m = hm_model_load(g, &err))) goto done;
     long max_len = 1;
     for (int i = 0; i < n_pp; i++) max_len = HR_MAX(max_len, pp[i]);
@@ -90,7 +151,10 @@ int cmd_bench(int argc, char **argv) {
     logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     toks = malloc((size_t)max_len * sizeof(int32_t));
     runs = malloc((size_t)reps * sizeof(double));
-    if (!logits || !toks || !runs) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
+    mruns = calloc((size_t)reps, sizeof *mruns);
+    tmp = malloc((size_t)reps * sizeof(double));
+    res = malloc((size_t)(max_len + 1) * sizeof *res);
+    if (!logits || !toks || !runs || !mruns || !tmp || !res) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
     uint64_t rng = 0x9e3779b97f4a7c15ULL;
     for (long i = 0; i < max_len; i++) {
         rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
@@ -98,7 +162,12 @@ int cmd_bench(int argc, char **argv) {
     }
     double size_gib = hm_model_weight_bytes(m) / 1073741824.0;
     if (json) printf("[");
-    else {
+    else if (figures) {
+        printf("| model | size | threads | kernels | test | t/s | mem | ms/tok | disk MiB/tok | blocked ms/tok | "
+               "resident MiB | pressure |\n");
+        printf("| ----- | ---: | ------: | ------- | ---- | --: | --- | -----: | -----------: | -------------: | "
+               "-----------: | -------: |\n");
+    } else {
         printf("| model | size | threads | kernels | test | t/s |\n");
         printf("| ----- | ---: | ------: | ------- | ---- | --: |\n");
     }
@@ -110,8 +179,29 @@ int cmd_bench(int argc, char **argv) {
         cp.n_threads = (int32_t)th[ti];
         cp.kv_type = kv_type;
         hm_shard sh = hm_shard_full(m);
-        hm_ctx *c = hm_ctx_create(m, &sh, &cp, &err);
-        if (!c) goto done;
+        /* the residency manager (observing only with --mem-budget off, for the figures) */
+        hmem_params mp = hmem_default_params();
+        mp.ctx_bytes = hm_ctx_bytes_estimate(&m->hp, &cp);
+        mp.window = (int32_t)window;
+        mp.pin = pin;
+        mp.mode = mem_on ? HMEM_AUTO : HMEM_OBSERVE;
+        mp.budget = mem_budget;
+        if (mem_pct > 0) {
+            hmem_params op = mp;
+            op.mode = HMEM_OBSERVE;
+            hmem *probe = hmem_create(m, &sh, model, &op, &err);
+            if (!probe) goto done;
+            mp.budget = (uint64_t)(mem_pct / 100.0 * (double)hmem_get_plan(probe)->weight_bytes) + mp.ctx_bytes;
+            hmem_free(probe);
+        }
+        mm = hmem_create(m, &sh, model, &mp, &err);
+        if (!mm && (figures || mp.budget)) goto done;
+        if (!mm) { /* the default manager is a convenience, not a requirement */
+            HR_LOGD("hearth bench: no residency manager: %s", err.msg);
+            err.msg[0] = 0;
+        }
+        if (mm) hmem_attach(mm, &sh);
+        if (!(c = hm_ctx_create(m, &sh, &cp, &err))) goto done;
         for (int kind = 0; kind < 2; kind++) {
             long *lens = kind == 0 ? pp : tg;
             int nl = kind == 0 ? n_pp : n_tg;
@@ -119,33 +209,76 @@ int cmd_bench(int argc, char **argv) {
                 long len = lens[li];
                 if (len == 0) continue;
                 for (long r = -1; r < reps; r++) { /* r = -1: warm-up */
+                    int64_t blocked = 0, sample_ns = 0, read0 = hmem_proc_read_bytes();
+                    uint64_t load0 = mm ? hmem_get_stats(mm).loaded_bytes : 0;
+                    long n_res = 0;
                     int64_t t0 = hr_time_ns();
-                    if (kind == 0) {
-                        for (long i = 0; i < len; i += n_batch) {
-                            int nb = (int)HR_MIN(n_batch, len - i);
-                            if (hm_eval(c, toks + i, NULL, nb, (int32_t)i, logits, false, NULL, &err)) { hm_ctx_free(c); goto done; }
+                    for (long i = 0; i < len;) {
+                        int nb = kind == 0 ? (int)HR_MIN(n_batch, len - i) : 1;
+                        if (hm_eval(c, toks + i, NULL, nb, (int32_t)i, logits, false, NULL, &err)) goto done;
+                        blocked += hm_ctx_timings(c).weights_ns;
+                        i += nb;
+                        if (figures && mm) { /* per token (per batch for prompts), not timed */
+                            int64_t s0 = hr_time_ns();
+                            hmem_sample smp;
+                            if (hmem_take_sample(mm, &smp) == 0) res[n_res++] = smp.resident;
+                            sample_ns += hr_time_ns() - s0;
                         }
-                    } else {
-                        for (long i = 0; i < len; i++)
-                            if (hm_eval(c, toks + i, NULL, 1, (int32_t)i, logits, false, NULL, &err)) { hm_ctx_free(c); goto done; }
                     }
-                    double s = (hr_time_ns() - t0) * 1e-9;
-                    if (r >= 0) runs[r] = len / s;
+                    double s = (hr_time_ns() - t0 - sample_ns) * 1e-9;
+                    if (r < 0) continue;
+                    runs[r] = len / s;
+                    int64_t read1 = hmem_proc_read_bytes();
+                    mem_run *mr = &mruns[r];
+                    mr->disk_per_tok = read0 >= 0 && read1 >= 0 ? (double)(read1 - read0) / len : -1;
+                    mr->loaded_per_tok = mm ? (double)(hmem_get_stats(mm).loaded_bytes - load0) / len : 0;
+                    mr->blocked_ms_per_tok = blocked * 1e-6 / len;
+                    qsort(res, (size_t)n_res, sizeof *res, cmp_u64);
+                    mr->resident_med = n_res ? (double)res[n_res / 2] : 0;
+                    mr->resident_max = n_res ? (double)res[n_res - 1] : 0;
                 }
-                qsort(runs, (size_t)reps, sizeof(double), cmp_double);
-                double med = reps % 2 ? runs[reps / 2] : 0.5 * (runs[reps / 2 - 1] + runs[reps / 2]);
+                double med = median(memcpy(tmp, runs, (size_t)reps * sizeof *tmp), reps);
                 double mean = 0, var = 0;
                 for (long r = 0; r < reps; r++) mean += runs[r];
                 mean /= reps;
                 for (long r = 0; r < reps; r++) var += (runs[r] - mean) * (runs[r] - mean);
                 double sd = reps > 1 ? sqrt(var / (reps - 1)) : 0;
+                /* medians of the memory figures over the runs */
+                mem_run mf;
+#define MED(field) do { for (long r = 0; r < reps; r++) tmp[r] = mruns[r].field; mf.field = median(tmp, reps); } while (0)
+                MED(disk_per_tok); MED(loaded_per_tok); MED(blocked_ms_per_tok); MED(resident_med); MED(resident_max);
+#undef MED
+                hmem_stats ms = mm ? hmem_get_stats(mm) : (hmem_stats){0};
+                const hmem_plan *pl = mm ? hmem_get_plan(mm) : NULL;
+                const char *mode = pl ? hmem_mode_name(pl->mode) : "none";
                 char test[32];
                 snprintf(test, sizeof test, "%s%ld", kind == 0 ? "pp" : "tg", len);
-                if (json)
+                if (json) {
                     printf("%s\n  {\"test\": \"%s\", \"threads\": %ld, \"tok_per_s\": %.3f, \"reps\": %ld, "
-                           "\"stddev\": %.3f, \"model\": \"%s\", \"model_bytes\": %llu, \"kernels\": \"%s\"}",
+                           "\"stddev\": %.3f, \"model\": \"%s\", \"model_bytes\": %llu, \"kernels\": \"%s\"",
                            n_out ? "," : "", test, th[ti], med, reps, sd, m->hp.arch_name,
                            (unsigned long long)hm_model_weight_bytes(m), hq_simd_name());
+                    if (figures && pl)
+                        printf(", \"mem_mode\": \"%s\", \"mem_budget\": %llu, \"ctx_bytes\": %llu, \"window\": %d, "
+                               "\"pinned_bytes\": %llu, \"stream_bytes\": %llu, \"ms_per_tok\": %.3f, "
+                               "\"disk_bytes_per_tok\": %.0f, \"loaded_bytes_per_tok\": %.0f, "
+                               "\"blocked_ms_per_tok\": %.3f, \"resident_bytes_median\": %.0f, "
+                               "\"resident_bytes_max\": %.0f, \"pressure\": %.5f, "
+                               "\"t_attn_ms\": %.3f, \"t_ffn_ms\": %.3f, \"tau_attn_ms\": %.3f, \"tau_ffn_ms\": %.3f",
+                               mode, (unsigned long long)pl->budget, (unsigned long long)pl->ctx_bytes, pl->window,
+                               (unsigned long long)pl->pinned_bytes, (unsigned long long)pl->stream_bytes, 1e3 / med,
+                               mf.disk_per_tok, mf.loaded_per_tok, mf.blocked_ms_per_tok, mf.resident_med,
+                               mf.resident_max, ms.pressure,
+                               ms.kind[0].n_begin ? ms.kind[0].compute_ns * 1e-6 / ms.kind[0].n_begin : 0.0,
+                               ms.kind[1].n_begin ? ms.kind[1].compute_ns * 1e-6 / ms.kind[1].n_begin : 0.0,
+                               ms.kind[0].n_loads ? ms.kind[0].load_ns * 1e-6 / ms.kind[0].n_loads : 0.0,
+                               ms.kind[1].n_loads ? ms.kind[1].load_ns * 1e-6 / ms.kind[1].n_loads : 0.0);
+                    printf("}");
+                } else if (figures)
+                    printf("| %s %s | %.2f GiB | %ld | %s | %s | %.2f ± %.2f | %s | %.1f | %.1f | %.1f | %.0f | %.2f%% |\n",
+                           m->hp.arch_name, m->hp.name[0] ? m->hp.name : "", size_gib, th[ti], hq_simd_name(), test,
+                           med, sd, mode, 1e3 / med, mf.disk_per_tok / 1048576.0, mf.blocked_ms_per_tok,
+                           mf.resident_med / 1048576.0, 100.0 * ms.pressure);
                 else
                     printf("| %s %s | %.2f GiB | %ld | %s | %s | %.2f ± %.2f |\n", m->hp.arch_name,
                            m->hp.name[0] ? m->hp.name : "", size_gib, th[ti], hq_simd_name(), test, med, sd);
@@ -153,15 +286,28 @@ int cmd_bench(int argc, char **argv) {
                 n_out++;
             }
         }
+        if (figures && mm && !json) {
+            char line[512];
+            hmem_summary(mm, line, sizeof line);
+            fprintf(stderr, "%s\n", line);
+        }
         hm_ctx_free(c);
+        c = NULL;
+        hmem_free(mm);
+        mm = NULL;
     }
     if (json) printf("\n]\n");
     rc = 0;
 done:
     if (rc) fprintf(stderr, "hearth bench: %s\n", err.msg[0] ? err.msg : "failed");
+    hm_ctx_free(c);
+    hmem_free(mm);
     free(logits);
     free(toks);
     free(runs);
+    free(mruns);
+    free(tmp);
+    free(res);
     hm_model_free(m);
     gguf_close(g);
     return rc;

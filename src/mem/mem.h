@@ -1,0 +1,198 @@
+/*
+ * mem — the residency manager: which of a shard's weights are in memory, under a memory budget.
+ * Prefix: hmem_.
+ *
+ * Weights stay an mmap of the GGUF file (never copied); the manager only decides which pages of that
+ * mapping are resident, through the forward pass's weights hook (model.h: hm_weights_fn), which it
+ * calls around every *block* — the attention or FFN half of a layer, or the output norm + head.
+ * Execution order is a cycle: attn 0, ffn 0, attn 1, ..., ffn L-1, output, and back to attn 0 for
+ * the next token. The budget covers the shard's resident weights plus the ctx's KV cache and scratch.
+ *
+ * - KEEP (everything fits the budget): one MADV_WILLNEED over all blocks at create; the hook does
+ *   nothing. This is llama.cpp's mmap behaviour plus a prefetch.
+ * - STREAM (it does not): blocks that fit beside a streaming window are *pinned* (loaded once, never
+ *   released; by default one run of blocks from the first, or spread as TPI-LLM §3.3, Prop. 6 keeps
+ *   every T-th FFN block; hmem_plan_make says which). A loader thread fills the rest of the budget,
+ *   the *room*, with the streamed blocks that come next in execution order — the computing one
+ *   first, a block that does not fit whole in part — using
+ *   MADV_POPULATE_READ (or a read per page) in 4 MiB chunks, so the pages are in and mapped before
+ *   compute reaches them. The hook at BEGIN waits until its block is wholly loaded (that wait is the
+ *   time blocked on weights); at END the window slides and the loader releases the block —
+ *   MADV_DONTNEED on the mapping and POSIX_FADV_DONTNEED on the file, so the page cache shrinks
+ *   too — and loads further ahead. `window` (TPI-LLM's w, in blocks) is what the plan guarantees:
+ *   room for at least the `window` largest streamed blocks; the loader then uses all the room, so
+ *   small blocks stream further ahead.
+ * - OBSERVE: nothing is managed; only the figures (samples) work, for comparing with plain mmap.
+ * Only residency changes, never bytes: a managed run gives bit-identical logits (tests/test-mem.c).
+ *
+ * Figures: hmem_take_sample() once per token records resident weight bytes (mincore over the blocks),
+ * the manager's own accounting, bytes loaded, bytes read from disk (/proc/self/io read_bytes), time
+ * blocked and MemAvailable; memory pressure is prima.cpp's (§4.3): the drop of MemAvailable during
+ * the run divided by MemTotal. docs/memory.md has the design and measurements.
+ *
+ * Ownership: hmem borrows the model (and through it the gguf_ctx and its mapping), which must
+ * outlive it; it opens its own descriptor of the file for posix_fadvise. Threads: the hook runs on
+ * the thread that calls hm_eval; the manager's loader thread only advises and touches the mapping.
+ */
+#ifndef HEARTH_MEM_H
+#define HEARTH_MEM_H
+
+#include "base/base.h"
+#include "model/model.h"
+
+/* ---- system memory ------------------------------------------------------------------------------- */
+typedef struct hmem_sysmem {
+    uint64_t mem_total;      /* /proc/meminfo MemTotal, bytes */
+    uint64_t mem_available;  /* MemAvailable */
+    uint64_t cgroup_limit;   /* tightest memory limit of this process's cgroup and its ancestors (v1
+                                memory.limit_in_bytes or v2 memory.max); 0 = none */
+    uint64_t cgroup_usage;   /* that cgroup's usage (page cache included); 0 if unknown */
+    uint64_t env_limit;      /* TESTBED_MEM_LIMIT (set by tools/testbed exec); 0 = unset */
+} hmem_sysmem;
+
+/* Reads /proc/meminfo, the cgroup files and the environment. Missing cgroup files are not errors. */
+int hmem_sysmem_read(hmem_sysmem *out, hr_err *err);
+/* MemTotal and MemAvailable from /proc/meminfo (cheap: for per-token samples). */
+int hmem_read_meminfo(uint64_t *total, uint64_t *available);
+/* Parses /proc/meminfo text: MemTotal and MemAvailable in bytes. HR_EFORMAT if either is missing. */
+int hmem_parse_meminfo(const char *text, uint64_t *total, uint64_t *available);
+
+#define HMEM_DEFAULT_FRACTION 0.8
+/* The default budget: HMEM_DEFAULT_FRACTION of the smallest of MemAvailable, the cgroup limit and
+   TESTBED_MEM_LIMIT (/proc/meminfo shows the whole machine inside a cgroup). */
+uint64_t hmem_default_budget(const hmem_sysmem *s);
+
+/* Bytes this process has caused to be read from storage (/proc/self/io read_bytes); -1 if unknown. */
+int64_t hmem_proc_read_bytes(void);
+
+/* Parses a --mem-budget value: "off" / "none" / "0" (no manager: *enabled = false), "auto" (the
+   default budget: *bytes = 0) or a size like 300M / 1.5G (hr_parse_size). HR_EINVAL otherwise. */
+int hmem_parse_budget(const char *s, bool *enabled, uint64_t *bytes);
+
+/* ---- parameters and plan ------------------------------------------------------------------------- */
+typedef enum hmem_mode {
+    HMEM_AUTO = 0,     /* KEEP if the shard's weights + ctx_bytes fit the budget, else STREAM */
+    HMEM_KEEP = 1,
+    HMEM_STREAM = 2,   /* stream even when everything would fit (pins then take what fits) */
+    HMEM_OBSERVE = 3,  /* manage nothing; figures only */
+    HMEM_MODE_COUNT
+} hmem_mode;
+
+typedef enum hmem_pin {
+    HMEM_PIN_SPREAD = 0,  /* blocks of any kind, spread evenly over the execution order */
+    HMEM_PIN_FFN = 1,     /* TPI-LLM's choice: FFN blocks only, every T-th */
+    HMEM_PIN_NONE = 2,    /* stream every block */
+    HMEM_PIN_RUN = 3,     /* the default: one run of blocks from the first on, so what streams is one
+                             stretch of the file, which the kernel reads fastest (docs/memory.md:
+                             14-40% fewer ms/token than SPREAD at 50% of a 1B model) */
+    HMEM_PIN_COUNT
+} hmem_pin;
+
+typedef struct hmem_params {
+    hmem_mode mode;       /* default AUTO */
+    uint64_t  budget;     /* bytes for resident weights + ctx_bytes; 0 = hmem_default_budget() */
+    int32_t   window;     /* room kept for at least this many streamed blocks (the largest), the
+                             computing one included; >= 1, default 2 (TPI-LLM's default). Shrunk
+                             (with a warning) if the budget cannot hold that many */
+    hmem_pin  pin;        /* default RUN */
+    uint64_t  ctx_bytes;  /* KV cache + scratch of the ctx (hm_ctx_bytes_estimate); counts against budget */
+} hmem_params;
+hmem_params hmem_default_params(void);
+
+typedef struct hmem_plan {
+    hmem_mode mode;           /* resolved: KEEP, STREAM or OBSERVE */
+    int32_t   window;         /* effective window (STREAM) */
+    int32_t   n_blocks, n_pinned;
+    uint64_t  budget;         /* resolved budget */
+    uint64_t  ctx_bytes;
+    uint64_t  weight_bytes;   /* all blocks, page-rounded */
+    uint64_t  pinned_bytes;   /* resident for good */
+    uint64_t  stream_bytes;   /* read once per pass (= per token) when streaming */
+    uint64_t  window_bytes;   /* room the plan keeps for streaming: the `window` largest streamed blocks */
+    uint64_t  room_bytes;     /* what the loader may fill with streamed blocks at run time: budget -
+                                 slack_bytes - ctx_bytes - pinned_bytes (>= window_bytes) */
+    uint64_t  slack_bytes;    /* STREAM (set by hmem_create): kept free for what the kernel reads beyond
+                                 the loader's requests — twice the file's readahead, at most 1/8 of
+                                 the budget and never more than leaves room for the largest block */
+    uint64_t  largest_bytes;  /* the largest block: a budget needs at least ctx_bytes + this to stream */
+} hmem_plan;
+
+/* The residency plan for n blocks of the given byte sizes and kinds (enum hm_block) in execution
+   order, under budget (resolved, > 0): KEEP if mode is KEEP, or AUTO and sum(bytes) + ctx_bytes <=
+   budget; else STREAM with window shrunk until the window's room fits budget - ctx_bytes, then
+   blocks pinned (pinned[i] = true) while pinned + window room still fit. Pin choice: walking the
+   candidates in execution order, a running credit grows by f * size for each one and a block is
+   pinned when the credit covers it and it fits. RUN: f = 1, blocks are pinned in order from the
+   first. SPREAD, FFN: f = room for pins / candidate bytes, so pins are spread evenly — with equal
+   FFN blocks and f = 1/T this is "every T-th FFN block". Pinning shrinks the window's room, so it
+   repeats until nothing more fits. Errors: HR_EINVAL for bad parameters, HR_ERANGE (message with
+   the minimum) if the budget cannot hold ctx_bytes and the largest block. */
+int hmem_plan_make(const uint64_t *bytes, const uint8_t *kinds, int n, const hmem_params *p, uint64_t budget,
+                   bool *pinned, hmem_plan *out, hr_err *err);
+
+/* ---- the manager --------------------------------------------------------------------------------- */
+typedef struct hmem hmem;
+
+/* Plans residency for `shard` of m (NULL: the whole model), whose GGUF was opened (gguf_open, i.e.
+   mmap'd) from `path`; checks that m's mapping really is that file (a heap buffer must never be
+   MADV_DONTNEED'd). STREAM starts the loader thread, which begins prefetching at once. */
+hmem *hmem_create(const hm_model *m, const hm_shard *shard, const char *path, const hmem_params *p, hr_err *err);
+/* Sets shard->weights / weights_user (nothing in OBSERVE mode). Call before hm_ctx_create, which
+   copies the shard; the shard must be the one given to hmem_create. */
+void hmem_attach(hmem *h, hm_shard *shard);
+/* Stops the loader. Leaves residency as it is (the page cache may serve the next run). */
+void hmem_free(hmem *h);
+
+const hmem_plan *hmem_get_plan(const hmem *h);
+
+typedef struct hmem_block_stats {  /* per kind of block (enum hm_block) */
+    int64_t n_begin;      /* blocks entered */
+    int64_t compute_ns;   /* between BEGIN and END: t_attn / t_ffn of TPI-LLM Prop. 3-4 */
+    int64_t n_loads;      /* loads done by the loader */
+    int64_t load_ns;      /* loader time per load: tau_attn / tau_ffn */
+    int64_t wait_ns;      /* compute thread blocked in BEGIN */
+} hmem_block_stats;
+
+typedef struct hmem_stats {
+    uint64_t held_bytes;     /* loaded or loading now (pinned + window), own accounting */
+    uint64_t held_peak;
+    uint64_t loaded_bytes;   /* total bytes made resident by the loader (page-rounded) */
+    uint64_t released_bytes;
+    int64_t  n_loads, n_releases, n_waits;
+    int64_t  wait_ns;        /* total time the hook blocked waiting for a block */
+    int64_t  n_errors;       /* failed madvise/fadvise calls (harmless: mmap faults pages in) */
+    hmem_block_stats kind[3];
+    /* from the samples */
+    uint64_t mem_total, mem_available_start, mem_available_min;
+    double   pressure;       /* (available_start - available_min) / mem_total, >= 0 */
+    uint64_t resident_peak;  /* largest sampled resident weight bytes */
+    int64_t  disk_read_bytes;/* read_bytes since hmem_create (-1 unknown) */
+} hmem_stats;
+hmem_stats hmem_get_stats(const hmem *h);
+
+typedef struct hmem_sample {
+    int64_t  t_ns;           /* since hmem_create */
+    uint64_t resident;       /* bytes of the shard's weight pages in the page cache (mincore) */
+    uint64_t held;           /* the manager's own accounting (pinned + window) */
+    uint64_t loaded;         /* cumulative bytes loaded */
+    int64_t  disk_read;      /* cumulative read_bytes since create (-1 unknown) */
+    int64_t  wait_ns;        /* cumulative time blocked */
+    uint64_t mem_available;  /* /proc/meminfo */
+} hmem_sample;
+/* Takes a sample (about a millisecond for a 1B model: one mincore pass), records it and copies it to
+   *out if out is not NULL. Call once per token. HR_ENOMEM if the history cannot grow. */
+int hmem_take_sample(hmem *h, hmem_sample *out);
+const hmem_sample *hmem_samples(const hmem *h, int *n);
+
+/* What the commands share: the manager their --mem-budget (budget_flag; NULL = not given, i.e.
+   "auto") and --window flags ask for, created for `shard` and attached to it (before hm_ctx_create).
+   *out = NULL and 0 when the flag says "off", or when the default budget cannot be set up (then the
+   weights stay plain mmap); a budget given explicitly that cannot work is an error. */
+int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
+               uint64_t ctx_bytes, hmem **out, hr_err *err);
+
+/* One line for logs: "mem: stream, budget 250.0 MiB, window 2, pinned 12/33 blocks (180.2 MiB), ..." */
+void hmem_summary(const hmem *h, char *buf, size_t cap);
+const char *hmem_mode_name(hmem_mode m);
+
+#endif

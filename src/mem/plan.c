@@ -1,0 +1,125 @@
+/* mem: the residency plan — keep or stream, the window, and which blocks to pin (see mem.h) */
+#include "mem.h"
+
+#include <stdlib.h>
+
+hmem_params hmem_default_params(void) {
+    hmem_params p = {.mode = HMEM_AUTO, .budget = 0, .window = 2, .pin = HMEM_PIN_RUN, .ctx_bytes = 0};
+    return p;
+}
+
+const char *hmem_mode_name(hmem_mode m) {
+    switch (m) {
+    case HMEM_AUTO: return "auto";
+    case HMEM_KEEP: return "keep";
+    case HMEM_STREAM: return "stream";
+    case HMEM_OBSERVE: return "observe";
+    default: return "?";
+    }
+}
+
+static int cmp_desc_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* room the window needs: the w largest streamed blocks, since any w consecutive streamed blocks
+   (consecutive once pinned ones are skipped) may be resident together */
+static uint64_t window_room(const uint64_t *bytes, const bool *pinned, int n, int w, uint64_t *tmp) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (!pinned[i]) tmp[k++] = bytes[i];
+    qsort(tmp, (size_t)k, sizeof *tmp, cmp_desc_u64);
+    uint64_t s = 0;
+    for (int i = 0; i < k && i < w; i++) s += tmp[i];
+    return s;
+}
+
+static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+static bool is_candidate(hmem_pin pin, uint8_t kind) {
+    return pin == HMEM_PIN_SPREAD || pin == HMEM_PIN_RUN || (pin == HMEM_PIN_FFN && kind == HM_BLOCK_FFN);
+}
+
+int hmem_plan_make(const uint64_t *bytes, const uint8_t *kinds, int n, const hmem_params *p, uint64_t budget,
+                   bool *pinned, hmem_plan *out, hr_err *err) {
+    if (!bytes || !kinds || !p || !pinned || !out || n < 1)
+        return hr_fail(err, HR_EINVAL, "hmem_plan_make: no blocks to plan");
+    if ((unsigned)p->mode >= HMEM_MODE_COUNT) return hr_fail(err, HR_EINVAL, "unknown residency mode %d", (int)p->mode);
+    if ((unsigned)p->pin >= HMEM_PIN_COUNT) return hr_fail(err, HR_EINVAL, "unknown pin policy %d", (int)p->pin);
+    if (p->window < 1) return hr_fail(err, HR_EINVAL, "window must be at least 1 block (got %d)", (int)p->window);
+    if (budget == 0) return hr_fail(err, HR_EINVAL, "memory budget is zero");
+    memset(out, 0, sizeof *out);
+    uint64_t total = 0, largest = 0;
+    for (int i = 0; i < n; i++) {
+        pinned[i] = false;
+        if (kinds[i] > HM_BLOCK_OUTPUT) return hr_fail(err, HR_EINVAL, "block %d has unknown kind %d", i, kinds[i]);
+        total += bytes[i];
+        largest = HR_MAX(largest, bytes[i]);
+    }
+    out->n_blocks = n;
+    out->budget = budget;
+    out->ctx_bytes = p->ctx_bytes;
+    out->weight_bytes = total;
+    out->largest_bytes = largest;
+    out->stream_bytes = 0;
+    if (p->mode == HMEM_OBSERVE || p->mode == HMEM_KEEP ||
+        (p->mode == HMEM_AUTO && total <= budget && p->ctx_bytes <= budget - total)) {
+        out->mode = p->mode == HMEM_OBSERVE ? HMEM_OBSERVE : HMEM_KEEP;
+        return 0;
+    }
+    out->mode = HMEM_STREAM;
+    if (p->ctx_bytes >= budget || largest > budget - p->ctx_bytes)
+        return hr_fail(err, HR_ERANGE,
+                       "memory budget %.1f MiB is too small: it must hold the KV cache and scratch (%.1f MiB) and "
+                       "the largest block of weights (%.1f MiB), at least %.1f MiB",
+                       mib(budget), mib(p->ctx_bytes), mib(largest), mib(p->ctx_bytes + largest));
+    uint64_t avail = budget - p->ctx_bytes;
+    uint64_t *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!tmp) return hr_fail(err, HR_ENOMEM, "out of memory planning %d blocks", n);
+    int w = HR_MIN(p->window, n);
+    while (w > 1 && window_room(bytes, pinned, n, w, tmp) > avail) w--;
+    out->window = w;
+
+    uint64_t pinned_bytes = 0;
+    int n_pinned = 0;
+    while (p->pin != HMEM_PIN_NONE) {
+        uint64_t room = window_room(bytes, pinned, n, w, tmp);
+        uint64_t left = avail > room + pinned_bytes ? avail - room - pinned_bytes : 0;
+        uint64_t cand = 0;
+        for (int i = 0; i < n; i++)
+            if (!pinned[i] && is_candidate(p->pin, kinds[i])) cand += bytes[i];
+        if (cand == 0 || left == 0) break;
+        /* spread the pins: credit grows by f per byte walked, a block is pinned once the credit covers it */
+        double f = p->pin == HMEM_PIN_RUN ? 1.0 : HR_MIN(1.0, (double)left / (double)cand), credit = 0;
+        bool any = false;
+        for (int i = 0; i < n; i++) {
+            if (pinned[i] || !is_candidate(p->pin, kinds[i])) continue;
+            credit += f * (double)bytes[i];
+            if (credit + 1e-9 * (double)bytes[i] >= (double)bytes[i] && bytes[i] <= left) {
+                pinned[i] = true;
+                any = true;
+                credit -= (double)bytes[i];
+                left -= bytes[i];
+                pinned_bytes += bytes[i];
+                n_pinned++;
+            }
+        }
+        if (!any) /* the credit never covered a block (sizes differ a lot): take the first that fits */
+            for (int i = 0; i < n && !any; i++)
+                if (!pinned[i] && is_candidate(p->pin, kinds[i]) && bytes[i] <= left) {
+                    pinned[i] = any = true;
+                    pinned_bytes += bytes[i];
+                    n_pinned++;
+                }
+        if (!any) break;
+    }
+    out->window_bytes = window_room(bytes, pinned, n, w, tmp);
+    free(tmp);
+    out->n_pinned = n_pinned;
+    out->pinned_bytes = pinned_bytes;
+    out->stream_bytes = total - pinned_bytes;
+    out->room_bytes = avail - pinned_bytes;
+    HR_ASSERT(out->pinned_bytes + out->window_bytes <= avail);
+    return 0;
+}

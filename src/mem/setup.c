@@ -1,0 +1,34 @@
+/* mem: the flags every command shares (--mem-budget, --window) turned into a manager (see mem.h) */
+#include "mem.h"
+
+int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
+               uint64_t ctx_bytes, hmem **out, hr_err *err) {
+    *out = NULL;
+    bool enabled = true;
+    uint64_t budget = 0;
+    if (budget_flag && hmem_parse_budget(budget_flag, &enabled, &budget))
+        return hr_fail(err, HR_EINVAL, "invalid --mem-budget '%s' (a size like 300M or 1.5G, auto or off)", budget_flag);
+    if (!enabled) return 0;
+    hmem_params p = hmem_default_params();
+    p.budget = budget;
+    p.window = window;
+    p.ctx_bytes = ctx_bytes;
+    hr_err e = {0};
+    hmem *h = hmem_create(m, shard, path, &p, &e);
+    if (!h) {
+        /* the default budget is a convenience: without it the weights are plain mmap, as before */
+        if (!budget_flag) {
+            HR_LOGD("mem: no residency manager: %s", e.msg);
+            return 0;
+        }
+        return hr_fail(err, e.code ? e.code : HR_EINVAL, "%s", e.msg);
+    }
+    const hmem_plan *pl = hmem_get_plan(h);
+    if (pl->mode == HMEM_STREAM)
+        HR_LOGI("mem: %.1f MiB of weights do not fit the budget of %.1f MiB: streaming %.1f MiB per token, "
+                "%d of %d blocks pinned", pl->weight_bytes / 1048576.0, pl->budget / 1048576.0,
+                pl->stream_bytes / 1048576.0, pl->n_pinned, pl->n_blocks);
+    hmem_attach(h, shard);
+    *out = h;
+    return 0;
+}

@@ -1,0 +1,398 @@
+// modules: base quant gguf model mem
+/* test-mem: the residency manager.
+ * - the planner on made-up block sizes: keep vs stream, window shrinking, pins within the budget,
+ *   TPI-LLM's every-T-th FFN block, errors for budgets that cannot work;
+ * - /proc/meminfo parsing, the default budget (TESTBED_MEM_LIMIT honoured), --mem-budget values;
+ * - on stories260K and the ../shared synth models: budgets of 100%, 50%, 25% of the weights and one
+ *   block (window 1) give logits bit-identical to an unmanaged run, and below 100% the manager's
+ *   accounting shows it streamed (bytes loaded, blocks released) within its budget;
+ * - bad parameters are errors, including a model read from a heap buffer (never MADV_DONTNEED'd). */
+#include "test.h"
+
+#include "gguf/gguf.h"
+#include "mem/mem.h"
+#include "model/model.h"
+
+#include <math.h>
+
+#define MiB (1024ull * 1024ull)
+
+/* ---- planner ------------------------------------------------------------------------------------- */
+
+/* L layers of attention `a` and FFN `f` bytes, then the output head `o` */
+static int blocks(int L, uint64_t a, uint64_t f, uint64_t o, uint64_t *bytes, uint8_t *kinds) {
+    int n = 0;
+    for (int i = 0; i < L; i++) {
+        bytes[n] = a; kinds[n++] = HM_BLOCK_ATTN;
+        bytes[n] = f; kinds[n++] = HM_BLOCK_FFN;
+    }
+    bytes[n] = o; kinds[n++] = HM_BLOCK_OUTPUT;
+    return n;
+}
+
+static void test_plan(void) {
+    uint64_t bytes[64];
+    uint8_t kinds[64];
+    bool pinned[64];
+    hmem_plan pl;
+    hr_err err = {0};
+    int n = blocks(8, 10 * MiB, 30 * MiB, 50 * MiB, bytes, kinds); /* 370 MiB */
+    hmem_params p = hmem_default_params();
+    p.ctx_bytes = 20 * MiB;
+
+    /* everything fits: keep */
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 390 * MiB, pinned, &pl, &err) == 0);
+    CHECK(pl.mode == HMEM_KEEP && pl.weight_bytes == 370 * MiB && pl.largest_bytes == 50 * MiB);
+    /* one byte short: stream, with a window of 2 (50 + 30 MiB) and pins in what is left */
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 390 * MiB - 1, pinned, &pl, &err) == 0);
+    CHECK(pl.mode == HMEM_STREAM && pl.window == 2);
+    CHECK(pl.n_pinned > 0 && pl.pinned_bytes + pl.window_bytes <= 370 * MiB - 1);
+    CHECK(pl.stream_bytes == pl.weight_bytes - pl.pinned_bytes);
+    /* forced keep and observe ignore the budget */
+    p.mode = HMEM_KEEP;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 1 * MiB, pinned, &pl, &err) == 0 && pl.mode == HMEM_KEEP);
+    p.mode = HMEM_OBSERVE;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 1 * MiB, pinned, &pl, &err) == 0 && pl.mode == HMEM_OBSERVE);
+    /* forced stream under a budget that holds everything: all but the window gets pinned */
+    p.mode = HMEM_STREAM;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 1000 * MiB, pinned, &pl, &err) == 0 && pl.mode == HMEM_STREAM);
+    CHECK(pl.n_pinned == n);
+    p.mode = HMEM_AUTO;
+
+    /* exactly the window: no pins */
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 20 * MiB + 80 * MiB, pinned, &pl, &err) == 0);
+    CHECK(pl.mode == HMEM_STREAM && pl.window == 2 && pl.n_pinned == 0 && pl.window_bytes == 80 * MiB);
+    /* the window of 2 does not fit: shrunk to 1, and 10 MiB left pins one attention block */
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 20 * MiB + 60 * MiB, pinned, &pl, &err) == 0);
+    CHECK(pl.window == 1 && pl.n_pinned == 1 && pl.pinned_bytes == 10 * MiB);
+    /* below KV + largest block: an error that says the minimum */
+    err.msg[0] = 0;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 20 * MiB + 50 * MiB - 1, pinned, &pl, &err) == HR_ERANGE);
+    CHECK(strstr(err.msg, "at least 70.0 MiB") != NULL);
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 20 * MiB, pinned, &pl, &err) == HR_ERANGE);
+    /* the largest block alone, window 1: streams everything */
+    p.window = 1;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 20 * MiB + 50 * MiB, pinned, &pl, &err) == 0);
+    CHECK(pl.window == 1 && pl.n_pinned == 0 && pl.stream_bytes == 370 * MiB);
+    p.window = 2;
+
+    /* TPI-LLM's retention: FFN blocks only, every T-th. 8 equal FFN blocks, room for 2: T = 4 */
+    n = blocks(8, 10 * MiB, 30 * MiB, 10 * MiB, bytes, kinds);
+    p.pin = HMEM_PIN_FFN;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 20 * MiB + 60 * MiB + 60 * MiB, pinned, &pl, &err) == 0);
+    CHECK(pl.n_pinned == 2 && pinned[2 * 3 + 1] && pinned[2 * 7 + 1]);
+    for (int i = 0; i < n; i++) CHECK(!pinned[i] || kinds[i] == HM_BLOCK_FFN);
+    p.pin = HMEM_PIN_NONE;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 20 * MiB + 60 * MiB + 60 * MiB, pinned, &pl, &err) == 0);
+    CHECK(pl.n_pinned == 0);
+    /* a run of pins from the first block on (100 MiB: a10 f30 a10 f30 a10, then a10 fills the gap) */
+    p.pin = HMEM_PIN_RUN;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 20 * MiB + 60 * MiB + 100 * MiB, pinned, &pl, &err) == 0);
+    CHECK(pl.n_pinned == 6 && pl.pinned_bytes == 100 * MiB);
+    for (int i = 0; i < 5; i++) CHECK(pinned[i]);
+    CHECK(!pinned[5] && pinned[6]);
+    /* spread pins are spread: not all at the start */
+    p.pin = HMEM_PIN_SPREAD;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 20 * MiB + 60 * MiB + 100 * MiB, pinned, &pl, &err) == 0);
+    int first_half = 0, second_half = 0;
+    for (int i = 0; i < n; i++) {
+        if (pinned[i] && i < n / 2) first_half++;
+        if (pinned[i] && i >= n / 2) second_half++;
+    }
+    CHECK(first_half > 0 && second_half > 0);
+
+    /* random shapes: the plan always fits the budget */
+    uint64_t rng = 12345;
+    int bad = 0;
+    for (int t = 0; t < 2000; t++) {
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        int L = 1 + (int)(rng % 20);
+        n = blocks(L, (1 + rng % 7) * MiB, (1 + (rng >> 8) % 23) * MiB, (1 + (rng >> 16) % 40) * MiB, bytes, kinds);
+        hmem_params q = hmem_default_params();
+        q.ctx_bytes = ((rng >> 24) % 16) * MiB;
+        q.window = 1 + (int)((rng >> 30) % 5);
+        q.pin = (hmem_pin)((rng >> 34) % HMEM_PIN_COUNT);
+        uint64_t budget = q.ctx_bytes + ((rng >> 36) % 600 + 1) * MiB;
+        int rc = hmem_plan_make(bytes, kinds, n, &q, budget, pinned, &pl, NULL);
+        if (rc == HR_ERANGE) continue;
+        if (rc) { bad++; continue; }
+        uint64_t pb = 0;
+        for (int i = 0; i < n; i++) {
+            if (pinned[i]) pb += bytes[i];
+            if (pinned[i] && q.pin == HMEM_PIN_NONE) bad++;
+            if (pinned[i] && q.pin == HMEM_PIN_FFN && kinds[i] != HM_BLOCK_FFN) bad++;
+        }
+        if (pl.mode == HMEM_STREAM &&
+            (pb != pl.pinned_bytes || pl.window < 1 || pl.window > q.window || pb + pl.window_bytes > budget - q.ctx_bytes))
+            bad++;
+        if (pl.mode == HMEM_KEEP && pl.weight_bytes + q.ctx_bytes > budget) bad++;
+    }
+    CHECKF(bad == 0, "%d random plans broke the budget", bad);
+
+    /* bad parameters */
+    p = hmem_default_params();
+    n = blocks(2, MiB, MiB, MiB, bytes, kinds);
+    p.window = 0;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 100 * MiB, pinned, &pl, &err) == HR_EINVAL);
+    p.window = 2;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 0, pinned, &pl, &err) == HR_EINVAL);
+    CHECK(hmem_plan_make(bytes, kinds, 0, &p, 100 * MiB, pinned, &pl, &err) == HR_EINVAL);
+    p.pin = (hmem_pin)9;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 100 * MiB, pinned, &pl, &err) == HR_EINVAL);
+    p.pin = HMEM_PIN_SPREAD;
+    kinds[0] = 7;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, 100 * MiB, pinned, &pl, &err) == HR_EINVAL);
+}
+
+/* ---- system memory and flags --------------------------------------------------------------------- */
+
+static void test_sysmem(void) {
+    uint64_t t = 0, a = 0;
+    CHECK(hmem_parse_meminfo("MemTotal:       24683656 kB\nMemFree:        22644020 kB\n"
+                             "MemAvailable:   23523064 kB\nBuffers:            6752 kB\n", &t, &a) == 0);
+    CHECK(t == 24683656ull * 1024 && a == 23523064ull * 1024);
+    /* no MemAvailable (old kernels): free + buffers + cached */
+    CHECK(hmem_parse_meminfo("MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 10 kB\nCached: 200 kB\n", &t, &a) == 0);
+    CHECK(t == 1000 * 1024 && a == 310 * 1024);
+    CHECK(hmem_parse_meminfo("MemFree: 100 kB\n", &t, &a) == HR_EFORMAT);
+    CHECK(hmem_parse_meminfo("", &t, &a) == HR_EFORMAT);
+    CHECK(hmem_parse_meminfo("MemTotal: x kB\n", &t, &a) == HR_EFORMAT);
+
+    hmem_sysmem s;
+    hr_err err = {0};
+    unsetenv("TESTBED_MEM_LIMIT");
+    REQUIRE_VOID(hmem_sysmem_read(&s, &err) == 0);
+    CHECK(s.mem_total > 0 && s.mem_available > 0 && s.mem_available <= s.mem_total);
+    uint64_t b = hmem_default_budget(&s);
+    CHECK(b > 0 && b <= s.mem_available);
+    if (s.cgroup_limit) CHECK(b <= s.cgroup_limit);
+    printf("memory: total %.0f MiB, available %.0f MiB, cgroup limit %.0f MiB, default budget %.0f MiB\n",
+           (double)s.mem_total / MiB, (double)s.mem_available / MiB, (double)s.cgroup_limit / MiB, (double)b / MiB);
+    setenv("TESTBED_MEM_LIMIT", "123M", 1);
+    CHECK(hmem_sysmem_read(&s, &err) == 0 && s.env_limit == 123 * MiB);
+    CHECK(hmem_default_budget(&s) <= 123 * MiB && hmem_default_budget(&s) >= 98 * MiB);
+    setenv("TESTBED_MEM_LIMIT", "0", 1);
+    CHECK(hmem_sysmem_read(&s, &err) == 0 && s.env_limit == 0);
+    unsetenv("TESTBED_MEM_LIMIT");
+    CHECK(hmem_proc_read_bytes() >= -1);
+
+    bool en = false;
+    uint64_t by = 1;
+    CHECK(hmem_parse_budget("off", &en, &by) == 0 && !en);
+    CHECK(hmem_parse_budget("0", &en, &by) == 0 && !en);
+    CHECK(hmem_parse_budget("auto", &en, &by) == 0 && en && by == 0);
+    CHECK(hmem_parse_budget("300M", &en, &by) == 0 && en && by == 300 * MiB);
+    CHECK(hmem_parse_budget("1.5G", &en, &by) == 0 && en && by == 1536 * MiB);
+    CHECK(hmem_parse_budget("lots", &en, &by) == HR_EINVAL);
+    CHECK(hmem_parse_budget("-5M", &en, &by) == HR_EINVAL);
+    CHECK(hmem_parse_budget("", &en, &by) == HR_EINVAL);
+}
+
+/* ---- end to end ---------------------------------------------------------------------------------- */
+
+enum { N_TOK = 10, N_PROMPT = 4 };
+
+/* evaluates toks: the first N_PROMPT as one batch, the rest one by one, like a prompt and
+   generation; returns the logits of every token (or the last layer's hidden states of every token
+   when the shard is not last). h (may be NULL) is attached and sampled per eval. */
+static float *run(const hm_model *m, const hm_shard *shard_in, hmem *h, const int32_t *toks, size_t *n_out) {
+    hr_err err = {0};
+    hm_shard sh = *shard_in;
+    if (h) hmem_attach(h, &sh);
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_ctx = 32;
+    cp.n_batch = 8;
+    cp.n_threads = 2;
+    hm_ctx *c = hm_ctx_create(m, &sh, &cp, &err);
+    if (!c) { fprintf(stderr, "%s\n", err.msg); return NULL; }
+    size_t row = sh.last ? (size_t)m->hp.n_vocab : (size_t)m->hp.n_embd;
+    *n_out = row * N_TOK;
+    float *out = calloc(*n_out, sizeof *out);
+    for (int i = 0; out && i < N_TOK;) {
+        int nb = i == 0 ? N_PROMPT : 1;
+        int rc = sh.last ? hm_eval(c, toks + i, NULL, nb, i, out + row * (size_t)i, true, NULL, &err)
+                         : hm_eval(c, toks + i, NULL, nb, i, NULL, false, out + row * (size_t)i, &err);
+        if (rc) { fprintf(stderr, "%s\n", err.msg); free(out); out = NULL; break; }
+        if (h) CHECK(hmem_take_sample(h, NULL) == 0);
+        i += nb;
+    }
+    hm_ctx_free(c);
+    return out;
+}
+
+static uint64_t ctx_bytes(const hm_model *m) {
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_ctx = 32;
+    cp.n_batch = 8;
+    cp.n_threads = 2;
+    return hm_ctx_bytes_estimate(&m->hp, &cp);
+}
+
+typedef struct { const char *label; double frac; int window; hmem_pin pin; hmem_mode mode; } budget_case;
+
+static void test_model(const char *path, bool last) {
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open(path, &err);
+    hm_model *m = g ? hm_model_load(g, &err) : NULL;
+    if (!m) { fprintf(stderr, "%s: %s\n", path, err.msg); CHECK(0); gguf_close(g); return; }
+    int32_t toks[N_TOK];
+    uint64_t rng = 0x9e3779b97f4a7c15ULL;
+    for (int i = 0; i < N_TOK; i++) {
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        toks[i] = (int32_t)(rng % (uint64_t)m->hp.n_vocab);
+    }
+    hm_shard shard = hm_shard_full(m);
+    shard.last = last;
+    size_t n_ref = 0, n_got = 0;
+    float *ref = run(m, &shard, NULL, toks, &n_ref);
+    REQUIRE_VOID(ref);
+
+    /* the weights of the shard, as the manager counts them */
+    hmem_params p = hmem_default_params();
+    p.mode = HMEM_OBSERVE;
+    p.ctx_bytes = ctx_bytes(m);
+    hmem *h = hmem_create(m, &shard, path, &p, &err);
+    REQUIRE_VOID(h);
+    uint64_t W = hmem_get_plan(h)->weight_bytes, big = hmem_get_plan(h)->largest_bytes;
+    int n_blocks = hmem_get_plan(h)->n_blocks;
+    float *got = run(m, &shard, h, toks, &n_got); /* observe: no hook, same numbers */
+    CHECK(got && n_got == n_ref && !memcmp(got, ref, n_ref * sizeof *ref));
+    free(got);
+    hmem_free(h);
+    CHECK(n_blocks == 2 * m->hp.n_layer + (last ? 1 : 0));
+
+    const budget_case cases[] = {
+        {"100%", 1.0, 2, HMEM_PIN_RUN, HMEM_AUTO},        {"50%", 0.5, 2, HMEM_PIN_RUN, HMEM_AUTO},
+        {"25%", 0.25, 2, HMEM_PIN_RUN, HMEM_AUTO},        {"1 block", 0, 1, HMEM_PIN_RUN, HMEM_AUTO},
+        {"50% spread", 0.5, 2, HMEM_PIN_SPREAD, HMEM_AUTO}, {"50% ffn", 0.5, 3, HMEM_PIN_FFN, HMEM_AUTO},
+        {"100% stream", 1.0, 2, HMEM_PIN_NONE, HMEM_STREAM}, {"25% w=8", 0.25, 8, HMEM_PIN_SPREAD, HMEM_AUTO},
+    };
+    for (size_t ci = 0; ci < HR_ARRAY_LEN(cases); ci++) {
+        const budget_case *bc = &cases[ci];
+        p = hmem_default_params();
+        p.ctx_bytes = ctx_bytes(m);
+        p.window = bc->window;
+        p.pin = bc->pin;
+        p.mode = bc->mode;
+        uint64_t wb = bc->frac > 0 ? (uint64_t)(bc->frac * (double)W) : big;
+        if (wb < big) wb = big; /* a block must fit: 25% of a model with a big output head may not */
+        p.budget = p.ctx_bytes + wb;
+        h = hmem_create(m, &shard, path, &p, &err);
+        if (!h) { fprintf(stderr, "%s %s: %s\n", path, bc->label, err.msg); CHECK(0); continue; }
+        const hmem_plan *pl = hmem_get_plan(h);
+        got = run(m, &shard, h, toks, &n_got);
+        hmem_stats st = hmem_get_stats(h);
+        CHECKF(got && n_got == n_ref && !memcmp(got, ref, n_ref * sizeof *ref), "%s %s: outputs differ", path, bc->label);
+        int ns = 0;
+        const hmem_sample *smp = hmem_samples(h, &ns);
+        CHECK(ns == N_TOK - N_PROMPT + 1);
+        CHECK(st.kind[HM_BLOCK_ATTN].n_begin == (int64_t)m->hp.n_layer * ns);
+        CHECK(st.kind[HM_BLOCK_OUTPUT].n_begin == (last ? ns : 0));
+        bool want_stream = bc->mode == HMEM_STREAM || bc->frac < 1.0;
+        CHECKF(pl->mode == (want_stream ? HMEM_STREAM : HMEM_KEEP), "%s %s: mode %s", path, bc->label,
+               hmem_mode_name(pl->mode));
+        if (pl->mode == HMEM_STREAM) {
+            CHECK(pl->window >= 1 && pl->window <= bc->window);
+            CHECKF(st.loaded_bytes >= W, "%s %s: loaded %llu of %llu", path,
+                   bc->label, (unsigned long long)st.loaded_bytes, (unsigned long long)W);
+            CHECK(st.n_loads >= n_blocks);
+            CHECK(pl->room_bytes >= pl->window_bytes &&
+                  pl->room_bytes + pl->pinned_bytes + p.ctx_bytes + pl->slack_bytes <= p.budget);
+            if (pl->stream_bytes > pl->room_bytes) {
+                CHECKF(st.n_releases > 0, "%s %s: nothing released", path, bc->label);
+                /* every pass loads again what did not stay in the room */
+                CHECK(st.loaded_bytes >= W + (uint64_t)(ns - 1) * (pl->stream_bytes - pl->room_bytes));
+            } else CHECK(st.n_releases == 0 && st.loaded_bytes == W);
+            CHECKF(st.held_peak <= p.budget - p.ctx_bytes, "%s %s: held %llu > %llu", path, bc->label,
+                   (unsigned long long)st.held_peak, (unsigned long long)(p.budget - p.ctx_bytes));
+            CHECK(st.n_errors == 0);
+            if (bc->pin == HMEM_PIN_NONE) CHECK(pl->n_pinned == 0);
+        } else {
+            CHECK(st.n_loads == 0 && st.n_releases == 0);
+        }
+        /* streaming may have released everything by the last sample; keeping never does */
+        CHECK(ns > 0 && smp[ns - 1].resident <= W && (pl->mode != HMEM_KEEP || smp[ns - 1].resident > 0));
+        char line[512];
+        hmem_summary(h, line, sizeof line);
+        printf("  %-40s %-12s %s\n", strrchr(path, '/') + 1, bc->label, line);
+        free(got);
+        hmem_free(h);
+    }
+
+    /* bad parameters */
+    p = hmem_default_params();
+    p.ctx_bytes = ctx_bytes(m);
+    p.window = 0;
+    CHECK(!hmem_create(m, &shard, path, &p, &err) && err.code == HR_EINVAL);
+    p.window = 2;
+    p.budget = p.ctx_bytes + big - 1;
+    CHECK(!hmem_create(m, &shard, path, &p, &err) && err.code == HR_ERANGE);
+    p.budget = 0;
+    p.mode = (hmem_mode)42;
+    CHECK(!hmem_create(m, &shard, path, &p, &err) && err.code == HR_EINVAL);
+    p.mode = HMEM_AUTO;
+    CHECK(!hmem_create(m, &shard, "/nonexistent/model.gguf", &p, &err) && err.code == HR_ENOTFOUND);
+    CHECK(!hmem_create(NULL, &shard, path, &p, &err) && err.code == HR_EINVAL);
+    CHECK(!hmem_create(m, &shard, NULL, &p, &err) && err.code == HR_EINVAL);
+    hm_shard bad = shard;
+    bad.layer_end = m->hp.n_layer + 1;
+    CHECK(!hmem_create(m, &bad, path, &p, &err) && err.code == HR_EINVAL);
+    bad = shard;
+    bad.layer_end = bad.layer_begin;
+    bad.last = false;
+    CHECK(!hmem_create(m, &bad, path, &p, &err) && err.code == HR_EINVAL);
+    free(ref);
+    hm_model_free(m);
+    gguf_close(g);
+}
+
+/* a model whose bytes are a heap copy (gguf_open_buffer) must never be released: that would zero it */
+static void test_not_a_mapping(const char *path, const char *other) {
+    size_t size = 0;
+    void *buf = test_read_file(path, &size);
+    REQUIRE_VOID(buf);
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open_buffer(buf, size, &err);
+    hm_model *m = g ? hm_model_load(g, &err) : NULL;
+    if (!m) { fprintf(stderr, "%s\n", err.msg); CHECK(0); }
+    else {
+        hmem_params p = hmem_default_params();
+        p.mode = HMEM_STREAM;
+        p.budget = 1ull << 30;
+        CHECK(!hmem_create(m, NULL, path, &p, &err) && err.code == HR_EINVAL);
+        printf("heap copy refused: %s\n", err.msg);
+    }
+    hm_model_free(m);
+    gguf_close(g);
+    free(buf);
+    /* the path of another file than the one the model was mapped from */
+    g = gguf_open(path, &err);
+    m = g ? hm_model_load(g, &err) : NULL;
+    REQUIRE_VOID(m);
+    hmem_params p = hmem_default_params();
+    p.mode = HMEM_STREAM;
+    CHECK(!hmem_create(m, NULL, other, &p, &err) && err.code == HR_EINVAL);
+    hm_model_free(m);
+    gguf_close(g);
+}
+
+int main(void) {
+    hr_init();
+    const char *shared = test_shared_dir();
+    test_plan();
+    test_sysmem();
+    const char *models[] = {"models/stories260K.gguf", "models/synth/synth-llama-Q4_0.gguf",
+                            "models/synth/synth-llama-Q4_K_M-mix.gguf", "models/synth/synth-qwen2-Q8_0.gguf",
+                            "models/synth/synth-qwen3-Q4_K_M-mix.gguf", "models/llama-2-tiny-random.gguf"};
+    for (size_t i = 0; i < HR_ARRAY_LEN(models); i++) {
+        const char *path = test_path(shared, models[i]);
+        FILE *f = fopen(path, "rb");
+        if (!f) { printf("  (no %s)\n", models[i]); continue; }
+        fclose(f);
+        test_model(path, true);
+    }
+    /* a shard that stops before the output head (a pipeline stage): its hidden states */
+    test_model(test_path(shared, "models/synth/synth-llama-Q8_0.gguf"), false);
+    test_not_a_mapping(test_path(shared, "models/stories260K.gguf"), test_path(shared, "models/synth/synth-llama-Q4_0.gguf"));
+    return test_summary();
+}
