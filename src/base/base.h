@@ -119,5 +119,13 @@ int64_t hr_parse_size(const char *s);
 /* 64-bit FNV-1a, for content hashes that need not be cryptographic. */
 uint64_t hr_fnv1a(const void *data, size_t n, uint64_t seed);
 #define HR_FNV_SEED 0xcbf29ce484222325ULL
+/* A fast 64-bit content hash (hash.c; ~15x FNV-1a on large buffers): four multiply-xorshift lanes
+   over 32-byte stripes. Streaming gives the same value as one call over the concatenation. Not
+   cryptographic. */
+typedef struct hr_hasher { uint64_t v[4]; uint8_t buf[32]; uint32_t nbuf; uint64_t total; } hr_hasher;
+void     hr_hasher_init(hr_hasher *h, uint64_t seed);
+void     hr_hasher_update(hr_hasher *h, const void *data, size_t n);
+uint64_t hr_hasher_final(const hr_hasher *h);
+uint64_t hr_hash64(const void *data, size_t n, uint64_t seed);
 
 #endif

@@ -14,6 +14,7 @@ int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
 
 /* shared helpers (cli-util.c) */
 /* Parses an integer flag value; prints "hearth CMD: invalid value 'V' for FLAG" and returns false. */

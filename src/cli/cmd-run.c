@@ -2,9 +2,12 @@
 #include "cli.h"
 
 #include "gguf/gguf.h"
+#include "mem/mem.h"
 #include "model/model.h"
 #include "quant/quant.h"
+#include "text/chat.h"
 #include "text/text.h"
+#include "cluster/cluster.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -33,10 +36,57 @@ static void usage(FILE *f) {
             "  --ignore-eos            keep generating after end-of-text\n"
             "  --no-bos                do not add the BOS token\n"
             "  --kv-type f16|f32       KV cache element type (default f16)\n"
+            "  --mem-budget SIZE       memory for weights + KV cache + scratch (300M, 1.5G; default auto = 80%% of\n"
+            "                          MemAvailable or the cgroup limit; off = plain mmap); streams the weights if over\n"
+            "  --window W              blocks of weights kept loading ahead when streaming (default 2)\n"
             "  --no-echo               do not echo the prompt\n"
             "  --no-display-prompt     same as --no-echo (llama.cpp spelling)\n"
+            "  --stop STR              stop when the output would contain STR (repeatable; STR is not printed)\n"
+            "  --chat                  a single chat turn: PROMPT is the user's message, put in the model's chat\n"
+            "                          template (see `hearth chat --help`); the prompt is not echoed\n"
+            "  -sys, --system TEXT     system prompt for --chat (implies --chat)\n"
+            "  --chat-template NAME    template for --chat instead of the model's (implies --chat)\n"
             "  -h, --help              this help\n",
             hr_physical_cores());
+    fputs(hc_head_flags_help(), f);
+}
+
+/* one forward pass on this device, or on the tensor-parallel cluster when --workers was given */
+static int eval_step(hm_ctx *c, hc_head *tp, const int32_t *t, int n, int32_t pos, float *logits, hr_err *err) {
+    return tp ? hc_head_eval(tp, t, n, pos, logits, false, err) : hm_eval(c, t, NULL, n, pos, logits, false, NULL, err);
+}
+
+/* weight transfer to the workers: a progress bar on a TTY */
+static void tp_progress(void *user, uint64_t done, uint64_t total) {
+    (void)user;
+    cli_progress("weights", done, total);
+    if (done >= total) cli_progress_end();
+}
+
+/* --timings: per-device figures of the passes since the last call */
+static void tp_timings(hc_head *tp, const char *what) {
+    hc_dev_stats st[HC_MAX_DEVICES];
+    static char buf[16384];
+    hr_err e = {0};
+    int n = hc_head_stats(tp, st, HC_MAX_DEVICES, &e);
+    if (n < 0) { fprintf(stderr, "hearth run: timings: %s\n", e.msg); return; }
+    hc_format_stats(st, n, buf, sizeof buf);
+    fprintf(stderr, "\n%s:\n%s", what, buf);
+}
+
+/* appends s[0..n) to the growing buffer *b (*len used of *cap bytes); false if out of memory */
+static bool append(char **b, size_t *len, size_t *cap, const char *s, int n) {
+    if (n <= 0) return true;
+    if (*len + (size_t)n > *cap) {
+        size_t nc = 2 * *cap + (size_t)n;
+        char *nb = realloc(*b, nc);
+        if (!nb) return false;
+        *b = nb;
+        *cap = nc;
+    }
+    memcpy(*b + *len, s, (size_t)n);
+    *len += (size_t)n;
+    return true;
 }
 
 static char *read_file(const char *path, hr_err *err) {
@@ -64,14 +114,25 @@ int cmd_run(int argc, char **argv) {
     long n_predict = 256, threads = 0, n_ctx = 0, n_batch = 512, top_k = 40, rep_n = 64;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0;
     uint64_t seed = UINT64_MAX;
-    bool ignore_eos = false, no_bos = false, echo = true;
+    bool ignore_eos = false, no_bos = false, echo = true, chat = false;
+    const char *system = NULL, *tmpl_name = NULL;
     int kv_type = HQ_TYPE_F16;
+    const char *mem_budget = NULL; /* residency manager (src/mem) */
+    long window = 2;
+    /* user stop strings, and room for the chat template's end-of-turn text */
+    const char **stops = calloc((size_t)argc + 1, sizeof *stops);
+    int n_stops = 0;
+    if (!stops) { fprintf(stderr, "hearth run: out of memory\n"); return 1; }
+    hc_head_params tpp = hc_head_default_params();  /* tensor parallelism (--workers) */
+    tpp.progress = tp_progress;
+    hr_err tperr = {0};
+    int tpr;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-#define VAL() if (!(v = cli_value("run", argc, argv, &i))) return 2
-#define INT(var, lo, hi) do { VAL(); if (!cli_parse_int("run", a, v, lo, hi, &var)) return 2; } while (0)
-#define FLT(var, lo, hi) do { VAL(); if (!cli_parse_float("run", a, v, lo, hi, &var)) return 2; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+#define VAL() if (!(v = cli_value("run", argc, argv, &i))) goto usage_err
+#define INT(var, lo, hi) do { VAL(); if (!cli_parse_int("run", a, v, lo, hi, &var)) goto usage_err; } while (0)
+#define FLT(var, lo, hi) do { VAL(); if (!cli_parse_float("run", a, v, lo, hi, &var)) goto usage_err; } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); free(stops); return 0; }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); model = v; }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { VAL(); prompt = v; }
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { VAL(); pfile = v; }
@@ -91,23 +152,37 @@ int cmd_run(int argc, char **argv) {
             char *end;
             errno = 0;
             s = strtoll(v, &end, 10);
-            if (errno || *end || end == v || s < -1) { fprintf(stderr, "hearth run: invalid seed '%s'\n", v); return 2; }
+            if (errno || *end || end == v || s < -1) { fprintf(stderr, "hearth run: invalid seed '%s'\n", v); goto usage_err; }
             seed = s < 0 ? UINT64_MAX : (uint64_t)s;
         } else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(a, "--no-bos")) no_bos = true;
         else if (!strcmp(a, "--no-echo") || !strcmp(a, "--no-display-prompt")) echo = false;
-        else if (!strcmp(a, "--kv-type")) {
+        else if (!strcmp(a, "--stop")) { VAL(); stops[n_stops++] = v; }
+        else if (!strcmp(a, "--chat")) chat = true;
+        else if (!strcmp(a, "--mem-budget")) { VAL(); mem_budget = v; }
+        else if (!strcmp(a, "--window")) INT(window, 1, 1 << 20);
+        else if (!strcmp(a, "-sys") || !strcmp(a, "--system") || !strcmp(a, "--system-prompt")) { VAL(); system = v; chat = true; }
+        else if (!strcmp(a, "--chat-template")) { VAL(); tmpl_name = v; chat = true; }
+        else if ((tpr = hc_head_parse_flag(&tpp, argc, argv, &i, &tperr)) != 0) {
+            if (tpr < 0) { fprintf(stderr, "hearth run: %s\n", tperr.msg); goto usage_err; }
+        } else if (!strcmp(a, "--kv-type")) {
             VAL();
             if (!strcmp(v, "f16")) kv_type = HQ_TYPE_F16;
             else if (!strcmp(v, "f32")) kv_type = HQ_TYPE_F32;
-            else { fprintf(stderr, "hearth run: --kv-type must be f16 or f32\n"); return 2; }
-        } else { fprintf(stderr, "hearth run: unknown option '%s'\n", a); usage(stderr); return 2; }
+            else { fprintf(stderr, "hearth run: --kv-type must be f16 or f32\n"); goto usage_err; }
+        } else { fprintf(stderr, "hearth run: unknown option '%s'\n", a); usage(stderr); goto usage_err; }
 #undef VAL
 #undef INT
 #undef FLT
     }
-    if (!model) { fprintf(stderr, "hearth run: -m MODEL is required\n"); usage(stderr); return 2; }
-    if (prompt && pfile) { fprintf(stderr, "hearth run: give -p or -f, not both\n"); return 2; }
+    if (!model) { fprintf(stderr, "hearth run: -m MODEL is required\n"); usage(stderr); goto usage_err; }
+    if (prompt && pfile) { fprintf(stderr, "hearth run: give -p or -f, not both\n"); goto usage_err; }
+    if (tmpl_name && ht_chat_from_name(tmpl_name) == HT_CHAT_UNKNOWN) {
+        fprintf(stderr, "hearth run: unknown chat template '%s'; known:", tmpl_name);
+        for (int t = 0; t < HT_CHAT_COUNT; t++) fprintf(stderr, " %s", ht_chat_name(t));
+        fputc('\n', stderr);
+        goto usage_err;
+    }
 
     int rc = 1;
     hr_err err = {0};
@@ -116,9 +191,12 @@ int cmd_run(int argc, char **argv) {
     hm_model *m = NULL;
     ht_vocab *voc = NULL;
     hm_ctx *c = NULL;
+    hmem *mm = NULL;
+    hc_head *tp = NULL;
     ht_sampler *smp = NULL;
     int32_t *toks = NULL;
     float *logits = NULL;
+    char *ans = NULL, *buf = NULL;  /* the output so far; one token's text */
     if (pfile && !(ptext = read_file(pfile, &err))) goto done;
     if (!pfile) ptext = strdup(prompt ? prompt : "");
     if (!ptext) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
@@ -129,10 +207,29 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     size_t plen = strlen(ptext);
+    if (chat) {
+        /* the prompt becomes the user's message in the model's template */
+        char note[256];
+        int tmpl = ht_chat_for_model(g, tmpl_name, note, sizeof note);
+        if (note[0]) fprintf(stderr, "hearth run: %s (--chat-template NAME chooses one)\n", note);
+        HR_LOGI("hearth run: chat template %s", ht_chat_name(tmpl));
+        ht_chat_msg msgs[2] = {{"system", system ? system : ""}, {"user", ptext}};
+        size_t tlen;
+        char *text = ht_chat_render_alloc(tmpl, system ? msgs : msgs + 1, system ? 2 : 1, true, &tlen);
+        if (!text) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
+        HR_LOGD("hearth run: prompt text [%s]", text);
+        free(ptext);
+        ptext = text;
+        plen = tlen;
+        echo = false;
+        if (ht_chat_end_of_turn(tmpl)[0]) stops[n_stops++] = ht_chat_end_of_turn(tmpl);
+    }
     int cap = (int)HR_MIN(plen + 8, (size_t)1 << 24);
     toks = malloc((size_t)cap * sizeof *toks);
     if (!toks) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
-    int n_prompt = ht_tokenize(voc, ptext, plen, ht_add_bos(voc) && !no_bos, toks, cap);
+    /* a rendered chat holds special tokens (<|im_start|>, </s>, ...) that must become their ids */
+    int n_prompt = chat ? ht_chat_tokenize(voc, ptext, plen, ht_add_bos(voc) && !no_bos, toks, cap)
+                        : ht_tokenize(voc, ptext, plen, ht_add_bos(voc) && !no_bos, toks, cap);
     if (n_prompt < 0) { hr_fail(&err, n_prompt, "tokenization failed: %s", hr_strerror(n_prompt)); goto done; }
     if (n_prompt > cap) { hr_fail(&err, HR_ERANGE, "prompt too long (%d tokens)", n_prompt); goto done; }
     if (n_prompt == 0) { hr_fail(&err, HR_EINVAL, "empty prompt and the model has no BOS token"); goto done; }
@@ -143,8 +240,10 @@ int cmd_run(int argc, char **argv) {
     cp.n_threads = (int32_t)threads;
     cp.kv_type = kv_type;
     hm_shard sh = hm_shard_full(m);
-    if (!(c = hm_ctx_create(m, &sh, &cp, &err))) goto done;
-    int32_t ctx_len = hm_ctx_n_ctx(c);
+    if (!tpp.workers && hmem_setup(m, &sh, model, mem_budget, (int)window, hm_ctx_bytes_estimate(&m->hp, &cp), &mm, &err))
+        goto done;
+    if (tpp.workers ? !(tp = hc_head_create(m, &tpp, &cp, &err)) : !(c = hm_ctx_create(m, &sh, &cp, &err))) goto done;
+    int32_t ctx_len = tp ? hc_head_n_ctx(tp) : hm_ctx_n_ctx(c);
     if (n_prompt >= ctx_len) {
         hr_fail(&err, HR_ERANGE, "prompt of %d tokens does not fit the context of %d (use -c)", n_prompt, ctx_len);
         goto done;
@@ -170,28 +269,47 @@ int cmd_run(int argc, char **argv) {
     int64_t t0 = hr_time_ns();
     for (int i = 0; i < n_prompt; i += (int)n_batch) {
         int nb = HR_MIN((int)n_batch, n_prompt - i);
-        if (hm_eval(c, toks + i, NULL, nb, i, logits, false, NULL, &err)) goto done;
+        if (eval_step(c, tp, toks + i, nb, i, logits, &err)) goto done;
     }
     int64_t t1 = hr_time_ns();
-    /* generation */
+    if (tp && tpp.timings) { tp_timings(tp, "prompt, per forward pass"); t1 = hr_time_ns(); }
+    /* generation: the output is kept whole so that stop strings are found across token boundaries;
+       text that may be the start of a stop string is held back until it is known not to be */
     ht_detok dt;
     ht_detok_init(&dt, voc);
-    char buf[256];
+    int piece_cap = HR_MAX(ht_detok_max_bytes(voc), 64);
+    size_t ans_cap = 4096, ans_n = 0, shown = 0, safe = 0;
+    ans = malloc(ans_cap);
+    buf = malloc((size_t)piece_cap);
+    if (!ans || !buf) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
     int n_gen = 0;
     int32_t pos = n_prompt;
     int64_t limit = n_predict < 0 ? ctx_len - n_prompt : HR_MIN(n_predict, (long)(ctx_len - n_prompt));
-    while (n_gen < limit) {
-        int32_t tok = ht_sampler_sample(smp, logits);
-        ht_sampler_accept(smp, tok);
-        n_gen++;
-        if (!ignore_eos && ht_is_eog(voc, tok)) break;
-        int nb = ht_detok_push(&dt, tok, buf, sizeof buf);
-        if (nb > 0) { fwrite(buf, 1, (size_t)nb, stdout); fflush(stdout); }
-        if (n_gen >= limit) break;
-        if (hm_eval(c, &tok, NULL, 1, pos++, logits, false, NULL, &err)) goto done;
+    for (;;) {
+        bool end = n_gen >= limit;
+        int32_t tok = -1;
+        int nb = 0;
+        if (!end) {
+            tok = ht_sampler_sample(smp, logits);
+            ht_sampler_accept(smp, tok);
+            n_gen++;
+            if (!ignore_eos && ht_is_eog(voc, tok)) end = true;
+            else {
+                nb = ht_detok_push(&dt, tok, buf, piece_cap);
+                end = n_gen >= limit;
+            }
+        }
+        if (!append(&ans, &ans_n, &ans_cap, buf, nb)) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
+        if (end) {
+            nb = ht_detok_flush(&dt, buf, piece_cap);
+            if (!append(&ans, &ans_n, &ans_cap, buf, nb)) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
+        }
+        bool stopped = ht_chat_stop_scan(ans, ans_n, safe, stops, n_stops, &safe);
+        if (!stopped && end) safe = ans_n;  /* the end: nothing held back can become a stop string now */
+        if (safe > shown) { fwrite(ans + shown, 1, safe - shown, stdout); fflush(stdout); shown = safe; }
+        if (stopped || end) break;
+        if (eval_step(c, tp, &tok, 1, pos++, logits, &err)) goto done;
     }
-    int nb = ht_detok_flush(&dt, buf, sizeof buf);
-    if (nb > 0) fwrite(buf, 1, (size_t)nb, stdout);
     fputc('\n', stdout);
     fflush(stdout);
     int64_t t2 = hr_time_ns();
@@ -199,18 +317,32 @@ int cmd_run(int argc, char **argv) {
     /* the last sampled token was not evaluated when generation stopped on the limit */
     fprintf(stderr, "\nprompt:     %5d tokens in %8.2f ms (%8.2f tok/s)\n", n_prompt, pp_s * 1e3,
             pp_s > 0 ? n_prompt / pp_s : 0.0);
+    if (tp && tpp.timings) tp_timings(tp, "generation, per token");
     fprintf(stderr, "generation: %5d tokens in %8.2f ms (%8.2f tok/s)\n", n_gen, tg_s * 1e3,
             tg_s > 0 ? n_gen / tg_s : 0.0);
+    if (mm && mem_budget) {
+        char line[512];
+        hmem_summary(mm, line, sizeof line);
+        fprintf(stderr, "%s\n", line);
+    }
     rc = 0;
 done:
     if (rc) fprintf(stderr, "hearth run: %s\n", err.msg[0] ? err.msg : "failed");
+    free(ans);
+    free(buf);
     free(logits);
     free(toks);
     free(ptext);
     ht_sampler_free(smp);
     hm_ctx_free(c);
+    hmem_free(mm);
+    hc_head_free(tp);
     ht_vocab_free(voc);
     hm_model_free(m);
     gguf_close(g);
+    free(stops);
     return rc;
+usage_err:
+    free(stops);
+    return 2;
 }

@@ -13,6 +13,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *hel
     {"synth", cmd_synth, "write a random-weight GGUF model of a given shape"},
     {"quantize", cmd_quantize, "convert a GGUF model's weights to another type"},
     {"tokenize", cmd_tokenize, "print the tokens of a text under a model's vocabulary"},
+    {"worker", cmd_worker, "serve tensor-parallel heads: hold a share of a model's weights and compute it"},
 };
 
 static void usage(FILE *f) {

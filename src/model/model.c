@@ -71,6 +71,23 @@ int hm_hparams_load(const gguf_ctx *g, hm_hparams *hp, hr_err *err) {
     if (hp->head_dim % 2 != 0 || hp->head_dim > 1024)
         return hr_fail(err, HR_EFORMAT, "head dimension %d must be even and at most 1024", hp->head_dim);
 
+    hp->rope_neox = hp->arch == HM_ARCH_QWEN2 || hp->arch == HM_ARCH_QWEN3;
+    hp->has_rope_freqs = gguf_find_tensor(g, "rope_freqs.weight") != NULL;
+    if (gguf_find_key(g, "hearth.slice.n_ff") >= 0) {
+        /* a slice file (model.h): no embedding; what the tensors would tell is in metadata, since a
+           share without attention units has no q/k tensors to look at */
+        int64_t nv;
+        if (!gguf_get_i64(g, "hearth.slice.n_vocab", &nv) || nv < 1 || nv > (1 << 24))
+            return hr_fail(err, HR_EFORMAT, "slice file: missing or bad 'hearth.slice.n_vocab'");
+        hp->n_vocab = (int32_t)nv;
+        hp->tied_output = false;
+        if (!gguf_get_bool(g, "hearth.slice.qkv_bias", &hp->has_qkv_bias) ||
+            !gguf_get_bool(g, "hearth.slice.qk_norm", &hp->has_qk_norm))
+            return hr_fail(err, HR_EFORMAT, "slice file: missing 'hearth.slice.qkv_bias' or 'hearth.slice.qk_norm'");
+        if (hp->arch == HM_ARCH_QWEN3 && !hp->has_qk_norm)
+            return hr_fail(err, HR_EFORMAT, "qwen3 model without attn_q_norm tensors");
+        return 0;
+    }
     const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
     if (!te) return hr_fail(err, HR_EFORMAT, "missing tensor 'token_embd.weight'");
     if (te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] < 1 || te->ne[1] > (1 << 24))
@@ -78,10 +95,8 @@ int hm_hparams_load(const gguf_ctx *g, hm_hparams *hp, hr_err *err) {
                        (long long)te->ne[0], (long long)te->ne[1], hp->n_embd);
     hp->n_vocab = (int32_t)te->ne[1];
     hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
-    hp->rope_neox = hp->arch == HM_ARCH_QWEN2 || hp->arch == HM_ARCH_QWEN3;
     hp->has_qkv_bias = gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
     hp->has_qk_norm = gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
-    hp->has_rope_freqs = gguf_find_tensor(g, "rope_freqs.weight") != NULL;
     if (hp->arch == HM_ARCH_QWEN3 && !hp->has_qk_norm)
         return hr_fail(err, HR_EFORMAT, "qwen3 model without attn_q_norm tensors");
     return 0;
@@ -92,6 +107,16 @@ static int hm_bind(const gguf_ctx *g, hm_tensor *t, const char *name, int64_t ne
                    bool f32_only, hr_err *err) {
     memset(t, 0, sizeof *t);
     const gguf_tensor *gt = gguf_find_tensor(g, name);
+    if (ne1 == 0 || ne0 == 0) {
+        /* an empty share of a slice file: no tensor; an empty F32 view, so the forward pass's
+           block-alignment checks and view arithmetic see a valid type and size 0 */
+        if (gt) return hr_fail(err, HR_EFORMAT, "tensor '%s' is present but the slice holds no units for it", name);
+        t->type = HQ_TYPE_F32;
+        t->ne0 = ne0;
+        t->ne1 = ne1;
+        t->row_bytes = (size_t)ne0 * 4;
+        return 0;
+    }
     if (!gt) return optional ? 0 : hr_fail(err, HR_EFORMAT, "missing tensor '%s'", name);
     int64_t rows = 1;
     for (int d = 1; d < gt->n_dims; d++) rows *= gt->ne[d];
@@ -120,12 +145,34 @@ hm_model *hm_model_load(const gguf_ctx *g, hr_err *err) {
     if (hm_hparams_load(g, &m->hp, err)) goto err;
     const hm_hparams *hp = &m->hp;
     int64_t E = hp->n_embd, Dq = (int64_t)hp->n_head * hp->head_dim, Dkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t F = hp->n_ff;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
-    if (hm_bind(g, &m->tok_embd, "token_embd.weight", E, hp->n_vocab, false, false, err)) goto err;
-    if (hm_bind(g, &m->output_norm, "output_norm.weight", E, 1, false, true, err)) goto err;
-    if (hp->tied_output) m->output = m->tok_embd;
-    else if (hm_bind(g, &m->output, "output.weight", E, hp->n_vocab, false, false, err)) goto err;
+    m->is_slice = gguf_find_key(g, "hearth.slice.n_ff") >= 0;
+    if (m->is_slice) {
+        /* only this file's units: the same shapes with fewer heads / neurons */
+        int64_t skv, sff;
+        if (!gguf_get_i64(g, "hearth.slice.n_head_kv", &skv) || skv < 0 || skv > hp->n_head_kv ||
+            !gguf_get_i64(g, "hearth.slice.n_ff", &sff) || sff < 0 || sff > hp->n_ff) {
+            hr_fail(err, HR_EFORMAT, "slice file: missing or bad 'hearth.slice.n_head_kv' / 'hearth.slice.n_ff'");
+            goto err;
+        }
+        m->slice_n_head_kv = (int32_t)skv;
+        m->slice_n_ff = (int32_t)sff;
+        Dq = skv * (hp->n_head / hp->n_head_kv) * hp->head_dim;
+        Dkv = skv * hp->head_dim;
+        F = sff;
+        if (gguf_find_tensor(g, "token_embd.weight") || gguf_find_tensor(g, "output.weight")) {
+            hr_fail(err, HR_EFORMAT, "slice file holds token_embd or output, which must stay on the head");
+            goto err;
+        }
+    } else {
+        if (hm_bind(g, &m->tok_embd, "token_embd.weight", E, hp->n_vocab, false, false, err)) goto err;
+        if (hm_bind(g, &m->output_norm, "output_norm.weight", E, 1, false, true, err)) goto err;
+        if (hp->tied_output) m->output = m->tok_embd;
+        else if (hm_bind(g, &m->output, "output.weight", E, hp->n_vocab, false, false, err)) goto err;
+    }
+    bool has_att = Dkv > 0;
     if (hm_bind(g, &m->rope_freqs, "rope_freqs.weight", hp->head_dim / 2, 1, true, true, err)) goto err;
     for (int il = 0; il < hp->n_layer; il++) {
         hm_layer *L = &m->layers[il];
@@ -138,15 +185,15 @@ hm_model *hm_model_load(const gguf_ctx *g, hr_err *err) {
         BIND(wk, "attn_k.weight", E, Dkv, false, false)
         BIND(wv, "attn_v.weight", E, Dkv, false, false)
         BIND(wo, "attn_output.weight", Dq, E, false, false)
-        BIND(bq, "attn_q.bias", Dq, 1, !hp->has_qkv_bias, true)
-        BIND(bk, "attn_k.bias", Dkv, 1, !hp->has_qkv_bias, true)
-        BIND(bv, "attn_v.bias", Dkv, 1, !hp->has_qkv_bias, true)
-        BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 1, !hp->has_qk_norm, true)
-        BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 1, !hp->has_qk_norm, true)
+        BIND(bq, "attn_q.bias", Dq, has_att, !hp->has_qkv_bias, true)
+        BIND(bk, "attn_k.bias", Dkv, has_att, !hp->has_qkv_bias, true)
+        BIND(bv, "attn_v.bias", Dkv, has_att, !hp->has_qkv_bias, true)
+        BIND(q_norm, "attn_q_norm.weight", hp->head_dim, has_att, !hp->has_qk_norm, true)
+        BIND(k_norm, "attn_k_norm.weight", hp->head_dim, has_att, !hp->has_qk_norm, true)
         BIND(ffn_norm, "ffn_norm.weight", E, 1, false, true)
-        BIND(w_gate, "ffn_gate.weight", E, hp->n_ff, false, false)
-        BIND(w_up, "ffn_up.weight", E, hp->n_ff, false, false)
-        BIND(w_down, "ffn_down.weight", hp->n_ff, E, false, false)
+        BIND(w_gate, "ffn_gate.weight", E, F, false, false)
+        BIND(w_up, "ffn_up.weight", E, F, false, false)
+        BIND(w_down, "ffn_down.weight", F, E, false, false)
 #undef BIND
     }
     return m;
@@ -161,6 +208,18 @@ void hm_model_free(hm_model *m) {
     free(m);
 }
 
+int hm_embed(const hm_model *m, const int32_t *tokens, int n, float *out, hr_err *err) {
+    if (m->is_slice || !m->tok_embd.data) return hr_fail(err, HR_EINVAL, "a slice file has no token embedding");
+    const hq_traits *tr = hq_get_traits(m->tok_embd.type);
+    int64_t E = m->hp.n_embd;
+    for (int t = 0; t < n; t++) {
+        if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab)
+            return hr_fail(err, HR_EINVAL, "token id %d outside the vocabulary [0, %d)", tokens[t], m->hp.n_vocab);
+        tr->to_float((const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, out + t * E, E);
+    }
+    return 0;
+}
+
 uint64_t hm_model_weight_bytes(const hm_model *m) {
     uint64_t s = 0;
     for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) s += gguf_tensor_at(m->gguf, i)->nbytes;
@@ -170,6 +229,11 @@ uint64_t hm_model_weight_bytes(const hm_model *m) {
 hm_shard hm_shard_full(const hm_model *m) {
     hm_shard s = {.layer_begin = 0, .layer_end = m->hp.n_layer, .kv_begin = 0, .kv_end = m->hp.n_head_kv,
                   .ff_begin = 0, .ff_end = m->hp.n_ff, .first = true, .last = true};
+    if (m->is_slice) {
+        s.kv_end = m->slice_n_head_kv;
+        s.ff_end = m->slice_n_ff;
+        s.first = s.last = false;
+    }
     return s;
 }
 
@@ -180,8 +244,8 @@ static bool hm_cols_aligned(const hm_tensor *t, int64_t c0, int64_t c1) {
 
 hm_shard hm_shard_normalize(const hm_model *m, const hm_shard *in) {
     hm_shard s = *in;
-    if (s.kv_end < 0) s.kv_end = m->hp.n_head_kv;
-    if (s.ff_end < 0) s.ff_end = m->hp.n_ff;
+    if (s.kv_end < 0) s.kv_end = m->is_slice ? m->slice_n_head_kv : m->hp.n_head_kv;
+    if (s.ff_end < 0) s.ff_end = m->is_slice ? m->slice_n_ff : m->hp.n_ff;
     return s;
 }
 
@@ -198,6 +262,10 @@ int hm_shard_validate(const hm_model *m, const hm_shard *in, hr_err *err) {
     if (s->ff_begin < 0 || s->ff_end > hp->n_ff || s->ff_begin > s->ff_end)
         return hr_fail(err, HR_EINVAL, "shard FFN neurons [%d, %d) outside the model's %d", s->ff_begin, s->ff_end,
                        hp->n_ff);
+    if (m->is_slice && (s->kv_end > m->slice_n_head_kv || s->ff_end > m->slice_n_ff || s->first || s->last))
+        return hr_fail(err, HR_EINVAL, "shard kv [%d, %d) ff [%d, %d)%s is not inside the slice file's %d KV heads and "
+                       "%d FFN neurons", s->kv_begin, s->kv_end, s->ff_begin, s->ff_end,
+                       s->first || s->last ? " with embedding/output" : "", m->slice_n_head_kv, m->slice_n_ff);
     int64_t unit = (int64_t)(hp->n_head / hp->n_head_kv) * hp->head_dim;
     for (int il = s->layer_begin; il < s->layer_end; il++) {
         const hm_layer *L = &m->layers[il];

@@ -13,6 +13,14 @@
  * RoPE on adjacent pairs), qwen2 (q/k/v biases; RoPE on NeoX halves), qwen3 (per-head q/k RMS norm;
  * NeoX RoPE). Tied embeddings (no output.weight) use token_embd as the output head.
  *
+ * Slice files: a tensor-parallel worker's weight cache (src/cluster) is a GGUF holding only its share
+ * of every layer — hm_model_load recognises one by the key "hearth.slice.n_ff". Its metadata holds
+ * the whole model's hyper-parameters (head counts, n_ff: so the GQA ratio and head size stay right)
+ * plus hearth.slice.n_head_kv / .n_ff (the units the file holds, either may be 0), .n_vocab,
+ * .qkv_bias and .qk_norm (bools); its wq/wk/wv/wo/w_gate/w_up/w_down hold those units only, with the
+ * usual names, and it has no token_embd, output_norm or output (they stay on the head). Its
+ * hm_shard_full is {all layers, kv [0, slice n_head_kv), ff [0, slice n_ff), first = last = false}.
+ *
  * Ownership: hm_model borrows tensor data from the gguf_ctx it was loaded from (mmap), which must
  * outlive it. hm_ctx owns the KV cache and scratch buffers.
  */
@@ -77,12 +85,18 @@ typedef struct hm_model {
     hm_tensor  rope_freqs;                 /* [hd/2] F32 or data NULL */
     hm_layer  *layers;                     /* n_layer */
     const gguf_ctx *gguf;                  /* borrowed */
+    bool       is_slice;                   /* a slice file (see above): no embedding/output tensors */
+    int32_t    slice_n_head_kv, slice_n_ff;/* units a slice file holds (0..n_head_kv, 0..n_ff) */
 } hm_model;
 
 hm_model *hm_model_load(const gguf_ctx *g, hr_err *err);
 void      hm_model_free(hm_model *m);
 /* bytes of weight data the model maps (all tensors) */
 uint64_t  hm_model_weight_bytes(const hm_model *m);
+/* Token embedding lookup: out[n][n_embd] = rows tokens[0..n) of token_embd, as F32 (what a first
+   shard starts from; a tensor-parallel head sends this, never the ids). HR_EINVAL for an id outside
+   the vocabulary or a slice file. */
+int       hm_embed(const hm_model *m, const int32_t *tokens, int n, float *out, hr_err *err);
 
 /* ---- shard and sync ------------------------------------------------------------------------------ */
 enum hm_block { HM_BLOCK_ATTN = 0, HM_BLOCK_FFN = 1, HM_BLOCK_OUTPUT = 2 /* output norm + head */ };

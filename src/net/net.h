@@ -124,7 +124,10 @@ enum {
 };
 
 /* PROFILE_REQ flags */
-enum { HN_PROFILE_BENCH = 1u << 0 }; /* run the matvec benchmark (bench_ms budget) */
+enum {
+    HN_PROFILE_BENCH = 1u << 0, /* run the matvec benchmark (bench_ms budget) */
+    HN_PROFILE_STATS = 1u << 1, /* report (and restart) the session's run-time counters */
+};
 
 /* what a FORWARD / PARTIAL covers (wire values: append only) */
 enum hn_stage { HN_STAGE_BLOCK = 0, HN_STAGE_ATTN = 1, HN_STAGE_FFN = 2, HN_STAGE_COUNT = 3 };

@@ -1,0 +1,174 @@
+/* cluster/allreduce: the shard's sync hook — star and ring all-reduce over the session's
+   connections (see cluster.h, "All-reduce") */
+#include "cluster-impl.h"
+
+#include <stdio.h>
+#include <sys/socket.h>
+
+int64_t hc_ar_deadline(const hc_ar *a, int n) { return hn_deadline_ms((int64_t)a->timeout_ms + 20 * (int64_t)n); }
+
+static const char *hc_role(int dev) { return dev == 0 ? "head" : "worker"; }
+
+/* records why the sync failed, naming the peer: the forward pass only passes the code on */
+static int hc_ar_fail(hc_ar *a, int dev, int rc, const char *msg) {
+    return hr_fail(&a->err, rc, "%s %d at %s: %s", hc_role(dev), dev, a->names[dev], hc_skip_peer(msg, a->names[dev]));
+}
+
+/* Receives one PARTIAL/RESULT for this all-reduce from device dev; ERROR and BYE from the peer, and
+   anything else, end it with a message. */
+static int hc_ar_recv(hc_ar *a, int dev, hn_conn *c, hn_frame *f, hn_msg *m, int want, int n) {
+    hr_err e = {0};
+    int64_t t0 = hr_time_ns();
+    int rc = hn_msg_recv(c, f, m, hc_ar_deadline(a, n), &e);
+    a->wait_ns += hr_time_ns() - t0;
+    if (rc) return hc_ar_fail(a, dev, rc, e.msg);
+    char why[HN_MAX_MESSAGE + 64];
+    if (m->type == HN_MSG_ERROR) {
+        snprintf(why, sizeof why, "reported an error: %.*s", (int)m->u.error.message.n, m->u.error.message.s);
+        return hc_ar_fail(a, dev, m->u.error.code < 0 ? m->u.error.code : HR_EPROTO, why);
+    }
+    if (m->type == HN_MSG_BYE) {
+        snprintf(why, sizeof why, "ended the session: %.*s", (int)m->u.bye.reason.n, m->u.bye.reason.s);
+        return hc_ar_fail(a, dev, HR_ENET, why);
+    }
+    if (m->type != want) {
+        snprintf(why, sizeof why, "sent %s during an all-reduce (expected %s)", hn_msg_name(m->type), hn_msg_name(want));
+        return hc_ar_fail(a, dev, HR_EPROTO, why);
+    }
+    if (m->seq != a->seq) {
+        snprintf(why, sizeof why, "%s for all-reduce %u arrived during all-reduce %u", hn_msg_name(want), m->seq, a->seq);
+        return hc_ar_fail(a, dev, HR_EPROTO, why);
+    }
+    return 0;
+}
+
+static int hc_ar_send(hc_ar *a, int dev, hn_conn *c, hn_msg *m, int n) {
+    hr_err e = {0};
+    int64_t t0 = hr_time_ns();
+    int rc = hc_send(a->hook, dev, c, m, hc_ar_deadline(a, n), &e);
+    a->send_ns += hr_time_ns() - t0;
+    return rc ? hc_ar_fail(a, dev, rc, e.msg) : 0;
+}
+
+static int hc_partial_check(hc_ar *a, int dev, const hn_partial *p, int layer, uint32_t stage, int n, int E,
+                            uint64_t off, uint64_t cnt) {
+    if (p->layer != (uint32_t)layer || p->stage != stage || p->n_tokens != (uint32_t)n || p->n_embd != (uint32_t)E ||
+        p->offset != off || p->n != cnt) {
+        char why[256];
+        snprintf(why, sizeof why, "PARTIAL for layer %u stage %u, %u x %u, elements %u+%u does not match the expected "
+                 "layer %d stage %u, %d x %d, elements %llu+%llu", p->layer, p->stage, p->n_tokens, p->n_embd, p->offset,
+                 p->n, layer, stage, n, E, (unsigned long long)off, (unsigned long long)cnt);
+        return hc_ar_fail(a, dev, HR_EPROTO, why);
+    }
+    return 0;
+}
+
+/* star, head side: add the workers' partials in device order, send the sum back */
+static int hc_star_head(hc_ar *a, int layer, uint32_t stage, float *x, int n, int E, uint64_t compute_ns) {
+    size_t cnt = (size_t)n * E;
+    for (int d = 1; d < a->k; d++) {
+        hn_msg m;
+        int rc = hc_ar_recv(a, d, a->conn[d], &a->rx[d], &m, HN_MSG_PARTIAL, n);
+        if (rc) return rc;
+        if ((rc = hc_partial_check(a, d, &m.u.partial, layer, stage, n, E, 0, cnt))) return rc;
+        int64_t t0 = hr_time_ns();
+        const float *p = m.u.partial.data;
+        for (size_t i = 0; i < cnt; i++) x[i] += p[i];
+        a->send_ns += hr_time_ns() - t0;
+    }
+    hn_msg r = {.type = HN_MSG_RESULT, .seq = a->seq};
+    r.u.result = (hn_result){.layer_end = (uint32_t)layer + 1, .n_tokens = (uint32_t)n, .n_embd = (uint32_t)E,
+                             .compute_ns = compute_ns, .data = x};
+    for (int d = 1; d < a->k; d++) {
+        int rc = hc_ar_send(a, d, a->conn[d], &r, n);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* star, worker side: send the partial, take the sum */
+static int hc_star_worker(hc_ar *a, int layer, uint32_t stage, float *x, int n, int E, uint64_t compute_ns) {
+    size_t cnt = (size_t)n * E;
+    hn_msg p = {.type = HN_MSG_PARTIAL, .seq = a->seq};
+    p.u.partial = (hn_partial){.layer = (uint32_t)layer, .stage = stage, .n_tokens = (uint32_t)n, .n_embd = (uint32_t)E,
+                               .offset = 0, .n = (uint32_t)cnt, .compute_ns = compute_ns, .data = x};
+    int rc = hc_ar_send(a, 0, a->conn[0], &p, n);
+    if (rc) return rc;
+    hn_msg m;
+    if ((rc = hc_ar_recv(a, 0, a->conn[0], &a->rx[0], &m, HN_MSG_RESULT, n))) return rc;
+    const hn_result *r = &m.u.result;
+    if (r->n_tokens != (uint32_t)n || r->n_embd != (uint32_t)E)
+        return hc_ar_fail(a, 0, HR_EPROTO, "RESULT has another shape than the partial");
+    memcpy(x, r->data, cnt * sizeof(float));
+    return 0;
+}
+
+static inline int hc_mod(int v, int k) { return ((v % k) + k) % k; }
+
+/* ring: reduce-scatter, then all-gather; chunk c is elements [c N / k, (c+1) N / k). Every step moves
+   its chunk in pieces of at most HC_RING_PIECE elements, and every device sends a piece before it
+   receives one: the sends of a step go out at once around the ring (a true ring, not a relay), and
+   since a link never holds more than one unread piece, which its socket buffer takes
+   (hc_ar_ring_init), no send can block on a peer that is itself blocked sending. */
+#define HC_RING_PIECE 16384
+
+void hc_ar_ring_init(hc_ar *a) {
+    int sz = 4 * HC_RING_PIECE * (int)sizeof(float);
+    if (a->next) setsockopt(hn_conn_fd(a->next), SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+}
+
+static int hc_ring(hc_ar *a, int layer, uint32_t stage, float *x, int n, int E, uint64_t compute_ns) {
+    int k = a->k, me = a->me;
+    uint64_t N = (uint64_t)n * E;
+    for (int phase = 0; phase < 2; phase++) {
+        for (int s = 0; s < k - 1; s++) {
+            int sc = phase == 0 ? hc_mod(me - s, k) : hc_mod(me + 1 - s, k);
+            int rcn = phase == 0 ? hc_mod(me - s - 1, k) : hc_mod(me - s, k);
+            uint64_t s0 = N * (uint64_t)sc / (uint64_t)k, s1 = N * (uint64_t)(sc + 1) / (uint64_t)k;
+            uint64_t r0 = N * (uint64_t)rcn / (uint64_t)k, r1 = N * (uint64_t)(rcn + 1) / (uint64_t)k;
+            for (uint64_t so = s0, ro = r0; so < s1 || ro < r1;) {
+                int rc;
+                if (so < s1) {
+                    uint64_t cnt = HR_MIN((uint64_t)HC_RING_PIECE, s1 - so);
+                    hn_msg p = {.type = HN_MSG_PARTIAL, .seq = a->seq};
+                    p.u.partial = (hn_partial){.layer = (uint32_t)layer, .stage = stage, .n_tokens = (uint32_t)n,
+                                               .n_embd = (uint32_t)E, .offset = (uint32_t)so, .n = (uint32_t)cnt,
+                                               .compute_ns = compute_ns, .data = x + so};
+                    if ((rc = hc_ar_send(a, a->next_dev, a->next, &p, n))) return rc;
+                    so += cnt;
+                }
+                if (ro < r1) {
+                    uint64_t cnt = HR_MIN((uint64_t)HC_RING_PIECE, r1 - ro);
+                    hn_msg m;
+                    if ((rc = hc_ar_recv(a, a->prev_dev, a->prev, &a->ring_rx, &m, HN_MSG_PARTIAL, n))) return rc;
+                    if ((rc = hc_partial_check(a, a->prev_dev, &m.u.partial, layer, stage, n, E, ro, cnt))) return rc;
+                    int64_t t0 = hr_time_ns();
+                    const float *d = m.u.partial.data;
+                    float *dst = x + ro;
+                    if (phase == 0) for (uint64_t i = 0; i < cnt; i++) dst[i] += d[i];
+                    else memcpy(dst, d, (size_t)cnt * sizeof(float));
+                    a->send_ns += hr_time_ns() - t0;
+                    ro += cnt;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+int hc_ar_sync(void *user, int layer, enum hm_block b, float *x, int n, int n_embd) {
+    hc_ar *a = user;
+    int64_t now = hr_time_ns();
+    uint64_t compute_ns = (uint64_t)(now - a->mark);
+    a->compute_ns += now - a->mark;
+    a->seq++;
+    int rc = 0;
+    uint32_t stage = b == HM_BLOCK_ATTN ? HN_STAGE_ATTN : HN_STAGE_FFN;
+    if (a->k > 1) {
+        if (a->mode == HC_ALLREDUCE_RING) rc = hc_ring(a, layer, stage, x, n, n_embd, compute_ns);
+        else if (a->me == 0) rc = hc_star_head(a, layer, stage, x, n, n_embd, compute_ns);
+        else rc = hc_star_worker(a, layer, stage, x, n, n_embd, compute_ns);
+    }
+    a->mark = hr_time_ns();
+    return rc;
+}

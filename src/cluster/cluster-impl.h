@@ -1,0 +1,78 @@
+/* cluster internals shared by head.c, worker.c, slice.c and allreduce.c — see cluster.h */
+#ifndef HEARTH_CLUSTER_IMPL_H
+#define HEARTH_CLUSTER_IMPL_H
+
+#include "cluster.h"
+
+#define HC_CHUNK_BYTES       (4u << 20)           /* SLICE_CHUNK payload the head sends */
+#define HC_MAX_SLICE_BYTES   (8ull << 30)         /* one tensor slice; the worker buffers one at a time */
+#define HC_MAX_SLICES        (1 << 16)
+#define HC_SLICE_NAME_MAX    96
+#define HC_FORWARD_MAX_BYTES ((64u << 20) - 4096) /* a FORWARD's hidden states must leave room for its head */
+#define HC_SETUP_TIMEOUT_MS  60000                /* per receive while setting up */
+
+/* ---- slices ---- */
+enum hc_cut { HC_CUT_WHOLE = 0, HC_CUT_ROWS = 1, HC_CUT_COLS = 2 };
+
+typedef struct hc_slice {
+    char     name[HC_SLICE_NAME_MAX];
+    int      type;             /* hq_type */
+    int      n_dims;
+    int64_t  ne[4];
+    uint64_t size;             /* bytes as stored in the slice file */
+    uint64_t hash;             /* hr_hash64 of those bytes */
+    /* head only: where the bytes are in the model's mapping */
+    const hm_tensor *src;
+    int      cut;              /* enum hc_cut */
+    int64_t  a, b;             /* rows or columns [a, b) */
+} hc_slice;
+
+/* The slices a device with share s holds, in slice-file order (unhashed). *out is malloc'd. */
+int  hc_slices_make(const hm_model *m, const hc_share *s, hc_slice **out, int *n, hr_err *err);
+void hc_slices_hash(hc_slice *s, int n);
+/* The slice's bytes [off, off + len) in file layout: a pointer into the mapping when they are
+   contiguous there (rows, whole tensors), else gathered into tmp (column slices). */
+const void *hc_slice_bytes(const hc_slice *s, uint64_t off, size_t len, void *tmp);
+/* The cache file name of a share: model hash + units + directory. */
+uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *s, int n);
+
+/* ---- sending with the test hook ---- */
+typedef struct hc_hook { hc_send_hook_fn fn; void *user; } hc_hook;
+int hc_send(const hc_hook *hk, int dev, hn_conn *c, hn_msg *m, int64_t deadline, hr_err *err);
+/* ERROR to a peer (best effort, short deadline) */
+void hc_send_error(hn_conn *c, uint32_t seq, int code, const char *msg);
+
+/* msg without a leading "NAME: " (net messages start with the peer's address, which ours name already) */
+static inline const char *hc_skip_peer(const char *msg, const char *name) {
+    size_t n = strlen(name);
+    return !strncmp(msg, name, n) && msg[n] == ':' && msg[n + 1] == ' ' ? msg + n + 2 : msg;
+}
+
+/* ---- all-reduce: the sync hook of one device's shard ---- */
+typedef struct hc_ar {
+    int       mode;            /* enum hc_allreduce */
+    int       k, me;           /* devices, this device's index */
+    /* star: the head has conn[1..k-1] (workers), a worker has conn[0] (the head) */
+    hn_conn **conn;
+    hn_frame *rx;              /* one receive frame per conn (star) */
+    /* ring: links to the next and from the previous device (may be the same connection) */
+    hn_conn  *next, *prev;
+    int       next_dev, prev_dev;
+    hn_frame  ring_rx;
+    const char *const *names;  /* [k]: device names for messages */
+    const hc_hook *hook;
+    uint32_t  seq;             /* all-reduces so far in this session */
+    int64_t   timeout_ms;      /* base deadline of a receive */
+    /* counters since the last stats read */
+    int64_t   compute_ns, wait_ns, send_ns;
+    int64_t   mark;            /* end of the previous sync (or start of the pass): compute since then */
+    hr_err    err;             /* why the last sync failed */
+} hc_ar;
+
+int  hc_ar_sync(void *user, int layer, enum hm_block b, float *x, int n, int n_embd);
+/* ring mode: socket buffers of the link to the next device (call once the links exist) */
+void hc_ar_ring_init(hc_ar *a);
+/* receive deadline for a pass of n tokens */
+int64_t hc_ar_deadline(const hc_ar *a, int n);
+
+#endif

@@ -1,0 +1,208 @@
+/*
+ * cluster — the head and worker runtimes that run one model on several devices by tensor
+ * parallelism (TPI-LLM §3.1): every device computes every layer, over its share of the attention
+ * units (KV heads with their query heads) and FFN neurons, and the partial block outputs are summed
+ * by an all-reduce after each block.  Prefix: hc_.
+ *
+ * Roles: the *head* (device 0) is the process the user runs; it holds the GGUF, the tokenizer, the
+ * token embedding, the final norm, the output head and the sampler, and computes a share too.
+ * *Workers* (devices 1..k-1) run `hearth worker`: they never see the GGUF, token ids, text or
+ * logits — only their weight slices and hidden states. The engine (model.h) knows nothing of this:
+ * each device runs hm_eval over its shard, and the shard's sync hook is the all-reduce below.
+ *
+ * ==== Plan ======================================================================================
+ * Shares are weights w0..w(k-1) (head first), taken as given. Without them every device is assumed
+ * equally fast, and `auto` measures each device's matvec throughput (PROFILE_REQ); from speeds, the
+ * shares are balanced so that all devices finish a token together, counting the output head that
+ * only the head runs (hc_plan_balance: with 2 equal devices and Llama-3.2-1B's tied 128k-vocabulary
+ * head, 21% of a token's weight reads, the head takes 37% of the layers). Attention units are dealt in groups of g_a KV heads and FFN neurons in
+ * groups of g_f, proportionally by largest remainder, as contiguous ranges in device order. g_f is
+ * the lcm of ffn_down's block sizes over the layers (256 for K-quants, 32 for Q4_0/Q8_0, 1 for F32),
+ * so every device's ffn_down columns start on a block; g_a is the smallest number of KV heads whose
+ * attn_output columns (g_a x n_head/n_head_kv x head_dim) are a whole number of blocks. A device may
+ * get no attention units (more devices than KV-head groups, or a small weight), no FFN neurons, or
+ * neither; its partial output is then zero and it still takes part in the all-reduce.
+ *
+ * ==== Session protocol (one TCP connection from the head to each worker; messages of net.h) ====
+ *   head -> worker                              worker -> head
+ *   HELLO (versions, caps, device)              HELLO_ACK, or ERROR and close
+ *   [PROFILE_REQ BENCH, bench_ms]               [PROFILE: matvec_gbps, threads, ...]
+ *   LOAD_PLAN (model hash, index, k, arch,
+ *     params = hyper-parameters + session
+ *     settings as text, units = per layer
+ *     ATTN_HEADS [q0,q1) and FFN_ROWS [f0,f1))
+ *   SLICE_BEGIN x n_slices: the directory of
+ *     the worker's slice file, in file order
+ *   SLICE_HAVE (all content hashes)             SLICE_HAVE (the hashes it already has)
+ *   for each missing slice, in order:
+ *     SLICE_CHUNK x m (offsets ascending), SLICE_END
+ *                                               READY (model hash, bytes received), or ERROR
+ *   per forward pass: FORWARD (layers 0..L, n tokens' hidden states after the embedding, positions)
+ *     star, per block: <- PARTIAL (layer, ATTN|FFN, the worker's partial, compute_ns) seq = s
+ *                      -> RESULT (the sum, the head's compute_ns) seq = s
+ *     ring, per block: PARTIAL chunks around the ring (below)
+ *   RESET (pos): forget KV positions >= pos     (no reply)
+ *   PROFILE_REQ STATS                           PROFILE: run-time counters since the last STATS
+ *   BYE: the worker frees the session and waits for the next head. A closed connection does the same.
+ * seq of a PARTIAL/RESULT counts the session's all-reduces (both sides count the same way), so a
+ * stale or out-of-order message is a protocol error, not a wrong sum.
+ *
+ * ==== All-reduce =================================================================================
+ * star (default, TPI-LLM §3.2): every worker sends its whole partial to the head; the head adds them
+ * to its own in the fixed order 0, 1, 2, ... (so the sum does not depend on arrival order) and sends
+ * the sum back: 2 link crossings per all-reduce, the head's link carries 2(k-1) hidden states.
+ * ring (for comparison): reduce-scatter then all-gather over k chunks, 2(k-1) steps each moving 1/k
+ * of the data to the next device. Links are direct: head -> worker 1 and worker k-1 -> head use the
+ * session connections; worker i -> worker i+1 is a connection worker i opens to worker i+1's listen
+ * address (as the head knows it) and announces with HELLO "ring <session token>". A step's chunk
+ * moves in pieces of at most 64 KiB, and every device sends a piece before it receives one: all sends
+ * of a step are on the wire at once, and a link's socket buffer always has room for the one unread
+ * piece, so the ring cannot deadlock. Ring sums are added in ring order, so they may differ from
+ * star's in the last bit.
+ *
+ * ==== Slice cache (worker) ========================================================================
+ * CACHE/<model hash, 16 hex>/<slice key, 16 hex>.gguf: one GGUF per (model, share), written with the
+ * gguf writer: the model's hyper-parameters plus hearth.slice.* (model.h), tensors with their usual
+ * names and sliced shapes (rows of wq/wk/wv/w_gate/w_up and q/k/v biases, block-aligned columns of
+ * wo/w_down, whole norms and rope_freqs), never token_embd/output, and hearth.slice.hashes (u64 per
+ * tensor). The slice key hashes the share and the directory (names, types, shapes, content hashes).
+ * A worker "has" a content hash if any slice file of that model holds a tensor with it; those bytes
+ * are copied from the old file (and re-hashed), so a second run with the same model and shares sends
+ * 0 weight bytes, and a changed share sends only what changed. Model hash: hr_hash64 of the GGUF's
+ * bytes before the tensor data (header, metadata, tensor directory), seeded with the file size.
+ * Content hash: hr_hash64 of the slice's bytes as stored in the slice file.
+ *
+ * Failure: every receive inside a forward pass has a deadline (timeout_ms); a closed connection is
+ * noticed at once, so a killed worker stops the head with a message naming it. A malformed or
+ * unexpected message ends that connection with a logged reason. Idle waits (a worker between heads
+ * or between tokens) have none.
+ *
+ * Ownership and threads: hc_head borrows the model (which borrows its gguf_ctx); one thread drives
+ * a head. A worker serves one head at a time on the thread that calls hc_worker_serve; others that
+ * connect meanwhile get ERROR "busy". hc_worker_stop may be called from any thread.
+ */
+#ifndef HEARTH_CLUSTER_H
+#define HEARTH_CLUSTER_H
+
+#include "base/base.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "net/net.h"
+
+#define HC_MAX_DEVICES 64
+
+/* ---- plan ------------------------------------------------------------------------------------------ */
+typedef struct hc_share {
+    int32_t kv_begin, kv_end;   /* attention units (KV heads) */
+    int32_t ff_begin, ff_end;   /* FFN neurons */
+} hc_share;
+
+typedef struct hc_plan {
+    int      n_devices;
+    int32_t  att_group;                  /* KV heads per indivisible group */
+    int32_t  ff_group;                   /* FFN neurons per indivisible group */
+    double   weight[HC_MAX_DEVICES];     /* normalised to sum 1 */
+    hc_share dev[HC_MAX_DEVICES];
+} hc_plan;
+
+/* Parses "3,1,2" (non-negative numbers, at least one positive). Returns the count or a negative code. */
+int hc_parse_shares(const char *s, double *w, int cap, hr_err *err);
+/* Deals the model's units to n devices in proportion to weights (see "Plan"). */
+int hc_plan_make(const hm_model *m, const double *weights, int n, hc_plan *out, hr_err *err);
+/* Shares from relative device speeds (head first) such that all devices finish a decode step
+   together, counting the output norm and head, which only the head runs: with W_L the layers' weight
+   bytes, W_O the output head's and S the sum of speeds, the head gets (s_0 (W_L + W_O) / S - W_O) /
+   W_L of the layers (at least 0) and the workers the rest in proportion to their speed. *head_frac
+   (may be NULL) = W_O / (W_L + W_O). */
+int hc_plan_balance(const hm_model *m, const double *speed, int n, double *share, double *head_frac, hr_err *err);
+
+/* ---- hashes -------------------------------------------------------------------------------------- */
+uint64_t hc_model_hash(const gguf_ctx *g);
+
+/* ---- device benchmark ------------------------------------------------------------------------------ */
+/* Q8_0 matrix-vector products over a 32 MiB matrix on n_threads for about ms milliseconds: weight
+   bytes read per second (GB/s), the figure decode speed follows. */
+double hc_bench_matvec(int n_threads, int ms, hr_err *err);
+
+/* ---- head ------------------------------------------------------------------------------------------ */
+enum hc_allreduce { HC_ALLREDUCE_STAR = 0, HC_ALLREDUCE_RING = 1 };
+
+typedef void (*hc_progress_fn)(void *user, uint64_t done, uint64_t total);
+/* Sees every message the head sends, before it is sent (tests: the privacy check). */
+typedef void (*hc_send_hook_fn)(void *user, int device, const hn_msg *m);
+
+typedef struct hc_head_params {
+    const char *workers;     /* "HOST:PORT,HOST:PORT,..." (at least one) */
+    const char *shares;      /* NULL or "" = equal; "auto" = measured; "w0,w1,..." = one per device, head first */
+    int   allreduce;         /* enum hc_allreduce */
+    int   timeout_ms;        /* deadline of each receive inside a forward pass (default 10000, plus
+                                20 ms per token of a batch) and of the set-up steps */
+    int   bench_ms;          /* auto shares: benchmark time per device (default 300) */
+    bool  timings;           /* --timings: the caller asked for per-device figures (hc_head_stats) */
+    hc_progress_fn  progress;  void *progress_user;    /* weight transfer progress (bytes) */
+    hc_send_hook_fn send_hook; void *send_hook_user;
+} hc_head_params;
+hc_head_params hc_head_default_params(void);
+
+/* Command-line flags of the head, shared by the commands that run one:
+   --workers LIST, --tp-shares auto|w0,w1,..., --allreduce star|ring, --timings. Returns 1 if argv[*i] was one
+   of them (its value consumed, *i advanced), 0 if not, or a negative code with a message. */
+int hc_head_parse_flag(hc_head_params *p, int argc, char **argv, int *i, hr_err *err);
+/* Usage lines for those flags. */
+const char *hc_head_flags_help(void);
+
+typedef struct hc_head hc_head;
+/* Connects to the workers, makes the plan, sends the slices they lack, and creates the head's own
+   context (cp: n_ctx, n_batch, threads, kv_type; the workers use the same n_ctx, n_batch and kv_type). */
+hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx_params *cp, hr_err *err);
+/* hm_eval for the whole cluster: tokens[0..n) at pos0.. -> logits of the last token (or of all). Batches
+   larger than a FORWARD allows are split. */
+int      hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all_logits,
+                      hr_err *err);
+int      hc_head_reset(hc_head *h, int32_t pos, hr_err *err);  /* forget KV positions >= pos everywhere */
+int32_t  hc_head_n_ctx(const hc_head *h);
+const hc_plan *hc_head_plan(const hc_head *h);
+uint64_t hc_head_weight_bytes_sent(const hc_head *h);           /* slice bytes sent at create */
+uint64_t hc_head_weight_bytes_total(const hc_head *h);          /* slice bytes the workers hold */
+/* Sends BYE to every worker and frees everything. NULL is fine. */
+void     hc_head_free(hc_head *h);
+
+/* Run-time figures of one device, summed over forward passes since the previous hc_head_stats. */
+typedef struct hc_dev_stats {
+    char     name[80];          /* "head" or the worker's address */
+    int64_t  evals, tokens;     /* forward passes, tokens in them */
+    int64_t  compute_ns;        /* in the forward pass, outside the all-reduce */
+    int64_t  wait_ns;           /* in the all-reduce, waiting for peers' data (their compute skew, link
+                                   latency and transfer) */
+    int64_t  send_ns;           /* in the all-reduce, sending and adding (the head: plus FORWARD) */
+    uint64_t bytes_sent, bytes_received; /* on this device's cluster connections */
+    int32_t  kv_units, ff_units;/* its share */
+} hc_dev_stats;
+/* Fills out[0..k) (head first; asks every worker: one round trip each) and restarts the counters.
+   Returns k or a negative code. */
+int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err);
+/* A table of per-token milliseconds (compute / all-reduce wait / send) for every device. */
+void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap);
+
+/* ---- worker ---------------------------------------------------------------------------------------- */
+typedef struct hc_worker_params {
+    const char *listen;      /* "ADDR:PORT" (port 0 = ephemeral) */
+    const char *cache_dir;   /* NULL: hc_default_cache_dir() */
+    int         n_threads;   /* 0: physical cores */
+    const char *name;        /* shown to heads; NULL: "worker" */
+} hc_worker_params;
+hc_worker_params hc_worker_default_params(void);
+
+/* $XDG_CACHE_HOME/hearth/slices, else $HOME/.cache/hearth/slices */
+int hc_default_cache_dir(char *buf, size_t cap, hr_err *err);
+
+typedef struct hc_worker hc_worker;
+hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err);
+uint16_t   hc_worker_port(const hc_worker *w);
+/* Serves heads one after another until hc_worker_stop (or max_sessions > 0 of them). A session that
+   fails is logged and ended; only a failure of the listener itself returns an error. */
+int        hc_worker_serve(hc_worker *w, int max_sessions, hr_err *err);
+void       hc_worker_stop(hc_worker *w);
+void       hc_worker_free(hc_worker *w);
+
+#endif

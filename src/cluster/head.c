@@ -1,0 +1,526 @@
+/* cluster/head: the head's side of tensor parallelism — connects to the workers, plans the shares,
+   sends the slices they lack, and runs forward passes with them (see cluster.h) */
+#define _GNU_SOURCE
+#include "cluster-impl.h"
+
+#include "quant/quant.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+struct hc_head {
+    const hm_model *m;
+    hc_head_params p;
+    hc_plan    plan;
+    int        k;                          /* devices, the head included */
+    char       names[HC_MAX_DEVICES][80];  /* "head", then the worker addresses as given */
+    const char *name_ptr[HC_MAX_DEVICES];
+    hn_conn   *conn[HC_MAX_DEVICES];       /* [1..k): the workers */
+    hn_frame   rx[HC_MAX_DEVICES];
+    hc_hook    hook;
+    hm_ctx    *ctx;
+    hc_ar      ar;
+    int32_t    n_ctx, n_batch;
+    float     *x;                          /* [n_batch][n_embd]: embeddings of the current batch */
+    int32_t   *pos;
+    uint32_t   seq;
+    uint64_t   bytes_sent, bytes_total;
+    int64_t    evals, tokens;
+    hn_conn_stats base[HC_MAX_DEVICES];
+    bool       failed;                     /* a pass failed: the workers' state is unknown */
+};
+
+hc_head_params hc_head_default_params(void) {
+    hc_head_params p = {.workers = NULL, .shares = NULL, .allreduce = HC_ALLREDUCE_STAR, .timeout_ms = 10000,
+                        .bench_ms = 300};
+    return p;
+}
+
+const char *hc_head_flags_help(void) {
+    return "  --workers H:P,...       run tensor-parallel with these `hearth worker`s (the head computes too)\n"
+           "  --tp-shares auto|W,...  share weights, head first (default: equal; auto: measured speed)\n"
+           "  --allreduce star|ring   all-reduce algorithm (default star)\n"
+           "  --timings               with --workers: per-device compute / all-reduce times per forward pass\n";
+}
+
+int hc_head_parse_flag(hc_head_params *p, int argc, char **argv, int *i, hr_err *err) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--timings")) { p->timings = true; return 1; }
+    bool w = !strcmp(a, "--workers"), s = !strcmp(a, "--tp-shares"), r = !strcmp(a, "--allreduce");
+    if (!w && !s && !r) return 0;
+    if (*i + 1 >= argc) return hr_fail(err, HR_EINVAL, "%s needs a value", a);
+    const char *v = argv[++*i];
+    if (w) p->workers = v;
+    else if (s) {
+        double tmp[HC_MAX_DEVICES];
+        if (strcmp(v, "auto") && hc_parse_shares(v, tmp, HC_MAX_DEVICES, err) < 0) return err ? err->code : HR_EINVAL;
+        p->shares = v;
+    } else if (!strcmp(v, "star")) p->allreduce = HC_ALLREDUCE_STAR;
+    else if (!strcmp(v, "ring")) p->allreduce = HC_ALLREDUCE_RING;
+    else return hr_fail(err, HR_EINVAL, "--allreduce must be star or ring, not '%s'", v);
+    return 1;
+}
+
+static int hc_dev_fail(hc_head *h, int d, int rc, const char *msg, hr_err *err) {
+    h->failed = true;
+    return hr_fail(err, rc, "worker %d at %s: %s", d, h->names[d], hc_skip_peer(msg, h->names[d]));
+}
+
+/* receives the reply to a set-up request from worker d; ERROR from it becomes the error */
+static int hc_expect(hc_head *h, int d, int want, hn_msg *m, int64_t timeout_ms, hr_err *err) {
+    hr_err e = {0};
+    if (hn_msg_recv(h->conn[d], &h->rx[d], m, hn_deadline_ms(timeout_ms), &e)) return hc_dev_fail(h, d, e.code, e.msg, err);
+    if (m->type == HN_MSG_ERROR) {
+        char why[HN_MAX_MESSAGE + 32];
+        snprintf(why, sizeof why, "%.*s", (int)m->u.error.message.n, m->u.error.message.s);
+        return hc_dev_fail(h, d, m->u.error.code < 0 ? m->u.error.code : HR_EPROTO, why, err);
+    }
+    if (m->type != want) {
+        char why[128];
+        snprintf(why, sizeof why, "answered %s where %s was expected", hn_msg_name(m->type), hn_msg_name(want));
+        return hc_dev_fail(h, d, HR_EPROTO, why, err);
+    }
+    return 0;
+}
+
+static int hc_hsend(hc_head *h, int d, hn_msg *m, int64_t timeout_ms, hr_err *err) {
+    hr_err e = {0};
+    m->seq = ++h->seq;
+    if (hc_send(&h->hook, d, h->conn[d], m, hn_deadline_ms(timeout_ms), &e)) return hc_dev_fail(h, d, e.code, e.msg, err);
+    return 0;
+}
+
+static int hc_connect_all(hc_head *h, hr_err *err) {
+    const char *list = h->p.workers;
+    if (!list || !*list) return hr_fail(err, HR_EINVAL, "no workers given");
+    h->k = 1;
+    snprintf(h->names[0], sizeof h->names[0], "head");
+    for (const char *p = list; *p;) {
+        const char *c = strchr(p, ',');
+        size_t n = c ? (size_t)(c - p) : strlen(p);
+        if (n == 0 || n >= sizeof h->names[0]) return hr_fail(err, HR_EINVAL, "--workers '%s': bad entry", list);
+        if (h->k >= HC_MAX_DEVICES) return hr_fail(err, HR_ERANGE, "more than %d workers", HC_MAX_DEVICES - 1);
+        memcpy(h->names[h->k], p, n);
+        h->names[h->k][n] = 0;
+        h->k++;
+        p += n + (c ? 1 : 0);
+        if (c && !*p) return hr_fail(err, HR_EINVAL, "--workers '%s': empty entry at the end", list);
+    }
+    for (int d = 0; d < h->k; d++) h->name_ptr[d] = h->names[d];
+    char host[64] = "head";
+    gethostname(host, sizeof host - 1);
+    char me[HN_MAX_NAME];
+    snprintf(me, sizeof me, "head %s", host);
+    for (int d = 1; d < h->k; d++) {
+        hr_err e = {0};
+        if (!(h->conn[d] = hn_connect(h->names[d], hn_deadline_ms(h->p.timeout_ms), &e)))
+            return hc_dev_fail(h, d, e.code, e.msg, err);
+        hn_msg m = {.type = HN_MSG_HELLO};
+        m.u.hello = (hn_hello){.version_min = HN_PROTO_VERSION, .version_max = HN_PROTO_VERSION,
+                               .caps = HN_CAP_F32_ACT, .device = hn_cstr(me)};
+        int rc = hc_hsend(h, d, &m, h->p.timeout_ms, err);
+        if (!rc) rc = hc_expect(h, d, HN_MSG_HELLO_ACK, &m, h->p.timeout_ms, err);
+        if (rc) return rc;
+        if (m.u.hello_ack.version != HN_PROTO_VERSION)
+            return hc_dev_fail(h, d, HR_EUNSUPPORTED, "chose another protocol version", err);
+    }
+    return 0;
+}
+
+/* auto shares: every device's matvec throughput, measured at the same time */
+static int hc_profile_all(hc_head *h, double *w, int n_threads, hr_err *err) {
+    for (int d = 1; d < h->k; d++) {
+        hn_msg m = {.type = HN_MSG_PROFILE_REQ};
+        m.u.profile_req = (hn_profile_req){.flags = HN_PROFILE_BENCH, .bench_ms = (uint32_t)h->p.bench_ms};
+        if (hc_hsend(h, d, &m, h->p.timeout_ms, err)) return err->code;
+    }
+    hr_err e = {0};
+    w[0] = hc_bench_matvec(n_threads, h->p.bench_ms, &e);
+    if (w[0] < 0) return hr_fail(err, e.code, "head benchmark: %s", e.msg);
+    for (int d = 1; d < h->k; d++) {
+        hn_msg m;
+        if (hc_expect(h, d, HN_MSG_PROFILE, &m, h->p.timeout_ms + 10 * (int64_t)h->p.bench_ms, err)) return err->code;
+        w[d] = -1;
+        for (uint32_t i = 0; i < m.u.profile.n_kv; i++)
+            if (hn_str_eq(m.u.profile.kv[i].key, "matvec_gbps")) {
+                char b[64];
+                hn_str_copy(b, sizeof b, m.u.profile.kv[i].value);
+                w[d] = strtod(b, NULL);
+            }
+        if (!(w[d] > 0)) return hc_dev_fail(h, d, HR_EPROTO, "PROFILE without a matvec_gbps figure", err);
+    }
+    for (int d = 0; d < h->k; d++) HR_LOGI("tp: device %d (%s): matvec %.2f GB/s", d, h->names[d], w[d]);
+    return 0;
+}
+
+typedef struct hc_kvbuf { hn_kv kv[HN_MAX_KV]; char val[HN_MAX_KV][80]; uint32_t n; } hc_kvbuf;
+static void hc_kv(hc_kvbuf *b, const char *k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void hc_kv(hc_kvbuf *b, const char *k, const char *fmt, ...) {
+    HR_ASSERT(b->n < HN_MAX_KV);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->val[b->n], sizeof b->val[b->n], fmt, ap);
+    va_end(ap);
+    b->kv[b->n] = (hn_kv){hn_cstr(k), hn_cstr(b->val[b->n])};
+    b->n++;
+}
+
+/* LOAD_PLAN, the slice directory, SLICE_HAVE, the missing slices, READY — for worker d */
+static int hc_load_worker(hc_head *h, int d, uint64_t model_hash, uint64_t token, const hm_ctx_params *cp,
+                          uint64_t *done, uint64_t total, uint8_t *tmp, hr_err *err) {
+    const hm_model *m = h->m;
+    const hm_hparams *hp = &m->hp;
+    const hc_share *sh = &h->plan.dev[d];
+    hc_slice *sl = NULL;
+    int ns = 0, rc;
+    hn_unit *units = NULL;
+    uint64_t *hv = NULL;
+    bool *missing = NULL;
+    if ((rc = hc_slices_make(m, sh, &sl, &ns, err))) return rc;
+    hc_slices_hash(sl, ns);
+    units = malloc((size_t)hp->n_layer * 2 * sizeof *units);
+    hv = malloc((size_t)ns * sizeof *hv);
+    missing = calloc((size_t)ns, sizeof *missing);
+    if (!units || !hv || !missing) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
+    int gqa = hp->n_head / hp->n_head_kv;
+    for (int il = 0; il < hp->n_layer; il++) {
+        units[2 * il] = (hn_unit){(uint32_t)il, HN_UNIT_ATTN_HEADS, (uint32_t)(sh->kv_begin * gqa), (uint32_t)(sh->kv_end * gqa)};
+        units[2 * il + 1] = (hn_unit){(uint32_t)il, HN_UNIT_FFN_ROWS, (uint32_t)sh->ff_begin, (uint32_t)sh->ff_end};
+    }
+    hc_kvbuf kb = {0};
+    hc_kv(&kb, "n_vocab", "%d", hp->n_vocab);
+    hc_kv(&kb, "n_embd", "%d", hp->n_embd);
+    hc_kv(&kb, "n_layer", "%d", hp->n_layer);
+    hc_kv(&kb, "n_head", "%d", hp->n_head);
+    hc_kv(&kb, "n_head_kv", "%d", hp->n_head_kv);
+    hc_kv(&kb, "head_dim", "%d", hp->head_dim);
+    hc_kv(&kb, "n_ff", "%d", hp->n_ff);
+    hc_kv(&kb, "n_ctx_train", "%d", hp->n_ctx_train);
+    hc_kv(&kb, "rms_eps", "%.9g", hp->rms_eps);
+    hc_kv(&kb, "rope_base", "%.9g", hp->rope_base);
+    hc_kv(&kb, "qkv_bias", "%d", hp->has_qkv_bias);
+    hc_kv(&kb, "qk_norm", "%d", hp->has_qk_norm);
+    hc_kv(&kb, "n_ctx", "%d", h->n_ctx);
+    hc_kv(&kb, "n_batch", "%d", h->n_batch);
+    hc_kv(&kb, "kv_type", "%d", cp->kv_type);
+    hc_kv(&kb, "allreduce", "%d", h->p.allreduce);
+    hc_kv(&kb, "timeout_ms", "%d", h->p.timeout_ms);
+    hc_kv(&kb, "n_slices", "%d", ns);
+    hc_kv(&kb, "ring_prev_worker", "%d", d > 1);
+    hc_kv(&kb, "ring_next", "%s", d + 1 < h->k ? h->names[d + 1] : "");
+    hc_kv(&kb, "ring_token", "%016llx", (unsigned long long)token);
+    hn_msg msg = {.type = HN_MSG_LOAD_PLAN};
+    hn_load_plan *lp = &msg.u.load_plan;
+    lp->model_hash = model_hash;
+    lp->device_index = (uint32_t)d;
+    lp->n_devices = (uint32_t)h->k;
+    lp->arch = hn_cstr(hp->arch_name);
+    lp->n_params = kb.n;
+    memcpy(lp->params, kb.kv, kb.n * sizeof kb.kv[0]);
+    lp->n_units = (uint32_t)(2 * hp->n_layer);
+    lp->units = units;
+    if ((rc = hc_hsend(h, d, &msg, h->p.timeout_ms, err))) goto done;
+    for (int i = 0; i < ns; i++) {
+        hn_msg b = {.type = HN_MSG_SLICE_BEGIN};
+        b.u.slice_begin = (hn_slice_begin){.hash = sl[i].hash, .size = sl[i].size, .dtype = (uint32_t)sl[i].type,
+                                           .n_dims = (uint32_t)sl[i].n_dims, .name = hn_cstr(sl[i].name)};
+        for (int k = 0; k < 4; k++) b.u.slice_begin.ne[k] = (uint64_t)sl[i].ne[k];
+        if ((rc = hc_hsend(h, d, &b, h->p.timeout_ms, err))) goto done;
+        hv[i] = sl[i].hash;
+    }
+    hn_msg q = {.type = HN_MSG_SLICE_HAVE};
+    q.u.slice_have = (hn_slice_have){.model_hash = model_hash, .n_hashes = (uint32_t)ns, .hashes = hv};
+    if ((rc = hc_hsend(h, d, &q, h->p.timeout_ms, err))) goto done;
+    if ((rc = hc_expect(h, d, HN_MSG_SLICE_HAVE, &q, HC_SETUP_TIMEOUT_MS, err))) goto done;
+    for (int i = 0; i < ns; i++) missing[i] = true;
+    for (uint32_t j = 0; j < q.u.slice_have.n_hashes; j++) {
+        uint64_t hj;
+        memcpy(&hj, &q.u.slice_have.hashes[j], 8);
+        bool known = false;
+        for (int i = 0; i < ns; i++)
+            if (sl[i].hash == hj) { missing[i] = false; known = true; }
+        if (!known) { rc = hc_dev_fail(h, d, HR_EPROTO, "SLICE_HAVE lists a hash that was not asked about", err); goto done; }
+    }
+    for (int i = 0; i < ns; i++) {
+        h->bytes_total += sl[i].size;
+        if (!missing[i]) {
+            *done += sl[i].size;
+            continue;
+        }
+        for (uint64_t off = 0; off < sl[i].size; off += HC_CHUNK_BYTES) {
+            size_t len = (size_t)HR_MIN((uint64_t)HC_CHUNK_BYTES, sl[i].size - off);
+            hn_msg c = {.type = HN_MSG_SLICE_CHUNK};
+            c.u.slice_chunk = (hn_slice_chunk){.hash = sl[i].hash, .offset = off, .n = (uint32_t)len,
+                                               .data = hc_slice_bytes(&sl[i], off, len, tmp)};
+            if ((rc = hc_hsend(h, d, &c, HC_SETUP_TIMEOUT_MS, err))) goto done;
+            h->bytes_sent += len;
+            *done += len;
+            if (h->p.progress && *done < total) h->p.progress(h->p.progress_user, *done, total);
+        }
+        hn_msg e = {.type = HN_MSG_SLICE_END};
+        e.u.slice_end = (hn_slice_end){.hash = sl[i].hash, .size = sl[i].size};
+        if ((rc = hc_hsend(h, d, &e, h->p.timeout_ms, err))) goto done;
+    }
+    /* the worker may copy cached slices into a new file before it answers */
+    if ((rc = hc_expect(h, d, HN_MSG_READY, &q, 10 * HC_SETUP_TIMEOUT_MS, err))) goto done;
+    if (q.u.ready.model_hash != model_hash || q.u.ready.n_slices != (uint32_t)ns)
+        rc = hc_dev_fail(h, d, HR_EPROTO, "READY for another model or slice count", err);
+done:
+    free(sl);
+    free(units);
+    free(hv);
+    free(missing);
+    return rc;
+}
+
+/* bytes of slices every worker will hold, for the progress bar */
+static uint64_t hc_total_slice_bytes(const hc_head *h) {
+    uint64_t t = 0;
+    for (int d = 1; d < h->k; d++) {
+        hc_slice *sl;
+        int ns;
+        if (hc_slices_make(h->m, &h->plan.dev[d], &sl, &ns, NULL)) continue;
+        for (int i = 0; i < ns; i++) t += sl[i].size;
+        free(sl);
+    }
+    return t;
+}
+
+hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx_params *cp_in, hr_err *err) {
+    hc_head *h = calloc(1, sizeof *h);
+    uint8_t *tmp = NULL;
+    if (!h) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
+    h->m = m;
+    h->p = *p;
+    if (h->p.timeout_ms <= 0) h->p.timeout_ms = 10000;
+    if (h->p.bench_ms <= 0) h->p.bench_ms = 300;
+    h->hook = (hc_hook){p->send_hook, p->send_hook_user};
+    const hm_hparams *hp = &m->hp;
+    if (m->is_slice) { hr_fail(err, HR_EINVAL, "the head needs the whole model, not a slice file"); goto err; }
+    if (hc_connect_all(h, err)) goto err;
+
+    /* shares and the plan */
+    double w[HC_MAX_DEVICES];
+    hm_ctx_params cp = *cp_in;
+    if (cp.n_threads <= 0) cp.n_threads = hr_physical_cores();
+    bool explicit_shares = p->shares && p->shares[0] && strcmp(p->shares, "auto");
+    if (!p->shares || !p->shares[0]) for (int d = 0; d < h->k; d++) w[d] = 1;
+    else if (!strcmp(p->shares, "auto")) { if (hc_profile_all(h, w, cp.n_threads, err)) goto err; }
+    else {
+        int n = hc_parse_shares(p->shares, w, HC_MAX_DEVICES, err);
+        if (n < 0) goto err;
+        if (n != h->k) {
+            hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for %d devices (the head and %d workers)", n, h->k, h->k - 1);
+            goto err;
+        }
+    }
+    if (!explicit_shares) {
+        /* speeds -> shares: the head also runs the output head */
+        double speed[HC_MAX_DEVICES], frac;
+        memcpy(speed, w, sizeof speed);
+        if (hc_plan_balance(m, speed, h->k, w, &frac, err)) goto err;
+        HR_LOGI("tp: the output head is %.0f%% of a token's weight reads and runs on the head only: the head "
+                "takes %.3f of the layers", 100 * frac, w[0]);
+    }
+    if (hc_plan_make(m, w, h->k, &h->plan, err)) goto err;
+    for (int d = 0; d < h->k; d++) {
+        const hc_share *s = &h->plan.dev[d];
+        HR_LOGI("tp: device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)", d, h->names[d],
+                h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end);
+    }
+
+    /* the head's own context: every layer, its units, the output head; the sync hook is the all-reduce */
+    int32_t fwd_max = (int32_t)(HC_FORWARD_MAX_BYTES / ((size_t)hp->n_embd * 4 + 4));
+    if (cp.n_batch <= 0) cp.n_batch = 512;
+    cp.n_batch = HR_MIN(cp.n_batch, fwd_max);
+    h->ar = (hc_ar){.mode = p->allreduce, .k = h->k, .me = 0, .conn = h->conn, .rx = h->rx, .names = h->name_ptr,
+                    .hook = &h->hook, .timeout_ms = h->p.timeout_ms};
+    if (p->allreduce == HC_ALLREDUCE_RING) {
+        h->ar.next = h->conn[1];
+        h->ar.prev = h->conn[h->k - 1];
+        h->ar.next_dev = 1;
+        h->ar.prev_dev = h->k - 1;
+        hc_ar_ring_init(&h->ar);
+    }
+    hm_shard sh = hm_shard_full(m);
+    sh.kv_begin = h->plan.dev[0].kv_begin;
+    sh.kv_end = h->plan.dev[0].kv_end;
+    sh.ff_begin = h->plan.dev[0].ff_begin;
+    sh.ff_end = h->plan.dev[0].ff_end;
+    sh.first = false;   /* the head embeds the tokens itself, so that it can send the hidden states */
+    sh.sync = hc_ar_sync;
+    sh.sync_user = &h->ar;
+    if (!(h->ctx = hm_ctx_create(m, &sh, &cp, err))) goto err;
+    h->n_ctx = hm_ctx_n_ctx(h->ctx);
+    h->n_batch = HR_MIN(cp.n_batch, h->n_ctx);
+    h->x = hr_alloc_aligned((size_t)h->n_batch * hp->n_embd * sizeof(float), 64);
+    h->pos = malloc((size_t)h->n_batch * sizeof *h->pos);
+    tmp = malloc(HC_CHUNK_BYTES);
+    if (!h->x || !h->pos || !tmp) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
+
+    /* weights */
+    uint64_t model_hash = hc_model_hash(m->gguf);
+    uint64_t token = (uint64_t)hr_time_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^ model_hash;
+    uint64_t done = 0, total = hc_total_slice_bytes(h);
+    int64_t t0 = hr_time_ns();
+    for (int d = 1; d < h->k; d++)
+        if (hc_load_worker(h, d, model_hash, token, &cp, &done, total, tmp, err)) goto err;
+    if (h->p.progress && h->bytes_sent) h->p.progress(h->p.progress_user, total, total);
+    free(tmp);
+    tmp = NULL;
+    double s = (hr_time_ns() - t0) * 1e-9;
+    HR_LOGI("tp: weight bytes sent: %llu (%.1f MiB in %.2f s; the workers hold %.1f MiB, the rest was in their "
+            "caches)", (unsigned long long)h->bytes_sent, h->bytes_sent / 1048576.0, s, h->bytes_total / 1048576.0);
+    for (int d = 1; d < h->k; d++) hn_conn_get_stats(h->conn[d], &h->base[d]);
+    return h;
+err:
+    free(tmp);
+    hc_head_free(h);
+    return NULL;
+}
+
+int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all_logits, hr_err *err) {
+    if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
+    const hm_hparams *hp = &h->m->hp;
+    int64_t E = hp->n_embd;
+    for (int off = 0; off < n; off += h->n_batch) {
+        int nb = HR_MIN(h->n_batch, n - off);
+        int32_t p0 = pos0 + off;
+        /* the embedding stays here: workers get hidden states, never token ids */
+        int64_t t0 = hr_time_ns();
+        int rc = hm_embed(h->m, tokens + off, nb, h->x, err);
+        if (rc) return rc;
+        for (int i = 0; i < nb; i++) h->pos[i] = p0 + i;
+        int64_t t1 = hr_time_ns();
+        h->ar.compute_ns += t1 - t0;
+        hn_msg f = {.type = HN_MSG_FORWARD};
+        f.u.forward = (hn_forward){.layer_begin = 0, .layer_end = (uint32_t)hp->n_layer, .stage = HN_STAGE_BLOCK,
+                                   .n_tokens = (uint32_t)nb, .n_embd = (uint32_t)E, .pos = h->pos, .data = h->x};
+        for (int d = 1; d < h->k; d++)
+            if ((rc = hc_hsend(h, d, &f, h->p.timeout_ms, err))) return rc;
+        memset(&h->ar.err, 0, sizeof h->ar.err);
+        h->ar.mark = hr_time_ns();
+        h->ar.send_ns += h->ar.mark - t1;
+        float *lg = all_logits ? logits + (size_t)off * hp->n_vocab : (off + nb == n ? logits : NULL);
+        hr_err e = {0};
+        rc = hm_eval(h->ctx, NULL, h->x, nb, p0, lg, all_logits, NULL, &e);
+        h->ar.compute_ns += hr_time_ns() - h->ar.mark;
+        if (rc) {
+            h->failed = true;
+            return hr_fail(err, rc, "%s", h->ar.err.msg[0] ? h->ar.err.msg : e.msg);
+        }
+    }
+    h->evals++;
+    h->tokens += n;
+    return 0;
+}
+
+int hc_head_reset(hc_head *h, int32_t pos, hr_err *err) {
+    if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
+    hm_kv_truncate(h->ctx, pos);
+    for (int d = 1; d < h->k; d++) {
+        hn_msg m = {.type = HN_MSG_RESET};
+        m.u.reset.pos_begin = (uint32_t)HR_MAX(pos, 0);
+        int rc = hc_hsend(h, d, &m, h->p.timeout_ms, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int32_t hc_head_n_ctx(const hc_head *h) { return h->n_ctx; }
+const hc_plan *hc_head_plan(const hc_head *h) { return &h->plan; }
+uint64_t hc_head_weight_bytes_sent(const hc_head *h) { return h->bytes_sent; }
+uint64_t hc_head_weight_bytes_total(const hc_head *h) { return h->bytes_total; }
+
+static int64_t hc_kv_i64(const hn_profile *p, const char *key) {
+    for (uint32_t i = 0; i < p->n_kv; i++)
+        if (hn_str_eq(p->kv[i].key, key)) {
+            char b[40];
+            hn_str_copy(b, sizeof b, p->kv[i].value);
+            return strtoll(b, NULL, 10);
+        }
+    return 0;
+}
+
+int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err) {
+    if (cap < h->k) return hr_fail(err, HR_ERANGE, "room for %d devices, %d needed", cap, h->k);
+    if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier");
+    hc_dev_stats *s = &out[0];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "head");
+    s->evals = h->evals;
+    s->tokens = h->tokens;
+    s->compute_ns = h->ar.compute_ns;
+    s->wait_ns = h->ar.wait_ns;
+    s->send_ns = h->ar.send_ns;
+    s->kv_units = h->plan.dev[0].kv_end - h->plan.dev[0].kv_begin;
+    s->ff_units = h->plan.dev[0].ff_end - h->plan.dev[0].ff_begin;
+    for (int d = 1; d < h->k; d++) {
+        hn_conn_stats st;
+        hn_conn_get_stats(h->conn[d], &st);
+        s->bytes_sent += st.bytes_sent - h->base[d].bytes_sent;
+        s->bytes_received += st.bytes_received - h->base[d].bytes_received;
+    }
+    /* the workers' figures travel after the head's own were taken, so they are not counted in them */
+    for (int d = 1; d < h->k; d++) {
+        hn_msg m = {.type = HN_MSG_PROFILE_REQ};
+        m.u.profile_req = (hn_profile_req){.flags = HN_PROFILE_STATS, .bench_ms = 0};
+        if (hc_hsend(h, d, &m, h->p.timeout_ms, err) || hc_expect(h, d, HN_MSG_PROFILE, &m, h->p.timeout_ms, err))
+            return err ? err->code : HR_ENET;
+        hc_dev_stats *w = &out[d];
+        memset(w, 0, sizeof *w);
+        snprintf(w->name, sizeof w->name, "%s", h->names[d]);
+        const hn_profile *p = &m.u.profile;
+        w->evals = hc_kv_i64(p, "evals");
+        w->tokens = hc_kv_i64(p, "tokens");
+        w->compute_ns = hc_kv_i64(p, "compute_ns");
+        w->wait_ns = hc_kv_i64(p, "wait_ns");
+        w->send_ns = hc_kv_i64(p, "send_ns");
+        w->bytes_sent = (uint64_t)hc_kv_i64(p, "bytes_sent");
+        w->bytes_received = (uint64_t)hc_kv_i64(p, "bytes_received");
+        w->kv_units = h->plan.dev[d].kv_end - h->plan.dev[d].kv_begin;
+        w->ff_units = h->plan.dev[d].ff_end - h->plan.dev[d].ff_begin;
+    }
+    h->evals = h->tokens = 0;
+    h->ar.compute_ns = h->ar.wait_ns = h->ar.send_ns = 0;
+    for (int d = 1; d < h->k; d++) hn_conn_get_stats(h->conn[d], &h->base[d]);
+    return h->k;
+}
+
+void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap) {
+    size_t len = 0;
+#define OUT(...) do { int w_ = snprintf(buf + len, len < cap ? cap - len : 0, __VA_ARGS__); \
+        if (w_ > 0) len += (size_t)w_; } while (0)
+    if (cap) buf[0] = 0;
+    OUT("%-24s %7s %7s %10s %10s %10s %10s %12s\n", "device", "KV", "FFN", "compute", "ar wait", "ar send",
+        "total", "KiB out");
+    OUT("%-24s %7s %7s %10s %10s %10s %10s %12s\n", "", "heads", "neurons", "ms/pass", "ms/pass", "ms/pass", "ms/pass",
+        "per pass");
+    for (int i = 0; i < n; i++) {
+        double ev = s[i].evals > 0 ? (double)s[i].evals : 1;
+        double c = s[i].compute_ns / ev * 1e-6, wt = s[i].wait_ns / ev * 1e-6, sd = s[i].send_ns / ev * 1e-6;
+        OUT("%-24s %7d %7d %10.3f %10.3f %10.3f %10.3f %12.1f\n", s[i].name, s[i].kv_units, s[i].ff_units, c, wt, sd,
+            c + wt + sd, s[i].bytes_sent / ev / 1024.0);
+    }
+#undef OUT
+    (void)len;
+}
+
+void hc_head_free(hc_head *h) {
+    if (!h) return;
+    for (int d = 1; d < h->k; d++) {
+        if (!h->conn[d]) continue;
+        hn_msg m = {.type = HN_MSG_BYE, .seq = ++h->seq};
+        m.u.bye = (hn_bye){.code = h->failed ? HR_ENET : 0, .reason = hn_cstr(h->failed ? "head failed" : "done")};
+        hc_send(&h->hook, d, h->conn[d], &m, hn_deadline_ms(1000), NULL);
+        hn_conn_close(h->conn[d]);
+        hn_frame_free(&h->rx[d]);
+    }
+    hn_frame_free(&h->ar.ring_rx);
+    hm_ctx_free(h->ctx);
+    hr_free_aligned(h->x);
+    free(h->pos);
+    free(h);
+}

@@ -1,0 +1,176 @@
+/* cluster/slice: which bytes of the model each device holds, their hashes, and the cache key —
+   see cluster.h ("Slice cache") */
+#include "cluster-impl.h"
+
+#include "quant/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct hc_slist {
+    hc_slice *v;
+    int n, cap;
+    bool oom;
+} hc_slist;
+
+/* appends the slice of t named blk.<il>.<suffix> (il < 0: just suffix) */
+static hc_slice *hc_slist_add(hc_slist *l, const hm_tensor *t, int cut, int64_t a, int64_t b, const char *suffix, int il,
+                              int n_dims) {
+    if (l->oom) return NULL;
+    if (l->n == l->cap) {
+        int nc = l->cap ? 2 * l->cap : 64;
+        hc_slice *nv = realloc(l->v, (size_t)nc * sizeof *nv);
+        if (!nv) { l->oom = true; return NULL; }
+        l->v = nv;
+        l->cap = nc;
+    }
+    hc_slice *s = &l->v[l->n++];
+    memset(s, 0, sizeof *s);
+    if (il < 0) snprintf(s->name, sizeof s->name, "%s", suffix);
+    else snprintf(s->name, sizeof s->name, "blk.%d.%s", il, suffix);
+    s->type = t->type;
+    s->src = t;
+    s->cut = cut;
+    s->a = a;
+    s->b = b;
+    s->n_dims = n_dims;
+    s->ne[0] = t->ne0;
+    s->ne[1] = t->ne1;
+    s->ne[2] = s->ne[3] = 1;
+    if (cut == HC_CUT_ROWS) s->ne[1] = b - a;
+    if (cut == HC_CUT_COLS) s->ne[0] = b - a;
+    if (n_dims == 1) s->ne[1] = 1;
+    s->size = (uint64_t)hq_row_size(t->type, s->ne[0]) * (uint64_t)s->ne[1];
+    return s;
+}
+
+int hc_slices_make(const hm_model *m, const hc_share *sh, hc_slice **out, int *n_out, hr_err *err) {
+    const hm_hparams *hp = &m->hp;
+    hc_slist l = {0};
+    int64_t hd = hp->head_dim, unit = (int64_t)(hp->n_head / hp->n_head_kv) * hd;
+    int64_t q0 = sh->kv_begin * unit, q1 = sh->kv_end * unit, k0 = sh->kv_begin * hd, k1 = sh->kv_end * hd;
+    bool att = sh->kv_end > sh->kv_begin, ffn = sh->ff_end > sh->ff_begin;
+    if (m->rope_freqs.data) hc_slist_add(&l, &m->rope_freqs, HC_CUT_WHOLE, 0, 0, "rope_freqs.weight", -1, 1);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const hm_layer *L = &m->layers[il];
+        hc_slist_add(&l, &L->attn_norm, HC_CUT_WHOLE, 0, 0, "attn_norm.weight", il, 1);
+        if (att) {
+            hc_slist_add(&l, &L->wq, HC_CUT_ROWS, q0, q1, "attn_q.weight", il, 2);
+            hc_slist_add(&l, &L->wk, HC_CUT_ROWS, k0, k1, "attn_k.weight", il, 2);
+            hc_slist_add(&l, &L->wv, HC_CUT_ROWS, k0, k1, "attn_v.weight", il, 2);
+            if (L->bq.data) {
+                /* a bias is one row: its slice is a column range */
+                hc_slist_add(&l, &L->bq, HC_CUT_COLS, q0, q1, "attn_q.bias", il, 1);
+                hc_slist_add(&l, &L->bk, HC_CUT_COLS, k0, k1, "attn_k.bias", il, 1);
+                hc_slist_add(&l, &L->bv, HC_CUT_COLS, k0, k1, "attn_v.bias", il, 1);
+            }
+            if (L->q_norm.data) {
+                hc_slist_add(&l, &L->q_norm, HC_CUT_WHOLE, 0, 0, "attn_q_norm.weight", il, 1);
+                hc_slist_add(&l, &L->k_norm, HC_CUT_WHOLE, 0, 0, "attn_k_norm.weight", il, 1);
+            }
+            hc_slist_add(&l, &L->wo, HC_CUT_COLS, q0, q1, "attn_output.weight", il, 2);
+        }
+        hc_slist_add(&l, &L->ffn_norm, HC_CUT_WHOLE, 0, 0, "ffn_norm.weight", il, 1);
+        if (ffn) {
+            hc_slist_add(&l, &L->w_gate, HC_CUT_ROWS, sh->ff_begin, sh->ff_end, "ffn_gate.weight", il, 2);
+            hc_slist_add(&l, &L->w_up, HC_CUT_ROWS, sh->ff_begin, sh->ff_end, "ffn_up.weight", il, 2);
+            hc_slist_add(&l, &L->w_down, HC_CUT_COLS, sh->ff_begin, sh->ff_end, "ffn_down.weight", il, 2);
+        }
+    }
+    if (l.oom) {
+        free(l.v);
+        return hr_fail(err, HR_ENOMEM, "out of memory listing slices");
+    }
+    for (int i = 0; i < l.n; i++) {
+        const hc_slice *s = &l.v[i];
+        const hq_traits *tr = hq_get_traits(s->type);
+        if (s->cut == HC_CUT_COLS && (s->a % tr->blck_size || s->b % tr->blck_size)) {
+            free(l.v);
+            return hr_fail(err, HR_EINVAL, "%s: columns [%lld, %lld) are not on %s block boundaries", s->name,
+                           (long long)s->a, (long long)s->b, tr->name);
+        }
+    }
+    *out = l.v;
+    *n_out = l.n;
+    return 0;
+}
+
+const void *hc_slice_bytes(const hc_slice *s, uint64_t off, size_t len, void *tmp) {
+    const hm_tensor *t = s->src;
+    const uint8_t *base = t->data;
+    if (s->cut == HC_CUT_WHOLE) return base + off;
+    if (s->cut == HC_CUT_ROWS) return base + (size_t)s->a * t->row_bytes + off;
+    const hq_traits *tr = hq_get_traits(t->type);
+    size_t seg = (size_t)((s->b - s->a) / tr->blck_size) * tr->type_size;
+    size_t col0 = (size_t)(s->a / tr->blck_size) * tr->type_size;
+    uint8_t *d = tmp;
+    size_t done = 0;
+    while (done < len) {
+        uint64_t at = off + done;
+        size_t r = (size_t)(at / seg), in = (size_t)(at % seg);
+        size_t take = HR_MIN(seg - in, len - done);
+        memcpy(d + done, base + r * t->row_bytes + col0 + in, take);
+        done += take;
+    }
+    return tmp;
+}
+
+void hc_slices_hash(hc_slice *v, int n) {
+    for (int i = 0; i < n; i++) {
+        hc_slice *s = &v[i];
+        if (s->cut != HC_CUT_COLS) {
+            s->hash = hr_hash64(hc_slice_bytes(s, 0, (size_t)s->size, NULL), (size_t)s->size, 0);
+            continue;
+        }
+        /* column slice: one segment per row, streamed through the hasher */
+        const hm_tensor *t = s->src;
+        const hq_traits *tr = hq_get_traits(t->type);
+        size_t seg = (size_t)((s->b - s->a) / tr->blck_size) * tr->type_size;
+        size_t col0 = (size_t)(s->a / tr->blck_size) * tr->type_size;
+        hr_hasher h;
+        hr_hasher_init(&h, 0);
+        for (int64_t r = 0; r < t->ne1; r++)
+            hr_hasher_update(&h, (const uint8_t *)t->data + (size_t)r * t->row_bytes + col0, seg);
+        s->hash = hr_hasher_final(&h);
+    }
+}
+
+static void hc_put64(uint8_t *b, size_t *n, uint64_t v) {
+    for (int i = 0; i < 8; i++) b[(*n)++] = (uint8_t)(v >> (8 * i));
+}
+
+uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *v, int n) {
+    hr_hasher h;
+    hr_hasher_init(&h, model_hash);
+    uint8_t b[128];
+    size_t k = 0;
+    hc_put64(b, &k, (uint64_t)(uint32_t)sh->kv_begin << 32 | (uint32_t)sh->kv_end);
+    hc_put64(b, &k, (uint64_t)(uint32_t)sh->ff_begin << 32 | (uint32_t)sh->ff_end);
+    hc_put64(b, &k, (uint64_t)n);
+    hr_hasher_update(&h, b, k);
+    for (int i = 0; i < n; i++) {
+        const hc_slice *s = &v[i];
+        hr_hasher_update(&h, s->name, strlen(s->name) + 1);
+        k = 0;
+        hc_put64(b, &k, (uint64_t)s->type << 32 | (uint32_t)s->n_dims);
+        for (int d = 0; d < 4; d++) hc_put64(b, &k, (uint64_t)s->ne[d]);
+        hc_put64(b, &k, s->size);
+        hc_put64(b, &k, s->hash);
+        hr_hasher_update(&h, b, k);
+    }
+    return hr_hasher_final(&h);
+}
+
+int hc_send(const hc_hook *hk, int dev, hn_conn *c, hn_msg *m, int64_t deadline, hr_err *err) {
+    if (hk && hk->fn) hk->fn(hk->user, dev, m);
+    return hn_msg_send(c, m, deadline, err);
+}
+
+void hc_send_error(hn_conn *c, uint32_t seq, int code, const char *msg) {
+    if (!c) return;
+    hn_msg m = {.type = HN_MSG_ERROR, .seq = seq};
+    m.u.error.code = code;
+    m.u.error.message = hn_cstr(msg);
+    if (m.u.error.message.n > HN_MAX_MESSAGE) m.u.error.message.n = HN_MAX_MESSAGE;
+    hn_msg_send(c, &m, hn_deadline_ms(1000), NULL);
+}

@@ -1,0 +1,834 @@
+/* cluster/worker: `hearth worker` — serves one head at a time: receives its weight slices into the
+   slice cache, loads them as a model, and runs forward passes over them (see cluster.h) */
+#define _GNU_SOURCE
+#include "cluster-impl.h"
+
+#include "quant/quant.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HC_IDLE_POLL_MS   250
+#define HC_HELLO_WAIT_MS  10000
+
+struct hc_worker {
+    char        cache[PATH_MAX];
+    char        name[HN_MAX_NAME];
+    int         n_threads;
+    hn_listener *l;
+    _Atomic int stop;
+};
+
+hc_worker_params hc_worker_default_params(void) {
+    hc_worker_params p = {.listen = "0.0.0.0:7070", .cache_dir = NULL, .n_threads = 0, .name = NULL};
+    return p;
+}
+
+int hc_default_cache_dir(char *buf, size_t cap, hr_err *err) {
+    const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    if (x && x[0] == '/') n = snprintf(buf, cap, "%s/hearth/slices", x);
+    else if (home && home[0]) n = snprintf(buf, cap, "%s/.cache/hearth/slices", home);
+    else return hr_fail(err, HR_ENOTFOUND, "neither XDG_CACHE_HOME nor HOME is set: give --cache DIR");
+    if (n < 0 || (size_t)n >= cap) return hr_fail(err, HR_ERANGE, "cache path too long");
+    return 0;
+}
+
+/* mkdir -p */
+static int hc_mkdirs(const char *path, hr_err *err) {
+    char tmp[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof tmp) return hr_fail(err, HR_EINVAL, "bad directory '%s'", path);
+    memcpy(tmp, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (tmp[i] != '/' && tmp[i] != 0) continue;
+        char c = tmp[i];
+        tmp[i] = 0;
+        if (mkdir(tmp, 0755) && errno != EEXIST) return hr_fail(err, HR_EIO, "mkdir '%s': %s", tmp, strerror(errno));
+        tmp[i] = c;
+    }
+    struct stat st;
+    if (stat(path, &st) || !S_ISDIR(st.st_mode)) return hr_fail(err, HR_EIO, "'%s' is not a directory", path);
+    return 0;
+}
+
+hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
+    hc_worker *w = calloc(1, sizeof *w);
+    if (!w) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
+    if (p->cache_dir && p->cache_dir[0]) {
+        if (strlen(p->cache_dir) >= sizeof w->cache - 64) { hr_fail(err, HR_ERANGE, "cache path too long"); goto err; }
+        snprintf(w->cache, sizeof w->cache, "%s", p->cache_dir);
+    } else if (hc_default_cache_dir(w->cache, sizeof w->cache - 64, err)) goto err;
+    if (hc_mkdirs(w->cache, err)) goto err;
+    snprintf(w->name, sizeof w->name, "%s", p->name && p->name[0] ? p->name : "worker");
+    w->n_threads = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
+    if (!(w->l = hn_listen(p->listen, err))) goto err;
+    return w;
+err:
+    free(w);
+    return NULL;
+}
+
+uint16_t hc_worker_port(const hc_worker *w) { return hn_listener_port(w->l); }
+void hc_worker_stop(hc_worker *w) { atomic_store(&w->stop, 1); }
+void hc_worker_free(hc_worker *w) {
+    if (!w) return;
+    hn_listener_close(w->l);
+    free(w);
+}
+
+/* ---- a session with one head ------------------------------------------------------------------------ */
+
+typedef struct hc_src { gguf_ctx *g; char path[PATH_MAX]; } hc_src;
+
+typedef struct hc_session {
+    hc_worker *w;
+    hn_conn   *head;
+    char       head_name[80];
+    hn_frame   rx;               /* control messages from the head */
+    bool       planned;
+    /* the plan */
+    uint64_t   model_hash;
+    uint32_t   index, n_dev;
+    hc_share   share;
+    char       arch[32];
+    int64_t    hp[16];           /* hyper-parameters, in hc_hp_keys order */
+    float      rms_eps, rope_base;
+    bool       qkv_bias, qk_norm;
+    int32_t    n_ctx, n_batch, kv_type;
+    int        mode, timeout_ms;
+    char       ring_next[256];
+    bool       ring_prev_worker;
+    uint64_t   ring_token;
+    /* the slices */
+    hc_slice  *dir;
+    int        n_dir;
+    char       path[PATH_MAX];
+    /* the model */
+    gguf_ctx  *g;
+    hm_model  *m;
+    hm_ctx    *ctx;
+    hc_ar      ar;
+    hn_conn   *ar_conn[1];
+    hn_frame   ar_rx[1];
+    char       names[HC_MAX_DEVICES][260];
+    const char *name_ptr[HC_MAX_DEVICES];
+    hn_conn   *ring_next_conn, *ring_prev_conn;
+    hn_conn   *pending_ring;     /* a ring connection accepted early, and its token */
+    uint64_t   pending_token;
+    /* counters */
+    int64_t    evals, tokens;
+    uint64_t   weight_bytes;
+    hn_conn_stats base_stats, base_next, base_prev; /* counters at the last STATS */
+} hc_session;
+
+static const char *const hc_hp_keys[] = {"n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff",
+                                         "n_ctx_train"};
+enum { HP_VOCAB, HP_EMBD, HP_LAYER, HP_HEAD, HP_HEAD_KV, HP_HEAD_DIM, HP_FF, HP_CTX_TRAIN, HP_COUNT };
+
+static void hc_session_free(hc_session *s) {
+    hm_ctx_free(s->ctx);
+    hm_model_free(s->m);
+    gguf_close(s->g);
+    free(s->dir);
+    hn_frame_free(&s->rx);
+    hn_frame_free(&s->ar_rx[0]);
+    hn_frame_free(&s->ar.ring_rx);
+    hn_conn_close(s->ring_next_conn);
+    hn_conn_close(s->ring_prev_conn);
+    hn_conn_close(s->pending_ring);
+    hn_conn_close(s->head);
+    free(s);
+}
+
+/* A protocol failure: tell the head (best effort), log, end the session. */
+static int hc_bad(hc_session *s, uint32_t seq, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int hc_bad(hc_session *s, uint32_t seq, int code, const char *fmt, ...) {
+    char msg[HN_MAX_MESSAGE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    HR_LOGW("worker: head %s: %s; closing the session", s->head_name, msg);
+    hc_send_error(s->head, seq, code, msg);
+    return code;
+}
+
+static bool hc_parse_u64(hn_str v, uint64_t *out, int base) {
+    char b[40];
+    if (v.n == 0 || v.n >= sizeof b) return false;
+    memcpy(b, v.s, v.n);
+    b[v.n] = 0;
+    if (b[0] == '-' || b[0] == '+' || b[0] == ' ') return false;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(b, &end, base);
+    if (errno || *end) return false;
+    *out = x;
+    return true;
+}
+
+static bool hc_parse_f32(hn_str v, float *out) {
+    char b[64];
+    if (v.n == 0 || v.n >= sizeof b) return false;
+    memcpy(b, v.s, v.n);
+    b[v.n] = 0;
+    char *end;
+    errno = 0;
+    float x = strtof(b, &end);
+    if (errno || *end || !(x > 0) || x > 1e30f) return false;
+    *out = x;
+    return true;
+}
+
+static const hn_str *hc_param(const hn_load_plan *p, const char *key) {
+    for (uint32_t i = 0; i < p->n_params; i++)
+        if (hn_str_eq(p->params[i].key, key)) return &p->params[i].value;
+    return NULL;
+}
+
+/* A ring connection is announced by HELLO with device "ring <token, 16 hex>". */
+static bool hc_ring_hello(const hn_msg *m, uint64_t *token) {
+    if (m->type != HN_MSG_HELLO || m->u.hello.device.n != 21 || memcmp(m->u.hello.device.s, "ring ", 5)) return false;
+    hn_str t = {m->u.hello.device.s + 5, 16};
+    return hc_parse_u64(t, token, 16);
+}
+
+/* Someone connected while a head is being served: keep it if it is a ring peer, else say busy. */
+static void hc_check_pending(hc_session *s) {
+    hn_conn *c = hn_accept(s->w->l, hr_time_ns(), NULL);
+    if (!c) return;
+    hn_frame f = {0};
+    hn_msg m;
+    hr_err e = {0};
+    uint64_t tok;
+    if (hn_msg_recv(c, &f, &m, hn_deadline_ms(500), &e) == 0 && hc_ring_hello(&m, &tok)) {
+        hn_conn_close(s->pending_ring);
+        s->pending_ring = c;
+        s->pending_token = tok;
+    } else {
+        char msg[256];
+        snprintf(msg, sizeof msg, "busy: serving head %s", s->head_name);
+        HR_LOGI("worker: refused %s (%s)", hn_conn_peer(c), e.msg[0] ? e.msg : "busy");
+        hc_send_error(c, 0, HR_EUNSUPPORTED, msg);
+        hn_conn_close(c);
+    }
+    hn_frame_free(&f);
+}
+
+/* Waits for the head's next message with no deadline (the head may wait on its user), checking for
+   stop requests and turning away other heads meanwhile; the message itself, once it starts, has one. */
+static int hc_recv_idle(hc_session *s, hn_msg *m, hr_err *err) {
+    for (;;) {
+        if (atomic_load(&s->w->stop)) return hr_fail(err, HR_ENET, "worker stopping");
+        struct pollfd p = {.fd = hn_conn_fd(s->head), .events = POLLIN};
+        int r = poll(&p, 1, HC_IDLE_POLL_MS);
+        if (r < 0 && errno != EINTR) return hr_fail(err, HR_ENET, "poll: %s", strerror(errno));
+        if (r > 0) return hn_msg_recv(s->head, &s->rx, m, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), err);
+        hc_check_pending(s);
+    }
+}
+
+/* ---- PROFILE ---- */
+static int hc_handle_profile(hc_session *s, const hn_msg *req) {
+    char vals[12][40];
+    hn_msg r = {.type = HN_MSG_PROFILE, .seq = req->seq};
+    hn_profile *p = &r.u.profile;
+    int nv = 0;
+#define KV(k, ...) do { snprintf(vals[nv], sizeof vals[nv], __VA_ARGS__); \
+        p->kv[p->n_kv++] = (hn_kv){hn_cstr(k), hn_cstr(vals[nv])}; nv++; } while (0)
+    KV("threads", "%d", s->w->n_threads);
+    if (req->u.profile_req.flags & HN_PROFILE_BENCH) {
+        hr_err e = {0};
+        int ms = (int)HR_MIN(req->u.profile_req.bench_ms, 5000u);
+        double gbps = hc_bench_matvec(s->w->n_threads, ms, &e);
+        if (gbps < 0) return hc_bad(s, req->seq, e.code, "benchmark failed: %s", e.msg);
+        KV("matvec_gbps", "%.4f", gbps);
+    }
+    if (req->u.profile_req.flags & HN_PROFILE_STATS) {
+        hn_conn_stats st, nx = {0}, pv = {0};
+        hn_conn_get_stats(s->head, &st);
+        if (s->ring_next_conn) hn_conn_get_stats(s->ring_next_conn, &nx);
+        if (s->ring_prev_conn) hn_conn_get_stats(s->ring_prev_conn, &pv);
+        uint64_t sent = st.bytes_sent - s->base_stats.bytes_sent + nx.bytes_sent - s->base_next.bytes_sent;
+        uint64_t recv = st.bytes_received - s->base_stats.bytes_received + pv.bytes_received - s->base_prev.bytes_received;
+        KV("evals", "%" PRId64, s->evals);
+        KV("tokens", "%" PRId64, s->tokens);
+        KV("compute_ns", "%" PRId64, s->ar.compute_ns);
+        KV("wait_ns", "%" PRId64, s->ar.wait_ns);
+        KV("send_ns", "%" PRId64, s->ar.send_ns);
+        KV("bytes_sent", "%" PRIu64, sent);
+        KV("bytes_received", "%" PRIu64, recv);
+        s->evals = s->tokens = 0;
+        s->ar.compute_ns = s->ar.wait_ns = s->ar.send_ns = 0;
+        s->base_stats = st;
+        s->base_next = nx;
+        s->base_prev = pv;
+    }
+#undef KV
+    hr_err e = {0};
+    if (hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) {
+        HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
+        return e.code;
+    }
+    return 0;
+}
+
+/* ---- LOAD_PLAN and the slices ---- */
+
+static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
+    const hn_load_plan *p = &msg->u.load_plan;
+    uint32_t seq = msg->seq;
+    s->model_hash = p->model_hash;
+    s->index = p->device_index;
+    s->n_dev = p->n_devices;
+    if (s->n_dev < 2 || s->n_dev > HC_MAX_DEVICES || s->index == 0)
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: device %u of %u is not a worker's place", s->index, s->n_dev);
+    if (p->arch.n == 0 || p->arch.n >= sizeof s->arch) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad arch");
+    hn_str_copy(s->arch, sizeof s->arch, p->arch);
+    for (const char *c = s->arch; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad arch");
+    for (int i = 0; i < HP_COUNT; i++) {
+        const hn_str *v = hc_param(p, hc_hp_keys[i]);
+        uint64_t x;
+        if (!v || !hc_parse_u64(*v, &x, 10) || x < 1 || x > (1u << 24))
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: parameter '%s' missing or out of range", hc_hp_keys[i]);
+        s->hp[i] = (int64_t)x;
+    }
+    if (s->hp[HP_LAYER] > 4096 || s->hp[HP_HEAD] % s->hp[HP_HEAD_KV] || s->hp[HP_HEAD_DIM] > 1024)
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: inconsistent hyper-parameters");
+    const hn_str *v;
+    uint64_t x;
+    if (!(v = hc_param(p, "rms_eps")) || !hc_parse_f32(*v, &s->rms_eps) || !(v = hc_param(p, "rope_base")) ||
+        !hc_parse_f32(*v, &s->rope_base))
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: rms_eps / rope_base missing or bad");
+#define U(key, var, lo, hi) \
+    if (!(v = hc_param(p, key)) || !hc_parse_u64(*v, &x, 10) || (int64_t)x < (int64_t)(lo) || x > (hi)) \
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: parameter '%s' missing or out of range", key); \
+    var = x;
+    U("qkv_bias", s->qkv_bias, 0, 1)
+    U("qk_norm", s->qk_norm, 0, 1)
+    U("n_ctx", s->n_ctx, 1, 1u << 24)
+    U("n_batch", s->n_batch, 1, 1u << 16)
+    U("kv_type", s->kv_type, 0, 64)
+    U("allreduce", s->mode, 0, 1)
+    U("timeout_ms", s->timeout_ms, 100, 24u * 3600 * 1000)
+    U("n_slices", s->n_dir, 1, HC_MAX_SLICES)
+    U("ring_prev_worker", s->ring_prev_worker, 0, 1)
+#undef U
+    if (s->kv_type != HQ_TYPE_F16 && s->kv_type != HQ_TYPE_F32) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad kv_type");
+    if ((v = hc_param(p, "ring_next"))) hn_str_copy(s->ring_next, sizeof s->ring_next, *v);
+    if ((v = hc_param(p, "ring_token")) && !hc_parse_u64(*v, &s->ring_token, 16))
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad ring_token");
+    /* units: the same attention heads and FFN rows in every layer (one share per device for now) */
+    int64_t gqa = s->hp[HP_HEAD] / s->hp[HP_HEAD_KV];
+    if (p->n_units != 2 * (uint32_t)s->hp[HP_LAYER])
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %u units for %lld layers (expected 2 per layer)", p->n_units,
+                      (long long)s->hp[HP_LAYER]);
+    for (uint32_t i = 0; i < p->n_units; i++) {
+        const hn_unit *u = &p->units[i];
+        bool att = u->kind == HN_UNIT_ATTN_HEADS;
+        if (u->layer != i / 2 || u->kind != (i % 2 ? HN_UNIT_FFN_ROWS : HN_UNIT_ATTN_HEADS))
+            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: unit %u is not layer %u's %s", i, i / 2,
+                          i % 2 ? "FFN rows" : "attention heads");
+        if (att && (u->begin % gqa || u->end % gqa || u->end > s->hp[HP_HEAD]))
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: attention heads [%u, %u) do not cover whole KV groups",
+                          u->begin, u->end);
+        if (!att && u->end > s->hp[HP_FF]) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: FFN rows beyond n_ff");
+        hc_share sh = s->share;
+        if (att) { sh.kv_begin = (int32_t)(u->begin / gqa); sh.kv_end = (int32_t)(u->end / gqa); }
+        else { sh.ff_begin = (int32_t)u->begin; sh.ff_end = (int32_t)u->end; }
+        if (i >= 2 && memcmp(&sh, &s->share, sizeof sh))
+            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: shares that differ between layers are not supported");
+        s->share = sh;
+    }
+    return 0;
+}
+
+static bool hc_name_ok(const char *n) {
+    if (!n[0]) return false;
+    for (const char *c = n; *c; c++)
+        if (*c < 0x21 || *c > 0x7e) return false;
+    return true;
+}
+
+static int hc_recv_directory(hc_session *s) {
+    if (!(s->dir = calloc((size_t)s->n_dir, sizeof *s->dir))) return hc_bad(s, 0, HR_ENOMEM, "out of memory");
+    for (int i = 0; i < s->n_dir; i++) {
+        hn_msg m;
+        hr_err e = {0};
+        if (hn_msg_recv(s->head, &s->rx, &m, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e))
+            return hc_bad(s, 0, e.code, "receiving the slice directory: %s", e.msg);
+        if (m.type != HN_MSG_SLICE_BEGIN)
+            return hc_bad(s, m.seq, HR_EPROTO, "expected SLICE_BEGIN %d of %d, got %s", i + 1, s->n_dir,
+                          hn_msg_name(m.type));
+        const hn_slice_begin *b = &m.u.slice_begin;
+        hc_slice *d = &s->dir[i];
+        if (b->name.n >= sizeof d->name) return hc_bad(s, m.seq, HR_EPROTO, "slice name too long");
+        hn_str_copy(d->name, sizeof d->name, b->name);
+        if (!hc_name_ok(d->name)) return hc_bad(s, m.seq, HR_EPROTO, "slice %d: bad name", i);
+        if (!hq_type_valid((int)b->dtype) || b->n_dims < 1 || b->n_dims > 4)
+            return hc_bad(s, m.seq, HR_EPROTO, "slice '%s': type %u / %u dims not supported", d->name, b->dtype,
+                          b->n_dims);
+        d->type = (int)b->dtype;
+        d->n_dims = (int)b->n_dims;
+        uint64_t rows = 1;
+        for (int k = 0; k < 4; k++) {
+            d->ne[k] = k < d->n_dims ? (int64_t)b->ne[k] : 1;
+            if (b->ne[k] < 1 || b->ne[k] > (1u << 30) || (k >= d->n_dims && b->ne[k] != 1))
+                return hc_bad(s, m.seq, HR_EPROTO, "slice '%s': bad shape", d->name);
+            if (k > 0) rows *= b->ne[k];
+        }
+        const hq_traits *tr = hq_get_traits(d->type);
+        size_t rb = hq_row_size(d->type, d->ne[0]);
+        if (d->ne[0] % tr->blck_size || rb == 0 || rows > HC_MAX_SLICE_BYTES / rb || (uint64_t)rb * rows != b->size ||
+            b->size > HC_MAX_SLICE_BYTES)
+            return hc_bad(s, m.seq, HR_EPROTO, "slice '%s': %llu bytes do not match its %s shape", d->name,
+                          (unsigned long long)b->size, tr->name);
+        d->size = b->size;
+        d->hash = b->hash;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(s->dir[j].name, d->name)) return hc_bad(s, m.seq, HR_EPROTO, "slice '%s' twice", d->name);
+    }
+    return 0;
+}
+
+/* The cached slice files of this model: their mappings, to find tensors by content hash. */
+typedef struct hc_index {
+    hc_src  *src;
+    int      n;
+} hc_index;
+
+static void hc_index_free(hc_index *x) {
+    for (int i = 0; i < x->n; i++) gguf_close(x->src[i].g);
+    free(x->src);
+    memset(x, 0, sizeof *x);
+}
+
+static void hc_index_scan(const char *dir, hc_index *x) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n < 6 || strcmp(de->d_name + n - 5, ".gguf")) continue;
+        hc_src s = {0};
+        if ((size_t)snprintf(s.path, sizeof s.path, "%s/%s", dir, de->d_name) >= sizeof s.path) continue;
+        hr_err e = {0};
+        if (!(s.g = gguf_open(s.path, &e))) {
+            HR_LOGW("worker: ignoring unreadable cache file %s: %s", s.path, e.msg);
+            continue;
+        }
+        hc_src *nv = realloc(x->src, (size_t)(x->n + 1) * sizeof *nv);
+        if (!nv) { gguf_close(s.g); break; }
+        x->src = nv;
+        x->src[x->n++] = s;
+    }
+    closedir(d);
+}
+
+/* a cached tensor with this content hash and size: its bytes, or NULL */
+static const void *hc_index_find(const hc_index *x, uint64_t hash, uint64_t size, int *which) {
+    for (int f = 0; f < x->n; f++) {
+        int et;
+        uint64_t n;
+        const void *data;
+        if (!gguf_get_arr(x->src[f].g, "hearth.slice.hashes", &et, &n, &data) || et != GGUF_VT_UINT64 ||
+            n != (uint64_t)gguf_n_tensors(x->src[f].g))
+            continue;
+        for (uint64_t t = 0; t < n; t++) {
+            uint64_t h;
+            memcpy(&h, (const uint8_t *)data + t * 8, 8);
+            const gguf_tensor *gt = gguf_tensor_at(x->src[f].g, (int64_t)t);
+            if (h == hash && gt->nbytes == size) {
+                if (which) *which = f;
+                return gt->data;
+            }
+        }
+    }
+    return NULL;
+}
+
+static int hc_writer_meta(hc_session *s, gguf_writer *gw, const uint64_t *hashes) {
+    char k[128];
+    int rc = gguf_writer_set_str(gw, "general.architecture", s->arch);
+#define SETU(suffix, v) do { if (snprintf(k, sizeof k, "%s.%s", s->arch, suffix) >= (int)sizeof k) return HR_ERANGE; \
+        rc |= gguf_writer_set_u32(gw, k, (uint32_t)(v)); } while (0)
+    SETU("embedding_length", s->hp[HP_EMBD]);
+    SETU("block_count", s->hp[HP_LAYER]);
+    SETU("attention.head_count", s->hp[HP_HEAD]);
+    SETU("attention.head_count_kv", s->hp[HP_HEAD_KV]);
+    SETU("feed_forward_length", s->hp[HP_FF]);
+    SETU("context_length", s->hp[HP_CTX_TRAIN]);
+    SETU("attention.key_length", s->hp[HP_HEAD_DIM]);
+    SETU("attention.value_length", s->hp[HP_HEAD_DIM]);
+#undef SETU
+    if (snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", s->arch) >= (int)sizeof k) return HR_ERANGE;
+    rc |= gguf_writer_set_f32(gw, k, s->rms_eps);
+    if (snprintf(k, sizeof k, "%s.rope.freq_base", s->arch) >= (int)sizeof k) return HR_ERANGE;
+    rc |= gguf_writer_set_f32(gw, k, s->rope_base);
+    rc |= gguf_writer_set_u32(gw, "hearth.slice.n_head_kv", (uint32_t)(s->share.kv_end - s->share.kv_begin));
+    rc |= gguf_writer_set_u32(gw, "hearth.slice.n_ff", (uint32_t)(s->share.ff_end - s->share.ff_begin));
+    rc |= gguf_writer_set_u32(gw, "hearth.slice.n_vocab", (uint32_t)s->hp[HP_VOCAB]);
+    rc |= gguf_writer_set_bool(gw, "hearth.slice.qkv_bias", s->qkv_bias);
+    rc |= gguf_writer_set_bool(gw, "hearth.slice.qk_norm", s->qk_norm);
+    rc |= gguf_writer_set_u32(gw, "hearth.slice.kv_begin", (uint32_t)s->share.kv_begin);
+    rc |= gguf_writer_set_u32(gw, "hearth.slice.ff_begin", (uint32_t)s->share.ff_begin);
+    rc |= gguf_writer_set_u64(gw, "hearth.slice.model_hash", s->model_hash);
+    rc |= gguf_writer_set_arr(gw, "hearth.slice.hashes", GGUF_VT_UINT64, hashes, (uint64_t)s->n_dir);
+    return rc ? HR_ENOMEM : 0;
+}
+
+/* Receives one missing slice's chunks and SLICE_END into buf (its size) and checks the hash. */
+static int hc_recv_slice(hc_session *s, const hc_slice *d, uint8_t *buf) {
+    uint64_t got = 0;
+    for (;;) {
+        hn_msg m;
+        hr_err e = {0};
+        if (hn_msg_recv(s->head, &s->rx, &m, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e))
+            return hc_bad(s, 0, e.code, "receiving slice '%s': %s", d->name, e.msg);
+        if (m.type == HN_MSG_SLICE_CHUNK) {
+            const hn_slice_chunk *c = &m.u.slice_chunk;
+            if (c->hash != d->hash || c->offset != got || c->n > d->size - got)
+                return hc_bad(s, m.seq, HR_EPROTO, "SLICE_CHUNK for '%s' at %llu+%u does not continue it (%llu of %llu "
+                              "bytes so far)", d->name, (unsigned long long)c->offset, c->n, (unsigned long long)got,
+                              (unsigned long long)d->size);
+            memcpy(buf + got, c->data, c->n);
+            got += c->n;
+            s->weight_bytes += c->n;
+            continue;
+        }
+        if (m.type != HN_MSG_SLICE_END)
+            return hc_bad(s, m.seq, HR_EPROTO, "expected SLICE_CHUNK or SLICE_END for '%s', got %s", d->name,
+                          hn_msg_name(m.type));
+        if (m.u.slice_end.hash != d->hash || m.u.slice_end.size != d->size || got != d->size)
+            return hc_bad(s, m.seq, HR_EPROTO, "SLICE_END for '%s' after %llu of %llu bytes", d->name,
+                          (unsigned long long)got, (unsigned long long)d->size);
+        if (hr_hash64(buf, (size_t)d->size, 0) != d->hash)
+            return hc_bad(s, m.seq, HR_EPROTO, "slice '%s' arrived with another content hash than announced", d->name);
+        return 0;
+    }
+}
+
+/* Writes the share's slice file from cached tensors and received ones. */
+static int hc_write_slices(hc_session *s, const hc_index *x, const bool *have) {
+    uint64_t *hashes = malloc((size_t)s->n_dir * sizeof *hashes);
+    uint64_t max = 0;
+    for (int i = 0; i < s->n_dir; i++) if (!have[i]) max = HR_MAX(max, s->dir[i].size);
+    uint8_t *buf = max ? malloc((size_t)max) : NULL;
+    gguf_writer *gw = gguf_writer_create();
+    char part[PATH_MAX + 64];
+    int rc = 0;
+    hr_err e = {0};
+    if (!hashes || (max && !buf) || !gw) { rc = hc_bad(s, 0, HR_ENOMEM, "out of memory for the slice file"); goto done; }
+    for (int i = 0; i < s->n_dir; i++) hashes[i] = s->dir[i].hash;
+    if (hc_writer_meta(s, gw, hashes)) { rc = hc_bad(s, 0, HR_ENOMEM, "out of memory for the slice file"); goto done; }
+    for (int i = 0; i < s->n_dir; i++)
+        if (gguf_writer_add_tensor(gw, s->dir[i].name, s->dir[i].type, s->dir[i].n_dims, s->dir[i].ne, &e)) {
+            rc = hc_bad(s, 0, e.code, "%s", e.msg);
+            goto done;
+        }
+    /* a name of our own: two workers sharing a cache may write the same file at once */
+    snprintf(part, sizeof part, "%s.%ld.%llx", s->path, (long)getpid(), (unsigned long long)hr_time_ns());
+    if (gguf_writer_begin(gw, part, false, &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
+    for (int i = 0; i < s->n_dir; i++) {
+        const hc_slice *d = &s->dir[i];
+        const void *src = NULL;
+        if (have[i]) {
+            int f = -1;
+            src = hc_index_find(x, d->hash, d->size, &f);
+            if (!src || hr_hash64(src, (size_t)d->size, 0) != d->hash) {
+                /* the cache lied: drop that file so the next run re-sends it */
+                if (f >= 0) unlink(x->src[f].path);
+                rc = hc_bad(s, 0, HR_EIO, "cached slice '%s' is corrupt (removed it; run again)", d->name);
+                goto done;
+            }
+        } else {
+            if ((rc = hc_recv_slice(s, d, buf))) goto done;
+            src = buf;
+        }
+        if (gguf_writer_write_data(gw, src, (size_t)d->size, &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
+    }
+    if (gguf_writer_finish(gw, &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
+    if (rename(part, s->path)) {
+        rc = hc_bad(s, 0, HR_EIO, "rename to %s: %s", s->path, strerror(errno));
+        unlink(part);
+        goto done;
+    }
+done:
+    gguf_writer_free(gw);
+    free(buf);
+    free(hashes);
+    return rc;
+}
+
+/* Every tensor of the file has the announced content hash (a reused file is checked, not trusted). */
+static int hc_verify_file(hc_session *s) {
+    for (int i = 0; i < s->n_dir; i++) {
+        const gguf_tensor *t = gguf_find_tensor(s->g, s->dir[i].name);
+        if (!t || t->nbytes != s->dir[i].size || hr_hash64(t->data, (size_t)t->nbytes, 0) != s->dir[i].hash) {
+            unlink(s->path);
+            return hc_bad(s, 0, HR_EIO, "cached slice file %s is corrupt at '%s' (removed it; run again)", s->path,
+                          s->dir[i].name);
+        }
+    }
+    return 0;
+}
+
+static int hc_ring_setup(hc_session *s) {
+    hr_err e = {0};
+    char tok[17];
+    snprintf(tok, sizeof tok, "%016llx", (unsigned long long)s->ring_token);
+    if (s->ring_next[0]) {
+        if (!(s->ring_next_conn = hn_connect(s->ring_next, hn_deadline_ms(10000), &e)))
+            return hc_bad(s, 0, e.code, "ring: %s", e.msg);
+        char dev[32];
+        snprintf(dev, sizeof dev, "ring %s", tok);
+        hn_msg h = {.type = HN_MSG_HELLO};
+        h.u.hello = (hn_hello){.version_min = HN_PROTO_VERSION, .version_max = HN_PROTO_VERSION,
+                               .caps = HN_CAP_F32_ACT, .device = hn_cstr(dev)};
+        if (hn_msg_send(s->ring_next_conn, &h, hn_deadline_ms(10000), &e)) return hc_bad(s, 0, e.code, "ring: %s", e.msg);
+    }
+    if (s->ring_prev_worker) {
+        int64_t deadline = hn_deadline_ms(HC_SETUP_TIMEOUT_MS);
+        while (!(s->pending_ring && s->pending_token == s->ring_token)) {
+            if (hr_time_ns() > deadline) return hc_bad(s, 0, HR_ETIMEDOUT, "ring: the previous worker did not connect");
+            hc_check_pending(s);
+            if (!(s->pending_ring && s->pending_token == s->ring_token)) {
+                struct timespec ts = {0, 20 * 1000000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        s->ring_prev_conn = s->pending_ring;
+        s->pending_ring = NULL;
+    }
+    return 0;
+}
+
+static int hc_handle_load(hc_session *s, const hn_msg *plan) {
+    int rc;
+    hc_index x = {0};
+    bool *have = NULL;
+    uint64_t *hv = NULL;
+    if ((rc = hc_parse_plan(s, plan)) || (rc = hc_recv_directory(s))) return rc;
+    /* which of these the cache has */
+    hn_msg m;
+    hr_err e = {0};
+    if (hn_msg_recv(s->head, &s->rx, &m, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e))
+        return hc_bad(s, 0, e.code, "waiting for SLICE_HAVE: %s", e.msg);
+    if (m.type != HN_MSG_SLICE_HAVE || m.u.slice_have.model_hash != s->model_hash ||
+        m.u.slice_have.n_hashes != (uint32_t)s->n_dir)
+        return hc_bad(s, m.seq, HR_EPROTO, "expected SLICE_HAVE for the %d slices, got %s", s->n_dir, hn_msg_name(m.type));
+    for (int i = 0; i < s->n_dir; i++) {
+        uint64_t h;
+        memcpy(&h, &m.u.slice_have.hashes[i], 8);
+        if (h != s->dir[i].hash) return hc_bad(s, m.seq, HR_EPROTO, "SLICE_HAVE hash %d differs from the directory's", i);
+    }
+    uint32_t have_seq = m.seq;
+    char model_dir[PATH_MAX];
+    if (snprintf(model_dir, sizeof model_dir, "%s/%016llx", s->w->cache, (unsigned long long)s->model_hash) >=
+        (int)sizeof model_dir)
+        return hc_bad(s, 0, HR_ERANGE, "cache path too long");
+    if (hc_mkdirs(model_dir, &e)) return hc_bad(s, 0, e.code, "%s", e.msg);
+    uint64_t key = hc_slice_key(s->model_hash, &s->share, s->dir, s->n_dir);
+    if ((size_t)snprintf(s->path, sizeof s->path, "%s/%016llx.gguf", model_dir, (unsigned long long)key) >= sizeof s->path)
+        return hc_bad(s, 0, HR_ERANGE, "cache path too long");
+    hc_index_scan(model_dir, &x);
+    have = calloc((size_t)s->n_dir, sizeof *have);
+    hv = malloc((size_t)s->n_dir * sizeof *hv);
+    if (!have || !hv) { rc = hc_bad(s, 0, HR_ENOMEM, "out of memory"); goto done; }
+    uint32_t nh = 0;
+    for (int i = 0; i < s->n_dir; i++)
+        if (hc_index_find(&x, s->dir[i].hash, s->dir[i].size, NULL)) { have[i] = true; hv[nh++] = s->dir[i].hash; }
+    bool complete = nh == (uint32_t)s->n_dir && access(s->path, R_OK) == 0;
+    hn_msg r = {.type = HN_MSG_SLICE_HAVE, .seq = have_seq};
+    r.u.slice_have = (hn_slice_have){.model_hash = s->model_hash, .n_hashes = nh, .hashes = hv};
+    if (hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
+    HR_LOGI("worker: share kv [%d, %d) ff [%d, %d): %u of %d slices cached%s", s->share.kv_begin, s->share.kv_end,
+            s->share.ff_begin, s->share.ff_end, nh, s->n_dir, complete ? " (the whole file)" : "");
+    if (!complete && (rc = hc_write_slices(s, &x, have))) goto done;
+    hc_index_free(&x);
+
+    /* load the slice file as a model */
+    if (!(s->g = gguf_open(s->path, &e)) || !(s->m = hm_model_load(s->g, &e))) {
+        rc = hc_bad(s, 0, e.code ? e.code : HR_EFORMAT, "slice file %s: %s", s->path, e.msg);
+        goto done;
+    }
+    if (complete && (rc = hc_verify_file(s))) goto done;
+    const hm_hparams *hp = &s->m->hp;
+    if (!s->m->is_slice || s->m->slice_n_head_kv != s->share.kv_end - s->share.kv_begin ||
+        s->m->slice_n_ff != s->share.ff_end - s->share.ff_begin || hp->n_embd != s->hp[HP_EMBD] ||
+        hp->n_layer != s->hp[HP_LAYER] || hp->n_head != s->hp[HP_HEAD] || hp->head_dim != s->hp[HP_HEAD_DIM]) {
+        rc = hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share", s->path);
+        goto done;
+    }
+    /* the all-reduce and the context */
+    s->ar = (hc_ar){.mode = s->mode, .k = (int)s->n_dev, .me = (int)s->index, .timeout_ms = s->timeout_ms};
+    s->ar_conn[0] = s->head;
+    s->ar.conn = s->ar_conn;
+    s->ar.rx = s->ar_rx;
+    for (int i = 0; i < (int)s->n_dev; i++) {
+        snprintf(s->names[i], sizeof s->names[i], "%s", i == 0 ? s->head_name : "(ring peer)");
+        s->name_ptr[i] = s->names[i];
+    }
+    s->ar.names = s->name_ptr;
+    if (s->mode == HC_ALLREDUCE_RING) {
+        if ((rc = hc_ring_setup(s))) goto done;
+        int nx = (int)(s->index + 1) % (int)s->n_dev, pv = (int)s->index - 1;
+        s->ar.next_dev = nx;
+        s->ar.prev_dev = pv;
+        s->ar.next = s->ring_next_conn ? s->ring_next_conn : s->head;
+        s->ar.prev = s->ring_prev_conn ? s->ring_prev_conn : s->head;
+        if (s->ring_next_conn) snprintf(s->names[nx], sizeof s->names[nx], "%s", s->ring_next);
+        if (s->ring_prev_conn) snprintf(s->names[pv], sizeof s->names[pv], "%s", hn_conn_peer(s->ring_prev_conn));
+        if ((nx == 0) != (s->ring_next_conn == NULL) || (pv == 0) != (s->ring_prev_conn == NULL)) {
+            rc = hc_bad(s, 0, HR_EPROTO, "LOAD_PLAN: ring links do not match device %u of %u", s->index, s->n_dev);
+            goto done;
+        }
+        hc_ar_ring_init(&s->ar);
+    }
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_ctx = s->n_ctx;
+    cp.n_batch = s->n_batch;
+    cp.n_threads = s->w->n_threads;
+    cp.kv_type = s->kv_type;
+    hm_shard sh = hm_shard_full(s->m);
+    sh.sync = hc_ar_sync;
+    sh.sync_user = &s->ar;
+    if (!(s->ctx = hm_ctx_create(s->m, &sh, &cp, &e))) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
+    hn_msg rd = {.type = HN_MSG_READY, .seq = plan->seq};
+    rd.u.ready = (hn_ready){.model_hash = s->model_hash, .weight_bytes = s->weight_bytes, .n_slices = (uint32_t)s->n_dir};
+    if (hn_msg_send(s->head, &rd, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
+    hn_conn_get_stats(s->head, &s->base_stats);
+    if (s->ring_next_conn) hn_conn_get_stats(s->ring_next_conn, &s->base_next);
+    if (s->ring_prev_conn) hn_conn_get_stats(s->ring_prev_conn, &s->base_prev);
+    s->planned = true;
+    HR_LOGI("worker: ready: device %u of %u, %.1f MiB of weights (%.1f MiB received), %s all-reduce", s->index,
+            s->n_dev, hm_model_weight_bytes(s->m) / 1048576.0, s->weight_bytes / 1048576.0,
+            s->mode == HC_ALLREDUCE_RING ? "ring" : "star");
+done:
+    hc_index_free(&x);
+    free(have);
+    free(hv);
+    return rc;
+}
+
+/* ---- FORWARD ---- */
+static int hc_handle_forward(hc_session *s, const hn_msg *m) {
+    const hn_forward *f = &m->u.forward;
+    const hm_hparams *hp = &s->m->hp;
+    if (f->layer_begin != 0 || f->layer_end != (uint32_t)hp->n_layer || f->stage != HN_STAGE_BLOCK ||
+        f->n_embd != (uint32_t)hp->n_embd || f->n_tokens < 1 || f->n_tokens > (uint32_t)s->n_batch)
+        return hc_bad(s, m->seq, HR_EPROTO, "FORWARD of layers %u..%u, %u x %u does not fit this session (%d layers, "
+                      "n_embd %d, batch %d)", f->layer_begin, f->layer_end, f->n_tokens, f->n_embd, hp->n_layer,
+                      hp->n_embd, s->n_batch);
+    int32_t pos0 = f->pos[0];
+    for (uint32_t i = 0; i < f->n_tokens; i++)
+        if (f->pos[i] != pos0 + (int32_t)i || pos0 < 0)
+            return hc_bad(s, m->seq, HR_EPROTO, "FORWARD positions must be consecutive from a non-negative start");
+    hr_err e = {0};
+    memset(&s->ar.err, 0, sizeof s->ar.err);
+    s->ar.mark = hr_time_ns();
+    int rc = hm_eval(s->ctx, NULL, f->data, (int)f->n_tokens, pos0, NULL, false, NULL, &e);
+    s->ar.compute_ns += hr_time_ns() - s->ar.mark;
+    if (rc) {
+        /* the all-reduce's own message says which peer failed */
+        const char *why = s->ar.err.msg[0] ? s->ar.err.msg : e.msg;
+        return hc_bad(s, m->seq, rc, "forward pass failed: %s", why);
+    }
+    s->evals++;
+    s->tokens += f->n_tokens;
+    return 0;
+}
+
+/* One head, from HELLO to BYE (or failure). Takes ownership of c. */
+static void hc_session_run(hc_worker *w, hn_conn *c) {
+    hc_session *s = calloc(1, sizeof *s);
+    if (!s) { hn_conn_close(c); return; }
+    s->w = w;
+    s->head = c;
+    snprintf(s->head_name, sizeof s->head_name, "%s", hn_conn_peer(c));
+    hn_msg m;
+    hr_err e = {0};
+    if (hn_msg_recv(c, &s->rx, &m, hn_deadline_ms(HC_HELLO_WAIT_MS), &e)) {
+        HR_LOGW("worker: connection from %s: %s; closed", s->head_name, e.msg);
+        if (e.code == HR_EPROTO || e.code == HR_EFORMAT) hc_send_error(c, 0, e.code, e.msg);
+        goto end;
+    }
+    if (m.type != HN_MSG_HELLO) { hc_bad(s, m.seq, HR_EPROTO, "expected HELLO, got %s", hn_msg_name(m.type)); goto end; }
+    if (hc_ring_hello(&m, &(uint64_t){0})) { hc_bad(s, m.seq, HR_EPROTO, "ring connection outside a session"); goto end; }
+    if (m.u.hello.version_min > HN_PROTO_VERSION || m.u.hello.version_max < HN_PROTO_VERSION) {
+        hc_bad(s, m.seq, HR_EUNSUPPORTED, "protocol versions %u..%u are not supported (this worker speaks %d)",
+               m.u.hello.version_min, m.u.hello.version_max, HN_PROTO_VERSION);
+        goto end;
+    }
+    char peer_dev[HN_MAX_NAME + 1];
+    hn_str_copy(peer_dev, sizeof peer_dev, m.u.hello.device);
+    hn_msg ack = {.type = HN_MSG_HELLO_ACK, .seq = m.seq};
+    ack.u.hello_ack = (hn_hello_ack){.version = HN_PROTO_VERSION, .caps = HN_CAP_F32_ACT | HN_CAP_SLICE_CACHE,
+                                     .device = hn_cstr(w->name)};
+    if (hn_msg_send(c, &ack, hn_deadline_ms(HC_HELLO_WAIT_MS), &e)) {
+        HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
+        goto end;
+    }
+    HR_LOGI("worker: head %s (%s) connected", s->head_name, peer_dev);
+    for (;;) {
+        e = (hr_err){0};
+        if (hc_recv_idle(s, &m, &e)) {
+            if (atomic_load(&w->stop)) break;
+            HR_LOGW("worker: head %s: %s; session ended", s->head_name, e.msg);
+            if (e.code == HR_EPROTO || e.code == HR_EFORMAT) hc_send_error(c, 0, e.code, e.msg);
+            break;
+        }
+        int rc = 0;
+        switch (m.type) {
+        case HN_MSG_PROFILE_REQ: rc = hc_handle_profile(s, &m); break;
+        case HN_MSG_LOAD_PLAN:
+            rc = s->planned ? hc_bad(s, m.seq, HR_EUNSUPPORTED, "a second LOAD_PLAN in one session") : hc_handle_load(s, &m);
+            break;
+        case HN_MSG_FORWARD:
+            rc = s->planned ? hc_handle_forward(s, &m) : hc_bad(s, m.seq, HR_EPROTO, "FORWARD before LOAD_PLAN");
+            break;
+        case HN_MSG_RESET:
+            if (s->ctx) hm_kv_truncate(s->ctx, (int32_t)HR_MIN(m.u.reset.pos_begin, (uint32_t)INT32_MAX));
+            break;
+        case HN_MSG_BYE:
+            HR_LOGI("worker: head %s said goodbye (%.*s)", s->head_name, (int)m.u.bye.reason.n, m.u.bye.reason.s);
+            goto end;
+        case HN_MSG_ERROR:
+            HR_LOGW("worker: head %s reported: %.*s; session ended", s->head_name, (int)m.u.error.message.n,
+                    m.u.error.message.s);
+            goto end;
+        default: rc = hc_bad(s, m.seq, HR_EPROTO, "unexpected %s", hn_msg_name(m.type)); break;
+        }
+        if (rc) break;
+    }
+end:
+    hc_session_free(s);
+}
+
+int hc_worker_serve(hc_worker *w, int max_sessions, hr_err *err) {
+    int served = 0;
+    while (!atomic_load(&w->stop) && (max_sessions <= 0 || served < max_sessions)) {
+        hr_err e = {0};
+        hn_conn *c = hn_accept(w->l, hn_deadline_ms(HC_IDLE_POLL_MS), &e);
+        if (!c) {
+            if (e.code == HR_ETIMEDOUT) continue;
+            return hr_fail(err, e.code, "%s", e.msg);
+        }
+        hc_session_run(w, c);
+        served++;
+        HR_LOGI("worker: waiting for the next head");
+    }
+    return 0;
+}

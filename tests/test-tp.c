@@ -1,0 +1,488 @@
+// modules: base quant gguf model net cluster
+/* test-tp: tensor parallelism over loopback with the cluster API (src/cluster), workers in threads.
+ * - A head + 1, 2, 3 workers (even and uneven shares, star and ring) gives the single-device logits
+ *   and greedy tokens: F32 weights and an F32 KV cache (stories260K) to <= 1e-5 relative; quantized
+ *   synth models to the tolerance tests/test-shard.c explains (last-bit differences of the partial
+ *   sums can flip one 8-bit rounding of the next matmul's activations), with the same tokens.
+ * - Privacy: every message the head sends is inspected (the send hook): only the expected types, no
+ *   token_embd/output slices, the prompt's token ids nowhere in any payload as int32s, and every
+ *   FORWARD carries exactly the embedding rows of its tokens (hidden states, not ids).
+ * - Slice cache: a second head with the same model and shares sends 0 weight bytes.
+ * - Robustness: garbage, a wrong protocol version, an oversized or truncated frame, messages out of
+ *   order and a second head while one is served: the worker logs the reason, closes that connection
+ *   and goes on serving (a normal head afterwards gets the right tokens). */
+#include "test.h"
+
+#include "cluster/cluster.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "net/net.h"
+#include "quant/quant.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---- log capture ---- */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_buf[1 << 16];
+static size_t log_n;
+
+static void log_cb(enum hr_log_level level, const char *msg, void *user) {
+    (void)user;
+    pthread_mutex_lock(&log_mu);
+    size_t n = strlen(msg);
+    if (log_n + n + 2 < sizeof log_buf) {
+        memcpy(log_buf + log_n, msg, n);
+        log_n += n;
+        log_buf[log_n++] = '\n';
+        log_buf[log_n] = 0;
+    }
+    pthread_mutex_unlock(&log_mu);
+    if (getenv("TEST_TP_VERBOSE") || level >= HR_LOG_ERROR) fprintf(stderr, "[log] %s\n", msg);
+}
+static void log_clear(void) { pthread_mutex_lock(&log_mu); log_n = 0; log_buf[0] = 0; pthread_mutex_unlock(&log_mu); }
+static bool log_has(const char *s) {
+    pthread_mutex_lock(&log_mu);
+    bool r = strstr(log_buf, s) != NULL;
+    pthread_mutex_unlock(&log_mu);
+    return r;
+}
+/* waits up to 3 s for a log line (the worker runs on its own thread) */
+static bool log_wait(const char *s) {
+    for (int i = 0; i < 300; i++) {
+        if (log_has(s)) return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+/* ---- workers in threads ---- */
+#define MAX_W 3
+typedef struct wk { hc_worker *w; pthread_t th; char addr[64]; } wk;
+static char tmpdir[] = "/tmp/hearth-test-tp-XXXXXX";
+
+static void *serve(void *arg) {
+    wk *k = arg;
+    hr_err e = {0};
+    if (hc_worker_serve(k->w, 0, &e)) fprintf(stderr, "worker: %s\n", e.msg);
+    return NULL;
+}
+
+static bool start_workers(wk *ws, int n) {
+    for (int i = 0; i < n; i++) {
+        hc_worker_params p = hc_worker_default_params();
+        char cache[256];
+        snprintf(cache, sizeof cache, "%s/cache%d", tmpdir, i);
+        p.listen = "127.0.0.1:0";
+        p.cache_dir = cache;
+        p.n_threads = 1;
+        hr_err e = {0};
+        ws[i].w = hc_worker_create(&p, &e);
+        if (!ws[i].w) { fprintf(stderr, "worker: %s\n", e.msg); return false; }
+        snprintf(ws[i].addr, sizeof ws[i].addr, "127.0.0.1:%u", hc_worker_port(ws[i].w));
+        pthread_create(&ws[i].th, NULL, serve, &ws[i]);
+    }
+    return true;
+}
+
+static void stop_workers(wk *ws, int n) {
+    for (int i = 0; i < n; i++) if (ws[i].w) hc_worker_stop(ws[i].w);
+    for (int i = 0; i < n; i++) if (ws[i].w) { pthread_join(ws[i].th, NULL); hc_worker_free(ws[i].w); ws[i].w = NULL; }
+}
+
+static void worker_list(const wk *ws, int n, char *out, size_t cap) {
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        strncat(out, ws[i].addr, cap - strlen(out) - 2);
+        if (i + 1 < n) strncat(out, ",", cap - strlen(out) - 1);
+    }
+}
+
+/* ---- the privacy inspector: sees every message the head sends ---- */
+typedef struct inspect {
+    const hm_model *m;
+    const int32_t *prompt;
+    int n_prompt;
+    const int32_t *fed;       /* tokens of the current pass (for the FORWARD content check) */
+    int n_fed;
+    int bad_type, bad_slice, id_found, forward_bad, forwards;
+    hn_buf buf;
+} inspect;
+
+static bool contains_ids(const uint8_t *p, size_t n, const int32_t *ids, int k) {
+    size_t need = (size_t)k * 4;
+    for (size_t i = 0; i + need <= n; i++)
+        if (!memcmp(p + i, ids, need)) return true;
+    return false;
+}
+
+static void hook(void *user, int device, const hn_msg *m) {
+    (void)device;
+    inspect *in = user;
+    switch (m->type) {
+    case HN_MSG_HELLO: case HN_MSG_PROFILE_REQ: case HN_MSG_LOAD_PLAN: case HN_MSG_SLICE_BEGIN: case HN_MSG_SLICE_HAVE:
+    case HN_MSG_SLICE_CHUNK: case HN_MSG_SLICE_END: case HN_MSG_FORWARD: case HN_MSG_RESULT: case HN_MSG_PARTIAL:
+    case HN_MSG_RESET: case HN_MSG_BYE:
+        break;
+    default: in->bad_type++;
+    }
+    if (m->type == HN_MSG_SLICE_BEGIN) {
+        const hn_str n = m->u.slice_begin.name;
+        if (hn_str_eq(n, "token_embd.weight") || hn_str_eq(n, "output.weight") || hn_str_eq(n, "output_norm.weight"))
+            in->bad_slice++;
+    }
+    /* the prompt's ids, as the int32 sequence a careless protocol would carry, appear in no payload */
+    hr_err e = {0};
+    if (hn_msg_encode_full(m, &in->buf, &e) == 0) {
+        for (int w = 0; w + 3 <= in->n_prompt; w++)
+            if (contains_ids(in->buf.data, in->buf.len, in->prompt + w, 3)) { in->id_found++; break; }
+    }
+    if (m->type == HN_MSG_FORWARD) {
+        /* what a FORWARD carries is the embedding of the pass's tokens: hidden states, not ids */
+        in->forwards++;
+        const hn_forward *f = &m->u.forward;
+        int E = in->m->hp.n_embd;
+        float *emb = malloc((size_t)in->n_fed * E * sizeof(float));
+        if (!emb || (int)f->n_tokens != in->n_fed || hm_embed(in->m, in->fed, in->n_fed, emb, NULL) ||
+            memcmp(emb, f->data, (size_t)in->n_fed * E * sizeof(float)))
+            in->forward_bad++;
+        free(emb);
+    }
+}
+
+static int argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (v[i] > v[b]) b = i;
+    return b;
+}
+
+typedef struct run_cfg {
+    const char *model;
+    int n_workers;
+    const char *shares;       /* NULL: equal */
+    int allreduce;
+    int kv_type;
+    double tol;               /* worst relative RMS logit difference allowed */
+    bool privacy;
+    int64_t expect_sent;      /* -1: any; else the weight bytes the head must send */
+} run_cfg;
+
+/* prompt + n_gen greedy steps on one device and on head + workers; compares every step's logits */
+static void check_run(wk *ws, const run_cfg *rc) {
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open(rc->model, &err);
+    REQUIRE_VOID(g);
+    hm_model *m = hm_model_load(g, &err);
+    REQUIRE_VOID(m);
+    int V = m->hp.n_vocab;
+    const int32_t prompt[] = {1, 403, 407, 261, 378, 432, 383, 286};
+    const int np = 8, n_gen = getenv("TEST_TP_STEPS") ? atoi(getenv("TEST_TP_STEPS")) : 12;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_ctx = 64;
+    cp.n_batch = 16;
+    cp.n_threads = 1;
+    cp.kv_type = rc->kv_type;
+    hm_shard full = hm_shard_full(m);
+    hm_ctx *ref = hm_ctx_create(m, &full, &cp, &err);
+    REQUIRE_VOID(ref);
+
+    inspect in = {.m = m, .prompt = prompt, .n_prompt = np};
+    hn_buf_init(&in.buf);
+    char list[512];
+    worker_list(ws, rc->n_workers, list, sizeof list);
+    hc_head_params hp = hc_head_default_params();
+    hp.workers = list;
+    hp.shares = rc->shares;
+    hp.allreduce = rc->allreduce;
+    if (rc->privacy) { hp.send_hook = hook; hp.send_hook_user = &in; }
+    in.fed = prompt;
+    in.n_fed = 0;
+    hc_head *h = hc_head_create(m, &hp, &cp, &err);
+    CHECKF(h != NULL, "%s, %d workers: %s", rc->model, rc->n_workers, err.msg);
+    if (!h) goto done;
+    if (rc->expect_sent >= 0)
+        CHECKF((int64_t)hc_head_weight_bytes_sent(h) == rc->expect_sent, "%s: sent %llu weight bytes, expected %lld",
+               rc->model, (unsigned long long)hc_head_weight_bytes_sent(h), (long long)rc->expect_sent);
+    float *lr = malloc((size_t)V * sizeof(float)), *ls = malloc((size_t)V * sizeof(float));
+    int32_t tok_r = 0, tok_s = 0;
+    double worst = 0;
+    int same = 0;
+    bool ok = true;
+    for (int step = 0; ok && step <= n_gen; step++) {
+        const int32_t *in_r = step == 0 ? prompt : &tok_r, *in_s = step == 0 ? prompt : &tok_s;
+        int n = step == 0 ? np : 1;
+        int32_t pos = step == 0 ? 0 : np + step - 1;
+        CHECK(hm_eval(ref, in_r, NULL, n, pos, lr, false, NULL, &err) == 0);
+        in.fed = in_s;
+        in.n_fed = n;
+        int r = hc_head_eval(h, in_s, n, pos, ls, false, &err);
+        CHECKF(r == 0, "%s: %s", rc->model, err.msg);
+        if (r) { ok = false; break; }
+        double num = 0, den = 0;
+        for (int v = 0; v < V; v++) { double d = (double)lr[v] - ls[v]; num += d * d; den += (double)lr[v] * lr[v]; }
+        double rel = sqrt(num / den);
+        if (rel > worst) worst = rel;
+        tok_r = argmax(lr, V);
+        tok_s = argmax(ls, V);
+        same += tok_r == tok_s;
+        if (tok_r != tok_s) {
+            /* how close the single-device run was to choosing the other token */
+            printf("  step %d: token %d (logit %.6f) vs %d (its logit there %.6f); rel %.2e\n", step, tok_r, lr[tok_r],
+                   tok_s, lr[tok_s], rel);
+            ok = false;
+        }
+    }
+    printf("%-30s %d workers shares %-8s %s kv %s: worst logits rel %.2e, tokens %d/%d equal, sent %llu bytes\n",
+           strrchr(rc->model, '/') + 1, rc->n_workers, rc->shares ? rc->shares : "equal",
+           rc->allreduce == HC_ALLREDUCE_RING ? "ring" : "star", rc->kv_type == HQ_TYPE_F32 ? "f32" : "f16", worst,
+           same, n_gen + 1, (unsigned long long)hc_head_weight_bytes_sent(h));
+    CHECKF(worst <= rc->tol, "%s: logits differ by %.2e > %.1e", rc->model, worst, rc->tol);
+    CHECKF(same == n_gen + 1, "%s: greedy tokens differ", rc->model);
+    if (rc->privacy) {
+        CHECK(in.bad_type == 0);
+        CHECK(in.bad_slice == 0);
+        CHECK(in.id_found == 0);
+        CHECK(in.forwards == (n_gen + 1) * rc->n_workers);
+        CHECK(in.forward_bad == 0);
+    }
+    free(lr);
+    free(ls);
+    hc_head_free(h);
+done:
+    hn_buf_free(&in.buf);
+    hm_ctx_free(ref);
+    hm_model_free(m);
+    gguf_close(g);
+}
+
+/* ---- malformed input ---- */
+
+/* raw bytes to a worker, then: did it answer ERROR (and what), and did it close the connection? */
+static void poke(const char *addr, const void *bytes, size_t n, bool close_after, const char *want_error,
+                 const char *want_log) {
+    hr_err e = {0};
+    log_clear();
+    hn_conn *c = hn_connect(addr, hn_deadline_ms(2000), &e);
+    REQUIRE_VOID(c);
+    if (n) CHECK(write(hn_conn_fd(c), bytes, n) == (ssize_t)n);
+    if (close_after) shutdown(hn_conn_fd(c), SHUT_WR);
+    hn_frame f = {0};
+    hn_msg m;
+    int rc = hn_msg_recv(c, &f, &m, hn_deadline_ms(5000), &e);
+    if (want_error) {
+        CHECKF(rc == 0 && m.type == HN_MSG_ERROR, "expected ERROR for '%s': %s", want_error, e.msg);
+        if (rc == 0 && m.type == HN_MSG_ERROR) {
+            char msg[HN_MAX_MESSAGE + 1];
+            hn_str_copy(msg, sizeof msg, m.u.error.message);
+            CHECKF(strstr(msg, want_error) != NULL, "ERROR '%s' lacks '%s'", msg, want_error);
+        }
+        rc = hn_msg_recv(c, &f, &m, hn_deadline_ms(5000), &e);
+    } else if (rc == 0 && m.type == HN_MSG_ERROR) {
+        rc = hn_msg_recv(c, &f, &m, hn_deadline_ms(5000), &e); /* the reason may come first */
+    }
+    /* then the worker closes: a receive ends with "closed" (not a timeout) */
+    CHECKF(rc == HR_ENET, "worker did not close the connection (rc %d: %s)", rc, e.msg);
+    if (want_log) CHECKF(log_wait(want_log), "worker log lacks '%s':\n%s", want_log, log_buf);
+    hn_frame_free(&f);
+    hn_conn_close(c);
+}
+
+static void send_msg_raw(hn_conn *c, hn_msg *m) {
+    hr_err e = {0};
+    CHECKF(hn_msg_send(c, m, hn_deadline_ms(2000), &e) == 0, "%s", e.msg);
+}
+
+static void check_malformed(wk *ws, const char *model) {
+    const char *addr = ws[0].addr;
+    /* garbage: an HTTP request */
+    const char http[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    poke(addr, http, sizeof http - 1, false, NULL, "magic");
+    /* a frame of another protocol version */
+    uint8_t hdr[HN_HEADER_SIZE];
+    hn_header_encode(hdr, HN_MSG_HELLO, 0, 0);
+    hdr[4] = 2;
+    poke(addr, hdr, sizeof hdr, false, NULL, "version");
+    /* an oversized HELLO: refused from the header, before any allocation */
+    hn_header_encode(hdr, HN_MSG_HELLO, 0, 0);
+    uint32_t big = 1u << 30;
+    memcpy(hdr + 8, &big, 4);
+    poke(addr, hdr, sizeof hdr, false, NULL, "HELLO");
+    /* a truncated frame: the header promises 100 bytes, 10 come, then the head goes away */
+    uint8_t trunc[HN_HEADER_SIZE + 10] = {0};
+    hn_header_encode(trunc, HN_MSG_HELLO, 100, 0);
+    poke(addr, trunc, sizeof trunc, true, NULL, "in the middle");
+    /* nothing at all, then a close */
+    poke(addr, NULL, 0, true, NULL, "closed");
+    /* a well-formed HELLO that speaks only version 9 */
+    hn_msg m = {.type = HN_MSG_HELLO};
+    m.u.hello = (hn_hello){.version_min = 9, .version_max = 9, .device = hn_cstr("future head")};
+    hn_buf b;
+    hn_buf_init(&b);
+    hn_msg_encode_full(&m, &b, NULL);
+    uint8_t frame[512];
+    hn_header_encode(frame, HN_MSG_HELLO, (uint32_t)b.len, 0);
+    memcpy(frame + HN_HEADER_SIZE, b.data, b.len);
+    poke(addr, frame, HN_HEADER_SIZE + b.len, false, "not supported", "not supported");
+    /* the right HELLO, then a FORWARD before any LOAD_PLAN */
+    hr_err e = {0};
+    hn_conn *c = hn_connect(addr, hn_deadline_ms(2000), &e);
+    REQUIRE_VOID(c);
+    log_clear();
+    m.u.hello = (hn_hello){.version_min = 1, .version_max = 1, .device = hn_cstr("test head")};
+    send_msg_raw(c, &m);
+    hn_frame f = {0};
+    hn_msg r;
+    CHECK(hn_msg_recv(c, &f, &r, hn_deadline_ms(5000), &e) == 0 && r.type == HN_MSG_HELLO_ACK);
+    int32_t pos[1] = {0};
+    float x[4] = {0};
+    hn_msg fw = {.type = HN_MSG_FORWARD};
+    fw.u.forward = (hn_forward){.layer_end = 1, .n_tokens = 1, .n_embd = 4, .pos = pos, .data = x};
+    send_msg_raw(c, &fw);
+    CHECK(hn_msg_recv(c, &f, &r, hn_deadline_ms(5000), &e) == 0 && r.type == HN_MSG_ERROR);
+    CHECK(hn_msg_recv(c, &f, &r, hn_deadline_ms(5000), &e) == HR_ENET);
+    CHECK(log_wait("FORWARD before LOAD_PLAN"));
+    hn_conn_close(c);
+    /* the right HELLO, then a LOAD_PLAN without the hyper-parameters */
+    c = hn_connect(addr, hn_deadline_ms(2000), &e);
+    REQUIRE_VOID(c);
+    send_msg_raw(c, &m);
+    CHECK(hn_msg_recv(c, &f, &r, hn_deadline_ms(5000), &e) == 0 && r.type == HN_MSG_HELLO_ACK);
+    hn_msg lp = {.type = HN_MSG_LOAD_PLAN};
+    lp.u.load_plan = (hn_load_plan){.device_index = 1, .n_devices = 2, .arch = hn_cstr("llama")};
+    send_msg_raw(c, &lp);
+    CHECK(hn_msg_recv(c, &f, &r, hn_deadline_ms(5000), &e) == 0 && r.type == HN_MSG_ERROR);
+    CHECK(hn_msg_recv(c, &f, &r, hn_deadline_ms(5000), &e) == HR_ENET);
+    hn_conn_close(c);
+    hn_frame_free(&f);
+    hn_buf_free(&b);
+
+    /* a second head while one is being served: ERROR "busy", and the first head is unaffected */
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open(model, &err);
+    hm_model *mm = g ? hm_model_load(g, &err) : NULL;
+    REQUIRE_VOID(mm);
+    hc_head_params hp = hc_head_default_params();
+    hp.workers = addr;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_ctx = 32;
+    cp.n_threads = 1;
+    hc_head *h = hc_head_create(mm, &hp, &cp, &err);
+    CHECKF(h != NULL, "%s", err.msg);
+    poke(addr, frame, HN_HEADER_SIZE, false, "busy", NULL);
+    if (h) {
+        float *lg = malloc((size_t)mm->hp.n_vocab * sizeof(float));
+        int32_t t[2] = {1, 403};
+        CHECKF(hc_head_eval(h, t, 2, 0, lg, false, &err) == 0, "%s", err.msg);
+        free(lg);
+        hc_head_free(h);
+    }
+    hm_model_free(mm);
+    gguf_close(g);
+}
+
+/* hr_hash64: streaming in any pieces gives the one-shot value; every byte and the length matter */
+static void check_hash(void) {
+    uint8_t buf[1000];
+    for (int i = 0; i < 1000; i++) buf[i] = (uint8_t)(i * 37 + 11);
+    uint64_t whole = hr_hash64(buf, sizeof buf, 0);
+    hr_hasher h;
+    hr_hasher_init(&h, 0);
+    for (size_t o = 0, k = 1; o < sizeof buf; o += k, k = k * 3 % 61 + 1) hr_hasher_update(&h, buf + o, HR_MIN(k, sizeof buf - o));
+    CHECK(hr_hasher_final(&h) == whole);
+    int distinct = 0;
+    for (int i = 0; i < 1000; i += 7) {
+        buf[i] ^= 1;
+        distinct += hr_hash64(buf, sizeof buf, 0) != whole;
+        buf[i] ^= 1;
+    }
+    CHECK(distinct == 143);
+    CHECK(hr_hash64(buf, 999, 0) != whole && hr_hash64(buf, 1000, 1) != whole);
+    CHECK(hr_hash64(buf + 1, 64, 0) == hr_hash64(memcpy(buf + 500, buf + 1, 64), 64, 0)); /* alignment */
+    uint8_t zeros[64] = {0};
+    CHECK(hr_hash64(zeros, 32, 0) != hr_hash64(zeros, 64, 0) && hr_hash64(zeros, 0, 0) != hr_hash64(zeros, 1, 0));
+}
+
+/* the plan: block-aligned groups, largest remainder, contiguous ranges; balancing for the output head */
+static void check_plan(const char *path) {
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open(path, &err);
+    hm_model *m = g ? hm_model_load(g, &err) : NULL;
+    REQUIRE_VOID(m);
+    hc_plan p;
+    CHECK(hc_plan_make(m, (double[]){3, 1, 2}, 3, &p, &err) == 0);
+    /* Q4_K/Q6_K: 2 KV heads of 256 attn_output columns (1 per group), 1536 neurons in 6 groups of 256 */
+    CHECK(p.att_group == 1 && p.ff_group == 256);
+    CHECK(p.dev[0].kv_begin == 0 && p.dev[0].kv_end == 1 && p.dev[1].kv_end == 1 && p.dev[2].kv_end == 2);
+    CHECK(p.dev[0].ff_end == 768 && p.dev[1].ff_end == 1024 && p.dev[2].ff_end == 1536);
+    CHECK(hc_plan_make(m, (double[]){0, 0}, 2, &p, &err) == HR_EINVAL);
+    CHECK(hc_parse_shares("1,x", (double[4]){0}, 4, &err) < 0 && hc_parse_shares("1,-2", (double[4]){0}, 4, &err) < 0);
+    CHECK(hc_parse_shares("0.5,1,2", (double[4]){0}, 4, &err) == 3);
+    double sh[4], frac;
+    CHECK(hc_plan_balance(m, (double[]){1, 1, 1, 1}, 4, sh, &frac, &err) == 0);
+    CHECK(frac > 0 && frac < 0.5 && sh[0] < 0.25 && fabs(sh[0] + sh[1] + sh[2] + sh[3] - 1) < 1e-9);
+    CHECK(fabs(sh[1] - sh[3]) < 1e-12);
+    CHECK(hc_plan_balance(m, (double[]){0.01, 1}, 2, sh, NULL, &err) == 0 && sh[0] == 0 && sh[1] == 1);
+    hm_model_free(m);
+    gguf_close(g);
+}
+
+int main(void) {
+    hr_init();
+    check_hash();
+    check_plan(test_path(test_shared_dir(), "models/synth/synth-llama-Q4_K_M-mix.gguf"));
+    hr_log_set(log_cb, NULL);
+    hr_log(HR_LOG_DEBUG, "test-tp"); /* settles base's lazily read log level before threads log */
+    const char *sh = test_shared_dir();
+    REQUIRE(mkdtemp(tmpdir) != NULL);
+    wk ws[MAX_W] = {0};
+    REQUIRE(start_workers(ws, MAX_W));
+    const char *stories = test_path(sh, "models/stories260K.gguf");
+    const char *q8 = test_path(sh, "models/synth/synth-llama-Q8_0.gguf");
+    const char *q4km = test_path(sh, "models/synth/synth-llama-Q4_K_M-mix.gguf");
+    const char *qw2 = test_path(sh, "models/synth/synth-qwen2-Q8_0.gguf");
+    const char *qw3 = test_path(sh, "models/synth/synth-qwen3-Q4_K_M-mix.gguf");
+    /* F32 weights, F32 cache: only the order of the partial sums differs */
+    run_cfg f32 = {stories, 1, NULL, HC_ALLREDUCE_STAR, HQ_TYPE_F32, 1e-5, true, -1};
+    check_run(ws, &f32);
+    f32.n_workers = 2; f32.shares = "3,1,2";
+    check_run(ws, &f32);
+    f32.n_workers = 3; f32.shares = NULL;
+    check_run(ws, &f32);
+    f32.shares = "1,2,0,3";   /* a worker with nothing to compute still takes part */
+    check_run(ws, &f32);
+    f32.shares = NULL; f32.allreduce = HC_ALLREDUCE_RING;
+    check_run(ws, &f32);
+    f32.n_workers = 1;
+    check_run(ws, &f32);
+    /* same model and shares again: every slice is in the workers' caches */
+    f32.n_workers = 3; f32.allreduce = HC_ALLREDUCE_STAR; f32.expect_sent = 0;
+    check_run(ws, &f32);
+    /* quantized weights and an F16 cache */
+    run_cfg q = {q8, 2, NULL, HC_ALLREDUCE_STAR, HQ_TYPE_F16, 3e-2, true, -1};
+    check_run(ws, &q);
+    q.model = q4km; q.n_workers = 3; q.shares = "3,1,2,1";
+    check_run(ws, &q);
+    q.model = qw2; q.n_workers = 1;
+    q.shares = NULL;
+    check_run(ws, &q);
+    q.model = test_path(sh, "models/synth/synth-qwen2-Q4_K_M-mix.gguf"); q.n_workers = 2;
+    check_run(ws, &q);
+    q.model = qw3; q.n_workers = 2; q.allreduce = HC_ALLREDUCE_RING;
+    check_run(ws, &q);
+    q.n_workers = 3; q.shares = "3,1,2,1"; q.allreduce = HC_ALLREDUCE_STAR;
+    check_run(ws, &q);
+
+    check_malformed(ws, stories);
+    /* after all that, the workers still serve a normal head */
+    f32.shares = "2,1,1,1"; f32.expect_sent = -1;
+    check_run(ws, &f32);
+
+    stop_workers(ws, MAX_W);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return test_summary();
+}
