@@ -121,7 +121,9 @@ float hr_fp16_to_fp32_slow(hr_fp16 h) {
 }
 
 static pthread_once_t hr_once = PTHREAD_ONCE_INIT;
+static int hr_log_level_now(void);
 static void hr_init_once(void) {
+    hr_log_level_now(); /* read HEARTH_LOG once here, before threads exist (no lazy race) */
     for (uint32_t i = 0; i < 65536; i++) hr_fp16_table[i] = hr_fp16_to_fp32_slow((hr_fp16)i);
 }
 void hr_init(void) { pthread_once(&hr_once, hr_init_once); }
