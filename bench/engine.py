@@ -69,6 +69,8 @@ def main():
                 peer[(test, r["n_threads"])] = r["avg_ts"]
         results["models"][ty] = {"file_bytes": info["file_size"], "decode_bytes": dbytes, "hearth": out,
                                  "llama_bench": {"%s/t%d" % k: v for k, v in peer.items()}}
+        print("%s: hearth %s" % (ty, ", ".join("%s/t%d %.1f" % (r["test"], r["threads"], r["tok_per_s"]) for r in out)),
+              file=sys.stderr, flush=True)
         for r in out:
             t, test = r["threads"], r["test"]
             roof = bw[t] * 1e9 / dbytes if test.startswith("tg") else None
