@@ -377,7 +377,8 @@ static void test_gemm(void) {
 /* Tiles larger than the kernels' blocking: more than 16 weight rows (several row tiles, a short
    last group of 4), activation row counts that leave 1..3 columns over, and lengths that cross the
    kernels' K chunks (2080 = 65 blocks: prefill chunks of 32 blocks plus an odd last block; 8288 =
-   259 blocks: decode chunks of 256 blocks plus a pair and a last block). */
+   259 blocks: decode chunks of 256 blocks plus a pair and a last block); Q8_0 weights include
+   codes of -128. */
 static void test_gemm_large(void) {
     const int gemm_types[] = {HQ_TYPE_Q4_0, HQ_TYPE_Q4_1, HQ_TYPE_Q5_0, HQ_TYPE_Q5_1, HQ_TYPE_Q8_0, HQ_TYPE_F16};
     const int lens[] = {2080, 8288}, rows[] = {16, 21, 35}, cols[] = {1, 6, 9};
@@ -398,6 +399,9 @@ static void test_gemm_large(void) {
             for (int r = 0; r < MAXR; r++) {
                 fill_uniform(f, n);
                 tr->from_float_ref(f, x + r * bx, n);
+                /* Q8_0 weight codes may be -128 in a file (no quantizer writes it): sprinkle some in */
+                if (t == HQ_TYPE_Q8_0)
+                    for (int b = 0; b < n / QK8_0; b++) ((block_q8_0 *)(x + r * bx))[b].qs[(b * 7 + r) % QK8_0] = -128;
             }
             for (int c = 0; c < MAXC; c++) {
                 fill_uniform(f, n);
