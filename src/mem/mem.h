@@ -149,7 +149,7 @@ typedef struct hmem_block_stats {  /* per kind of block (enum hm_block) */
     int64_t n_begin;      /* blocks entered */
     int64_t compute_ns;   /* between BEGIN and END: t_attn / t_ffn of TPI-LLM Prop. 3-4 */
     int64_t n_loads;      /* loads done by the loader */
-    int64_t load_ns;      /* loader time per load: tau_attn / tau_ffn */
+    int64_t load_ns;      /* loader time; / n_loads = tau_attn / tau_ffn */
     int64_t wait_ns;      /* compute thread blocked in BEGIN */
 } hmem_block_stats;
 
@@ -179,8 +179,9 @@ typedef struct hmem_sample {
     int64_t  wait_ns;        /* cumulative time blocked */
     uint64_t mem_available;  /* /proc/meminfo */
 } hmem_sample;
-/* Takes a sample (about a millisecond for a 1B model: one mincore pass), records it and copies it to
-   *out if out is not NULL. Call once per token. HR_ENOMEM if the history cannot grow. */
+/* Takes a sample (one mincore pass over the blocks, two small /proc reads), records it and copies it
+   to *out if out is not NULL. Call once per token, from one thread. HR_ENOMEM if the history cannot
+   grow. */
 int hmem_take_sample(hmem *h, hmem_sample *out);
 const hmem_sample *hmem_samples(const hmem *h, int *n);
 
