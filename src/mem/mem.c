@@ -42,6 +42,7 @@ struct hmem {
 
     int         n;              /* blocks, in execution order */
     hmem_blk   *blk;
+    int32_t    *layer_blk;      /* [n_layer]: index of the layer's attention block, or -1 (not the shard's) */
     hmem_span  *spans;
     hmem_span  *res;            /* page-aligned union of all blocks, for mincore */
     int         n_res;
@@ -267,9 +268,9 @@ static void *loader_main(void *arg) {
 
 static int block_index(const hmem *h, int layer, enum hm_block block) {
     if (block == HM_BLOCK_OUTPUT) return h->shard.last ? h->n - 1 : -1;
-    if (layer < h->shard.layer_begin || layer >= h->shard.layer_end || (block != HM_BLOCK_ATTN && block != HM_BLOCK_FFN))
+    if (layer < 0 || layer >= h->m->hp.n_layer || h->layer_blk[layer] < 0 || (block != HM_BLOCK_ATTN && block != HM_BLOCK_FFN))
         return -1;
-    return (layer - h->shard.layer_begin) * 2 + (block == HM_BLOCK_FFN);
+    return h->layer_blk[layer] + (block == HM_BLOCK_FFN);
 }
 
 static void hmem_hook(void *user, int layer, enum hm_block block, enum hm_phase phase) {
@@ -333,6 +334,7 @@ void hmem_free(hmem *h) {
     pthread_cond_destroy(&h->cv_ready);
     if (h->fd >= 0) close(h->fd);
     free(h->blk);
+    free(h->layer_blk);
     free(h->spans);
     free(h->res);
     free(h->vec);
@@ -344,10 +346,16 @@ void hmem_free(hmem *h) {
 /* the blocks of the shard in execution order and their spans of the file */
 static int build_blocks(hmem *h, hr_err *err) {
     const hm_model *m = h->m;
-    int nl = h->shard.layer_end - h->shard.layer_begin;
+    int nl = hm_shard_n_layers(&h->shard);
     h->n = 2 * nl + (h->shard.last ? 1 : 0);
     if (h->n == 0) return hr_fail(err, HR_EINVAL, "the shard has no blocks of weights to manage");
     enum { CAP = 16 };
+    /* execution order: the windows' layers, then the output head */
+    if (!(h->layer_blk = malloc((size_t)m->hp.n_layer * sizeof *h->layer_blk)))
+        return hr_fail(err, HR_ENOMEM, "out of memory");
+    for (int il = 0; il < m->hp.n_layer; il++) h->layer_blk[il] = -1;
+    for (int w = 0, i = 0; w < h->shard.n_windows; w++)
+        for (int il = h->shard.windows[w].begin; il < h->shard.windows[w].end; il++, i += 2) h->layer_blk[il] = i;
     h->blk = calloc((size_t)h->n, sizeof *h->blk);
     h->spans = calloc((size_t)h->n * CAP, sizeof *h->spans);
     h->res = calloc((size_t)h->n * CAP, sizeof *h->res);
@@ -358,7 +366,10 @@ static int build_blocks(hmem *h, hr_err *err) {
     for (int i = 0; i < h->n; i++) {
         hmem_blk *b = &h->blk[i];
         bool out = h->shard.last && i == h->n - 1;
-        b->layer = out ? m->hp.n_layer : h->shard.layer_begin + i / 2;
+        b->layer = m->hp.n_layer;
+        if (!out)
+            for (int il = 0; il < m->hp.n_layer; il++)
+                if (h->layer_blk[il] == i - i % 2) { b->layer = il; break; }
         b->kind = out ? HM_BLOCK_OUTPUT : (i % 2 ? HM_BLOCK_FFN : HM_BLOCK_ATTN);
         hm_range r[CAP];
         int nr = hm_block_ranges(m, b->layer, (enum hm_block)b->kind, r, CAP);
@@ -495,8 +506,9 @@ fail:
 
 void hmem_attach(hmem *h, hm_shard *shard) {
     HR_ASSERT(h && shard);
-    HR_ASSERT(shard->layer_begin == h->shard.layer_begin && shard->layer_end == h->shard.layer_end &&
-              shard->last == h->shard.last);
+    hm_shard n = hm_shard_normalize(h->m, shard);
+    HR_ASSERT(n.n_windows == h->shard.n_windows && !memcmp(n.windows, h->shard.windows, sizeof n.windows[0] * (size_t)n.n_windows) &&
+              n.last == h->shard.last);
     if (h->plan.mode == HMEM_OBSERVE) return;
     shard->weights = hmem_hook;
     shard->weights_user = h;

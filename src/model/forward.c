@@ -55,7 +55,9 @@ struct hm_ctx {
     /* this shard's share of each layer: query heads, KV heads, their widths, FFN neurons */
     int nh, nkv;
     int64_t Dq, Dkv, F;
-    hm_layer *L;                    /* [n layers of the shard]: views of the model's tensors */
+    int32_t nl;                     /* layers of the shard (all its windows) */
+    int32_t win_slot[HM_MAX_WINDOWS]; /* slot of each window's first layer in L and the caches */
+    hm_layer *L;                    /* [nl]: views of the model's tensors, window after window */
     /* KV cache of the shard's layers: K and V as rows [n_ctx][n_kv*hd] */
     uint8_t **k_cache, **v_cache;
     /* scratch, [n_batch][...] */
@@ -135,16 +137,26 @@ static int64_t hm_max_dim(const hm_hparams *hp) {
     return d;
 }
 
-uint64_t hm_ctx_bytes_estimate(const hm_hparams *hp, const hm_ctx_params *p) {
+static uint64_t hm_ctx_bytes_need(const hm_hparams *hp, int64_t n_layers, int64_t n_kv, const hm_ctx_params *p) {
     int32_t n_ctx = hm_resolve_n_ctx(hp, p->n_ctx);
     int64_t B = p->n_batch > 0 ? p->n_batch : 512;
-    uint64_t kv = 2ull * hp->n_layer * hm_kv_layer_bytes(hp, n_ctx, p->kv_type);
+    uint64_t kv = 2ull * (uint64_t)n_layers * hm_kv_layer_bytes(hp, n_ctx, p->kv_type) / (uint64_t)hp->n_head_kv *
+                  (uint64_t)n_kv;
     int64_t Dq = (int64_t)hp->n_head * hp->head_dim, Dkv = (int64_t)hp->n_head_kv * hp->head_dim;
     uint64_t scratch = (uint64_t)B * (3 * hp->n_embd + 2 * Dq + 2 * Dkv + 2 * hp->n_ff + hp->head_dim) * 4;
     scratch += (uint64_t)B * hm_max_dim(hp) * 4 * 3;   /* quantized copies (upper bound) */
     int nt = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
     scratch += (uint64_t)nt * ((uint64_t)n_ctx * 8 + hp->head_dim * 4 + 256);
     return kv + scratch;
+}
+
+uint64_t hm_ctx_bytes_estimate(const hm_hparams *hp, const hm_ctx_params *p) {
+    return hm_ctx_bytes_need(hp, hp->n_layer, hp->n_head_kv, p);
+}
+
+uint64_t hm_ctx_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const hm_ctx_params *p) {
+    int32_t kv_end = s->kv_end < 0 ? hp->n_head_kv : s->kv_end;
+    return hm_ctx_bytes_need(hp, hm_shard_n_layers(s), HR_MAX(kv_end - s->kv_begin, 0), p);
 }
 
 static void *hm_ctx_alloc(hm_ctx *c, size_t bytes) {
@@ -154,9 +166,8 @@ static void *hm_ctx_alloc(hm_ctx *c, size_t bytes) {
 
 void hm_ctx_free(hm_ctx *c) {
     if (!c) return;
-    int nl = c->shard.layer_end - c->shard.layer_begin;
-    for (int i = 0; c->k_cache && i < nl; i++) hr_free_aligned(c->k_cache[i]);
-    for (int i = 0; c->v_cache && i < nl; i++) hr_free_aligned(c->v_cache[i]);
+    for (int i = 0; c->k_cache && i < c->nl; i++) hr_free_aligned(c->k_cache[i]);
+    for (int i = 0; c->v_cache && i < c->nl; i++) hr_free_aligned(c->v_cache[i]);
     free(c->k_cache);
     free(c->v_cache);
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->gate, c->up, c->rope_cs};
@@ -224,11 +235,14 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
     c->F = shard->ff_end - shard->ff_begin;
     int64_t Dq = c->Dq, Dkv = c->Dkv;
     c->max_dim = hm_max_dim(hp);
-    int nl = shard->layer_end - shard->layer_begin;
+    int nl = c->nl = hm_shard_n_layers(shard);
     c->L = calloc((size_t)HR_MAX(nl, 1), sizeof *c->L);
     if (!c->L) goto oom;
-    for (int i = 0; i < nl; i++)
-        hm_layer_view(&c->L[i], &m->layers[shard->layer_begin + i], shard, gqa * hd, hd);
+    for (int w = 0, slot = 0; w < shard->n_windows; w++) {
+        c->win_slot[w] = slot;
+        for (int il = shard->windows[w].begin; il < shard->windows[w].end; il++, slot++)
+            hm_layer_view(&c->L[slot], &m->layers[il], shard, gqa * hd, hd);
+    }
     c->k_cache = calloc((size_t)HR_MAX(nl, 1), sizeof(uint8_t *));
     c->v_cache = calloc((size_t)HR_MAX(nl, 1), sizeof(uint8_t *));
     if (!c->k_cache || !c->v_cache) goto oom;
@@ -661,8 +675,18 @@ static void hm_ffn_block(hm_ctx *c, const hm_layer *L, int n) {
     hm_matmul(c, &c->act_ff, wd, od, 1);
 }
 
+int hm_ctx_n_windows(const hm_ctx *c) { return c->shard.n_windows; }
+
 int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0, float *logits,
             bool all_logits, float *hidden_out, hr_err *err) {
+    if (c->shard.n_windows != 1)
+        return hr_fail(err, HR_EINVAL, "a shard of %d windows is run window by window (hm_eval_window)",
+                       c->shard.n_windows);
+    return hm_eval_window(c, 0, tokens, hidden_in, n, pos0, logits, all_logits, hidden_out, err);
+}
+
+int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0,
+                   float *logits, bool all_logits, float *hidden_out, hr_err *err) {
     const hm_model *m = c->m;
     const hm_hparams *hp = &m->hp;
     int64_t E = hp->n_embd, hd = hp->head_dim;
@@ -673,9 +697,13 @@ int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int
         return hr_fail(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", n, c->p.n_batch);
     if (pos0 < 0 || (int64_t)pos0 + n > c->n_ctx)
         return hr_fail(err, HR_ERANGE, "positions %d..%d exceed the context length %d", pos0, pos0 + n - 1, c->n_ctx);
+    if (w < 0 || w >= c->shard.n_windows)
+        return hr_fail(err, HR_EINVAL, "window %d of a shard of %d", w, c->shard.n_windows);
+    const hm_window win = c->shard.windows[w];
+    bool first = c->shard.first && w == 0, last = c->shard.last && w == c->shard.n_windows - 1;
 
     /* input: token embeddings (first shard) or the previous stage's hidden states */
-    if (c->shard.first) {
+    if (first) {
         if (!tokens) return hr_fail(err, HR_EINVAL, "first shard needs token ids");
         const hq_traits *tr = hq_get_traits(m->tok_embd.type);
         for (int t = 0; t < n; t++) {
@@ -689,11 +717,11 @@ int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int
     }
     hm_rope_cache(c, n, pos0);
 
-    for (int il = c->shard.layer_begin; il < c->shard.layer_end; il++) {
-        int li = il - c->shard.layer_begin;
+    for (int il = win.begin; il < win.end; il++) {
+        int li = c->win_slot[w] + il - win.begin;
         const hm_layer *L = &c->L[li];
         /* attention rmsnorm (the residual add of the previous FFN is folded into op 1) */
-        hm_rows(c, n, il == c->shard.layer_begin ? 0 : 1, L->attn_norm.data);
+        hm_rows(c, n, il == win.begin ? 0 : 1, L->attn_norm.data);
         hm_weights(c, il, HM_BLOCK_ATTN, HM_PHASE_BEGIN);
         hm_attention_block(c, L, li, n, pos0);
         hm_weights(c, il, HM_BLOCK_ATTN, HM_PHASE_END);
@@ -705,21 +733,20 @@ int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int
         hm_weights(c, il, HM_BLOCK_FFN, HM_PHASE_END);
         if (hm_sync(c, il, HM_BLOCK_FFN, c->o, n, err)) return err ? err->code : HR_ENET;
         /* FFN residual: folded into the next layer's norm, done here after the last layer */
-        if (il == c->shard.layer_end - 1)
+        if (il == win.end - 1)
             for (int64_t i = 0; i < (int64_t)n * E; i++) c->x[i] += c->o[i];
     }
-    if (c->shard.layer_begin == c->shard.layer_end) { /* no layers: nothing to add */ }
 
-    if (!c->shard.last) {
+    if (!last) {
         if (hidden_out) memcpy(hidden_out, c->x, (size_t)n * E * sizeof(float));
         c->t.total_ns = hr_time_ns() - t_start;
         return 0;
     }
     /* final norm and output head, for the last token or all of them */
-    int first = all_logits ? 0 : n - 1, cnt = all_logits ? n : 1;
+    int t0 = all_logits ? 0 : n - 1, cnt = all_logits ? n : 1;
     hm_weights(c, m->hp.n_layer, HM_BLOCK_OUTPUT, HM_PHASE_BEGIN);
-    for (int t = first; t < n; t++)
-        hm_rmsnorm(c->xn + (t - first) * E, c->x + (int64_t)t * E, m->output_norm.data, E, hp->rms_eps);
+    for (int t = t0; t < n; t++)
+        hm_rmsnorm(c->xn + (t - t0) * E, c->x + (int64_t)t * E, m->output_norm.data, E, hp->rms_eps);
     if (logits) {
         hm_act_set(&c->act_in, c->xn, cnt, E);
         const hm_tensor *wout[] = {&m->output};

@@ -172,10 +172,42 @@ hm_model *hm_model_load(const gguf_ctx *g, hr_err *err) {
         if (hp->tied_output) m->output = m->tok_embd;
         else if (hm_bind(g, &m->output, "output.weight", E, hp->n_vocab, false, false, err)) goto err;
     }
+    if (m->is_slice && gguf_find_key(g, "hearth.slice.layers") >= 0) {
+        /* a pipeline stage's slice: whole layers, only these */
+        int et;
+        uint64_t nl;
+        const void *ids;
+        if (!gguf_get_arr(g, "hearth.slice.layers", &et, &nl, &ids) || et != GGUF_VT_UINT32 || nl > (uint64_t)hp->n_layer) {
+            hr_fail(err, HR_EFORMAT, "slice file: 'hearth.slice.layers' must be a u32 array of at most %d layers",
+                    hp->n_layer);
+            goto err;
+        }
+        if (!(m->has_layer = calloc((size_t)hp->n_layer, 1))) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
+        for (uint64_t i = 0; i < nl; i++) {
+            uint32_t il;
+            memcpy(&il, (const uint8_t *)ids + 4 * i, 4);
+            if (il >= (uint32_t)hp->n_layer || m->has_layer[il]) {
+                hr_fail(err, HR_EFORMAT, "slice file: 'hearth.slice.layers' lists layer %u twice or outside [0, %d)",
+                        il, hp->n_layer);
+                goto err;
+            }
+            m->has_layer[il] = 1;
+        }
+    }
     bool has_att = Dkv > 0;
     if (hm_bind(g, &m->rope_freqs, "rope_freqs.weight", hp->head_dim / 2, 1, true, true, err)) goto err;
     for (int il = 0; il < hp->n_layer; il++) {
         hm_layer *L = &m->layers[il];
+        if (m->has_layer && !m->has_layer[il]) {
+            /* not in this file: its tensors must not be either (they would be unaccounted bytes) */
+            char n[96];
+            snprintf(n, sizeof n, "blk.%d.attn_norm.weight", il);
+            if (gguf_find_tensor(g, n)) {
+                hr_fail(err, HR_EFORMAT, "slice file holds '%s' but does not list layer %d", n, il);
+                goto err;
+            }
+            continue;
+        }
         char n[96];
 #define BIND(field, suffix, ne0, ne1, opt, f32)                                              \
         snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                                      \
@@ -204,6 +236,7 @@ err:
 
 void hm_model_free(hm_model *m) {
     if (!m) return;
+    free(m->has_layer);
     free(m->layers);
     free(m);
 }
@@ -234,6 +267,17 @@ hm_shard hm_shard_full(const hm_model *m) {
         s.ff_end = m->slice_n_ff;
         s.first = s.last = false;
     }
+    if (m->has_layer) {
+        /* the file's layers, as maximal runs (a pipeline stage's windows) */
+        s.layer_begin = s.layer_end = 0;
+        for (int il = 0; il < m->hp.n_layer && s.n_windows < HM_MAX_WINDOWS; il++) {
+            if (!m->has_layer[il]) continue;
+            if (s.n_windows > 0 && s.windows[s.n_windows - 1].end == il) s.windows[s.n_windows - 1].end++;
+            else s.windows[s.n_windows++] = (hm_window){il, il + 1};
+        }
+        if (s.n_windows == 0) s.n_windows = 1; /* no layers: one empty window */
+        s = hm_shard_normalize(m, &s);
+    }
     return s;
 }
 
@@ -246,16 +290,38 @@ hm_shard hm_shard_normalize(const hm_model *m, const hm_shard *in) {
     hm_shard s = *in;
     if (s.kv_end < 0) s.kv_end = m->is_slice ? m->slice_n_head_kv : m->hp.n_head_kv;
     if (s.ff_end < 0) s.ff_end = m->is_slice ? m->slice_n_ff : m->hp.n_ff;
+    if (s.n_windows <= 0) {
+        s.n_windows = 1;
+        s.windows[0] = (hm_window){s.layer_begin, s.layer_end};
+    } else if (s.n_windows <= HM_MAX_WINDOWS) {
+        s.layer_begin = s.windows[0].begin;
+        s.layer_end = s.windows[s.n_windows - 1].end;
+    }
     return s;
+}
+
+int32_t hm_shard_n_layers(const hm_shard *s) {
+    if (s->n_windows <= 0) return s->layer_end - s->layer_begin;
+    int32_t n = 0;
+    for (int w = 0; w < s->n_windows && w < HM_MAX_WINDOWS; w++) n += s->windows[w].end - s->windows[w].begin;
+    return n;
 }
 
 int hm_shard_validate(const hm_model *m, const hm_shard *in, hr_err *err) {
     const hm_hparams *hp = &m->hp;
+    if (in->n_windows > HM_MAX_WINDOWS)
+        return hr_fail(err, HR_EINVAL, "a shard of %d windows (at most %d)", in->n_windows, HM_MAX_WINDOWS);
     hm_shard sn = hm_shard_normalize(m, in);
     const hm_shard *s = &sn;
-    if (s->layer_begin < 0 || s->layer_end > hp->n_layer || s->layer_begin > s->layer_end)
-        return hr_fail(err, HR_EINVAL, "shard layers [%d, %d) outside the model's %d layers", s->layer_begin,
-                       s->layer_end, hp->n_layer);
+    for (int w = 0; w < s->n_windows; w++) {
+        const hm_window *x = &s->windows[w];
+        if (x->begin < 0 || x->end > hp->n_layer || x->begin > x->end || (w > 0 && x->begin < s->windows[w - 1].end))
+            return hr_fail(err, HR_EINVAL, "shard layers [%d, %d)%s outside the model's %d layers or not after the "
+                           "previous window", x->begin, x->end, s->n_windows > 1 ? " (a window)" : "", hp->n_layer);
+        for (int il = x->begin; il < x->end; il++)
+            if (m->has_layer && !m->has_layer[il])
+                return hr_fail(err, HR_EINVAL, "shard runs layer %d, which this slice file does not hold", il);
+    }
     if (s->kv_begin < 0 || s->kv_end > hp->n_head_kv || s->kv_begin > s->kv_end)
         return hr_fail(err, HR_EINVAL, "shard attention units [%d, %d) outside the model's %d KV heads", s->kv_begin,
                        s->kv_end, hp->n_head_kv);
@@ -267,16 +333,17 @@ int hm_shard_validate(const hm_model *m, const hm_shard *in, hr_err *err) {
                        "%d FFN neurons", s->kv_begin, s->kv_end, s->ff_begin, s->ff_end,
                        s->first || s->last ? " with embedding/output" : "", m->slice_n_head_kv, m->slice_n_ff);
     int64_t unit = (int64_t)(hp->n_head / hp->n_head_kv) * hp->head_dim;
-    for (int il = s->layer_begin; il < s->layer_end; il++) {
-        const hm_layer *L = &m->layers[il];
-        if (!hm_cols_aligned(&L->wo, s->kv_begin * unit, s->kv_end * unit))
-            return hr_fail(err, HR_EINVAL, "layer %d: attention units [%d, %d) do not fall on %s block boundaries of "
-                           "attn_output (%lld columns per unit)", il, s->kv_begin, s->kv_end,
-                           hq_type_name(L->wo.type), (long long)unit);
-        if (!hm_cols_aligned(&L->w_down, s->ff_begin, s->ff_end))
-            return hr_fail(err, HR_EINVAL, "layer %d: FFN neurons [%d, %d) do not fall on %s block boundaries of "
-                           "ffn_down", il, s->ff_begin, s->ff_end, hq_type_name(L->w_down.type));
-    }
+    for (int w = 0; w < s->n_windows; w++)
+        for (int il = s->windows[w].begin; il < s->windows[w].end; il++) {
+            const hm_layer *L = &m->layers[il];
+            if (!hm_cols_aligned(&L->wo, s->kv_begin * unit, s->kv_end * unit))
+                return hr_fail(err, HR_EINVAL, "layer %d: attention units [%d, %d) do not fall on %s block boundaries "
+                               "of attn_output (%lld columns per unit)", il, s->kv_begin, s->kv_end,
+                               hq_type_name(L->wo.type), (long long)unit);
+            if (!hm_cols_aligned(&L->w_down, s->ff_begin, s->ff_end))
+                return hr_fail(err, HR_EINVAL, "layer %d: FFN neurons [%d, %d) do not fall on %s block boundaries of "
+                               "ffn_down", il, s->ff_begin, s->ff_end, hq_type_name(L->w_down.type));
+        }
     return 0;
 }
 

@@ -19,7 +19,10 @@
  * plus hearth.slice.n_head_kv / .n_ff (the units the file holds, either may be 0), .n_vocab,
  * .qkv_bias and .qk_norm (bools); its wq/wk/wv/wo/w_gate/w_up/w_down hold those units only, with the
  * usual names, and it has no token_embd, output_norm or output (they stay on the head). Its
- * hm_shard_full is {all layers, kv [0, slice n_head_kv), ff [0, slice n_ff), first = last = false}.
+ * hm_shard_full is {all layers (a pipeline slice: its layers, one window per run), kv [0, slice
+ * n_head_kv), ff [0, slice n_ff), first = last = false}.
+ * A pipeline stage's slice file holds whole layers, but only some of them: hearth.slice.layers lists
+ * them (u32 array; absent = every layer); hm_model.has_layer says which, and a shard may only run those.
  *
  * Ownership: hm_model borrows tensor data from the gguf_ctx it was loaded from (mmap), which must
  * outlive it. hm_ctx owns the KV cache and scratch buffers.
@@ -86,6 +89,7 @@ typedef struct hm_model {
     hm_layer  *layers;                     /* n_layer */
     const gguf_ctx *gguf;                  /* borrowed */
     bool       is_slice;                   /* a slice file (see above): no embedding/output tensors */
+    uint8_t   *has_layer;                  /* [n_layer]: the layer's tensors are in the file; NULL = all */
     int32_t    slice_n_head_kv, slice_n_ff;/* units a slice file holds (0..n_head_kv, 0..n_ff) */
 } hm_model;
 
@@ -118,30 +122,43 @@ int hm_block_ranges(const hm_model *m, int layer, enum hm_block block, hm_range 
    forward pass then stops and returns it). */
 typedef int (*hm_sync_fn)(void *user, int layer, enum hm_block block, float *x, int n_tokens, int n_embd);
 
-/* A shard is a layer range and, for tensor parallelism, a share of every layer in it: the attention
+/* A shard is a set of layers and, for tensor parallelism, a share of every layer in it: the attention
    units [kv_begin, kv_end) (a unit is one KV head and the n_head/n_head_kv query heads that share it)
    and the FFN neurons [ff_begin, ff_end). The shard's wq/wk/wv/w_gate/w_up are row ranges and its
    wo/w_down column ranges of the full tensors (views, no copy); column ranges must fall on block
    boundaries of those tensors' types. Its block outputs are then partial sums, which sync must add
    up across the shards. A share may be empty (kv_begin == kv_end: no attention heads here; the
    block's partial output is then zero): FFN can be split finer than attention. kv_end / ff_end < 0
-   mean "to the end". */
+   mean "to the end".
+   The layers are one range [layer_begin, layer_end), or — a pipeline device that owns several
+   non-adjacent ranges (prima.cpp's piped ring) — n_windows *windows*, ascending and disjoint, each
+   run by its own hm_eval_window call with other devices' layers in between. A window may be empty
+   (a head that owns no layer at the end still runs the output head). hm_shard_normalize turns the
+   single-range form into one window and sets layer_begin/layer_end to the windows' span. */
+#define HM_MAX_WINDOWS 64
+typedef struct hm_window { int32_t begin, end; } hm_window;
 typedef struct hm_shard {
-    int32_t layer_begin, layer_end;  /* layers this device runs */
+    int32_t layer_begin, layer_end;  /* layers this device runs (n_windows == 0), or the windows' span */
+    int32_t n_windows;               /* 0: one window [layer_begin, layer_end) */
+    hm_window windows[HM_MAX_WINDOWS];
     int32_t kv_begin, kv_end;        /* attention units (KV heads) of each layer */
     int32_t ff_begin, ff_end;        /* FFN neurons of each layer */
-    bool    first;                   /* runs the token embedding (tokens in) */
-    bool    last;                    /* runs final norm + output head (logits out) */
+    bool    first;                   /* runs the token embedding (tokens in), in its first window */
+    bool    last;                    /* runs final norm + output head (logits out), after its last window */
     hm_sync_fn sync;                 /* NULL: single device */
     void   *sync_user;
     hm_weights_fn weights;           /* NULL: no residency management */
     void   *weights_user;
 } hm_shard;
 hm_shard hm_shard_full(const hm_model *m);   /* all layers and units, first and last, no sync */
-/* The shard with kv_end/ff_end < 0 replaced by the model's counts. */
+/* The shard with kv_end/ff_end < 0 replaced by the model's counts, and its layers as n_windows >= 1
+   windows with layer_begin/layer_end their span. */
 hm_shard hm_shard_normalize(const hm_model *m, const hm_shard *s);
-/* Checks a shard against a model: ranges inside it, column slices on block boundaries. */
+/* Checks a shard against a model: windows ascending and disjoint, layers inside it (and in the file),
+   column slices on block boundaries. */
 int hm_shard_validate(const hm_model *m, const hm_shard *s, hr_err *err);
+/* Layers the shard runs (the sum of its windows' lengths). */
+int32_t hm_shard_n_layers(const hm_shard *s);
 
 /* ---- context: KV cache + scratch, bound to a model ---------------------------------------------- */
 typedef struct hm_ctx_params {
@@ -158,15 +175,23 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
 void    hm_ctx_free(hm_ctx *c);
 /* bytes the ctx allocated (KV cache + scratch) */
 uint64_t hm_ctx_bytes(const hm_ctx *c);
-/* memory a context of these parameters needs, without creating it */
+/* memory a context of these parameters needs, without creating it (every layer's KV cache) */
 uint64_t hm_ctx_bytes_estimate(const hm_hparams *hp, const hm_ctx_params *p);
+/* the same for a shard: the KV cache of its layers only */
+uint64_t hm_ctx_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const hm_ctx_params *p);
 
 /* Runs tokens[0..n) at positions pos0..pos0+n-1 (n <= n_batch, pos0+n <= n_ctx) through the shard.
    first shard: tokens in; else hidden_in[n][n_embd] in. last shard: writes logits of the last
    token (all_logits=false) or of every token (all_logits=true) to logits ([n or 1][n_vocab]);
-   else writes hidden states out to hidden_out[n][n_embd]. Returns 0 or a negative HR_E* code. */
+   else writes hidden states out to hidden_out[n][n_embd]. Returns 0 or a negative HR_E* code.
+   A shard of several windows must use hm_eval_window (HR_EINVAL here). */
 int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0,
             float *logits, bool all_logits, float *hidden_out, hr_err *err);
+/* The same for window w of the shard (0 <= w < n_windows): tokens in only in window 0 of a first
+   shard, logits out only after the last window of a last shard; hidden states otherwise. */
+int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0,
+                   float *logits, bool all_logits, float *hidden_out, hr_err *err);
+int hm_ctx_n_windows(const hm_ctx *c);
 
 /* Forgets positions >= pos (e.g. to restart generation). */
 void hm_kv_truncate(hm_ctx *c, int32_t pos);
