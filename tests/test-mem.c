@@ -228,7 +228,7 @@ static uint64_t ctx_bytes(const hm_model *m) {
     return hm_ctx_bytes_estimate(&m->hp, &cp);
 }
 
-typedef struct { const char *label; double frac; int window; hmem_pin pin; hmem_mode mode; } budget_case;
+typedef struct { const char *label; double frac; int window; hmem_pin pin; hmem_mode mode; bool no_prefetch; } budget_case;
 
 static void test_model(const char *path, bool last) {
     hr_err err = {0};
@@ -262,10 +262,11 @@ static void test_model(const char *path, bool last) {
     CHECK(n_blocks == 2 * m->hp.n_layer + (last ? 1 : 0));
 
     const budget_case cases[] = {
-        {"100%", 1.0, 2, HMEM_PIN_RUN, HMEM_AUTO},        {"50%", 0.5, 2, HMEM_PIN_RUN, HMEM_AUTO},
-        {"25%", 0.25, 2, HMEM_PIN_RUN, HMEM_AUTO},        {"1 block", 0, 1, HMEM_PIN_RUN, HMEM_AUTO},
-        {"50% spread", 0.5, 2, HMEM_PIN_SPREAD, HMEM_AUTO}, {"50% ffn", 0.5, 3, HMEM_PIN_FFN, HMEM_AUTO},
-        {"100% stream", 1.0, 2, HMEM_PIN_NONE, HMEM_STREAM}, {"25% w=8", 0.25, 8, HMEM_PIN_SPREAD, HMEM_AUTO},
+        {"100%", 1.0, 2, HMEM_PIN_RUN, HMEM_AUTO, false},        {"50%", 0.5, 2, HMEM_PIN_RUN, HMEM_AUTO, false},
+        {"25%", 0.25, 2, HMEM_PIN_RUN, HMEM_AUTO, false},        {"1 block", 0, 1, HMEM_PIN_RUN, HMEM_AUTO, false},
+        {"50% spread", 0.5, 2, HMEM_PIN_SPREAD, HMEM_AUTO, false}, {"50% ffn", 0.5, 3, HMEM_PIN_FFN, HMEM_AUTO, false},
+        {"100% stream", 1.0, 2, HMEM_PIN_NONE, HMEM_STREAM, false}, {"25% w=8", 0.25, 8, HMEM_PIN_SPREAD, HMEM_AUTO, false},
+        {"50% no prefetch", 0.5, 2, HMEM_PIN_RUN, HMEM_AUTO, true},
     };
     for (size_t ci = 0; ci < HR_ARRAY_LEN(cases); ci++) {
         const budget_case *bc = &cases[ci];
@@ -274,6 +275,7 @@ static void test_model(const char *path, bool last) {
         p.window = bc->window;
         p.pin = bc->pin;
         p.mode = bc->mode;
+        p.prefetch = !bc->no_prefetch;
         uint64_t wb = bc->frac > 0 ? (uint64_t)(bc->frac * (double)W) : big;
         if (wb < big) wb = big; /* a block must fit: 25% of a model with a big output head may not */
         p.budget = p.ctx_bytes + wb;
@@ -307,6 +309,8 @@ static void test_model(const char *path, bool last) {
                    (unsigned long long)st.held_peak, (unsigned long long)(p.budget - p.ctx_bytes));
             CHECK(st.n_errors == 0);
             if (bc->pin == HMEM_PIN_NONE) CHECK(pl->n_pinned == 0);
+            /* without prefetch every streamed block is loaded while compute waits for it */
+            if (bc->no_prefetch) CHECK(st.n_waits >= (int64_t)ns * (pl->n_blocks - pl->n_pinned));
         } else {
             CHECK(st.n_loads == 0 && st.n_releases == 0);
         }

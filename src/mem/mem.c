@@ -55,6 +55,8 @@ struct hmem {
     pthread_t       thread;
     bool            thread_started, stop;
     int             pos;        /* next block to compute, or the one computing */
+    bool            computing;  /* between BEGIN and END of block pos */
+    bool            prefetch;   /* load ahead of compute (else only the block compute waits on) */
     uint64_t        room;       /* bytes for streamed blocks (hmem_plan.room_bytes) */
     uint64_t        streamed;   /* bytes of streamed blocks resident now; under mu */
     uint64_t       *allow;      /* loader scratch: how much of each block may be resident */
@@ -195,6 +197,7 @@ static void plan_window(hmem *h) {
         int i = (h->pos + k) % h->n;
         hmem_blk *b = &h->blk[i];
         if (b->pinned) { h->allow[i] = b->bytes; continue; }
+        if (!h->prefetch && (k > 0 || !h->computing)) { h->allow[i] = 0; continue; }  /* on demand only */
         h->allow[i] = HR_MIN(b->bytes, round_down(left, h->page));
         left -= h->allow[i];
     }
@@ -282,7 +285,8 @@ static void hmem_hook(void *user, int layer, enum hm_block block, enum hm_phase 
     if (phase == HM_PHASE_BEGIN) {
         h->st.kind[b->kind].n_begin++;
         if (h->plan.mode == HMEM_STREAM) {
-            if (h->pos != i) { h->pos = i; pthread_cond_signal(&h->cv_loader); }
+            h->computing = true;
+            if (h->pos != i || !h->prefetch) { h->pos = i; pthread_cond_signal(&h->cv_loader); }
             if (b->loaded < b->bytes) {
                 int64_t t0 = hr_time_ns();
                 h->st.n_waits++;
@@ -298,6 +302,7 @@ static void hmem_hook(void *user, int layer, enum hm_block block, enum hm_phase 
         if (h->plan.mode == HMEM_STREAM) {
             /* the window slides: the loader releases this block and loads the next one */
             h->pos = (i + 1) % h->n;
+            h->computing = false;
             pthread_cond_signal(&h->cv_loader);
         }
     }
@@ -422,6 +427,7 @@ hmem *hmem_create(const hm_model *m, const hm_shard *shard, const char *path, co
     pthread_cond_init(&h->cv_ready, NULL);
     h->m = m;
     h->populate_ok = true;
+    h->prefetch = p->prefetch;
     h->shard = shard ? hm_shard_normalize(m, shard) : hm_shard_full(m);
     if (hm_shard_validate(m, &h->shard, err)) goto fail;
     h->base = gguf_base(m->gguf);
@@ -590,8 +596,8 @@ void hmem_summary(const hmem *h, char *buf, size_t cap) {
     if (n < 0 || (size_t)n >= cap) return;
     if (p->mode == HMEM_STREAM)
         n += snprintf(buf + n, cap - (size_t)n,
-                      ", window %d, pinned %d (%.1f MiB), streamed %.1f MiB/pass; loaded %.1f MiB, blocked %.1f ms",
-                      p->window, p->n_pinned, mib(p->pinned_bytes), mib(p->stream_bytes), mib(s.loaded_bytes),
+                      ", window %d%s, pinned %d (%.1f MiB), streamed %.1f MiB/pass; loaded %.1f MiB, blocked %.1f ms",
+                      p->window, h->prefetch ? "" : " (no prefetch)", p->n_pinned, mib(p->pinned_bytes), mib(p->stream_bytes), mib(s.loaded_bytes),
                       (double)s.wait_ns * 1e-6);
     if (n < 0 || (size_t)n >= cap) return;
     if (s.disk_read_bytes >= 0)

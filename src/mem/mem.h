@@ -96,6 +96,8 @@ typedef struct hmem_params {
                              (with a warning) if the budget cannot hold that many */
     hmem_pin  pin;        /* default RUN */
     uint64_t  ctx_bytes;  /* KV cache + scratch of the ctx (hm_ctx_bytes_estimate); counts against budget */
+    bool      prefetch;   /* STREAM: load ahead of compute (default). false: load a block only when compute
+                             reaches it, still releasing used ones (the ablation of prima.cpp's prefetch) */
 } hmem_params;
 hmem_params hmem_default_params(void);
 
@@ -191,6 +193,9 @@ const hmem_sample *hmem_samples(const hmem *h, int *n);
    weights stay plain mmap); a budget given explicitly that cannot work is an error. */
 int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
                uint64_t ctx_bytes, hmem **out, hr_err *err);
+/* The same with prefetching chosen (--no-prefetch). */
+int hmem_setup_ex(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
+                  bool prefetch, uint64_t ctx_bytes, hmem **out, hr_err *err);
 
 /* One line for logs: "mem: stream, budget 250.0 MiB, window 2, pinned 12/33 blocks (180.2 MiB), ..." */
 void hmem_summary(const hmem *h, char *buf, size_t cap);

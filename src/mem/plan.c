@@ -4,7 +4,8 @@
 #include <stdlib.h>
 
 hmem_params hmem_default_params(void) {
-    hmem_params p = {.mode = HMEM_AUTO, .budget = 0, .window = 2, .pin = HMEM_PIN_RUN, .ctx_bytes = 0};
+    hmem_params p = {.mode = HMEM_AUTO, .budget = 0, .window = 2, .pin = HMEM_PIN_RUN, .ctx_bytes = 0,
+                         .prefetch = true};
     return p;
 }
 

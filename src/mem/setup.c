@@ -3,6 +3,11 @@
 
 int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
                uint64_t ctx_bytes, hmem **out, hr_err *err) {
+    return hmem_setup_ex(m, shard, path, budget_flag, window, true, ctx_bytes, out, err);
+}
+
+int hmem_setup_ex(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
+                  bool prefetch, uint64_t ctx_bytes, hmem **out, hr_err *err) {
     *out = NULL;
     bool enabled = true;
     uint64_t budget = 0;
@@ -13,6 +18,7 @@ int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char 
     p.budget = budget;
     p.window = window;
     p.ctx_bytes = ctx_bytes;
+    p.prefetch = prefetch;
     hr_err e = {0};
     hmem *h = hmem_create(m, shard, path, &p, &e);
     if (!h) {
