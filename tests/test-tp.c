@@ -1,4 +1,4 @@
-// modules: base quant gguf model net cluster
+// modules: base quant gguf model mem net cluster
 /* test-tp: tensor parallelism over loopback with the cluster API (src/cluster), workers in threads.
  * - A head + 1, 2, 3 workers (even and uneven shares, star and ring) gives the single-device logits
  *   and greedy tokens: F32 weights and an F32 KV cache (stories260K) to <= 1e-5 relative; quantized
@@ -109,6 +109,7 @@ typedef struct inspect {
     const int32_t *fed;       /* tokens of the current pass (for the FORWARD content check) */
     int n_fed;
     int bad_type, bad_slice, id_found, forward_bad, forwards;
+    bool pipeline;            /* FORWARDs carry hidden states after the head's window, not the embedding */
     hn_buf buf;
 } inspect;
 
@@ -140,9 +141,9 @@ static void hook(void *user, int device, const hn_msg *m) {
         for (int w = 0; w + 3 <= in->n_prompt; w++)
             if (contains_ids(in->buf.data, in->buf.len, in->prompt + w, 3)) { in->id_found++; break; }
     }
-    if (m->type == HN_MSG_FORWARD) {
+    if (m->type == HN_MSG_FORWARD) in->forwards++;
+    if (m->type == HN_MSG_FORWARD && !in->pipeline) {
         /* what a FORWARD carries is the embedding of the pass's tokens: hidden states, not ids */
-        in->forwards++;
         const hn_forward *f = &m->u.forward;
         int E = in->m->hp.n_embd;
         float *emb = malloc((size_t)in->n_fed * E * sizeof(float));
@@ -168,6 +169,7 @@ typedef struct run_cfg {
     double tol;               /* worst relative RMS logit difference allowed */
     bool privacy;
     int64_t expect_sent;      /* -1: any; else the weight bytes the head must send */
+    const char *pp;           /* a pipeline with these --layer-windows ("" = the default split); NULL: TP */
 } run_cfg;
 
 /* prompt + n_gen greedy steps on one device and on head + workers; compares every step's logits */
@@ -197,6 +199,9 @@ static void check_run(wk *ws, const run_cfg *rc) {
     hp.workers = list;
     hp.shares = rc->shares;
     hp.allreduce = rc->allreduce;
+    hp.pp = rc->pp != NULL;
+    hp.layer_windows = rc->pp && rc->pp[0] ? rc->pp : NULL;
+    in.pipeline = hp.pp;
     if (rc->privacy) { hp.send_hook = hook; hp.send_hook_user = &in; }
     in.fed = prompt;
     in.n_fed = 0;
@@ -235,9 +240,10 @@ static void check_run(wk *ws, const run_cfg *rc) {
             ok = false;
         }
     }
-    printf("%-30s %d workers shares %-8s %s kv %s: worst logits rel %.2e, tokens %d/%d equal, sent %llu bytes\n",
-           strrchr(rc->model, '/') + 1, rc->n_workers, rc->shares ? rc->shares : "equal",
-           rc->allreduce == HC_ALLREDUCE_RING ? "ring" : "star", rc->kv_type == HQ_TYPE_F32 ? "f32" : "f16", worst,
+    printf("%-30s %d workers %s %-8s %s kv %s: worst logits rel %.2e, tokens %d/%d equal, sent %llu bytes\n",
+           strrchr(rc->model, '/') + 1, rc->n_workers, rc->pp ? "pipeline" : "shares",
+           rc->pp ? (rc->pp[0] ? rc->pp : "default") : rc->shares ? rc->shares : "equal",
+           rc->pp ? "" : rc->allreduce == HC_ALLREDUCE_RING ? "ring" : "star", rc->kv_type == HQ_TYPE_F32 ? "f32" : "f16", worst,
            same, n_gen + 1, (unsigned long long)hc_head_weight_bytes_sent(h));
     CHECKF(worst <= rc->tol, "%s: logits differ by %.2e > %.1e", rc->model, worst, rc->tol);
     CHECKF(same == n_gen + 1, "%s: greedy tokens differ", rc->model);
@@ -245,7 +251,8 @@ static void check_run(wk *ws, const run_cfg *rc) {
         CHECK(in.bad_type == 0);
         CHECK(in.bad_slice == 0);
         CHECK(in.id_found == 0);
-        CHECK(in.forwards == (n_gen + 1) * rc->n_workers);
+        /* a pipeline: one FORWARD from the head per trip round the ring */
+        CHECK(in.forwards == (n_gen + 1) * (rc->pp ? hc_head_pp_plan(h)->n_rounds : rc->n_workers));
         CHECK(in.forward_bad == 0);
     }
     free(lr);
@@ -405,6 +412,34 @@ static void check_hash(void) {
     CHECK(hr_hash64(zeros, 32, 0) != hr_hash64(zeros, 64, 0) && hr_hash64(zeros, 0, 0) != hr_hash64(zeros, 1, 0));
 }
 
+/* pipeline plans: windows dealt round the ring, the head's empty windows, impossible sizes */
+static void check_pp_plan(void) {
+    hr_err err = {0};
+    hc_pp_plan p;
+    /* 16 layers, 2,3,2: rounds 0-1|2-4|5-6, 7-8|9-11|12-13, 14-15 on the head */
+    CHECK(hc_pp_plan_make(16, (int[]){2, 3, 2}, 3, &p, &err) == 0);
+    CHECK(p.n_win[0] == 3 && p.win[0][1].begin == 7 && p.win[0][2].begin == 14 && p.win[0][2].end == 16);
+    CHECK(p.n_win[1] == 2 && p.win[1][0].begin == 2 && p.win[1][1].end == 12);
+    CHECK(p.n_win[2] == 2 && p.win[2][1].begin == 12 && p.win[2][1].end == 14);
+    CHECK(p.n_rounds == 2 && p.n_steps == 7 && p.step_dev[6] == 0);
+    /* the default: one round, the head with the fewest layers, then the output head [16, 16) */
+    CHECK(hc_pp_plan_make(16, NULL, 3, &p, &err) == 0);
+    CHECK(p.n_win[0] == 2 && p.win[0][0].end == 5 && p.win[0][1].begin == 16 && p.win[0][1].end == 16);
+    CHECK(p.win[1][0].begin == 5 && p.win[1][0].end == 10 && p.win[2][0].end == 16 && p.n_rounds == 1);
+    /* a head with no layers: [0, 0) then [L, L) */
+    CHECK(hc_pp_plan_make(5, (int[]){0, 1, 1}, 3, &p, &err) == 0);
+    CHECK(p.n_win[0] == 2 && p.win[0][0].end == 0 && p.win[0][1].begin == 5 && p.n_win[1] == 3 && p.n_win[2] == 2);
+    CHECK(p.n_rounds == 3);   /* d1 d2 | d1 d2 | d1: the ring passes through the head twice */
+    /* impossible: a worker placed after the last layer, no layers at all, one device, too many windows */
+    CHECK(hc_pp_plan_make(16, (int[]){14, 2, 1}, 3, &p, &err) == HR_EINVAL && strstr(err.msg, "no layers"));
+    CHECK(hc_pp_plan_make(16, (int[]){0, 0}, 2, &p, &err) == HR_EINVAL);
+    CHECK(hc_pp_plan_make(16, (int[]){1}, 1, &p, &err) == HR_ERANGE);
+    CHECK(hc_pp_plan_make(200, (int[]){1, 1}, 2, &p, &err) == HR_ERANGE && strstr(err.msg, "windows"));
+    int sz[4];
+    CHECK(hc_parse_layer_windows("2,3,2", sz, 4, &err) == 3 && sz[1] == 3);
+    CHECK(hc_parse_layer_windows("2,1.5", sz, 4, &err) < 0 && hc_parse_layer_windows("2,-1", sz, 4, &err) < 0);
+}
+
 /* the plan: block-aligned groups, largest remainder, contiguous ranges; balancing for the output head */
 static void check_plan(const char *path) {
     hr_err err = {0};
@@ -432,6 +467,7 @@ static void check_plan(const char *path) {
 int main(void) {
     hr_init();
     check_hash();
+    check_pp_plan();
     check_plan(test_path(test_shared_dir(), "models/synth/synth-llama-Q4_K_M-mix.gguf"));
     hr_log_set(log_cb, NULL);
     hr_log(HR_LOG_DEBUG, "test-tp"); /* settles base's lazily read log level before threads log */
@@ -445,7 +481,7 @@ int main(void) {
     const char *qw2 = test_path(sh, "models/synth/synth-qwen2-Q8_0.gguf");
     const char *qw3 = test_path(sh, "models/synth/synth-qwen3-Q4_K_M-mix.gguf");
     /* F32 weights, F32 cache: only the order of the partial sums differs */
-    run_cfg f32 = {stories, 1, NULL, HC_ALLREDUCE_STAR, HQ_TYPE_F32, 1e-5, true, -1};
+    run_cfg f32 = {stories, 1, NULL, HC_ALLREDUCE_STAR, HQ_TYPE_F32, 1e-5, true, -1, NULL};
     check_run(ws, &f32);
     f32.n_workers = 2; f32.shares = "3,1,2";
     check_run(ws, &f32);
@@ -461,7 +497,7 @@ int main(void) {
     f32.n_workers = 3; f32.allreduce = HC_ALLREDUCE_STAR; f32.expect_sent = 0;
     check_run(ws, &f32);
     /* quantized weights and an F16 cache */
-    run_cfg q = {q8, 2, NULL, HC_ALLREDUCE_STAR, HQ_TYPE_F16, 3e-2, true, -1};
+    run_cfg q = {q8, 2, NULL, HC_ALLREDUCE_STAR, HQ_TYPE_F16, 3e-2, true, -1, NULL};
     check_run(ws, &q);
     q.model = q4km; q.n_workers = 3; q.shares = "3,1,2,1";
     check_run(ws, &q);
@@ -474,6 +510,19 @@ int main(void) {
     check_run(ws, &q);
     q.n_workers = 3; q.shares = "3,1,2,1"; q.allreduce = HC_ALLREDUCE_STAR;
     check_run(ws, &q);
+    /* pipelines: whole layers on each device, so the logits are the single device's exactly */
+    run_cfg pp = {stories, 1, NULL, HC_ALLREDUCE_STAR, HQ_TYPE_F16, 0, true, -1, "1,1"};  /* 2 trips */
+    check_run(ws, &pp);
+    pp.n_workers = 2; pp.pp = "1,2,1";
+    check_run(ws, &pp);
+    pp.pp = "0,1,1"; pp.kv_type = HQ_TYPE_F32;   /* the head: embedding and output head only */
+    check_run(ws, &pp);
+    pp.n_workers = 3; pp.pp = "";                /* the default: one round */
+    check_run(ws, &pp);
+    pp.model = qw3; pp.n_workers = 1; pp.pp = "1,1"; pp.kv_type = HQ_TYPE_F16;
+    check_run(ws, &pp);
+    pp.model = q4km; pp.n_workers = 2; pp.pp = "0,1,1";
+    check_run(ws, &pp);
 
     check_malformed(ws, stories);
     /* after all that, the workers still serve a normal head */

@@ -11,63 +11,15 @@
 # Env: HEARTH_BIN (the hearth binary), HEARTH_SHARED (the shared/ folder with models/).
 set -u
 
-BIN=${HEARTH_BIN:-}
-SHARED=${HEARTH_SHARED:-../shared}
-if [[ -z "$BIN" || ! -x "$BIN" ]]; then echo "HEARTH_BIN is not set to the hearth binary; skipping" >&2; exit 77; fi
-if [[ ! -f "$SHARED/models/stories260K.gguf" ]]; then echo "shared models not found; skipping" >&2; exit 77; fi
-
-TMP=$(mktemp -d)
-declare -A WPID WPORT
-cleanup() {
-    for i in "${!WPID[@]}"; do kill -9 "${WPID[$i]}" 2> /dev/null; done
-    [[ -n "${HEAD_PID:-}" ]] && kill -9 "$HEAD_PID" 2> /dev/null
-    wait 2> /dev/null
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-
-# start_worker I [PORT]: worker I listening on 127.0.0.1:PORT (default: any free port), cache $TMP/cI
-start_worker() {
-    local i=$1 port=${2:-0}
-    : > "$TMP/w$i.out"
-    "$BIN" worker --listen "127.0.0.1:$port" --cache "$TMP/c$i" -t 1 >> "$TMP/w$i.out" 2>> "$TMP/w$i.log" &
-    WPID[$i]=$!
-    for _ in $(seq 100); do
-        grep -q 'listening' "$TMP/w$i.out" && break
-        sleep 0.05
-    done
-    WPORT[$i]=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$TMP/w$i.out" | head -1)
-    [[ -n "${WPORT[$i]}" ]] || { echo "worker $i did not start:"; cat "$TMP/w$i.log"; exit 1; }
-}
-workers() { # workers I J ...: their addresses, comma-separated
-    local out="" i
-    for i in "$@"; do out+="${out:+,}127.0.0.1:${WPORT[$i]}"; done
-    echo "$out"
-}
+source "$(dirname "$0")/lib-cluster.sh"
 
 for i in 1 2 3; do start_worker $i; done
-
-PROMPT="Once upon a time"
-run() { "$BIN" run -p "$PROMPT" --temp 0 -n 24 -t 1 "$@"; }
 
 # ---- same tokens as one device --------------------------------------------------------------------
 # Q8_0 and F32 weights: the partial sums round the same way as one device's (tests/test-shard.c), so
 # any split gives the same text. Q4_K/Q6_K mixes quantize activations to Q8_K per 256, where a
 # last-bit difference can flip a rounding: random-weight synth models have near-tied logits, so
 # only splits checked to stay clear of a tie are used here (tests/test-tp.c checks the logits).
-check_same() { # check_same MODEL WORKER-LIST ARGS...
-    local model=$1 list=$2
-    shift 2
-    if ! run -m "$model" --workers "$list" "$@" > "$TMP/tp.txt" 2> "$TMP/tp.err"; then
-        bad "$(basename "$model") $list $*: head failed: $(tail -2 "$TMP/tp.err")"
-    elif cmp -s "$TMP/ref.txt" "$TMP/tp.txt"; then ok
-    else bad "$(basename "$model") --workers $list $*: text differs from one device"; diff "$TMP/ref.txt" "$TMP/tp.txt" >&2
-    fi
-}
 S=$SHARED/models
 for model in "$S/stories260K.gguf" "$S/synth/synth-llama-Q8_0.gguf" "$S/synth/synth-qwen2-Q8_0.gguf" \
              "$S/synth/synth-qwen3-Q8_0.gguf"; do
@@ -85,7 +37,6 @@ check_same "$model" "$(workers 1)"
 check_same "$model" "$(workers 1 2 3)" --tp-shares 3,1,2,1
 
 # ---- the slice cache: the second identical run sends nothing ---------------------------------------
-sent() { sed -n 's/.*weight bytes sent: \([0-9]*\).*/\1/p' "$1" | tail -1; }
 model=$S/stories260K.gguf
 run -m "$model" --workers "$(workers 3 1)" --tp-shares 1,2,3 > /dev/null 2> "$TMP/s1.err" || bad "cache run 1"
 run -m "$model" --workers "$(workers 3 1)" --tp-shares 1,2,3 > /dev/null 2> "$TMP/s2.err" || bad "cache run 2"
@@ -97,33 +48,7 @@ if [[ -n "$s1" && "$s1" -gt 0 && "$s2" == 0 ]]; then ok; else bad "weight bytes 
 big=$TMP/big.gguf
 "$BIN" synth --shape custom --arch llama --n-embd 256 --n-layer 6 --n-head 8 --n-head-kv 4 --n-ff 1024 \
     --n-ctx 4096 --type Q8_0 -o "$big" > /dev/null 2>&1 || bad "synth for the kill test"
-"$BIN" run -m "$big" -p "$PROMPT" --temp 0 -n 4000 -c 4096 --ignore-eos -t 1 --workers "$(workers 1 2 3)" \
-    > "$TMP/kill.out" 2> "$TMP/kill.err" &
-HEAD_PID=$!
-for _ in $(seq 200); do # until generation is under way
-    [[ $(stat -c %s "$TMP/kill.out" 2> /dev/null || echo 0) -gt 100 ]] && break
-    sleep 0.05
-done
-kill -0 "$HEAD_PID" 2> /dev/null || bad "the head ended before the kill: $(tail -3 "$TMP/kill.err")"
-killed_port=${WPORT[2]}
-t0=$(date +%s%N)
-kill -9 "${WPID[2]}"
-wait "${WPID[2]}" 2> /dev/null
-unset 'WPID[2]'
-for _ in $(seq 120); do kill -0 "$HEAD_PID" 2> /dev/null || break; sleep 0.05; done
-t1=$(date +%s%N)
-if kill -0 "$HEAD_PID" 2> /dev/null; then
-    bad "the head still runs 6 s after its worker was killed"
-    kill -9 "$HEAD_PID"
-fi
-wait "$HEAD_PID"
-head_rc=$?
-HEAD_PID=
-ms=$(((t1 - t0) / 1000000))
-if [[ $head_rc -ne 0 && $ms -le 5000 ]]; then ok; else bad "head exit code $head_rc after $ms ms (want non-zero within 5000)"; fi
-if grep -q "127.0.0.1:$killed_port" "$TMP/kill.err"; then ok
-else bad "the head's message does not name the killed worker 127.0.0.1:$killed_port: $(tail -2 "$TMP/kill.err")"; fi
-echo "head exited $ms ms after the kill: $(grep 'hearth run:' "$TMP/kill.err" | tail -1)"
+check_kill 2 "$big" "$(workers 1 2 3)"
 # the others went back to waiting; a restarted worker joins them, and a new head works
 start_worker 2 "$killed_port"
 model=$S/synth/synth-llama-Q8_0.gguf
@@ -168,13 +93,7 @@ EOF
 fi
 
 # ---- workers stop cleanly on SIGTERM (and, under ASan, without leaks) --------------------------------
-for i in 1 2 3; do
-    kill -TERM "${WPID[$i]}"
-    wait "${WPID[$i]}"
-    rc=$?
-    unset "WPID[$i]"
-    if [[ $rc -eq 0 ]]; then ok; else bad "worker $i exited with $rc on SIGTERM: $(tail -3 "$TMP/w$i.log")"; fi
-done
+for i in 1 2 3; do stop_worker $i; done
 
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

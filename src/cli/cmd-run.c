@@ -3,6 +3,7 @@
 
 #include "gguf/gguf.h"
 #include "mem/mem.h"
+#include "run-stats.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "text/chat.h"
@@ -39,6 +40,10 @@ static void usage(FILE *f) {
             "  --mem-budget SIZE       memory for weights + KV cache + scratch (300M, 1.5G; default auto = 80%% of\n"
             "                          MemAvailable or the cgroup limit; off = plain mmap); streams the weights if over\n"
             "  --window W              blocks of weights kept loading ahead when streaming (default 2)\n"
+            "  --no-prefetch           when streaming, load a block only when compute reaches it\n"
+            "  --stats-json FILE       write per-device figures to FILE as JSON: per token, resident weight\n"
+            "                          bytes, disk bytes read and time blocked on weights; totals, memory\n"
+            "                          pressure (with --workers: one round trip per worker per token)\n"
             "  --no-echo               do not echo the prompt\n"
             "  --no-display-prompt     same as --no-echo (llama.cpp spelling)\n"
             "  --stop STR              stop when the output would contain STR (repeatable; STR is not printed)\n"
@@ -51,9 +56,17 @@ static void usage(FILE *f) {
     fputs(hc_head_flags_help(), f);
 }
 
-/* one forward pass on this device, or on the tensor-parallel cluster when --workers was given */
-static int eval_step(hm_ctx *c, hc_head *tp, const int32_t *t, int n, int32_t pos, float *logits, hr_err *err) {
-    return tp ? hc_head_eval(tp, t, n, pos, logits, false, err) : hm_eval(c, t, NULL, n, pos, logits, false, NULL, err);
+/* one forward pass on this device, or on the cluster when --workers was given; then, with
+   --stats-json, one sample of every device's figures (its time is added to *stats_ns, which the
+   speed figures leave out) */
+static int eval_step(hm_ctx *c, hc_head *tp, hmem *mm, run_stats *rs, const int32_t *t, int n, int32_t pos,
+                     float *logits, int64_t *stats_ns, hr_err *err) {
+    int rc = tp ? hc_head_eval(tp, t, n, pos, logits, false, err) : hm_eval(c, t, NULL, n, pos, logits, false, NULL, err);
+    if (rc || !rs) return rc;
+    int64_t t0 = hr_time_ns();
+    rc = run_stats_sample(rs, mm, tp, n, err);
+    *stats_ns += hr_time_ns() - t0;
+    return rc;
 }
 
 /* weight transfer to the workers: a progress bar on a TTY */
@@ -64,11 +77,12 @@ static void tp_progress(void *user, uint64_t done, uint64_t total) {
 }
 
 /* --timings: per-device figures of the passes since the last call */
-static void tp_timings(hc_head *tp, const char *what) {
+static void tp_timings(hc_head *tp, run_stats *rs, const char *what) {
     hc_dev_stats st[HC_MAX_DEVICES];
     static char buf[16384];
     hr_err e = {0};
-    int n = hc_head_stats(tp, st, HC_MAX_DEVICES, &e);
+    /* with --stats-json the devices' counters are read after every pass and summed there */
+    int n = rs ? run_stats_phase(rs, st, HC_MAX_DEVICES) : hc_head_stats(tp, st, HC_MAX_DEVICES, &e);
     if (n < 0) { fprintf(stderr, "hearth run: timings: %s\n", e.msg); return; }
     hc_format_stats(st, n, buf, sizeof buf);
     fprintf(stderr, "\n%s:\n%s", what, buf);
@@ -119,6 +133,8 @@ int cmd_run(int argc, char **argv) {
     int kv_type = HQ_TYPE_F16;
     const char *mem_budget = NULL; /* residency manager (src/mem) */
     long window = 2;
+    bool no_prefetch = false;
+    const char *stats_json = NULL;  /* per-device figures (run-stats.c) */
     /* user stop strings, and room for the chat template's end-of-turn text */
     const char **stops = calloc((size_t)argc + 1, sizeof *stops);
     int n_stops = 0;
@@ -161,6 +177,8 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--chat")) chat = true;
         else if (!strcmp(a, "--mem-budget")) { VAL(); mem_budget = v; }
         else if (!strcmp(a, "--window")) INT(window, 1, 1 << 20);
+        else if (!strcmp(a, "--no-prefetch")) no_prefetch = true;
+        else if (!strcmp(a, "--stats-json")) { VAL(); stats_json = v; }
         else if (!strcmp(a, "-sys") || !strcmp(a, "--system") || !strcmp(a, "--system-prompt")) { VAL(); system = v; chat = true; }
         else if (!strcmp(a, "--chat-template")) { VAL(); tmpl_name = v; chat = true; }
         else if ((tpr = hc_head_parse_flag(&tpp, argc, argv, &i, &tperr)) != 0) {
@@ -193,6 +211,8 @@ int cmd_run(int argc, char **argv) {
     hm_ctx *c = NULL;
     hmem *mm = NULL;
     hc_head *tp = NULL;
+    run_stats *rs = NULL;
+    int64_t stats_ns = 0;
     ht_sampler *smp = NULL;
     int32_t *toks = NULL;
     float *logits = NULL;
@@ -240,7 +260,13 @@ int cmd_run(int argc, char **argv) {
     cp.n_threads = (int32_t)threads;
     cp.kv_type = kv_type;
     hm_shard sh = hm_shard_full(m);
-    if (!tpp.workers && hmem_setup(m, &sh, model, mem_budget, (int)window, hm_ctx_bytes_estimate(&m->hp, &cp), &mm, &err))
+    /* the residency manager: here for one device; the head makes its own for its shard */
+    tpp.model_path = model;
+    tpp.mem_budget = mem_budget;
+    tpp.window = (int)window;
+    tpp.no_prefetch = no_prefetch;
+    if (!tpp.workers && hmem_setup_ex(m, &sh, model, mem_budget, (int)window, !no_prefetch,
+                                      hm_ctx_bytes_estimate(&m->hp, &cp), &mm, &err))
         goto done;
     if (tpp.workers ? !(tp = hc_head_create(m, &tpp, &cp, &err)) : !(c = hm_ctx_create(m, &sh, &cp, &err))) goto done;
     int32_t ctx_len = tp ? hc_head_n_ctx(tp) : hm_ctx_n_ctx(c);
@@ -263,16 +289,19 @@ int cmd_run(int argc, char **argv) {
             m->hp.arch_name, m->hp.n_layer, (int)(threads ? threads : hr_physical_cores()), hq_simd_name(), n_prompt,
             ctx_len);
 
+    if (stats_json && !(rs = run_stats_create())) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
     if (echo) { fwrite(ptext, 1, plen, stdout); fflush(stdout); }
     for (int i = 0; i < n_prompt; i++) ht_sampler_accept(smp, toks[i]);
     /* prompt, in batches */
     int64_t t0 = hr_time_ns();
     for (int i = 0; i < n_prompt; i += (int)n_batch) {
         int nb = HR_MIN((int)n_batch, n_prompt - i);
-        if (eval_step(c, tp, toks + i, nb, i, logits, &err)) goto done;
+        if (eval_step(c, tp, mm, rs, toks + i, nb, i, logits, &stats_ns, &err)) goto done;
     }
-    int64_t t1 = hr_time_ns();
-    if (tp && tpp.timings) { tp_timings(tp, "prompt, per forward pass"); t1 = hr_time_ns(); }
+    int64_t t1 = hr_time_ns(), pp_stats_ns = stats_ns;
+    stats_ns = 0;
+    if (rs) run_stats_end_prompt(rs);
+    if (tp && tpp.timings) { tp_timings(tp, rs, "prompt, per forward pass"); t1 = hr_time_ns(); }
     /* generation: the output is kept whole so that stop strings are found across token boundaries;
        text that may be the start of a stop string is held back until it is known not to be */
     ht_detok dt;
@@ -308,23 +337,25 @@ int cmd_run(int argc, char **argv) {
         if (!stopped && end) safe = ans_n;  /* the end: nothing held back can become a stop string now */
         if (safe > shown) { fwrite(ans + shown, 1, safe - shown, stdout); fflush(stdout); shown = safe; }
         if (stopped || end) break;
-        if (eval_step(c, tp, &tok, 1, pos++, logits, &err)) goto done;
+        if (eval_step(c, tp, mm, rs, &tok, 1, pos++, logits, &stats_ns, &err)) goto done;
     }
     fputc('\n', stdout);
     fflush(stdout);
     int64_t t2 = hr_time_ns();
-    double pp_s = (t1 - t0) * 1e-9, tg_s = (t2 - t1) * 1e-9;
+    double pp_s = (t1 - t0 - pp_stats_ns) * 1e-9, tg_s = (t2 - t1 - stats_ns) * 1e-9;
     /* the last sampled token was not evaluated when generation stopped on the limit */
     fprintf(stderr, "\nprompt:     %5d tokens in %8.2f ms (%8.2f tok/s)\n", n_prompt, pp_s * 1e3,
             pp_s > 0 ? n_prompt / pp_s : 0.0);
-    if (tp && tpp.timings) tp_timings(tp, "generation, per token");
+    if (tp && tpp.timings) tp_timings(tp, rs, "generation, per token");
     fprintf(stderr, "generation: %5d tokens in %8.2f ms (%8.2f tok/s)\n", n_gen, tg_s * 1e3,
             tg_s > 0 ? n_gen / tg_s : 0.0);
-    if (mm && mem_budget) {
+    hmem *summary = tp ? hc_head_mem(tp) : mm;
+    if (summary && mem_budget) {
         char line[512];
-        hmem_summary(mm, line, sizeof line);
-        fprintf(stderr, "%s\n", line);
+        hmem_summary(summary, line, sizeof line);
+        fprintf(stderr, "%s%s\n", tp ? "head " : "", line);
     }
+    if (rs && run_stats_write(rs, stats_json, pp_s * 1e3, tg_s * 1e3, &err)) goto done;
     rc = 0;
 done:
     if (rc) fprintf(stderr, "hearth run: %s\n", err.msg[0] ? err.msg : "failed");
@@ -334,6 +365,7 @@ done:
     free(toks);
     free(ptext);
     ht_sampler_free(smp);
+    run_stats_free(rs);
     hm_ctx_free(c);
     hmem_free(mm);
     hc_head_free(tp);

@@ -1,4 +1,4 @@
-/* hearth worker: serve tensor-parallel heads (src/cluster) until interrupted */
+/* hearth worker: serve heads (src/cluster: tensor parallel or pipeline) until interrupted */
 #include "cli.h"
 
 #include "cluster/cluster.h"
@@ -17,7 +17,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: hearth worker --listen ADDR:PORT [options]\n\n"
             "Serves heads (`hearth run --workers ...`) one at a time: receives this device's share of the\n"
-            "model's weights once (kept in the slice cache), then computes its share of every layer.\n"
+            "model's weights once (kept in the slice cache), then computes its share of every layer\n"
+            "(tensor parallel) or its windows of whole layers (`--pp`: a pipeline stage).\n"
             "It never needs the GGUF file and never sees token ids, text or logits.\n\n"
             "options:\n"
             "  --listen ADDR:PORT      where to listen, e.g. 0.0.0.0:7070 (port 0: any free port; printed)\n"
@@ -26,6 +27,11 @@ static void usage(FILE *f) {
             "  -t, --threads N         threads (default: physical cores = %d)\n"
             "  --name NAME             name shown to heads (default: worker)\n"
             "  --sessions N            exit after serving N heads (default: serve until interrupted)\n"
+            "  --mem-budget SIZE       memory for this device's weights + KV cache + scratch (300M, 1.5G; default\n"
+            "                          auto = 80%% of MemAvailable or the cgroup limit; off = plain mmap); streams\n"
+            "                          the weights from the slice cache if they do not fit\n"
+            "  --window W              blocks of weights kept loading ahead when streaming (default 2)\n"
+            "  --no-prefetch           when streaming, load a block only when compute reaches it\n"
             "  -h, --help              this help\n",
             hr_physical_cores());
 }
@@ -41,6 +47,13 @@ int cmd_worker(int argc, char **argv) {
         else if (!strcmp(a, "--listen")) { if (!(v = cli_value("worker", argc, argv, &i))) return 2; p.listen = v; }
         else if (!strcmp(a, "--cache")) { if (!(v = cli_value("worker", argc, argv, &i))) return 2; p.cache_dir = v; }
         else if (!strcmp(a, "--name")) { if (!(v = cli_value("worker", argc, argv, &i))) return 2; p.name = v; }
+        else if (!strcmp(a, "--mem-budget")) { if (!(v = cli_value("worker", argc, argv, &i))) return 2; p.mem_budget = v; }
+        else if (!strcmp(a, "--no-prefetch")) p.no_prefetch = true;
+        else if (!strcmp(a, "--window")) {
+            long wv;
+            if (!(v = cli_value("worker", argc, argv, &i)) || !cli_parse_int("worker", a, v, 1, 1 << 20, &wv)) return 2;
+            p.window = (int)wv;
+        }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!(v = cli_value("worker", argc, argv, &i)) || !cli_parse_int("worker", a, v, 1, 1024, &threads)) return 2;
         } else if (!strcmp(a, "--sessions")) {

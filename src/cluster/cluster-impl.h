@@ -11,6 +11,11 @@
 #define HC_FORWARD_MAX_BYTES ((64u << 20) - 4096) /* a FORWARD's hidden states must leave room for its head */
 #define HC_SETUP_TIMEOUT_MS  60000                /* per receive while setting up */
 
+#define HC_PP_MAX_LAYERS     4096                 /* layers of a model a pipeline can place */
+
+/* mask[il] = 1 for the layers device d runs in the pipeline plan (mask has n_layer entries) */
+void hc_pp_layers(const hc_pp_plan *p, int d, uint8_t *mask);
+
 /* ---- slices ---- */
 enum hc_cut { HC_CUT_WHOLE = 0, HC_CUT_ROWS = 1, HC_CUT_COLS = 2 };
 
@@ -27,8 +32,9 @@ typedef struct hc_slice {
     int64_t  a, b;             /* rows or columns [a, b) */
 } hc_slice;
 
-/* The slices a device with share s holds, in slice-file order (unhashed). *out is malloc'd. */
-int  hc_slices_make(const hm_model *m, const hc_share *s, hc_slice **out, int *n, hr_err *err);
+/* The slices a device with share s of the layers marked in `layers` (NULL: all) holds, in slice-file
+   order (unhashed). *out is malloc'd. */
+int  hc_slices_make(const hm_model *m, const hc_share *s, const uint8_t *layers, hc_slice **out, int *n, hr_err *err);
 void hc_slices_hash(hc_slice *s, int n);
 /* The slice's bytes [off, off + len) in file layout: a pointer into the mapping when they are
    contiguous there (rows, whole tensors), else gathered into tmp (column slices). */

@@ -1,8 +1,10 @@
 /*
- * cluster — the head and worker runtimes that run one model on several devices by tensor
- * parallelism (TPI-LLM §3.1): every device computes every layer, over its share of the attention
+ * cluster — the head and worker runtimes that run one model on several devices, by tensor
+ * parallelism (TPI-LLM §3.1: every device computes every layer, over its share of the attention
  * units (KV heads with their query heads) and FFN neurons, and the partial block outputs are summed
- * by an all-reduce after each block.  Prefix: hc_.
+ * by an all-reduce after each block) or by a piped-ring pipeline (prima.cpp §3.1: every device
+ * computes whole layers, in windows dealt round the ring, and the hidden state goes round the ring
+ * of devices once per round — see "Pipeline").  Prefix: hc_.
  *
  * Roles: the *head* (device 0) is the process the user runs; it holds the GGUF, the tokenizer, the
  * token embedding, the final norm, the output head and the sampler, and computes a share too.
@@ -72,6 +74,22 @@
  * bytes before the tensor data (header, metadata, tensor directory), seeded with the file size.
  * Content hash: hr_hash64 of the slice's bytes as stored in the slice file.
  *
+ * ==== Pipeline (--pp) ============================================================================
+ * --layer-windows 2,3,2 (head first): device i owns windows of that many layers, dealt round the ring
+ * 0, 1, ..., k-1, 0, 1, ... from layer 0 until every layer is placed (the last window may be cut
+ * short), so a token takes ceil(L / sum) rounds; without it, one round with the layers split evenly
+ * (the head, which also runs the output head, takes the fewest). The head keeps the embedding, the
+ * output head and the sampler: it has an empty window [0, 0) first if it owns no layer 0 and
+ * [L, L) last if the last layer is not its own. Every worker must own at least one layer.
+ * The hidden state travels head -> worker 1 -> ... -> worker k-1 -> head over the same links as the
+ * ring all-reduce (the session connection from the head to worker 1, worker i -> i+1 by a ring
+ * connection, worker k-1 -> head by its session connection), as FORWARD messages whose
+ * [layer_begin, layer_end) is what remains of the pass: the receiver runs its window that starts at
+ * layer_begin and sends on [its end, L). Workers hold slice files of whole layers (hearth.slice.layers).
+ * Each device runs its own residency manager (src/mem) over its windows' blocks in execution order
+ * under its own --mem-budget: when its layers do not fit, the loader streams the next blocks while the
+ * other devices compute and releases used ones — prima.cpp's prefetch (its next window) and release.
+ *
  * Failure: every receive inside a forward pass has a deadline (timeout_ms); a closed connection is
  * noticed at once, so a killed worker stops the head with a message naming it. A malformed or
  * unexpected message ends that connection with a logged reason. Idle waits (a worker between heads
@@ -86,6 +104,7 @@
 
 #include "base/base.h"
 #include "gguf/gguf.h"
+#include "mem/mem.h"
 #include "model/model.h"
 #include "net/net.h"
 
@@ -116,6 +135,21 @@ int hc_plan_make(const hm_model *m, const double *weights, int n, hc_plan *out, 
    (may be NULL) = W_O / (W_L + W_O). */
 int hc_plan_balance(const hm_model *m, const double *speed, int n, double *share, double *head_frac, hr_err *err);
 
+/* Pipeline plan: the windows of every device (head first) and the order the pass runs them in. */
+#define HC_MAX_STEPS (HC_MAX_DEVICES * HM_MAX_WINDOWS)
+typedef struct hc_pp_plan {
+    int       n_devices, n_layer;
+    int       n_rounds;                                 /* trips of the hidden state round the ring per pass */
+    int       n_win[HC_MAX_DEVICES];
+    hm_window win[HC_MAX_DEVICES][HM_MAX_WINDOWS];      /* the head's may include [0,0) and [L,L) */
+    int       n_steps;                                  /* windows per pass, all devices */
+    uint8_t   step_dev[HC_MAX_STEPS];                   /* who runs the i-th window of a pass */
+} hc_pp_plan;
+/* Deals windows of sizes[d] layers round the ring (see "Pipeline"). sizes NULL: one round, even. */
+int hc_pp_plan_make(int n_layer, const int *sizes, int k, hc_pp_plan *out, hr_err *err);
+/* Parses "2,3,2" (non-negative integers). Returns the count or a negative code. */
+int hc_parse_layer_windows(const char *s, int *sizes, int cap, hr_err *err);
+
 /* ---- hashes -------------------------------------------------------------------------------------- */
 uint64_t hc_model_hash(const gguf_ctx *g);
 
@@ -139,13 +173,20 @@ typedef struct hc_head_params {
                                 20 ms per token of a batch) and of the set-up steps */
     int   bench_ms;          /* auto shares: benchmark time per device (default 300) */
     bool  timings;           /* --timings: the caller asked for per-device figures (hc_head_stats) */
+    bool  pp;                /* --pp: piped-ring pipeline instead of tensor parallelism */
+    const char *layer_windows; /* --layer-windows: "2,3,2", one per device, head first; NULL = one even round */
+    /* the head's residency manager (src/mem; workers have their own flags) */
+    const char *model_path;  /* the GGUF the model was mapped from (needed to manage residency) */
+    const char *mem_budget;  /* --mem-budget: NULL = auto, "off", or a size */
+    int   window;            /* --window: blocks kept loading ahead (default 2) */
+    bool  no_prefetch;       /* --no-prefetch: load a block only when compute reaches it */
     hc_progress_fn  progress;  void *progress_user;    /* weight transfer progress (bytes) */
     hc_send_hook_fn send_hook; void *send_hook_user;
 } hc_head_params;
 hc_head_params hc_head_default_params(void);
 
 /* Command-line flags of the head, shared by the commands that run one:
-   --workers LIST, --tp-shares auto|w0,w1,..., --allreduce star|ring, --timings. Returns 1 if argv[*i] was one
+   --workers LIST, --tp-shares auto|w0,w1,..., --allreduce star|ring, --timings, --pp, --layer-windows. Returns 1 if argv[*i] was one
    of them (its value consumed, *i advanced), 0 if not, or a negative code with a message. */
 int hc_head_parse_flag(hc_head_params *p, int argc, char **argv, int *i, hr_err *err);
 /* Usage lines for those flags. */
@@ -162,6 +203,8 @@ int      hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, fl
 int      hc_head_reset(hc_head *h, int32_t pos, hr_err *err);  /* forget KV positions >= pos everywhere */
 int32_t  hc_head_n_ctx(const hc_head *h);
 const hc_plan *hc_head_plan(const hc_head *h);
+const hc_pp_plan *hc_head_pp_plan(const hc_head *h);            /* NULL unless --pp */
+hmem    *hc_head_mem(const hc_head *h);                    /* the head's residency manager or NULL */
 uint64_t hc_head_weight_bytes_sent(const hc_head *h);           /* slice bytes sent at create */
 uint64_t hc_head_weight_bytes_total(const hc_head *h);          /* slice bytes the workers hold */
 /* Sends BYE to every worker and frees everything. NULL is fine. */
@@ -176,8 +219,22 @@ typedef struct hc_dev_stats {
                                    latency and transfer) */
     int64_t  send_ns;           /* in the all-reduce, sending and adding (the head: plus FORWARD) */
     uint64_t bytes_sent, bytes_received; /* on this device's cluster connections */
-    int32_t  kv_units, ff_units;/* its share */
+    int32_t  kv_units, ff_units;/* its share (pipeline: KV heads and neurons of each of its layers) */
+    int32_t  n_layers;          /* layers it runs */
+    /* weights (residency manager; 0 without one) */
+    uint64_t resident_bytes;    /* the device's weight pages in memory now (mincore) */
+    uint64_t resident_peak;
+    uint64_t budget;            /* its memory budget (0: none) */
+    int64_t  disk_read_bytes;   /* read from storage since the previous stats (-1 unknown) */
+    int64_t  weights_wait_ns;   /* compute blocked waiting for weights */
+    double   pressure;          /* prima.cpp: drop of MemAvailable since the start / MemTotal */
+    /* per kind of block (attention, FFN), since the manager started (cumulative): blocks computed, time
+       in them, loads by the loader and its time (TPI-LLM Prop. 3-4: t_attn, t_ffn, tau_attn, tau_ffn) */
+    int64_t  blk_n[2], blk_compute_ns[2], blk_loads[2], blk_load_ns[2];
 } hc_dev_stats;
+/* The residency figures of one device's manager into s (takes a sample): resident, peak, budget,
+   cumulative disk reads and blocked time, pressure, the block figures. */
+void hc_dev_stats_mem(hc_dev_stats *s, hmem *mm);
 /* Fills out[0..k) (head first; asks every worker: one round trip each) and restarts the counters.
    Returns k or a negative code. */
 int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err);
@@ -190,6 +247,9 @@ typedef struct hc_worker_params {
     const char *cache_dir;   /* NULL: hc_default_cache_dir() */
     int         n_threads;   /* 0: physical cores */
     const char *name;        /* shown to heads; NULL: "worker" */
+    const char *mem_budget;  /* residency manager over the slice file: NULL = auto, "off", or a size */
+    int         window;      /* blocks kept loading ahead when streaming (default 2) */
+    bool        no_prefetch; /* load a block only when compute reaches it */
 } hc_worker_params;
 hc_worker_params hc_worker_default_params(void);
 

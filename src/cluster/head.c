@@ -1,11 +1,14 @@
-/* cluster/head: the head's side of tensor parallelism — connects to the workers, plans the shares,
-   sends the slices they lack, and runs forward passes with them (see cluster.h) */
+/* cluster/head: the head's side — connects to the workers, plans the shares (tensor parallel) or the
+   layer windows (pipeline), sends the slices they lack, and runs forward passes with them (see
+   cluster.h) */
 #define _GNU_SOURCE
 #include "cluster-impl.h"
 
 #include "quant/quant.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -14,6 +17,7 @@ struct hc_head {
     const hm_model *m;
     hc_head_params p;
     hc_plan    plan;
+    hc_pp_plan pp;                         /* --pp: the windows */
     int        k;                          /* devices, the head included */
     char       names[HC_MAX_DEVICES][80];  /* "head", then the worker addresses as given */
     const char *name_ptr[HC_MAX_DEVICES];
@@ -21,20 +25,23 @@ struct hc_head {
     hn_frame   rx[HC_MAX_DEVICES];
     hc_hook    hook;
     hm_ctx    *ctx;
+    hmem      *mem;                        /* the head's residency manager, or NULL */
     hc_ar      ar;
     int32_t    n_ctx, n_batch;
     float     *x;                          /* [n_batch][n_embd]: embeddings of the current batch */
+    float     *y;                          /* pipeline: the head's window output */
     int32_t   *pos;
     uint32_t   seq;
     uint64_t   bytes_sent, bytes_total;
     int64_t    evals, tokens;
     hn_conn_stats base[HC_MAX_DEVICES];
+    int64_t    base_disk[HC_MAX_DEVICES], base_wwait[HC_MAX_DEVICES]; /* cumulative weights figures at the last stats */
     bool       failed;                     /* a pass failed: the workers' state is unknown */
 };
 
 hc_head_params hc_head_default_params(void) {
     hc_head_params p = {.workers = NULL, .shares = NULL, .allreduce = HC_ALLREDUCE_STAR, .timeout_ms = 10000,
-                        .bench_ms = 300};
+                        .bench_ms = 300, .window = 2};
     return p;
 }
 
@@ -42,17 +49,29 @@ const char *hc_head_flags_help(void) {
     return "  --workers H:P,...       run tensor-parallel with these `hearth worker`s (the head computes too)\n"
            "  --tp-shares auto|W,...  share weights, head first (default: equal; auto: measured speed)\n"
            "  --allreduce star|ring   all-reduce algorithm (default star)\n"
+           "  --pp                    with --workers: a pipeline (whole layers per device) instead of tensor\n"
+           "                          parallelism\n"
+           "  --layer-windows N,...   with --pp: window sizes in layers per device, head first, dealt round the\n"
+           "                          ring until all layers are placed (2,3,2: several rounds per token;\n"
+           "                          default: one round, layers split evenly)\n"
            "  --timings               with --workers: per-device compute / all-reduce times per forward pass\n";
 }
 
 int hc_head_parse_flag(hc_head_params *p, int argc, char **argv, int *i, hr_err *err) {
     const char *a = argv[*i];
     if (!strcmp(a, "--timings")) { p->timings = true; return 1; }
+    if (!strcmp(a, "--pp")) { p->pp = true; return 1; }
     bool w = !strcmp(a, "--workers"), s = !strcmp(a, "--tp-shares"), r = !strcmp(a, "--allreduce");
-    if (!w && !s && !r) return 0;
+    bool lw = !strcmp(a, "--layer-windows");
+    if (!w && !s && !r && !lw) return 0;
     if (*i + 1 >= argc) return hr_fail(err, HR_EINVAL, "%s needs a value", a);
     const char *v = argv[++*i];
     if (w) p->workers = v;
+    else if (lw) {
+        int tmp[HC_MAX_DEVICES];
+        if (hc_parse_layer_windows(v, tmp, HC_MAX_DEVICES, err) < 0) return err ? err->code : HR_EINVAL;
+        p->layer_windows = v;
+    }
     else if (s) {
         double tmp[HC_MAX_DEVICES];
         if (strcmp(v, "auto") && hc_parse_shares(v, tmp, HC_MAX_DEVICES, err) < 0) return err ? err->code : HR_EINVAL;
@@ -174,11 +193,13 @@ static int hc_load_worker(hc_head *h, int d, uint64_t model_hash, uint64_t token
     const hm_hparams *hp = &m->hp;
     const hc_share *sh = &h->plan.dev[d];
     hc_slice *sl = NULL;
-    int ns = 0, rc;
+    int ns = 0, rc, nu = 0;
     hn_unit *units = NULL;
     uint64_t *hv = NULL;
     bool *missing = NULL;
-    if ((rc = hc_slices_make(m, sh, &sl, &ns, err))) return rc;
+    uint8_t layers[HC_PP_MAX_LAYERS];
+    if (h->p.pp) hc_pp_layers(&h->pp, d, layers);
+    if ((rc = hc_slices_make(m, sh, h->p.pp ? layers : NULL, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
     units = malloc((size_t)hp->n_layer * 2 * sizeof *units);
     hv = malloc((size_t)ns * sizeof *hv);
@@ -186,8 +207,13 @@ static int hc_load_worker(hc_head *h, int d, uint64_t model_hash, uint64_t token
     if (!units || !hv || !missing) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
     int gqa = hp->n_head / hp->n_head_kv;
     for (int il = 0; il < hp->n_layer; il++) {
-        units[2 * il] = (hn_unit){(uint32_t)il, HN_UNIT_ATTN_HEADS, (uint32_t)(sh->kv_begin * gqa), (uint32_t)(sh->kv_end * gqa)};
-        units[2 * il + 1] = (hn_unit){(uint32_t)il, HN_UNIT_FFN_ROWS, (uint32_t)sh->ff_begin, (uint32_t)sh->ff_end};
+        if (h->p.pp) {
+            /* a pipeline stage: whole layers */
+            if (layers[il]) units[nu++] = (hn_unit){(uint32_t)il, HN_UNIT_LAYER, 0, 1};
+            continue;
+        }
+        units[nu++] = (hn_unit){(uint32_t)il, HN_UNIT_ATTN_HEADS, (uint32_t)(sh->kv_begin * gqa), (uint32_t)(sh->kv_end * gqa)};
+        units[nu++] = (hn_unit){(uint32_t)il, HN_UNIT_FFN_ROWS, (uint32_t)sh->ff_begin, (uint32_t)sh->ff_end};
     }
     hc_kvbuf kb = {0};
     hc_kv(&kb, "n_vocab", "%d", hp->n_vocab);
@@ -211,6 +237,7 @@ static int hc_load_worker(hc_head *h, int d, uint64_t model_hash, uint64_t token
     hc_kv(&kb, "ring_prev_worker", "%d", d > 1);
     hc_kv(&kb, "ring_next", "%s", d + 1 < h->k ? h->names[d + 1] : "");
     hc_kv(&kb, "ring_token", "%016llx", (unsigned long long)token);
+    hc_kv(&kb, "pp", "%d", h->p.pp);
     hn_msg msg = {.type = HN_MSG_LOAD_PLAN};
     hn_load_plan *lp = &msg.u.load_plan;
     lp->model_hash = model_hash;
@@ -219,7 +246,7 @@ static int hc_load_worker(hc_head *h, int d, uint64_t model_hash, uint64_t token
     lp->arch = hn_cstr(hp->arch_name);
     lp->n_params = kb.n;
     memcpy(lp->params, kb.kv, kb.n * sizeof kb.kv[0]);
-    lp->n_units = (uint32_t)(2 * hp->n_layer);
+    lp->n_units = (uint32_t)nu;
     lp->units = units;
     if ((rc = hc_hsend(h, d, &msg, h->p.timeout_ms, err))) goto done;
     for (int i = 0; i < ns; i++) {
@@ -281,11 +308,79 @@ static uint64_t hc_total_slice_bytes(const hc_head *h) {
     for (int d = 1; d < h->k; d++) {
         hc_slice *sl;
         int ns;
-        if (hc_slices_make(h->m, &h->plan.dev[d], &sl, &ns, NULL)) continue;
+        uint8_t layers[HC_PP_MAX_LAYERS];
+        if (h->p.pp) hc_pp_layers(&h->pp, d, layers);
+        if (hc_slices_make(h->m, &h->plan.dev[d], h->p.pp ? layers : NULL, &sl, &ns, NULL)) continue;
         for (int i = 0; i < ns; i++) t += sl[i].size;
         free(sl);
     }
     return t;
+}
+
+/* ---- the two plans ---- */
+
+/* tensor parallel: shares (given, equal or measured) -> unit ranges */
+static int hc_tp_setup(hc_head *h, int n_threads, hr_err *err) {
+    const hc_head_params *p = &h->p;
+    const hm_model *m = h->m;
+    double w[HC_MAX_DEVICES];
+    bool explicit_shares = p->shares && p->shares[0] && strcmp(p->shares, "auto");
+    if (!p->shares || !p->shares[0]) for (int d = 0; d < h->k; d++) w[d] = 1;
+    else if (!strcmp(p->shares, "auto")) { if (hc_profile_all(h, w, n_threads, err)) return err ? err->code : HR_ENET; }
+    else {
+        int n = hc_parse_shares(p->shares, w, HC_MAX_DEVICES, err);
+        if (n < 0) return n;
+        if (n != h->k)
+            return hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for %d devices (the head and %d workers)", n, h->k,
+                           h->k - 1);
+    }
+    if (!explicit_shares) {
+        /* speeds -> shares: the head also runs the output head */
+        double speed[HC_MAX_DEVICES], frac;
+        memcpy(speed, w, sizeof speed);
+        if (hc_plan_balance(m, speed, h->k, w, &frac, err)) return err ? err->code : HR_EINVAL;
+        HR_LOGI("tp: the output head is %.0f%% of a token's weight reads and runs on the head only: the head "
+                "takes %.3f of the layers", 100 * frac, w[0]);
+    }
+    if (hc_plan_make(m, w, h->k, &h->plan, err)) return err ? err->code : HR_EINVAL;
+    for (int d = 0; d < h->k; d++) {
+        const hc_share *s = &h->plan.dev[d];
+        HR_LOGI("tp: device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)", d, h->names[d],
+                h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end);
+    }
+    return 0;
+}
+
+/* pipeline: window sizes -> every device's windows; every device computes whole layers */
+static int hc_pp_setup(hc_head *h, hr_err *err) {
+    const hc_head_params *p = &h->p;
+    const hm_hparams *hp = &h->m->hp;
+    int sizes[HC_MAX_DEVICES];
+    if (p->shares && p->shares[0]) return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism, not --pp");
+    if (p->layer_windows) {
+        int n = hc_parse_layer_windows(p->layer_windows, sizes, HC_MAX_DEVICES, err);
+        if (n < 0) return n;
+        if (n != h->k)
+            return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d devices (the head and %d workers)", n,
+                           h->k, h->k - 1);
+    }
+    if (hc_pp_plan_make(hp->n_layer, p->layer_windows ? sizes : NULL, h->k, &h->pp, err)) return err ? err->code : HR_EINVAL;
+    h->plan.n_devices = h->k;
+    for (int d = 0; d < h->k; d++) {
+        h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+        char buf[512];
+        size_t len = 0;
+        for (int i = 0; i < h->pp.n_win[d] && len < sizeof buf - 32; i++) {
+            const hm_window *x = &h->pp.win[d][i];
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s", i ? ", " : "");
+            if (x->begin == x->end) len += (size_t)snprintf(buf + len, sizeof buf - len, x->begin ? "output" : "embedding");
+            else len += (size_t)snprintf(buf + len, sizeof buf - len, "%d-%d", x->begin, x->end - 1);
+        }
+        HR_LOGI("pp: device %d (%s): layers %s", d, h->names[d], buf);
+    }
+    HR_LOGI("pp: %d windows per token, %d trip%s round the ring", h->pp.n_steps, h->pp.n_rounds,
+            h->pp.n_rounds == 1 ? "" : "s");
+    return 0;
 }
 
 hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx_params *cp_in, hr_err *err) {
@@ -302,42 +397,23 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (hc_connect_all(h, err)) goto err;
 
     /* shares and the plan */
-    double w[HC_MAX_DEVICES];
     hm_ctx_params cp = *cp_in;
     if (cp.n_threads <= 0) cp.n_threads = hr_physical_cores();
-    bool explicit_shares = p->shares && p->shares[0] && strcmp(p->shares, "auto");
-    if (!p->shares || !p->shares[0]) for (int d = 0; d < h->k; d++) w[d] = 1;
-    else if (!strcmp(p->shares, "auto")) { if (hc_profile_all(h, w, cp.n_threads, err)) goto err; }
-    else {
-        int n = hc_parse_shares(p->shares, w, HC_MAX_DEVICES, err);
-        if (n < 0) goto err;
-        if (n != h->k) {
-            hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for %d devices (the head and %d workers)", n, h->k, h->k - 1);
-            goto err;
-        }
-    }
-    if (!explicit_shares) {
-        /* speeds -> shares: the head also runs the output head */
-        double speed[HC_MAX_DEVICES], frac;
-        memcpy(speed, w, sizeof speed);
-        if (hc_plan_balance(m, speed, h->k, w, &frac, err)) goto err;
-        HR_LOGI("tp: the output head is %.0f%% of a token's weight reads and runs on the head only: the head "
-                "takes %.3f of the layers", 100 * frac, w[0]);
-    }
-    if (hc_plan_make(m, w, h->k, &h->plan, err)) goto err;
-    for (int d = 0; d < h->k; d++) {
-        const hc_share *s = &h->plan.dev[d];
-        HR_LOGI("tp: device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)", d, h->names[d],
-                h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end);
-    }
+    if (p->pp) {
+        if (hc_pp_setup(h, err)) goto err;
+    } else if (p->layer_windows) {
+        hr_fail(err, HR_EINVAL, "--layer-windows needs --pp");
+        goto err;
+    } else if (hc_tp_setup(h, cp.n_threads, err)) goto err;
 
-    /* the head's own context: every layer, its units, the output head; the sync hook is the all-reduce */
+    /* the head's own context: every layer (tensor parallel; its units) or its windows (pipeline), and
+       the output head; the sync hook is the all-reduce (none in a pipeline) */
     int32_t fwd_max = (int32_t)(HC_FORWARD_MAX_BYTES / ((size_t)hp->n_embd * 4 + 4));
     if (cp.n_batch <= 0) cp.n_batch = 512;
     cp.n_batch = HR_MIN(cp.n_batch, fwd_max);
     h->ar = (hc_ar){.mode = p->allreduce, .k = h->k, .me = 0, .conn = h->conn, .rx = h->rx, .names = h->name_ptr,
                     .hook = &h->hook, .timeout_ms = h->p.timeout_ms};
-    if (p->allreduce == HC_ALLREDUCE_RING) {
+    if (p->allreduce == HC_ALLREDUCE_RING && !p->pp) {
         h->ar.next = h->conn[1];
         h->ar.prev = h->conn[h->k - 1];
         h->ar.next_dev = 1;
@@ -350,15 +426,25 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     sh.ff_begin = h->plan.dev[0].ff_begin;
     sh.ff_end = h->plan.dev[0].ff_end;
     sh.first = false;   /* the head embeds the tokens itself, so that it can send the hidden states */
-    sh.sync = hc_ar_sync;
-    sh.sync_user = &h->ar;
+    if (p->pp) {
+        sh.n_windows = h->pp.n_win[0];
+        memcpy(sh.windows, h->pp.win[0], sizeof sh.windows);
+    } else {
+        sh.sync = hc_ar_sync;
+        sh.sync_user = &h->ar;
+    }
+    if (p->model_path &&
+        hmem_setup_ex(m, &sh, p->model_path, p->mem_budget, p->window > 0 ? p->window : 2, !p->no_prefetch,
+                      hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err))
+        goto err;
     if (!(h->ctx = hm_ctx_create(m, &sh, &cp, err))) goto err;
     h->n_ctx = hm_ctx_n_ctx(h->ctx);
     h->n_batch = HR_MIN(cp.n_batch, h->n_ctx);
     h->x = hr_alloc_aligned((size_t)h->n_batch * hp->n_embd * sizeof(float), 64);
+    h->y = hr_alloc_aligned((size_t)h->n_batch * hp->n_embd * sizeof(float), 64);
     h->pos = malloc((size_t)h->n_batch * sizeof *h->pos);
     tmp = malloc(HC_CHUNK_BYTES);
-    if (!h->x || !h->pos || !tmp) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
+    if (!h->x || !h->y || !h->pos || !tmp) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
 
     /* weights */
     uint64_t model_hash = hc_model_hash(m->gguf);
@@ -371,14 +457,108 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     free(tmp);
     tmp = NULL;
     double s = (hr_time_ns() - t0) * 1e-9;
-    HR_LOGI("tp: weight bytes sent: %llu (%.1f MiB in %.2f s; the workers hold %.1f MiB, the rest was in their "
-            "caches)", (unsigned long long)h->bytes_sent, h->bytes_sent / 1048576.0, s, h->bytes_total / 1048576.0);
+    HR_LOGI("%s: weight bytes sent: %llu (%.1f MiB in %.2f s; the workers hold %.1f MiB, the rest was in their "
+            "caches)", p->pp ? "pp" : "tp", (unsigned long long)h->bytes_sent, h->bytes_sent / 1048576.0, s,
+            h->bytes_total / 1048576.0);
     for (int d = 1; d < h->k; d++) hn_conn_get_stats(h->conn[d], &h->base[d]);
     return h;
 err:
     free(tmp);
     hc_head_free(h);
     return NULL;
+}
+
+/* A pipeline failed at worker `from` (err says how). When a stage dies, its neighbours fail too and
+   tell the head about the broken link, sometimes before the head sees the dead stage's connection
+   close: wait a moment for the others, and blame a worker whose connection closed without an ERROR
+   (the one that died) rather than one that reported its neighbour's failure. */
+static int hc_pp_blame(hc_head *h, int from, int rc, hr_err *err) {
+    int64_t until = hr_time_ns() + 200 * 1000000LL;
+    bool reported[HC_MAX_DEVICES] = {0};
+    reported[from] = true;
+    while (hr_time_ns() < until) {
+        struct pollfd pf[HC_MAX_DEVICES];
+        for (int d = 1; d < h->k; d++)
+            pf[d - 1] = (struct pollfd){.fd = reported[d] ? -1 : hn_conn_fd(h->conn[d]), .events = POLLIN};
+        if (poll(pf, (nfds_t)(h->k - 1), 20) <= 0) continue;
+        for (int d = 1; d < h->k; d++) {
+            if (!pf[d - 1].revents) continue;
+            hn_msg m;
+            hr_err e = {0};
+            reported[d] = true;
+            if (hn_msg_recv(h->conn[d], &h->rx[d], &m, hn_deadline_ms(100), &e) == 0) continue; /* its ERROR */
+            if (e.code == HR_ENET) return hc_dev_fail(h, d, e.code, e.msg, err);  /* closed: it died */
+        }
+    }
+    return rc;
+}
+
+/* Pipeline: waits for the hidden state to come back to the head — round the ring from the last worker,
+   or straight from the worker whose window ended the model's layers. An ERROR or a closed connection
+   from any worker on the way ends the wait at once and names that worker. The pass must have moved
+   on: its layer_begin is past `after`. */
+static int hc_pp_wait(hc_head *h, int nb, int32_t p0, int32_t after, hn_msg *m, hr_err *err) {
+    int64_t deadline = hc_ar_deadline(&h->ar, nb);
+    for (;;) {
+        struct pollfd pf[HC_MAX_DEVICES];
+        for (int d = 1; d < h->k; d++) pf[d - 1] = (struct pollfd){.fd = hn_conn_fd(h->conn[d]), .events = POLLIN};
+        int64_t left = (deadline - hr_time_ns()) / 1000000;
+        if (left <= 0) return hc_dev_fail(h, h->k - 1, HR_ETIMEDOUT, "no hidden state back from the pipeline in time", err);
+        int r = poll(pf, (nfds_t)(h->k - 1), (int)HR_MIN(left, 1000));
+        if (r < 0 && errno != EINTR) return hr_fail(err, HR_ENET, "poll: %s", strerror(errno));
+        int from = -1;
+        for (int d = 1; d < h->k && r > 0 && from < 0; d++)
+            if (pf[d - 1].revents) from = d;
+        if (from < 0) continue;
+        if (hc_expect(h, from, HN_MSG_FORWARD, m, HR_MAX(left, 1), err))
+            return hc_pp_blame(h, from, err ? err->code : HR_ENET, err);
+        const hn_forward *f = &m->u.forward;
+        if (f->layer_begin <= (uint32_t)after || f->layer_begin > (uint32_t)h->m->hp.n_layer ||
+            f->n_tokens != (uint32_t)nb || f->n_embd != (uint32_t)h->m->hp.n_embd || f->pos[0] != p0)
+            return hc_dev_fail(h, from, HR_EPROTO, "returned the hidden state of another pass or window", err);
+        return 0;
+    }
+}
+
+/* One batch through the pipeline: the head runs its windows as the pass reaches them and otherwise
+   hands the hidden state to worker 1 (the ring's first stage) — also when the ring brings it back
+   before a worker's window, as with a head that owns no layers in between. */
+static int hc_pp_batch(hc_head *h, int nb, int32_t p0, float *lg, bool all_logits, hr_err *err) {
+    const hm_hparams *hp = &h->m->hp;
+    int nw = h->pp.n_win[0], w = 0;
+    int32_t layer = 0;
+    for (;;) {
+        int rc;
+        int64_t t1 = hr_time_ns();
+        if (w < nw && h->pp.win[0][w].begin == layer) {
+            hr_err e = {0};
+            rc = hm_eval_window(h->ctx, w, NULL, h->x, nb, p0, w == nw - 1 ? lg : NULL, all_logits, h->y, &e);
+            int64_t t2 = hr_time_ns();
+            h->ar.compute_ns += t2 - t1;
+            t1 = t2;
+            if (rc) { h->failed = true; return hr_fail(err, rc, "%s", e.msg); }
+            if (w == nw - 1) return 0;   /* the head's last window ends the pass with the output head */
+            layer = h->pp.win[0][w++].end;
+            float *t = h->x; h->x = h->y; h->y = t;
+            if (h->pp.win[0][w].begin == layer) continue;
+        }
+        hn_msg f = {.type = HN_MSG_FORWARD};
+        f.u.forward = (hn_forward){.layer_begin = (uint32_t)layer, .layer_end = (uint32_t)hp->n_layer,
+                                   .stage = HN_STAGE_BLOCK, .n_tokens = (uint32_t)nb, .n_embd = (uint32_t)hp->n_embd,
+                                   .pos = h->pos, .data = h->x};
+        if ((rc = hc_hsend(h, 1, &f, h->p.timeout_ms, err))) return rc;
+        int64_t t2 = hr_time_ns();
+        h->ar.send_ns += t2 - t1;
+        hn_msg m;
+        if ((rc = hc_pp_wait(h, nb, p0, layer, &m, err))) return rc;
+        layer = (int32_t)m.u.forward.layer_begin;
+        if (w >= nw || (h->pp.win[0][w].begin != layer && layer == hp->n_layer)) {
+            h->failed = true;
+            return hr_fail(err, HR_EPROTO, "the pipeline returned at layer %d, where the head has no window", layer);
+        }
+        memcpy(h->x, m.u.forward.data, (size_t)nb * hp->n_embd * sizeof(float));
+        h->ar.wait_ns += hr_time_ns() - t2;
+    }
 }
 
 int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all_logits, hr_err *err) {
@@ -395,6 +575,11 @@ int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *
         for (int i = 0; i < nb; i++) h->pos[i] = p0 + i;
         int64_t t1 = hr_time_ns();
         h->ar.compute_ns += t1 - t0;
+        if (h->p.pp) {
+            float *lg = all_logits ? logits + (size_t)off * hp->n_vocab : (off + nb == n ? logits : NULL);
+            if ((rc = hc_pp_batch(h, nb, p0, lg, all_logits, err))) return rc;
+            continue;
+        }
         hn_msg f = {.type = HN_MSG_FORWARD};
         f.u.forward = (hn_forward){.layer_begin = 0, .layer_end = (uint32_t)hp->n_layer, .stage = HN_STAGE_BLOCK,
                                    .n_tokens = (uint32_t)nb, .n_embd = (uint32_t)E, .pos = h->pos, .data = h->x};
@@ -431,6 +616,8 @@ int hc_head_reset(hc_head *h, int32_t pos, hr_err *err) {
 
 int32_t hc_head_n_ctx(const hc_head *h) { return h->n_ctx; }
 const hc_plan *hc_head_plan(const hc_head *h) { return &h->plan; }
+const hc_pp_plan *hc_head_pp_plan(const hc_head *h) { return h->p.pp ? &h->pp : NULL; }
+hmem *hc_head_mem(const hc_head *h) { return h->mem; }
 uint64_t hc_head_weight_bytes_sent(const hc_head *h) { return h->bytes_sent; }
 uint64_t hc_head_weight_bytes_total(const hc_head *h) { return h->bytes_total; }
 
@@ -442,6 +629,24 @@ static int64_t hc_kv_i64(const hn_profile *p, const char *key) {
             return strtoll(b, NULL, 10);
         }
     return 0;
+}
+
+void hc_dev_stats_mem(hc_dev_stats *s, hmem *mm) {
+    hmem_sample smp;
+    hmem_take_sample(mm, &smp);
+    hmem_stats ms = hmem_get_stats(mm);
+    s->resident_bytes = smp.resident;
+    s->resident_peak = ms.resident_peak;
+    s->budget = hmem_get_plan(mm)->budget;
+    s->disk_read_bytes = ms.disk_read_bytes;
+    s->weights_wait_ns = ms.wait_ns;
+    s->pressure = ms.pressure;
+    for (int k = 0; k < 2; k++) {
+        s->blk_n[k] = ms.kind[k].n_begin;
+        s->blk_compute_ns[k] = ms.kind[k].compute_ns;
+        s->blk_loads[k] = ms.kind[k].n_loads;
+        s->blk_load_ns[k] = ms.kind[k].load_ns;
+    }
 }
 
 int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err) {
@@ -457,6 +662,12 @@ int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err) {
     s->send_ns = h->ar.send_ns;
     s->kv_units = h->plan.dev[0].kv_end - h->plan.dev[0].kv_begin;
     s->ff_units = h->plan.dev[0].ff_end - h->plan.dev[0].ff_begin;
+    s->n_layers = h->m->hp.n_layer;
+    if (h->p.pp) {
+        s->n_layers = 0;
+        for (int i = 0; i < h->pp.n_win[0]; i++) s->n_layers += h->pp.win[0][i].end - h->pp.win[0][i].begin;
+    }
+    if (h->mem) hc_dev_stats_mem(s, h->mem);
     for (int d = 1; d < h->k; d++) {
         hn_conn_stats st;
         hn_conn_get_stats(h->conn[d], &st);
@@ -482,6 +693,29 @@ int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err) {
         w->bytes_received = (uint64_t)hc_kv_i64(p, "bytes_received");
         w->kv_units = h->plan.dev[d].kv_end - h->plan.dev[d].kv_begin;
         w->ff_units = h->plan.dev[d].ff_end - h->plan.dev[d].ff_begin;
+        w->n_layers = (int32_t)hc_kv_i64(p, "n_layers");
+        w->resident_bytes = (uint64_t)hc_kv_i64(p, "resident_bytes");
+        w->resident_peak = (uint64_t)hc_kv_i64(p, "resident_peak");
+        w->budget = (uint64_t)hc_kv_i64(p, "budget");
+        w->disk_read_bytes = hc_kv_i64(p, "disk_read_bytes");
+        w->weights_wait_ns = hc_kv_i64(p, "weights_wait_ns");
+        w->pressure = (double)hc_kv_i64(p, "pressure_ppm") * 1e-6;
+        static const char *const bk[2][4] = {{"attn_n", "attn_compute_ns", "attn_loads", "attn_load_ns"},
+                                             {"ffn_n", "ffn_compute_ns", "ffn_loads", "ffn_load_ns"}};
+        for (int k = 0; k < 2; k++) {
+            w->blk_n[k] = hc_kv_i64(p, bk[k][0]);
+            w->blk_compute_ns[k] = hc_kv_i64(p, bk[k][1]);
+            w->blk_loads[k] = hc_kv_i64(p, bk[k][2]);
+            w->blk_load_ns[k] = hc_kv_i64(p, bk[k][3]);
+        }
+    }
+    /* cumulative -> since the previous call */
+    for (int d = 0; d < h->k; d++) {
+        int64_t disk = out[d].disk_read_bytes, ww = out[d].weights_wait_ns;
+        if (disk >= 0) out[d].disk_read_bytes -= h->base_disk[d];
+        out[d].weights_wait_ns -= h->base_wwait[d];
+        h->base_disk[d] = disk >= 0 ? disk : 0;
+        h->base_wwait[d] = ww;
     }
     h->evals = h->tokens = 0;
     h->ar.compute_ns = h->ar.wait_ns = h->ar.send_ns = 0;
@@ -494,15 +728,31 @@ void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap) {
 #define OUT(...) do { int w_ = snprintf(buf + len, len < cap ? cap - len : 0, __VA_ARGS__); \
         if (w_ > 0) len += (size_t)w_; } while (0)
     if (cap) buf[0] = 0;
-    OUT("%-24s %7s %7s %10s %10s %10s %10s %12s\n", "device", "KV", "FFN", "compute", "ar wait", "ar send",
+    /* wait/send: the all-reduce (tensor parallel), or the ring trip and the hand-off (pipeline) */
+    OUT("%-24s %6s %7s %7s %10s %10s %10s %10s %12s\n", "device", "layers", "KV", "FFN", "compute", "wait", "send",
         "total", "KiB out");
-    OUT("%-24s %7s %7s %10s %10s %10s %10s %12s\n", "", "heads", "neurons", "ms/pass", "ms/pass", "ms/pass", "ms/pass",
-        "per pass");
+    OUT("%-24s %6s %7s %7s %10s %10s %10s %10s %12s\n", "", "", "heads", "neurons", "ms/pass", "ms/pass", "ms/pass",
+        "ms/pass", "per pass");
+    bool mem = false;
     for (int i = 0; i < n; i++) {
         double ev = s[i].evals > 0 ? (double)s[i].evals : 1;
         double c = s[i].compute_ns / ev * 1e-6, wt = s[i].wait_ns / ev * 1e-6, sd = s[i].send_ns / ev * 1e-6;
-        OUT("%-24s %7d %7d %10.3f %10.3f %10.3f %10.3f %12.1f\n", s[i].name, s[i].kv_units, s[i].ff_units, c, wt, sd,
-            c + wt + sd, s[i].bytes_sent / ev / 1024.0);
+        OUT("%-24s %6d %7d %7d %10.3f %10.3f %10.3f %10.3f %12.1f\n", s[i].name, s[i].n_layers, s[i].kv_units,
+            s[i].ff_units, c, wt, sd, c + wt + sd, s[i].bytes_sent / ev / 1024.0);
+        mem |= s[i].budget > 0;
+    }
+    if (mem) {
+        OUT("%-24s %10s %10s %10s %12s %12s %9s\n", "weights", "budget", "resident", "peak", "disk read",
+            "blocked", "pressure");
+        OUT("%-24s %10s %10s %10s %12s %12s %9s\n", "", "MiB", "MiB", "MiB", "MiB/pass", "ms/pass", "%");
+        for (int i = 0; i < n; i++) {
+            double ev = s[i].evals > 0 ? (double)s[i].evals : 1;
+            if (!s[i].budget) { OUT("%-24s %10s\n", s[i].name, "(none)"); continue; }
+            OUT("%-24s %10.1f %10.1f %10.1f %12.2f %12.3f %9.2f\n", s[i].name, s[i].budget / 1048576.0,
+                s[i].resident_bytes / 1048576.0, s[i].resident_peak / 1048576.0,
+                s[i].disk_read_bytes < 0 ? -1.0 : s[i].disk_read_bytes / ev / 1048576.0, s[i].weights_wait_ns / ev * 1e-6,
+                100 * s[i].pressure);
+        }
     }
 #undef OUT
     (void)len;
@@ -520,7 +770,9 @@ void hc_head_free(hc_head *h) {
     }
     hn_frame_free(&h->ar.ring_rx);
     hm_ctx_free(h->ctx);
+    hmem_free(h->mem);
     hr_free_aligned(h->x);
+    hr_free_aligned(h->y);
     free(h->pos);
     free(h);
 }

@@ -1,5 +1,5 @@
 /* cluster/plan: shares -> unit ranges, the model hash, the matvec benchmark — see cluster.h */
-#include "cluster.h"
+#include "cluster-impl.h"
 
 #include "base/pool.h"
 #include "quant/quant.h"
@@ -208,4 +208,69 @@ done:
     hr_free_aligned(x);
     hr_free_aligned(y);
     return gbps;
+}
+
+/* ---- pipeline ---------------------------------------------------------------------------------- */
+
+int hc_parse_layer_windows(const char *s, int *sizes, int cap, hr_err *err) {
+    double v[HC_MAX_DEVICES];
+    int n = hc_parse_shares(s, v, HR_MIN(cap, HC_MAX_DEVICES), err);
+    if (n < 0) return n;
+    for (int i = 0; i < n; i++) {
+        if (v[i] != floor(v[i]) || v[i] > 1e6)
+            return hr_fail(err, HR_EINVAL, "--layer-windows '%s': window sizes are whole numbers of layers", s);
+        sizes[i] = (int)v[i];
+    }
+    return n;
+}
+
+/* appends window [b, e) of device d to the pass */
+static int hc_pp_add(hc_pp_plan *p, int d, int b, int e, hr_err *err) {
+    if (p->n_win[d] >= HM_MAX_WINDOWS)
+        return hr_fail(err, HR_ERANGE, "device %d would get more than %d windows: use larger windows", d, HM_MAX_WINDOWS);
+    if (p->n_steps >= HC_MAX_STEPS) return hr_fail(err, HR_ERANGE, "more than %d windows per pass", HC_MAX_STEPS);
+    p->win[d][p->n_win[d]++] = (hm_window){b, e};
+    p->step_dev[p->n_steps++] = (uint8_t)d;
+    return 0;
+}
+
+int hc_pp_plan_make(int n_layer, const int *sizes_in, int k, hc_pp_plan *out, hr_err *err) {
+    memset(out, 0, sizeof *out);
+    if (k < 2 || k > HC_MAX_DEVICES) return hr_fail(err, HR_ERANGE, "%d devices: a pipeline needs 2..%d", k, HC_MAX_DEVICES);
+    if (n_layer < 1 || n_layer > HC_PP_MAX_LAYERS)
+        return hr_fail(err, HR_EINVAL, "a model of %d layers (a pipeline places 1..%d)", n_layer, HC_PP_MAX_LAYERS);
+    int sizes[HC_MAX_DEVICES], sum = 0;
+    for (int d = 0; d < k; d++) {
+        /* default: one round, the head (which also runs the output head) takes the fewest layers */
+        sizes[d] = sizes_in ? sizes_in[d] : n_layer / k + (d >= k - n_layer % k ? 1 : 0);
+        if (sizes[d] < 0) return hr_fail(err, HR_EINVAL, "device %d: a window of %d layers", d, sizes[d]);
+        sum += sizes[d];
+    }
+    if (sum == 0) return hr_fail(err, HR_EINVAL, "every window size is 0: no device runs a layer");
+    out->n_devices = k;
+    out->n_layer = n_layer;
+    if (sizes[0] == 0 && hc_pp_add(out, 0, 0, 0, err)) return err ? err->code : HR_ERANGE;
+    int last = 0;
+    for (int l = 0, d = 0; l < n_layer; d = (d + 1) % k) {
+        if (sizes[d] == 0) continue;
+        int e = HR_MIN(l + sizes[d], n_layer);
+        if (hc_pp_add(out, d, l, e, err)) return err ? err->code : HR_ERANGE;
+        last = d;
+        l = e;
+    }
+    if (last != 0 && hc_pp_add(out, 0, n_layer, n_layer, err)) return err ? err->code : HR_ERANGE;
+    /* a trip ends where the pass moves back round the ring (through the head, which passes it on
+       when it owns nothing there) */
+    for (int i = 0; i + 1 < out->n_steps; i++) out->n_rounds += out->step_dev[i + 1] <= out->step_dev[i];
+    for (int d = 1; d < k; d++)
+        if (out->n_win[d] == 0)
+            return hr_fail(err, HR_EINVAL, "device %d gets no layers (%d layers are placed before its turn): give it a "
+                           "window or leave it out", d, n_layer);
+    return 0;
+}
+
+void hc_pp_layers(const hc_pp_plan *p, int d, uint8_t *mask) {
+    memset(mask, 0, (size_t)p->n_layer);
+    for (int i = 0; i < p->n_win[d]; i++)
+        for (int il = p->win[d][i].begin; il < p->win[d][i].end; il++) mask[il] = 1;
 }

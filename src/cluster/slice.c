@@ -44,7 +44,8 @@ static hc_slice *hc_slist_add(hc_slist *l, const hm_tensor *t, int cut, int64_t 
     return s;
 }
 
-int hc_slices_make(const hm_model *m, const hc_share *sh, hc_slice **out, int *n_out, hr_err *err) {
+int hc_slices_make(const hm_model *m, const hc_share *sh, const uint8_t *layers, hc_slice **out, int *n_out,
+                   hr_err *err) {
     const hm_hparams *hp = &m->hp;
     hc_slist l = {0};
     int64_t hd = hp->head_dim, unit = (int64_t)(hp->n_head / hp->n_head_kv) * hd;
@@ -52,6 +53,7 @@ int hc_slices_make(const hm_model *m, const hc_share *sh, hc_slice **out, int *n
     bool att = sh->kv_end > sh->kv_begin, ffn = sh->ff_end > sh->ff_begin;
     if (m->rope_freqs.data) hc_slist_add(&l, &m->rope_freqs, HC_CUT_WHOLE, 0, 0, "rope_freqs.weight", -1, 1);
     for (int il = 0; il < hp->n_layer; il++) {
+        if (layers && !layers[il]) continue;
         const hm_layer *L = &m->layers[il];
         hc_slist_add(&l, &L->attn_norm, HC_CUT_WHOLE, 0, 0, "attn_norm.weight", il, 1);
         if (att) {

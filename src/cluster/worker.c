@@ -1,5 +1,6 @@
 /* cluster/worker: `hearth worker` — serves one head at a time: receives its weight slices into the
-   slice cache, loads them as a model, and runs forward passes over them (see cluster.h) */
+   slice cache, loads them as a model, and runs forward passes over them: its share of every layer
+   (tensor parallel) or its windows of whole layers (pipeline) (see cluster.h) */
 #define _GNU_SOURCE
 #include "cluster-impl.h"
 
@@ -24,12 +25,16 @@ struct hc_worker {
     char        cache[PATH_MAX];
     char        name[HN_MAX_NAME];
     int         n_threads;
+    char        mem_budget[32];  /* "" = auto */
+    int         window;
+    bool        no_prefetch;
     hn_listener *l;
     _Atomic int stop;
 };
 
 hc_worker_params hc_worker_default_params(void) {
-    hc_worker_params p = {.listen = "0.0.0.0:7070", .cache_dir = NULL, .n_threads = 0, .name = NULL};
+    hc_worker_params p = {.listen = "0.0.0.0:7070", .cache_dir = NULL, .n_threads = 0, .name = NULL, .mem_budget = NULL,
+                          .window = 2};
     return p;
 }
 
@@ -71,6 +76,17 @@ hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
     if (hc_mkdirs(w->cache, err)) goto err;
     snprintf(w->name, sizeof w->name, "%s", p->name && p->name[0] ? p->name : "worker");
     w->n_threads = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
+    w->window = p->window > 0 ? p->window : 2;
+    w->no_prefetch = p->no_prefetch;
+    if (p->mem_budget) {
+        bool on;
+        uint64_t bytes;
+        if (strlen(p->mem_budget) >= sizeof w->mem_budget || hmem_parse_budget(p->mem_budget, &on, &bytes)) {
+            hr_fail(err, HR_EINVAL, "invalid --mem-budget '%s' (a size like 300M or 1.5G, auto or off)", p->mem_budget);
+            goto err;
+        }
+        snprintf(w->mem_budget, sizeof w->mem_budget, "%s", p->mem_budget);
+    }
     if (!(w->l = hn_listen(p->listen, err))) goto err;
     return w;
 err:
@@ -107,6 +123,9 @@ typedef struct hc_session {
     int32_t    n_ctx, n_batch, kv_type;
     int        mode, timeout_ms;
     char       ring_next[256];
+    bool       pp;               /* a pipeline stage: whole layers, hidden states passed on */
+    uint8_t   *layers;           /* pipeline: [n_layer] the layers this worker runs */
+    int        n_layers;
     bool       ring_prev_worker;
     uint64_t   ring_token;
     /* the slices */
@@ -117,6 +136,9 @@ typedef struct hc_session {
     gguf_ctx  *g;
     hm_model  *m;
     hm_ctx    *ctx;
+    hmem      *mem;              /* residency manager over the slice file, or NULL */
+    float     *pp_out;           /* pipeline: [n_batch][n_embd], the window's output */
+    hm_window  win[HM_MAX_WINDOWS];/* pipeline: the windows, as the ctx runs them */
     hc_ar      ar;
     hn_conn   *ar_conn[1];
     hn_frame   ar_rx[1];
@@ -137,6 +159,9 @@ enum { HP_VOCAB, HP_EMBD, HP_LAYER, HP_HEAD, HP_HEAD_KV, HP_HEAD_DIM, HP_FF, HP_
 
 static void hc_session_free(hc_session *s) {
     hm_ctx_free(s->ctx);
+    hmem_free(s->mem);
+    hr_free_aligned(s->pp_out);
+    free(s->layers);
     hm_model_free(s->m);
     gguf_close(s->g);
     free(s->dir);
@@ -226,21 +251,33 @@ static void hc_check_pending(hc_session *s) {
 }
 
 /* Waits for the head's next message with no deadline (the head may wait on its user), checking for
-   stop requests and turning away other heads meanwhile; the message itself, once it starts, has one. */
-static int hc_recv_idle(hc_session *s, hn_msg *m, hr_err *err) {
+   stop requests and turning away other heads meanwhile; the message itself, once it starts, has one.
+   A pipeline stage after the first also listens to the previous worker (*from_prev). */
+static int hc_recv_idle(hc_session *s, hn_msg *m, bool *from_prev, hr_err *err) {
+    *from_prev = false;
     for (;;) {
         if (atomic_load(&s->w->stop)) return hr_fail(err, HR_ENET, "worker stopping");
-        struct pollfd p = {.fd = hn_conn_fd(s->head), .events = POLLIN};
-        int r = poll(&p, 1, HC_IDLE_POLL_MS);
+        struct pollfd p[2] = {{.fd = hn_conn_fd(s->head), .events = POLLIN}};
+        int np = 1;
+        if (s->pp && s->ring_prev_conn) p[np++] = (struct pollfd){.fd = hn_conn_fd(s->ring_prev_conn), .events = POLLIN};
+        int r = poll(p, (nfds_t)np, HC_IDLE_POLL_MS);
         if (r < 0 && errno != EINTR) return hr_fail(err, HR_ENET, "poll: %s", strerror(errno));
-        if (r > 0) return hn_msg_recv(s->head, &s->rx, m, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), err);
+        if (r > 0 && p[0].revents) return hn_msg_recv(s->head, &s->rx, m, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), err);
+        if (r > 0 && np > 1 && p[1].revents) {
+            *from_prev = true;
+            int rc = hn_msg_recv(s->ring_prev_conn, &s->ar.ring_rx, m, hn_deadline_ms(s->timeout_ms), err);
+            if (!rc && m->type != HN_MSG_FORWARD)
+                return hr_fail(err, HR_EPROTO, "the previous worker sent %s where FORWARD was expected",
+                               hn_msg_name(m->type));
+            return rc;
+        }
         hc_check_pending(s);
     }
 }
 
 /* ---- PROFILE ---- */
 static int hc_handle_profile(hc_session *s, const hn_msg *req) {
-    char vals[12][40];
+    char vals[32][40];
     hn_msg r = {.type = HN_MSG_PROFILE, .seq = req->seq};
     hn_profile *p = &r.u.profile;
     int nv = 0;
@@ -268,6 +305,25 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         KV("send_ns", "%" PRId64, s->ar.send_ns);
         KV("bytes_sent", "%" PRIu64, sent);
         KV("bytes_received", "%" PRIu64, recv);
+        KV("n_layers", "%d", s->pp ? s->n_layers : (int)s->hp[HP_LAYER]);
+        if (s->mem) {
+            hmem_sample smp;
+            hmem_take_sample(s->mem, &smp);
+            hmem_stats ms = hmem_get_stats(s->mem);
+            KV("resident_bytes", "%" PRIu64, smp.resident);
+            KV("resident_peak", "%" PRIu64, ms.resident_peak);
+            KV("budget", "%" PRIu64, hmem_get_plan(s->mem)->budget);
+            KV("disk_read_bytes", "%" PRId64, ms.disk_read_bytes);
+            KV("weights_wait_ns", "%" PRId64, ms.wait_ns);
+            KV("pressure_ppm", "%.0f", ms.pressure * 1e6);
+            for (int k = 0; k < 2; k++) {
+                const hmem_block_stats *b = &ms.kind[k];
+                KV(k ? "ffn_n" : "attn_n", "%" PRId64, b->n_begin);
+                KV(k ? "ffn_compute_ns" : "attn_compute_ns", "%" PRId64, b->compute_ns);
+                KV(k ? "ffn_loads" : "attn_loads", "%" PRId64, b->n_loads);
+                KV(k ? "ffn_load_ns" : "attn_load_ns", "%" PRId64, b->load_ns);
+            }
+        }
         s->evals = s->tokens = 0;
         s->ar.compute_ns = s->ar.wait_ns = s->ar.send_ns = 0;
         s->base_stats = st;
@@ -284,6 +340,29 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
 }
 
 /* ---- LOAD_PLAN and the slices ---- */
+
+/* pipeline units: whole layers, ascending, at least one; the share is every unit of them */
+static int hc_parse_layers(hc_session *s, const hn_load_plan *p, uint32_t seq) {
+    int L = (int)s->hp[HP_LAYER];
+    if (p->n_units < 1 || p->n_units > (uint32_t)L)
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: a pipeline stage of %u layers out of %d", p->n_units, L);
+    if (!(s->layers = calloc((size_t)L, 1))) return hc_bad(s, seq, HR_ENOMEM, "out of memory");
+    int runs = 0;
+    for (uint32_t i = 0; i < p->n_units; i++) {
+        const hn_unit *u = &p->units[i];
+        if (u->kind != HN_UNIT_LAYER || u->begin != 0 || u->end != 1 || u->layer >= (uint32_t)L ||
+            (i > 0 && u->layer <= p->units[i - 1].layer))
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: pipeline unit %u is not a whole layer after the previous one", i);
+        s->layers[u->layer] = 1;
+        runs += i == 0 || u->layer != p->units[i - 1].layer + 1;
+    }
+    if (runs > HM_MAX_WINDOWS)
+        return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: %d windows of layers (at most %d per device)", runs,
+                      HM_MAX_WINDOWS);
+    s->n_layers = (int)p->n_units;
+    s->share = (hc_share){0, (int32_t)s->hp[HP_HEAD_KV], 0, (int32_t)s->hp[HP_FF]};
+    return 0;
+}
 
 static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     const hn_load_plan *p = &msg->u.load_plan;
@@ -326,10 +405,14 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     U("n_slices", s->n_dir, 1, HC_MAX_SLICES)
     U("ring_prev_worker", s->ring_prev_worker, 0, 1)
 #undef U
+    if ((v = hc_param(p, "pp")) && (!hc_parse_u64(*v, &x, 10) || x > 1))
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'pp'");
+    s->pp = v && x == 1;
     if (s->kv_type != HQ_TYPE_F16 && s->kv_type != HQ_TYPE_F32) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad kv_type");
     if ((v = hc_param(p, "ring_next"))) hn_str_copy(s->ring_next, sizeof s->ring_next, *v);
     if ((v = hc_param(p, "ring_token")) && !hc_parse_u64(*v, &s->ring_token, 16))
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad ring_token");
+    if (s->pp) return hc_parse_layers(s, p, seq);
     /* units: the same attention heads and FFN rows in every layer (one share per device for now) */
     int64_t gqa = s->hp[HP_HEAD] / s->hp[HP_HEAD_KV];
     if (p->n_units != 2 * (uint32_t)s->hp[HP_LAYER])
@@ -486,6 +569,13 @@ static int hc_writer_meta(hc_session *s, gguf_writer *gw, const uint64_t *hashes
     rc |= gguf_writer_set_u32(gw, "hearth.slice.ff_begin", (uint32_t)s->share.ff_begin);
     rc |= gguf_writer_set_u64(gw, "hearth.slice.model_hash", s->model_hash);
     rc |= gguf_writer_set_arr(gw, "hearth.slice.hashes", GGUF_VT_UINT64, hashes, (uint64_t)s->n_dir);
+    if (s->pp) {
+        uint32_t ids[HC_PP_MAX_LAYERS];
+        int n = 0;
+        for (int il = 0; il < (int)s->hp[HP_LAYER]; il++)
+            if (s->layers[il]) ids[n++] = (uint32_t)il;
+        rc |= gguf_writer_set_arr(gw, "hearth.slice.layers", GGUF_VT_UINT32, ids, (uint64_t)n);
+    }
     return rc ? HR_ENOMEM : 0;
 }
 
@@ -666,7 +756,8 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
     }
     if (complete && (rc = hc_verify_file(s))) goto done;
     const hm_hparams *hp = &s->m->hp;
-    if (!s->m->is_slice || s->m->slice_n_head_kv != s->share.kv_end - s->share.kv_begin ||
+    bool layers_ok = !s->pp ? !s->m->has_layer : s->m->has_layer && !memcmp(s->m->has_layer, s->layers, (size_t)hp->n_layer);
+    if (!s->m->is_slice || !layers_ok || s->m->slice_n_head_kv != s->share.kv_end - s->share.kv_begin ||
         s->m->slice_n_ff != s->share.ff_end - s->share.ff_begin || hp->n_embd != s->hp[HP_EMBD] ||
         hp->n_layer != s->hp[HP_LAYER] || hp->n_head != s->hp[HP_HEAD] || hp->head_dim != s->hp[HP_HEAD_DIM]) {
         rc = hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share", s->path);
@@ -682,7 +773,8 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
         s->name_ptr[i] = s->names[i];
     }
     s->ar.names = s->name_ptr;
-    if (s->mode == HC_ALLREDUCE_RING) {
+    if (s->mode == HC_ALLREDUCE_RING || s->pp) {
+        /* the pipeline passes hidden states over the same links */
         if ((rc = hc_ring_setup(s))) goto done;
         int nx = (int)(s->index + 1) % (int)s->n_dev, pv = (int)s->index - 1;
         s->ar.next_dev = nx;
@@ -702,10 +794,27 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
     cp.n_batch = s->n_batch;
     cp.n_threads = s->w->n_threads;
     cp.kv_type = s->kv_type;
-    hm_shard sh = hm_shard_full(s->m);
-    sh.sync = hc_ar_sync;
-    sh.sync_user = &s->ar;
+    hm_shard sh = hm_shard_full(s->m);   /* a pipeline stage: its windows */
+    if (!s->pp) {
+        sh.sync = hc_ar_sync;
+        sh.sync_user = &s->ar;
+    }
+    if (hmem_setup_ex(s->m, &sh, s->path, s->w->mem_budget[0] ? s->w->mem_budget : NULL, s->w->window,
+                      !s->w->no_prefetch, hm_ctx_bytes_for_shard(hp, &sh, &cp), &s->mem, &e)) {
+        rc = hc_bad(s, 0, e.code, "%s", e.msg);
+        goto done;
+    }
+    if (s->mem) {
+        char line[512];
+        hmem_summary(s->mem, line, sizeof line);
+        HR_LOGI("worker: %s", line);
+    }
     if (!(s->ctx = hm_ctx_create(s->m, &sh, &cp, &e))) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
+    memcpy(s->win, sh.windows, sizeof s->win);
+    if (s->pp && !(s->pp_out = hr_alloc_aligned((size_t)s->n_batch * hp->n_embd * sizeof(float), 64))) {
+        rc = hc_bad(s, 0, HR_ENOMEM, "out of memory");
+        goto done;
+    }
     hn_msg rd = {.type = HN_MSG_READY, .seq = plan->seq};
     rd.u.ready = (hn_ready){.model_hash = s->model_hash, .weight_bytes = s->weight_bytes, .n_slices = (uint32_t)s->n_dir};
     if (hn_msg_send(s->head, &rd, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
@@ -713,9 +822,9 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
     if (s->ring_next_conn) hn_conn_get_stats(s->ring_next_conn, &s->base_next);
     if (s->ring_prev_conn) hn_conn_get_stats(s->ring_prev_conn, &s->base_prev);
     s->planned = true;
-    HR_LOGI("worker: ready: device %u of %u, %.1f MiB of weights (%.1f MiB received), %s all-reduce", s->index,
-            s->n_dev, hm_model_weight_bytes(s->m) / 1048576.0, s->weight_bytes / 1048576.0,
-            s->mode == HC_ALLREDUCE_RING ? "ring" : "star");
+    HR_LOGI("worker: ready: device %u of %u, %.1f MiB of weights (%.1f MiB received), %s", s->index, s->n_dev,
+            hm_model_weight_bytes(s->m) / 1048576.0, s->weight_bytes / 1048576.0,
+            s->pp ? "pipeline stage" : s->mode == HC_ALLREDUCE_RING ? "ring all-reduce" : "star all-reduce");
 done:
     hc_index_free(&x);
     free(have);
@@ -724,30 +833,81 @@ done:
 }
 
 /* ---- FORWARD ---- */
-static int hc_handle_forward(hc_session *s, const hn_msg *m) {
+
+/* A FORWARD's shape against the session: [layer_begin, n_layer) (tensor parallel: from 0), n_embd,
+   a batch that fits, consecutive positions. */
+static int hc_check_forward(hc_session *s, const hn_msg *m, int32_t *pos0) {
     const hn_forward *f = &m->u.forward;
     const hm_hparams *hp = &s->m->hp;
-    if (f->layer_begin != 0 || f->layer_end != (uint32_t)hp->n_layer || f->stage != HN_STAGE_BLOCK ||
-        f->n_embd != (uint32_t)hp->n_embd || f->n_tokens < 1 || f->n_tokens > (uint32_t)s->n_batch)
+    if ((!s->pp && f->layer_begin != 0) || f->layer_begin >= (uint32_t)hp->n_layer ||
+        f->layer_end != (uint32_t)hp->n_layer || f->stage != HN_STAGE_BLOCK || f->n_embd != (uint32_t)hp->n_embd ||
+        f->n_tokens < 1 || f->n_tokens > (uint32_t)s->n_batch)
         return hc_bad(s, m->seq, HR_EPROTO, "FORWARD of layers %u..%u, %u x %u does not fit this session (%d layers, "
                       "n_embd %d, batch %d)", f->layer_begin, f->layer_end, f->n_tokens, f->n_embd, hp->n_layer,
                       hp->n_embd, s->n_batch);
-    int32_t pos0 = f->pos[0];
+    *pos0 = f->pos[0];
     for (uint32_t i = 0; i < f->n_tokens; i++)
-        if (f->pos[i] != pos0 + (int32_t)i || pos0 < 0)
+        if (f->pos[i] != *pos0 + (int32_t)i || *pos0 < 0)
             return hc_bad(s, m->seq, HR_EPROTO, "FORWARD positions must be consecutive from a non-negative start");
+    return 0;
+}
+
+static int hc_handle_forward(hc_session *s, const hn_msg *m) {
+    const hn_forward *f = &m->u.forward;
+    int32_t pos0;
+    int rc = hc_check_forward(s, m, &pos0);
+    if (rc) return rc;
     hr_err e = {0};
     memset(&s->ar.err, 0, sizeof s->ar.err);
     s->ar.mark = hr_time_ns();
-    int rc = hm_eval(s->ctx, NULL, f->data, (int)f->n_tokens, pos0, NULL, false, NULL, &e);
+    rc = hm_eval(s->ctx, NULL, f->data, (int)f->n_tokens, pos0, NULL, false, NULL, &e);
     s->ar.compute_ns += hr_time_ns() - s->ar.mark;
     if (rc) {
         /* the all-reduce's own message says which peer failed */
         const char *why = s->ar.err.msg[0] ? s->ar.err.msg : e.msg;
         return hc_bad(s, m->seq, rc, "forward pass failed: %s", why);
     }
+    if (s->mem) hmem_take_sample(s->mem, NULL);
     s->evals++;
     s->tokens += f->n_tokens;
+    return 0;
+}
+
+/* Pipeline: runs this worker's window that starts where the pass is and sends the rest of the pass
+   on — to the next worker, or back to the head from the last one. */
+static int hc_pp_forward(hc_session *s, const hn_msg *m) {
+    const hn_forward *f = &m->u.forward;
+    const hm_hparams *hp = &s->m->hp;
+    int32_t pos0;
+    int rc = hc_check_forward(s, m, &pos0);
+    if (rc) return rc;
+    int w = -1, nw = hm_ctx_n_windows(s->ctx);
+    for (int i = 0; i < nw; i++)
+        if (s->win[i].begin == (int32_t)f->layer_begin) w = i;
+    if (w < 0) return hc_bad(s, m->seq, HR_EPROTO, "FORWARD at layer %u, where no window of this worker begins", f->layer_begin);
+    hr_err e = {0};
+    int64_t t0 = hr_time_ns();
+    rc = hm_eval_window(s->ctx, w, NULL, f->data, (int)f->n_tokens, pos0, NULL, false, s->pp_out, &e);
+    int64_t t1 = hr_time_ns();
+    s->ar.compute_ns += t1 - t0;
+    if (rc) return hc_bad(s, m->seq, rc, "forward pass failed: %s", e.msg);
+    hn_msg o = {.type = HN_MSG_FORWARD, .seq = m->seq};
+    o.u.forward = (hn_forward){.layer_begin = (uint32_t)s->win[w].end, .layer_end = (uint32_t)hp->n_layer,
+                               .stage = HN_STAGE_BLOCK, .n_tokens = f->n_tokens, .n_embd = f->n_embd, .pos = f->pos,
+                               .data = s->pp_out};
+    /* the last layer done: straight back to the head, which runs the output head */
+    bool to_head = !s->ring_next_conn || s->win[w].end == hp->n_layer;
+    hn_conn *next = to_head ? s->head : s->ring_next_conn;
+    if (hn_msg_send(next, &o, hn_deadline_ms(s->timeout_ms + 20 * (int64_t)f->n_tokens), &e))
+        return hc_bad(s, m->seq, e.code, "passing the hidden state on to %s: %s", to_head ? "the head" : s->ring_next,
+                      e.msg);
+    s->ar.send_ns += hr_time_ns() - t1;
+    if (w == 0) {
+        /* once per pass: the figures */
+        if (s->mem) hmem_take_sample(s->mem, NULL);
+        s->evals++;
+        s->tokens += f->n_tokens;
+    }
     return 0;
 }
 
@@ -784,8 +944,17 @@ static void hc_session_run(hc_worker *w, hn_conn *c) {
     HR_LOGI("worker: head %s (%s) connected", s->head_name, peer_dev);
     for (;;) {
         e = (hr_err){0};
-        if (hc_recv_idle(s, &m, &e)) {
+        bool from_prev;
+        if (hc_recv_idle(s, &m, &from_prev, &e)) {
             if (atomic_load(&w->stop)) break;
+            if (from_prev) {
+                /* the previous pipeline stage failed: tell the head, so that it blames that one */
+                char msg[HN_MAX_MESSAGE];
+                snprintf(msg, sizeof msg, "the previous pipeline stage: %s", e.msg);
+                HR_LOGW("worker: %s; session ended", msg);
+                hc_send_error(c, 0, e.code, msg);
+                break;
+            }
             HR_LOGW("worker: head %s: %s; session ended", s->head_name, e.msg);
             if (e.code == HR_EPROTO || e.code == HR_EFORMAT) hc_send_error(c, 0, e.code, e.msg);
             break;
@@ -797,7 +966,10 @@ static void hc_session_run(hc_worker *w, hn_conn *c) {
             rc = s->planned ? hc_bad(s, m.seq, HR_EUNSUPPORTED, "a second LOAD_PLAN in one session") : hc_handle_load(s, &m);
             break;
         case HN_MSG_FORWARD:
-            rc = s->planned ? hc_handle_forward(s, &m) : hc_bad(s, m.seq, HR_EPROTO, "FORWARD before LOAD_PLAN");
+            if (!s->planned) rc = hc_bad(s, m.seq, HR_EPROTO, "FORWARD before LOAD_PLAN");
+            else if (s->pp && (from_prev || s->index == 1)) rc = hc_pp_forward(s, &m);
+            else if (s->pp) rc = hc_bad(s, m.seq, HR_EPROTO, "FORWARD from the head to a pipeline stage after the first");
+            else rc = hc_handle_forward(s, &m);
             break;
         case HN_MSG_RESET:
             if (s->ctx) hm_kv_truncate(s->ctx, (int32_t)HR_MIN(m.u.reset.pos_begin, (uint32_t)INT32_MAX));
