@@ -99,11 +99,12 @@ def parse_run(out, err, tokens):
     if len(part) == 2:
         for line in part[1].splitlines()[3:]:
             f = line.split()
-            if len(f) != 8 or not re.fullmatch(r"[0-9.]+", f[3]):
+            # device, layers, KV heads, FFN neurons, compute, wait, send, total, KiB out
+            if len(f) != 9 or not re.fullmatch(r"[0-9.]+", f[4]):
                 break
-            res["devices"].append({"name": f[0], "kv": int(f[1]), "ff": int(f[2]), "compute_ms": float(f[3]),
-                                   "wait_ms": float(f[4]), "send_ms": float(f[5]), "total_ms": float(f[6]),
-                                   "kib_out": float(f[7])})
+            res["devices"].append({"name": f[0], "kv": int(f[2]), "ff": int(f[3]), "compute_ms": float(f[4]),
+                                   "wait_ms": float(f[5]), "send_ms": float(f[6]), "total_ms": float(f[7]),
+                                   "kib_out": float(f[8])})
     return res
 
 

@@ -177,7 +177,7 @@ typedef struct hc_head_params {
     const char *layer_windows; /* --layer-windows: "2,3,2", one per device, head first; NULL = one even round */
     /* the head's residency manager (src/mem; workers have their own flags) */
     const char *model_path;  /* the GGUF the model was mapped from (needed to manage residency) */
-    const char *mem_budget;  /* --mem-budget: NULL = auto, "off", or a size */
+    const char *mem_budget;  /* --mem-budget: NULL = auto (tensor parallel: no manager), "off", or a size */
     int   window;            /* --window: blocks kept loading ahead (default 2) */
     bool  no_prefetch;       /* --no-prefetch: load a block only when compute reaches it */
     hc_progress_fn  progress;  void *progress_user;    /* weight transfer progress (bytes) */

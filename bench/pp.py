@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""pp — piped-ring pipelines on the emulated home cluster when the model does not fit: a 1B-shape
+Q4_0 model on 4 devices whose memory budgets sum to about half of it, with 1, 2 and 4 trips round the
+ring per token (--layer-windows 4,4,4,4 / 2,2,2,2 / 1,1,1,1), each with prefetch (hearth's residency
+manager streams every device's next blocks while the others compute and releases used ones), without
+prefetch (the manager loads a block only when compute reaches it, still releasing), and with plain
+mmap under the devices' cgroup memory limits (what llama.cpp-style mmap does: the kernel evicts and
+faults pages back in) — the ablation of prima.cpp Fig. 2 / Table 3 on our testbed. With --single, one
+device with a budget of the same total runs the model alone, for comparison.
+
+    sudo bench/pp.py [--build DIR] [--model M.gguf] [--rounds 1,2,4] [--modes prefetch,noprefetch,mmap]
+                     [--head-budget 200M] [--worker-budget 60M] [--tokens 16] [--repeats 3] [--single]
+                     [--out bench/reports/pp]
+
+Every device gets 0.5 core (4 devices: the machine's 2 cores), a cgroup memory limit of its budget
+plus --slack, 1 Gbit/s links and RTT 1 ms. Per configuration: a warm-up run fills the workers' slice
+caches, then --repeats runs of --tokens generated tokens with `--timings --stats-json` (the per-token
+stats round trips are left out of the token time by hearth run). Reported per configuration: token
+latency (median of the repeats, min), and per device the disk bytes read per token, time blocked on
+weights per token, peak resident weight bytes and memory pressure; per device and block kind the
+TPI-LLM Prop. 4 check: t_compute + t_sync >= tau_load of the next block predicts that loading is
+hidden (t_sync: the device's time outside its own compute per block, i.e. the others' turn).
+Results: OUT/results.json and OUT/report.md. Needs root (the testbed) and Python 3.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import tp  # noqa: E402  (the testbed wrapper and the --timings parser)
+
+SRC = tp.SRC
+PORT = 7070
+
+
+def log(msg):
+    print(f"pp: {msg}", file=sys.stderr, flush=True)
+
+
+def size_bytes(s):
+    s = s.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1], 1)
+    return int(float(s.rstrip("KMG")) * mult)
+
+
+def write_profile(path, n, cpu, period_ms, mems):
+    with open(path, "w") as f:
+        f.write(f"# written by bench/pp.py: {n} devices of {cpu} core, RTT 1 ms, memory limits per device\n")
+        f.write(f"description = pp bench, {n} x {cpu} core\n")
+        f.write(f"devices = {n}\ncpu = {cpu}\ncpu_period = {period_ms:g}ms\nrate = 1gbit\n")
+        f.write("delay = 0.25ms\njitter = 0\nloss = 0\n")
+        for i, m in enumerate(mems):
+            f.write(f"d{i} mem={m // (1 << 20)}M\n")
+
+
+def mem_flags(mode, budget):
+    if mode == "mmap":
+        return ["--mem-budget", "off"]
+    return ["--mem-budget", str(budget)] + (["--no-prefetch"] if mode == "noprefetch" else [])
+
+
+def run_config(bed, args, bin_, model, k, sizes, mode, budgets):
+    """head on d0 + workers on d1..d(k-1); returns the median repeat's figures"""
+    procs = []
+    stats = os.path.join(args.work, "stats.json")
+    try:
+        for i in range(1, k):
+            dev = f"d{i}"
+            cache = os.path.join(args.work, f"cache-{dev}")
+            logf = open(os.path.join(args.work, f"worker-{dev}.log"), "a")
+            argv = [bin_, "worker", "--listen", f"0.0.0.0:{PORT}", "--cache", cache, "-t", "1"] + mem_flags(mode, budgets[i])
+            p = tp.subprocess.Popen(bed.cmd(dev, argv), stdout=tp.subprocess.PIPE, stderr=logf, text=True)
+            procs.append((dev, p, logf))
+            line = p.stdout.readline()
+            if "listening" not in line:
+                raise RuntimeError(f"worker on {dev} did not start: {line}")
+        head = [bin_, "run", "-m", model, "-p", args.prompt, "--temp", "0", "--ignore-eos", "-t", "1", "-c", "256",
+                "-b", "32", "--timings", "--stats-json", stats] + mem_flags(mode, budgets[0])
+        if k > 1:
+            head += ["--workers", ",".join(f"{bed.addr(f'd{i}')}:{PORT}" for i in range(1, k)), "--pp",
+                     "--layer-windows", ",".join(str(s) for s in sizes)]
+            r = tp.sh(bed.cmd("d0", head + ["-n", "2"]), timeout=3600)
+            if r.returncode:
+                raise RuntimeError(f"warm-up {sizes} {mode}: {r.stderr[-1500:]}")
+        reps = []
+        for _ in range(args.repeats):
+            r = tp.sh(bed.cmd("d0", head + ["-n", str(args.tokens)]), timeout=3600)
+            if r.returncode:
+                raise RuntimeError(f"{sizes} {mode}: {r.stderr[-1500:]}")
+            res = tp.parse_run(r.stdout, r.stderr, args.tokens)
+            with open(stats) as fh:
+                res["stats"] = json.load(fh)
+            res["token_ms"] = res["stats"]["ms_per_token"]
+            reps.append(res)
+        best = sorted(reps, key=lambda x: x["token_ms"])[len(reps) // 2]
+        best["repeats_token_ms"] = [x["token_ms"] for x in reps]
+        return best
+    finally:
+        for dev, p, logf in procs:
+            bed.kill(dev)
+            p.wait(timeout=10)
+            logf.close()
+
+
+def prop4(dev, timings, token_ms):
+    """TPI-LLM Prop. 4 for one device: per block kind, compute t, load tau, and t_sync = the device's
+    time per block outside its own compute (the rest of the ring's turn), from the run's figures"""
+    b = dev["blocks"]
+    n_blocks = (b["attn"]["n"] + b["ffn"]["n"]) / max(1, dev.get("_passes", 1))
+    comp = timings["compute_ms"] if timings else None
+    sync = max(0.0, token_ms - comp) / n_blocks if comp is not None and n_blocks else 0.0
+    t_a, t_f = b["attn"]["compute_ms_per_block"], b["ffn"]["compute_ms_per_block"]
+    tau_a, tau_f = b["attn"]["load_ms_per_block"], b["ffn"]["load_ms_per_block"]
+    hidden = (t_a + sync >= tau_f) and (t_f + sync >= tau_a)
+    return {"t_attn": t_a, "t_ffn": t_f, "t_sync": sync, "tau_attn": tau_a, "tau_ffn": tau_f, "predict_hidden": hidden,
+            "blocked_ms_per_token": dev["weights_wait_ms_per_token"]}
+
+
+def report(res, path):
+    cfg = res["config"]
+    mib = lambda v: f"{v / 1048576:.1f}" if v is not None else "–"
+    L = [f"# Piped-ring pipelines under memory budgets on the testbed ({res['model_name']}, "
+         f"{res['model_bytes'] / 1048576:.0f} MiB)", "",
+         f"{cfg['devices']} devices of {cfg['cpu']} core each (this machine has {os.cpu_count()} cores), 1 Gbit/s, "
+         f"RTT 1 ms; budgets: head {mib(cfg['budgets'][0])} MiB (it also holds the "
+         f"{mib(res['output_bytes'])} MiB output head), workers {mib(cfg['budgets'][1])} MiB each = "
+         f"{100 * sum(cfg['budgets']) / res['model_bytes']:.0f}% of the model in total; cgroup limit = budget + "
+         f"{mib(cfg['slack'])} MiB. {cfg['tokens']} generated tokens, median of {cfg['repeats']} runs (min in "
+         f"brackets); load average {res['loadavg_start'][0]:.1f} at the start, {res['loadavg_end'][0]:.1f} at the end. "
+         "prefetch: the residency manager streams each device's next blocks while the ring computes elsewhere and "
+         "releases used ones; no prefetch: it loads a block when compute reaches it; mmap: no manager, the "
+         "cgroup limit makes the kernel evict and fault pages back in.", "",
+         "| trips | windows | mode | ms/token | disk MiB/token (head, workers) | blocked ms/token (head, workers) | "
+         "peak resident MiB (head, workers) | pressure % (max) |", "|---|---|---|---|---|---|---|---|"]
+    for r in res["runs"]:
+        st = r["result"]["stats"]
+        devs = st["devices"]
+        d = lambda key, f: ", ".join(f(x[key]) for x in devs)
+        disk = d("disk_read_bytes_per_token", lambda v: f"{v / 1048576:.0f}" if v is not None else "?")
+        blk = d("weights_wait_ms_per_token", lambda v: f"{v:.0f}")
+        peak = d("resident_peak_bytes", lambda v: f"{v / 1048576:.0f}")
+        pres = max(x["pressure"] for x in devs) * 100
+        L.append(f"| {r['trips']} | {r['windows']} | {r['mode']} | {r['result']['token_ms']:.0f} "
+                 f"({min(r['result']['repeats_token_ms']):.0f}) | {disk} | {blk} | {peak} | {pres:.2f} |")
+    L += ["", "## Is loading hidden? TPI-LLM Prop. 4, per device (prefetch runs)", "",
+          "t = compute per block, tau = load per block (the loader's time for a whole block), t_sync = the device's "
+          "time per block outside its own compute (the other devices' turn, links). Prop. 4 predicts loading is "
+          "hidden when t_attn + t_sync >= tau_ffn and t_ffn + t_sync >= tau_attn; *blocked* is what was measured.",
+          "", "| trips | device | t_attn | t_ffn | t_sync | tau_attn | tau_ffn | predicted | blocked ms/token |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for r in res["runs"]:
+        if r["mode"] != "prefetch":
+            continue
+        for p in r["prop4"]:
+            L.append(f"| {r['trips']} | {p['name']} | {p['t_attn']:.2f} | {p['t_ffn']:.2f} | {p['t_sync']:.2f} | "
+                     f"{p['tau_attn']:.2f} | {p['tau_ffn']:.2f} | {'hidden' if p['predict_hidden'] else 'not hidden'} "
+                     f"| {p['blocked_ms_per_token']:.1f} |")
+    L.append("")
+    with open(path, "w") as fh:
+        fh.write("\n".join(L))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.environ.get("HEARTH_BUILD", os.path.join(SRC, "build")))
+    ap.add_argument("--model", help="GGUF (default: synthesize llama-3.2-1b Q4_0 into --work)")
+    ap.add_argument("--work", default="/tmp/hearth-pp-bench")
+    ap.add_argument("--devices", type=int, default=4)
+    ap.add_argument("--rounds", default="1,2,4", help="trips round the ring per token")
+    ap.add_argument("--modes", default="prefetch,noprefetch,mmap")
+    ap.add_argument("--head-budget", default="200M")
+    ap.add_argument("--worker-budget", default="60M")
+    ap.add_argument("--slack", default="48M", help="cgroup limit above the budget (process memory)")
+    ap.add_argument("--single", action="store_true", help="also one device with the budgets' total")
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cpu", default="0.5")
+    ap.add_argument("--cpu-period", type=float, default=4.0)
+    ap.add_argument("--instance", default="ppb")
+    ap.add_argument("--prompt", default="Once upon a time")
+    ap.add_argument("--out", default=os.path.join(SRC, "bench", "reports", "pp"))
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("pp: needs root (the testbed creates namespaces and cgroups)")
+    bin_ = os.path.join(os.path.realpath(args.build), "hearth")
+    os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    model = args.model or os.path.join(args.work, "llama-3.2-1b-Q4_0.gguf")
+    if not os.path.exists(model):
+        log(f"synthesizing {model}")
+        r = tp.sh([bin_, "synth", "--shape", "llama-3.2-1b", "--type", "Q4_0", "-o", model])
+        if r.returncode:
+            sys.exit(r.stderr)
+    info = tp.model_info(bin_, model)
+    k = args.devices
+    budgets = [size_bytes(args.head_budget)] + [size_bytes(args.worker_budget)] * (k - 1)
+    slack = size_bytes(args.slack)
+    rounds = [int(x) for x in args.rounds.split(",")]
+    modes = args.modes.split(",")
+    res = {"model": model, "model_name": os.path.basename(model), "model_bytes": info["bytes"], "info": info,
+           "output_bytes": info["n_vocab"] * info["n_embd"] * 18 // 32,
+           "config": {"devices": k, "cpu": args.cpu, "budgets": budgets, "slack": slack, "tokens": args.tokens,
+                      "repeats": args.repeats, "rounds": rounds, "modes": modes},
+           "runs": [], "started": time.strftime("%Y-%m-%d %H:%M:%S"), "loadavg_start": os.getloadavg()}
+    bed = tp.Bed(args.instance, os.path.realpath(args.build))
+    prof = os.path.join(tempfile.mkdtemp(prefix="pp-prof-"), "pp")
+    write_profile(prof, k, args.cpu, args.cpu_period, [b + slack for b in budgets])
+    try:
+        log(f"testbed up: {k} devices; budgets {[b >> 20 for b in budgets]} MiB "
+            f"({100 * sum(budgets) / info['bytes']:.0f}% of the model)")
+        bed.up(prof)
+        configs = []
+        if args.single:
+            configs.append((1, None, "prefetch"))
+        for t in rounds:
+            size = info["n_layer"] // (k * t)
+            if size < 1 or size * k * t != info["n_layer"]:
+                log(f"skipping {t} trips: {info['n_layer']} layers do not split into {k} x {t} equal windows")
+                continue
+            configs += [(t, [size] * k, m) for m in modes]
+        for t, sizes, mode in configs:
+            windows = ",".join(map(str, sizes)) if sizes else "–"
+            log(f"{t} trip(s), windows {windows}, {mode}")
+            kk = k if sizes else 1
+            bud = budgets if sizes else [sum(budgets)]
+            r = run_config(bed, args, bin_, model, kk, sizes, mode, bud)
+            devs = r["stats"]["devices"]
+            p4 = []
+            for i, dv in enumerate(devs):
+                tm = r["devices"][i] if i < len(r["devices"]) else None
+                q = prop4(dv, tm, r["token_ms"])
+                q["name"] = dv["name"]
+                p4.append(q)
+            res["runs"].append({"trips": t if sizes else "1 device", "windows": windows, "mode": mode, "result": r,
+                                "prop4": p4})
+            log(f"  {r['token_ms']:.0f} ms/token")
+            with open(os.path.join(args.out, "results.json"), "w") as fh:
+                json.dump(res, fh, indent=1)
+    finally:
+        bed.down()
+    res["loadavg_end"] = os.getloadavg()
+    with open(os.path.join(args.out, "results.json"), "w") as fh:
+        json.dump(res, fh, indent=1)
+    report(res, os.path.join(args.out, "report.md"))
+    print(open(os.path.join(args.out, "report.md")).read())
+
+
+if __name__ == "__main__":
+    main()
