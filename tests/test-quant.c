@@ -557,6 +557,42 @@ static void run_generic_child(const char *self) {
     CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "HEARTH_NO_SIMD=1 run failed (status %d)", status);
 }
 
+/* The attention kernels: the dispatched ones give the generic ones' bits (same order, no FMA), for
+   F16 and F32 caches, head sizes with and without a multiple of 8, any number of positions. */
+static void test_attention(void) {
+    const hq_att_kernels *fast = hq_get_att(false), *gen = hq_get_att(true);
+    uint64_t rng = 12345;
+    const int hds[] = {48, 64, 128, 36};
+    for (size_t h = 0; h < HR_ARRAY_LEN(hds); h++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            int hd = hds[h], n = 75;
+            size_t es = f16 ? 2 : 4, row = (size_t)(hd + 8) * es; /* rows wider than a head, like a cache */
+            uint8_t *k = calloc((size_t)n, row);
+            float q[128], p[75], s1[75], s2[75], a1[128], a2[128];
+            for (int i = 0; i < n; i++)
+                for (int d = 0; d < hd + 8; d++) {
+                    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+                    float x = (float)((double)(rng >> 40) / (double)(1 << 24) * 4 - 2);
+                    if (f16) ((hr_fp16 *)(k + (size_t)i * row))[d] = hr_fp32_to_fp16(x);
+                    else ((float *)(k + (size_t)i * row))[d] = x;
+                }
+            for (int d = 0; d < hd; d++) q[d] = (float)(d % 7) * 0.37f - 1.1f;
+            for (int i = 0; i < n; i++) p[i] = 1.0f / (float)(i + 1);
+            int ok = 1;
+            for (int m = 1; m <= n; m += 9) {
+                fast->kq(m, hd, q, k, row, f16, s1);
+                gen->kq(m, hd, q, k, row, f16, s2);
+                ok &= !memcmp(s1, s2, (size_t)m * sizeof(float));
+                for (int d = 0; d < hd; d++) a1[d] = a2[d] = (float)d * 0.01f;
+                fast->kv(m, hd, p, k, row, f16, a1);
+                gen->kv(m, hd, p, k, row, f16, a2);
+                ok &= !memcmp(a1, a2, (size_t)hd * sizeof(float));
+            }
+            CHECKF(ok, "attention kernels (hd %d, %s cache) differ from the generic ones", hd, f16 ? "F16" : "F32");
+            free(k);
+        }
+}
+
 int main(int argc, char **argv) {
     bool do_bench = true, reexec = true, short_bench = false;
     for (int i = 1; i < argc; i++) {
@@ -576,6 +612,7 @@ int main(int argc, char **argv) {
     test_vec_dot();
     test_gemm();
     test_gemm_large();
+    test_attention();
     if (do_bench) {
         const double min_s = short_bench ? 0.05 : 1.0;
         bench(HQ_TYPE_Q4_0, 4096, 4096, min_s);

@@ -406,24 +406,18 @@ typedef struct hm_att_job {
    - F16 path (smaller batches, F16 cache): q is rounded to F16 for the dot with K, and the output
      is accumulated in F16, rounded after every position, as llama.cpp's per-row kernel does.
    Both are exact softmax attention; they differ only in rounding (~3e-4 relative on the logits). */
-static inline float hm_kv_load(const uint8_t *row, int d, bool f16) {
-    return f16 ? hr_fp16_to_fp32(((const hr_fp16 *)row)[d]) : ((const float *)row)[d];
-}
 
-static void hm_att_f32(const float *q, const uint8_t *kbase, const uint8_t *vbase, size_t row, bool f16,
-                       int32_t npos, int hd, float scale, float *acc, float *sc, float *out) {
+static void hm_att_f32(const hq_att_kernels *ak, const float *q, const uint8_t *kbase, const uint8_t *vbase,
+                       size_t row, bool f16, int32_t npos, int hd, float scale, float *acc, float *sc, float *out) {
     memset(acc, 0, (size_t)hd * sizeof(float));
     float M = -INFINITY, S = 0.0f;
     for (int32_t p0 = 0; p0 < npos; p0 += HM_KV_TILE) {
         int nt = HR_MIN(HM_KV_TILE, npos - p0);
+        ak->kq(nt, hd, q, kbase + (size_t)p0 * row, row, f16, sc);   /* sequential sums over d */
         float tmax = -INFINITY;
         for (int i = 0; i < nt; i++) {
-            const uint8_t *kr = kbase + (size_t)(p0 + i) * row;
-            float s = 0.0f;
-            for (int d = 0; d < hd; d++) s += q[d] * hm_kv_load(kr, d, f16);
-            s *= scale;
-            sc[i] = s;
-            tmax = s > tmax ? s : tmax;
+            sc[i] *= scale;
+            tmax = sc[i] > tmax ? sc[i] : tmax;
         }
         if (tmax > M) {
             float ms = expf(M - tmax);
@@ -437,11 +431,7 @@ static void hm_att_f32(const float *q, const uint8_t *kbase, const uint8_t *vbas
             sum += sc[i];
         }
         S += (float)sum;
-        for (int i = 0; i < nt; i++) {
-            const uint8_t *vr = vbase + (size_t)(p0 + i) * row;
-            float pi = sc[i];
-            for (int d = 0; d < hd; d++) acc[d] += pi * hm_kv_load(vr, d, f16);
-        }
+        ak->kv(nt, hd, sc, vbase + (size_t)p0 * row, row, f16, acc);
     }
     float inv = S == 0.0f ? 0.0f : 1.0f / S;
     for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
@@ -488,6 +478,7 @@ static void hm_att_worker(void *arg, int ith, int nth) {
     size_t es = c->kv_esize, row = (size_t)Dkv * es;
     bool f16 = c->kv_type == HQ_TYPE_F16;
     bool f16_path = f16 && j->n < HM_KV_TILE;
+    const hq_att_kernels *ak = hq_get_att(false);
     int64_t w0, w1;
     hr_split((int64_t)j->n * nh, ith, nth, 1, &w0, &w1);
     for (int64_t w = w0; w < w1; w++) {
@@ -497,7 +488,7 @@ static void hm_att_worker(void *arg, int ith, int nth) {
         const uint8_t *kb = K + (size_t)kvh * hd * es, *vb = V + (size_t)kvh * hd * es;
         float *out = c->att + (int64_t)t * Dq + (int64_t)h * hd;
         if (f16_path) hm_att_f16(q, kb, vb, row, npos, hd, scale, q16, acc16, out);
-        else hm_att_f32(q, kb, vb, row, f16, npos, hd, scale, acc, sc, out);
+        else hm_att_f32(ak, q, kb, vb, row, f16, npos, hd, scale, acc, sc, out);
     }
 }
 

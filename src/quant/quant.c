@@ -35,6 +35,43 @@ HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_
     __attribute__((weak)) void hq_quantize_##arch##_q8_K(const float *restrict, void *restrict, int64_t);
 HQ_WEAK_SIMD_ALL(avx2)
 HQ_WEAK_SIMD_ALL(neon)
+__attribute__((weak)) void hq_att_kq_avx2(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
+                                          float *restrict);
+__attribute__((weak)) void hq_att_kv_avx2(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
+                                          float *restrict);
+
+/* ---- attention, generic: the order and roundings hq_att_kq_fn / hq_att_kv_fn define ---- */
+static inline float hq_kv_elem(const uint8_t *row, int d, bool f16) {
+    return f16 ? hr_fp16_to_fp32(((const hr_fp16 *)row)[d]) : ((const float *)row)[d];
+}
+
+/* volatile products keep a compiler that may contract a*b+c into one fused operation from doing so */
+static void hq_att_kq_generic(int n, int hd, const float *restrict q, const uint8_t *restrict k, size_t row, bool f16,
+                              float *restrict s) {
+    for (int i = 0; i < n; i++) {
+        const uint8_t *kr = k + (size_t)i * row;
+        float sum = 0.0f;
+        for (int d = 0; d < hd; d++) {
+            volatile float pr = q[d] * hq_kv_elem(kr, d, f16);
+            sum += pr;
+        }
+        s[i] = sum;
+    }
+}
+
+static void hq_att_kv_generic(int n, int hd, const float *restrict p, const uint8_t *restrict v, size_t row, bool f16,
+                              float *restrict acc) {
+    for (int i = 0; i < n; i++) {
+        const uint8_t *vr = v + (size_t)i * row;
+        for (int d = 0; d < hd; d++) {
+            volatile float pr = p[i] * hq_kv_elem(vr, d, f16);
+            acc[d] += pr;
+        }
+    }
+}
+
+static hq_att_kernels hq_att = {hq_att_kq_generic, hq_att_kv_generic};
+static const hq_att_kernels hq_att_generic = {hq_att_kq_generic, hq_att_kv_generic};
 
 static hq_traits hq_table[HQ_TYPE_COUNT];
 
@@ -112,6 +149,7 @@ static void hq_init_once(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         HQ_USE_SIMD_ALL(avx2);
+        if (hq_att_kq_avx2 && hq_att_kv_avx2) hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2};
         hq_simd = "avx2";
     }
 #elif defined(HEARTH_ARCH_ARM)
@@ -128,6 +166,11 @@ const hq_traits *hq_get_traits(int type) {
     const hq_traits *t = &hq_table[type];
     if (!t->name || !t->to_float || !t->vec_dot) return NULL;
     return t;
+}
+
+const hq_att_kernels *hq_get_att(bool generic) {
+    pthread_once(&hq_once, hq_init_once);
+    return generic ? &hq_att_generic : &hq_att;
 }
 
 const char *hq_simd_name(void) {

@@ -116,6 +116,19 @@ typedef struct hq_traits {
     hq_gemm_fn       gemm;          /* tile kernel; a generic loop over vec_dot where no SIMD one exists */
 } hq_traits;
 
+/* ---- attention kernels (the F32 path of flash attention, src/model) ------------------------------ */
+/* s[i] = sum over d < hd of q[d] * k_i[d], k_i = the row at k + i*row bytes (F16 if f16, else F32), for
+   i < n. Each sum runs over d = 0, 1, ... in order with the product and the sum rounded separately
+   (no fused multiply-add), so the AVX2 kernel (8 positions per register) gives the generic one's bits. */
+typedef void (*hq_att_kq_fn)(int n, int hd, const float *restrict q, const uint8_t *restrict k, size_t row, bool f16,
+                             float *restrict s);
+/* acc[d] = acc[d] + p[i] * v_i[d] for i = 0, 1, ..., n-1 in order, product and sum rounded separately. */
+typedef void (*hq_att_kv_fn)(int n, int hd, const float *restrict p, const uint8_t *restrict v, size_t row, bool f16,
+                             float *restrict acc);
+typedef struct hq_att_kernels { hq_att_kq_fn kq; hq_att_kv_fn kv; } hq_att_kernels;
+/* The dispatched attention kernels (SIMD where the CPU has it); `generic` the portable ones. */
+const hq_att_kernels *hq_get_att(bool generic);
+
 /* The table entry for a type, or NULL if the type is not supported. Thread-safe after first call. */
 const hq_traits *hq_get_traits(int type);
 const char *hq_type_name(int type);          /* "Q4_K", or "unknown" */

@@ -1,0 +1,78 @@
+/* quant, x86: AVX2/F16C attention kernels — see quant.h ("attention kernels").
+ *
+ * Scores: eight positions at a time, one per lane: an 8x8 tile of K (8 rows, 8 elements of the head
+ * dimension, F16 widened by F16C) is transposed so that register dd holds element d0+dd of the
+ * eight rows, and each lane adds q[d] * k[d] in order d = 0, 1, ... — the generic kernel's order and
+ * roundings, eight times at once. This file is compiled with -ffp-contract=off (CMakeLists.txt):
+ * a fused multiply-add would round differently from the generic kernel.
+ * Values: acc[d] += p_i * v_i[d] for eight d at a time, positions in order — again the generic order.
+ */
+#include "quant/quant.h"
+
+#include <immintrin.h>
+
+static inline __m256 hq_load8(const uint8_t *p, bool f16) {
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)) : _mm256_loadu_ps((const float *)p);
+}
+
+/* r[0..8) rows -> columns */
+static inline void hq_transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+static inline float hq_elem(const uint8_t *row, int d, bool f16) {
+    return f16 ? _cvtsh_ss(((const uint16_t *)row)[d]) : ((const float *)row)[d];
+}
+
+void hq_att_kq_avx2(int n, int hd, const float *restrict q, const uint8_t *restrict k, size_t row, bool f16,
+                    float *restrict s) {
+    size_t es = f16 ? 2 : 4;
+    int i = 0;
+    if (hd % 8 == 0)
+        for (; i + 8 <= n; i += 8) {
+            __m256 acc = _mm256_setzero_ps();
+            const uint8_t *k0 = k + (size_t)i * row;
+            for (int d0 = 0; d0 < hd; d0 += 8) {
+                __m256 r[8];
+                for (int j = 0; j < 8; j++) r[j] = hq_load8(k0 + (size_t)j * row + (size_t)d0 * es, f16);
+                hq_transpose8(r);
+                for (int dd = 0; dd < 8; dd++) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(q[d0 + dd]), r[dd]));
+            }
+            _mm256_storeu_ps(s + i, acc);
+        }
+    for (; i < n; i++) {
+        const uint8_t *kr = k + (size_t)i * row;
+        float sum = 0.0f;
+        for (int d = 0; d < hd; d++) sum += q[d] * hq_elem(kr, d, f16);
+        s[i] = sum;
+    }
+}
+
+void hq_att_kv_avx2(int n, int hd, const float *restrict p, const uint8_t *restrict v, size_t row, bool f16,
+                    float *restrict acc) {
+    size_t es = f16 ? 2 : 4;
+    int d0 = 0;
+    for (; d0 + 8 <= hd; d0 += 8) {
+        __m256 a = _mm256_loadu_ps(acc + d0);
+        for (int i = 0; i < n; i++)
+            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(p[i]), hq_load8(v + (size_t)i * row + (size_t)d0 * es, f16)));
+        _mm256_storeu_ps(acc + d0, a);
+    }
+    for (; d0 < hd; d0++)
+        for (int i = 0; i < n; i++) acc[d0] += p[i] * hq_elem(v + (size_t)i * row, d0, f16);
+}
