@@ -108,17 +108,31 @@ def run_config(bed, args, bin_, model, k, sizes, mode, budgets):
 
 
 def prop4(dev, timings, token_ms):
-    """TPI-LLM Prop. 4 for one device: per block kind, compute t, load tau, and t_sync = the device's
-    time per block outside its own compute (the rest of the ring's turn), from the run's figures"""
+    """TPI-LLM Prop. 4 for one device: per block kind, compute t and load tau (the manager's figures),
+    and t_sync = the device's time per token outside its own forward pass (the rest of the ring's turn,
+    links), spread over its blocks per token. Also the pipeline's own form of the condition: the load
+    time the device's streamed blocks need per token against that idle time."""
     b = dev["blocks"]
-    n_blocks = (b["attn"]["n"] + b["ffn"]["n"]) / max(1, dev.get("_passes", 1))
-    comp = timings["compute_ms"] if timings else None
-    sync = max(0.0, token_ms - comp) / n_blocks if comp is not None and n_blocks else 0.0
+    layers = max(1, dev["n_layers"])
+    passes = max(1, b["attn"]["n"] // layers)
+    blocks_per_token = 2 * layers
+    comp = timings["compute_ms"] if timings else token_ms
+    idle = max(0.0, token_ms - comp)
+    sync = idle / blocks_per_token
     t_a, t_f = b["attn"]["compute_ms_per_block"], b["ffn"]["compute_ms_per_block"]
     tau_a, tau_f = b["attn"]["load_ms_per_block"], b["ffn"]["load_ms_per_block"]
+    load = (b["attn"]["loads"] * tau_a + b["ffn"]["loads"] * tau_f) / passes
     hidden = (t_a + sync >= tau_f) and (t_f + sync >= tau_a)
+    # within a window blocks follow each other with no sync: TPI's condition with t_sync = 0
+    hidden_in_window = t_a >= tau_f and t_f >= tau_a
+    # the idle time can preload at most the loader's room; the rest streams while the window computes
+    stream, room = dev.get("stream_bytes_per_token", 0), dev.get("room_bytes", 0)
+    pure = (b["attn"]["n"] * t_a + b["ffn"]["n"] * t_f) / passes
+    late = load * max(0, stream - room) / stream if stream else 0.0
     return {"t_attn": t_a, "t_ffn": t_f, "t_sync": sync, "tau_attn": tau_a, "tau_ffn": tau_f, "predict_hidden": hidden,
-            "blocked_ms_per_token": dev["weights_wait_ms_per_token"]}
+            "hidden_in_window": hidden_in_window, "load_ms_per_token": load, "idle_ms_per_token": idle,
+            "stream_mib": stream / 1048576, "room_mib": room / 1048576,
+            "predict_blocked_ms": max(0.0, late - pure), "blocked_ms_per_token": dev["weights_wait_ms_per_token"]}
 
 
 def report(res, path):
@@ -148,18 +162,25 @@ def report(res, path):
         L.append(f"| {r['trips']} | {r['windows']} | {r['mode']} | {r['result']['token_ms']:.0f} "
                  f"({min(r['result']['repeats_token_ms']):.0f}) | {disk} | {blk} | {peak} | {pres:.2f} |")
     L += ["", "## Is loading hidden? TPI-LLM Prop. 4, per device (prefetch runs)", "",
-          "t = compute per block, tau = load per block (the loader's time for a whole block), t_sync = the device's "
-          "time per block outside its own compute (the other devices' turn, links). Prop. 4 predicts loading is "
-          "hidden when t_attn + t_sync >= tau_ffn and t_ffn + t_sync >= tau_attn; *blocked* is what was measured.",
-          "", "| trips | device | t_attn | t_ffn | t_sync | tau_attn | tau_ffn | predicted | blocked ms/token |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "Times in ms. t = compute per block, tau = load per block (the loader's time for a whole block). "
+          "*Prop. 4, spread*: TPI-LLM's condition t_attn + t_sync >= tau_ffn and t_ffn + t_sync >= tau_attn with "
+          "t_sync = the device's idle time per token (the rest of the ring's turn) spread over its blocks. "
+          "*Prop. 4, in a window*: the same with t_sync = 0, as blocks of one window follow each other with no "
+          "sync between them. *load / idle*: the loader's time for the blocks streamed per token against the idle "
+          "time per token. The idle time can preload at most the loader's *room*; the rest of the *stream* loads "
+          "while the window computes: *predicted blocked* = load x (stream - room) / stream - compute of the "
+          "window, at least 0. *blocked* is what was measured.",
+          "", "| trips | device | t_attn | t_ffn | tau_attn | tau_ffn | Prop. 4, spread | Prop. 4, in a window | "
+          "load / idle | stream / room MiB | predicted blocked | blocked |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["runs"]:
         if r["mode"] != "prefetch":
             continue
         for p in r["prop4"]:
-            L.append(f"| {r['trips']} | {p['name']} | {p['t_attn']:.2f} | {p['t_ffn']:.2f} | {p['t_sync']:.2f} | "
-                     f"{p['tau_attn']:.2f} | {p['tau_ffn']:.2f} | {'hidden' if p['predict_hidden'] else 'not hidden'} "
-                     f"| {p['blocked_ms_per_token']:.1f} |")
+            yn = lambda v: "hidden" if v else "not hidden"
+            L.append(f"| {r['trips']} | {p['name']} | {p['t_attn']:.2f} | {p['t_ffn']:.2f} | {p['tau_attn']:.2f} | "
+                     f"{p['tau_ffn']:.2f} | {yn(p['predict_hidden'])} | {yn(p['hidden_in_window'])} | "
+                     f"{p['load_ms_per_token']:.0f} / {p['idle_ms_per_token']:.0f} | {p['stream_mib']:.0f} / "
+                     f"{p['room_mib']:.0f} | {p['predict_blocked_ms']:.0f} | {p['blocked_ms_per_token']:.0f} |")
     L.append("")
     with open(path, "w") as fh:
         fh.write("\n".join(L))

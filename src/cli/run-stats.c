@@ -156,6 +156,8 @@ int run_stats_write(const run_stats *rs, const char *path, double prompt_ms, dou
         json_object_set_new(o, "name", json_string(l->name));
         json_object_set_new(o, "n_layers", json_integer(l->n_layers));
         json_object_set_new(o, "budget_bytes", json_integer((json_int_t)l->budget));
+        json_object_set_new(o, "stream_bytes_per_token", json_integer((json_int_t)l->stream_bytes));
+        json_object_set_new(o, "room_bytes", json_integer((json_int_t)l->room_bytes));
         json_object_set_new(o, "resident_peak_bytes", json_integer((json_int_t)l->resident_peak));
         json_object_set_new(o, "pressure", json_real(l->pressure));
         json_object_set_new(o, "disk_read_bytes_per_token",

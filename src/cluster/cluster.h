@@ -225,6 +225,8 @@ typedef struct hc_dev_stats {
     uint64_t resident_bytes;    /* the device's weight pages in memory now (mincore) */
     uint64_t resident_peak;
     uint64_t budget;            /* its memory budget (0: none) */
+    uint64_t stream_bytes;      /* weight bytes it streams per pass (0: all kept) */
+    uint64_t room_bytes;        /* what its loader may hold of them at once */
     int64_t  disk_read_bytes;   /* read from storage since the previous stats (-1 unknown) */
     int64_t  weights_wait_ns;   /* compute blocked waiting for weights */
     double   pressure;          /* prima.cpp: drop of MemAvailable since the start / MemTotal */

@@ -639,7 +639,10 @@ void hc_dev_stats_mem(hc_dev_stats *s, hmem *mm) {
     hmem_stats ms = hmem_get_stats(mm);
     s->resident_bytes = smp.resident;
     s->resident_peak = ms.resident_peak;
-    s->budget = hmem_get_plan(mm)->budget;
+    const hmem_plan *pl = hmem_get_plan(mm);
+    s->budget = pl->budget;
+    s->stream_bytes = pl->mode == HMEM_STREAM ? pl->stream_bytes : 0;
+    s->room_bytes = pl->mode == HMEM_STREAM ? pl->room_bytes : 0;
     s->disk_read_bytes = ms.disk_read_bytes;
     s->weights_wait_ns = ms.wait_ns;
     s->pressure = ms.pressure;
@@ -699,6 +702,8 @@ int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err) {
         w->resident_bytes = (uint64_t)hc_kv_i64(p, "resident_bytes");
         w->resident_peak = (uint64_t)hc_kv_i64(p, "resident_peak");
         w->budget = (uint64_t)hc_kv_i64(p, "budget");
+        w->stream_bytes = (uint64_t)hc_kv_i64(p, "stream_bytes");
+        w->room_bytes = (uint64_t)hc_kv_i64(p, "room_bytes");
         w->disk_read_bytes = hc_kv_i64(p, "disk_read_bytes");
         w->weights_wait_ns = hc_kv_i64(p, "weights_wait_ns");
         w->pressure = (double)hc_kv_i64(p, "pressure_ppm") * 1e-6;

@@ -312,7 +312,10 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
             hmem_stats ms = hmem_get_stats(s->mem);
             KV("resident_bytes", "%" PRIu64, smp.resident);
             KV("resident_peak", "%" PRIu64, ms.resident_peak);
-            KV("budget", "%" PRIu64, hmem_get_plan(s->mem)->budget);
+            const hmem_plan *pl = hmem_get_plan(s->mem);
+            KV("budget", "%" PRIu64, pl->budget);
+            KV("stream_bytes", "%" PRIu64, pl->mode == HMEM_STREAM ? pl->stream_bytes : 0);
+            KV("room_bytes", "%" PRIu64, pl->mode == HMEM_STREAM ? pl->room_bytes : 0);
             KV("disk_read_bytes", "%" PRId64, ms.disk_read_bytes);
             KV("weights_wait_ns", "%" PRId64, ms.wait_ns);
             KV("pressure_ppm", "%.0f", ms.pressure * 1e6);
