@@ -100,7 +100,7 @@ def parse_run(out, err, tokens):
         for line in part[1].splitlines()[3:]:
             f = line.split()
             # device, layers, KV heads, FFN neurons, compute, wait, send, total, KiB out
-            if len(f) != 9 or not re.fullmatch(r"[0-9.]+", f[4]):
+            if len(f) != 9 or not f[1].isdigit() or not f[2].isdigit() or not re.fullmatch(r"[0-9.]+", f[4]):
                 break
             res["devices"].append({"name": f[0], "kv": int(f[2]), "ff": int(f[3]), "compute_ms": float(f[4]),
                                    "wait_ms": float(f[5]), "send_ms": float(f[6]), "total_ms": float(f[7]),
