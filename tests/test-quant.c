@@ -588,6 +588,18 @@ static void test_attention(void) {
                 gen->kv(m, hd, p, k, row, f16, a2);
                 ok &= !memcmp(a1, a2, (size_t)hd * sizeof(float));
             }
+            /* the F16 path's accumulator updates (F16 data only: NaN payloads may differ) */
+            hr_fp16 c1[128], c2[128];
+            const hr_fp16 *v16 = (const hr_fp16 *)k;
+            for (int d = 0; d < hd; d++) c1[d] = c2[d] = hr_fp32_to_fp16((float)(d % 11) * 0.3f - 1.5f);
+            for (int r = 0; f16 && r < 20; r++) {
+                float pr = 1.0f / (float)(r + 2), m = 0.75f + 0.01f * (float)r;
+                fast->mad16(hd, c1, v16 + r, pr);
+                gen->mad16(hd, c2, v16 + r, pr);
+                fast->scale16(hd, c1, m);
+                gen->scale16(hd, c2, m);
+            }
+            ok &= !memcmp(c1, c2, (size_t)hd * sizeof(hr_fp16));
             CHECKF(ok, "attention kernels (hd %d, %s cache) differ from the generic ones", hd, f16 ? "F16" : "F32");
             free(k);
         }

@@ -437,8 +437,8 @@ static void hm_att_f32(const hq_att_kernels *ak, const float *q, const uint8_t *
     for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
 }
 
-static void hm_att_f16(const float *q, const uint8_t *kbase, const uint8_t *vbase, size_t row, int32_t npos,
-                       int hd, float scale, hr_fp16 *q16, hr_fp16 *acc16, float *out) {
+static void hm_att_f16(const hq_att_kernels *ak, const float *q, const uint8_t *kbase, const uint8_t *vbase,
+                       size_t row, int32_t npos, int hd, float scale, hr_fp16 *q16, hr_fp16 *acc16, float *out) {
     const hq_traits *tr = hq_get_traits(HQ_TYPE_F16);
     for (int d = 0; d < hd; d++) q16[d] = hr_fp32_to_fp16(q[d]);
     memset(acc16, 0, (size_t)hd * sizeof(hr_fp16));
@@ -451,13 +451,11 @@ static void hm_att_f16(const float *q, const uint8_t *kbase, const uint8_t *vbas
         if (s > M) {
             ms = expf(M - s);
             M = s;
-            for (int d = 0; d < hd; d++) acc16[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(acc16[d]) * ms);
+            ak->scale16(hd, acc16, ms);
         } else {
             vs = expf(s - M);
         }
-        const hr_fp16 *v16 = (const hr_fp16 *)(vbase + (size_t)p * row);
-        for (int d = 0; d < hd; d++)
-            acc16[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(v16[d]) * vs + hr_fp16_to_fp32(acc16[d]));
+        ak->mad16(hd, acc16, (const hr_fp16 *)(vbase + (size_t)p * row), vs);
         S = S * ms + vs;
     }
     float inv = S == 0.0f ? 0.0f : 1.0f / S;
@@ -487,7 +485,7 @@ static void hm_att_worker(void *arg, int ith, int nth) {
         const float *q = c->q + (int64_t)t * Dq + (int64_t)h * hd;
         const uint8_t *kb = K + (size_t)kvh * hd * es, *vb = V + (size_t)kvh * hd * es;
         float *out = c->att + (int64_t)t * Dq + (int64_t)h * hd;
-        if (f16_path) hm_att_f16(q, kb, vb, row, npos, hd, scale, q16, acc16, out);
+        if (f16_path) hm_att_f16(ak, q, kb, vb, row, npos, hd, scale, q16, acc16, out);
         else hm_att_f32(ak, q, kb, vb, row, f16, npos, hd, scale, acc, sc, out);
     }
 }

@@ -39,6 +39,8 @@ __attribute__((weak)) void hq_att_kq_avx2(int, int, const float *restrict, const
                                           float *restrict);
 __attribute__((weak)) void hq_att_kv_avx2(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
                                           float *restrict);
+__attribute__((weak)) void hq_att_scale16_avx2(int, hr_fp16 *restrict, float);
+__attribute__((weak)) void hq_att_mad16_avx2(int, hr_fp16 *restrict, const hr_fp16 *restrict, float);
 
 /* ---- attention, generic: the order and roundings hq_att_kq_fn / hq_att_kv_fn define ---- */
 static inline float hq_kv_elem(const uint8_t *row, int d, bool f16) {
@@ -70,8 +72,20 @@ static void hq_att_kv_generic(int n, int hd, const float *restrict p, const uint
     }
 }
 
-static hq_att_kernels hq_att = {hq_att_kq_generic, hq_att_kv_generic};
-static const hq_att_kernels hq_att_generic = {hq_att_kq_generic, hq_att_kv_generic};
+static void hq_att_scale16_generic(int hd, hr_fp16 *restrict acc, float m) {
+    for (int d = 0; d < hd; d++) acc[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(acc[d]) * m);
+}
+
+static void hq_att_mad16_generic(int hd, hr_fp16 *restrict acc, const hr_fp16 *restrict v, float p) {
+    for (int d = 0; d < hd; d++) {
+        volatile float pr = hr_fp16_to_fp32(v[d]) * p;
+        acc[d] = hr_fp32_to_fp16(pr + hr_fp16_to_fp32(acc[d]));
+    }
+}
+
+static hq_att_kernels hq_att = {hq_att_kq_generic, hq_att_kv_generic, hq_att_scale16_generic, hq_att_mad16_generic};
+static const hq_att_kernels hq_att_generic = {hq_att_kq_generic, hq_att_kv_generic, hq_att_scale16_generic,
+                                              hq_att_mad16_generic};
 
 static hq_traits hq_table[HQ_TYPE_COUNT];
 
@@ -149,7 +163,8 @@ static void hq_init_once(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         HQ_USE_SIMD_ALL(avx2);
-        if (hq_att_kq_avx2 && hq_att_kv_avx2) hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2};
+        if (hq_att_kq_avx2 && hq_att_kv_avx2 && hq_att_scale16_avx2 && hq_att_mad16_avx2)
+            hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2, hq_att_scale16_avx2, hq_att_mad16_avx2};
         hq_simd = "avx2";
     }
 #elif defined(HEARTH_ARCH_ARM)

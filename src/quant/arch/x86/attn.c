@@ -6,6 +6,7 @@
  * roundings, eight times at once. This file is compiled with -ffp-contract=off (CMakeLists.txt):
  * a fused multiply-add would round differently from the generic kernel.
  * Values: acc[d] += p_i * v_i[d] for eight d at a time, positions in order — again the generic order.
+ * F16 path: eight elements at a time through F16C, which rounds to nearest even as hr_fp32_to_fp16.
  */
 #include "quant/quant.h"
 
@@ -75,4 +76,26 @@ void hq_att_kv_avx2(int n, int hd, const float *restrict p, const uint8_t *restr
     }
     for (; d0 < hd; d0++)
         for (int i = 0; i < n; i++) acc[d0] += p[i] * hq_elem(v + (size_t)i * row, d0, f16);
+}
+
+void hq_att_scale16_avx2(int hd, hr_fp16 *restrict acc, float m) {
+    const __m256 vm = _mm256_set1_ps(m);
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + d)));
+        _mm_storeu_si128((__m128i *)(acc + d), _mm256_cvtps_ph(_mm256_mul_ps(a, vm), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; d < hd; d++) acc[d] = _cvtss_sh(_cvtsh_ss(acc[d]) * m, _MM_FROUND_TO_NEAREST_INT);
+}
+
+void hq_att_mad16_avx2(int hd, hr_fp16 *restrict acc, const hr_fp16 *restrict v, float p) {
+    const __m256 vp = _mm256_set1_ps(p);
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + d)));
+        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + d)));
+        __m256 r = _mm256_add_ps(_mm256_mul_ps(x, vp), a);
+        _mm_storeu_si128((__m128i *)(acc + d), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; d < hd; d++) acc[d] = _cvtss_sh(_cvtsh_ss(v[d]) * p + _cvtsh_ss(acc[d]), _MM_FROUND_TO_NEAREST_INT);
 }
