@@ -68,6 +68,18 @@ print("ok", [(x["name"], x["n_layers"], x["disk_read_bytes_per_token"]) for x in
 PY
 if grep -q "^ok" "$TMP/stats.txt"; then ok; else bad "--stats-json: $(tail -3 "$TMP/stats.txt")"; fi
 check_same "$six" "$(workers 4 2)" --pp --layer-windows 1,1,1 -c 64 -b 8 --mem-budget 2M --no-prefetch
+# plain mmap (--mem-budget off): no budget, but the figures are still observed
+start_worker 5 0 --mem-budget off
+check_same "$six" "$(workers 5 3)" --pp --layer-windows 1,1,1 --mem-budget off --stats-json "$TMP/mmap.json"
+python3 - "$TMP/mmap.json" > "$TMP/mmap.txt" 2>&1 << 'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+devs = d["devices"]
+assert devs[0]["budget_bytes"] == 0 and devs[0]["resident_peak_bytes"] > 0, devs[0]
+assert devs[1]["budget_bytes"] == 0 and devs[1]["resident_peak_bytes"] > 0, devs[1]
+print("ok")
+PY
+if grep -q "^ok" "$TMP/mmap.txt"; then ok; else bad "--mem-budget off figures: $(tail -3 "$TMP/mmap.txt")"; fi
 if grep -q "no prefetch" "$TMP/w4.log"; then ok; else bad "worker 4 did not run without prefetch"; fi
 
 for i in 1 2; do stop_worker $i; start_worker $i; done   # no budgets from here on
@@ -99,7 +111,7 @@ expect_error "must be positive" --workers "$(workers 1)" --pp --layer-windows 0,
 # ---- a middle stage killed mid-generation -------------------------------------------------------------
 check_kill 1 "$six" "$(workers 2 1 3)" --pp --layer-windows 1,1,1,1
 
-for i in 2 3 4; do stop_worker $i; done
+for i in 2 3 4 5; do stop_worker $i; done
 
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

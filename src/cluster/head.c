@@ -640,7 +640,7 @@ void hc_dev_stats_mem(hc_dev_stats *s, hmem *mm) {
     s->resident_bytes = smp.resident;
     s->resident_peak = ms.resident_peak;
     const hmem_plan *pl = hmem_get_plan(mm);
-    s->budget = pl->budget;
+    s->budget = pl->mode == HMEM_OBSERVE ? 0 : pl->budget;   /* plain mmap: figures, no budget */
     s->stream_bytes = pl->mode == HMEM_STREAM ? pl->stream_bytes : 0;
     s->room_bytes = pl->mode == HMEM_STREAM ? pl->room_bytes : 0;
     s->disk_read_bytes = ms.disk_read_bytes;
@@ -746,7 +746,7 @@ void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap) {
         double c = s[i].compute_ns / ev * 1e-6, wt = s[i].wait_ns / ev * 1e-6, sd = s[i].send_ns / ev * 1e-6;
         OUT("%-24s %6d %7d %7d %10.3f %10.3f %10.3f %10.3f %12.1f\n", s[i].name, s[i].n_layers, s[i].kv_units,
             s[i].ff_units, c, wt, sd, c + wt + sd, s[i].bytes_sent / ev / 1024.0);
-        mem |= s[i].budget > 0;
+        mem |= s[i].budget > 0 || s[i].resident_peak > 0;
     }
     if (mem) {
         OUT("%-24s %10s %10s %10s %12s %12s %9s\n", "weights", "budget", "resident", "peak", "disk read",
@@ -754,8 +754,10 @@ void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap) {
         OUT("%-24s %10s %10s %10s %12s %12s %9s\n", "", "MiB", "MiB", "MiB", "MiB/pass", "ms/pass", "%");
         for (int i = 0; i < n; i++) {
             double ev = s[i].evals > 0 ? (double)s[i].evals : 1;
-            if (!s[i].budget) { OUT("%-24s %10s\n", s[i].name, "(none)"); continue; }
-            OUT("%-24s %10.1f %10.1f %10.1f %12.2f %12.3f %9.2f\n", s[i].name, s[i].budget / 1048576.0,
+            if (!s[i].budget && !s[i].resident_peak) { OUT("%-24s %10s\n", s[i].name, "(none)"); continue; }
+            char b[16] = "mmap";   /* no budget: plain mmap, observed */
+            if (s[i].budget) snprintf(b, sizeof b, "%.1f", s[i].budget / 1048576.0);
+            OUT("%-24s %10s %10.1f %10.1f %12.2f %12.3f %9.2f\n", s[i].name, b,
                 s[i].resident_bytes / 1048576.0, s[i].resident_peak / 1048576.0,
                 s[i].disk_read_bytes < 0 ? -1.0 : s[i].disk_read_bytes / ev / 1048576.0, s[i].weights_wait_ns / ev * 1e-6,
                 100 * s[i].pressure);

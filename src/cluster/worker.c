@@ -313,7 +313,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
             KV("resident_bytes", "%" PRIu64, smp.resident);
             KV("resident_peak", "%" PRIu64, ms.resident_peak);
             const hmem_plan *pl = hmem_get_plan(s->mem);
-            KV("budget", "%" PRIu64, pl->budget);
+            KV("budget", "%" PRIu64, pl->mode == HMEM_OBSERVE ? 0 : pl->budget);
             KV("stream_bytes", "%" PRIu64, pl->mode == HMEM_STREAM ? pl->stream_bytes : 0);
             KV("room_bytes", "%" PRIu64, pl->mode == HMEM_STREAM ? pl->room_bytes : 0);
             KV("disk_read_bytes", "%" PRId64, ms.disk_read_bytes);

@@ -591,8 +591,11 @@ const hmem_sample *hmem_samples(const hmem *h, int *n) {
 void hmem_summary(const hmem *h, char *buf, size_t cap) {
     const hmem_plan *p = &h->plan;
     hmem_stats s = hmem_get_stats(h);
-    int n = snprintf(buf, cap, "mem: %s, budget %.1f MiB (KV+scratch %.1f), weights %.1f MiB in %d blocks",
-                     hmem_mode_name(p->mode), mib(p->budget), mib(p->ctx_bytes), mib(p->weight_bytes), p->n_blocks);
+    int n = p->mode == HMEM_OBSERVE
+                ? snprintf(buf, cap, "mem: observe (plain mmap, no budget), weights %.1f MiB in %d blocks",
+                           mib(p->weight_bytes), p->n_blocks)
+                : snprintf(buf, cap, "mem: %s, budget %.1f MiB (KV+scratch %.1f), weights %.1f MiB in %d blocks",
+                           hmem_mode_name(p->mode), mib(p->budget), mib(p->ctx_bytes), mib(p->weight_bytes), p->n_blocks);
     if (n < 0 || (size_t)n >= cap) return;
     if (p->mode == HMEM_STREAM)
         n += snprintf(buf + n, cap - (size_t)n,

@@ -189,8 +189,9 @@ const hmem_sample *hmem_samples(const hmem *h, int *n);
 
 /* What the commands share: the manager their --mem-budget (budget_flag; NULL = not given, i.e.
    "auto") and --window flags ask for, created for `shard` and attached to it (before hm_ctx_create).
-   *out = NULL and 0 when the flag says "off", or when the default budget cannot be set up (then the
-   weights stay plain mmap); a budget given explicitly that cannot work is an error. */
+   "off" gives an OBSERVE manager (plain mmap; the figures only), or *out = NULL if even that cannot
+   be made; *out = NULL and 0 too when the default budget cannot be set up (then the weights stay
+   plain mmap); a budget given explicitly that cannot work is an error. */
 int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
                uint64_t ctx_bytes, hmem **out, hr_err *err);
 /* The same with prefetching chosen (--no-prefetch). */

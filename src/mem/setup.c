@@ -13,11 +13,18 @@ int hmem_setup_ex(const hm_model *m, hm_shard *shard, const char *path, const ch
     uint64_t budget = 0;
     if (budget_flag && hmem_parse_budget(budget_flag, &enabled, &budget))
         return hr_fail(err, HR_EINVAL, "invalid --mem-budget '%s' (a size like 300M or 1.5G, auto or off)", budget_flag);
-    if (!enabled) return 0;
     hmem_params p = hmem_default_params();
     p.budget = budget;
     p.window = window;
     p.ctx_bytes = ctx_bytes;
+    if (!enabled) {
+        /* plain mmap: a manager that only observes, so that the figures still exist */
+        p.mode = HMEM_OBSERVE;
+        hr_err e = {0};
+        *out = hmem_create(m, shard, path, &p, &e);
+        if (!*out) HR_LOGD("mem: no figures for plain mmap: %s", e.msg);
+        return 0;
+    }
     p.prefetch = prefetch;
     hr_err e = {0};
     hmem *h = hmem_create(m, shard, path, &p, &e);
