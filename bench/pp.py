@@ -65,7 +65,8 @@ def mem_flags(mode, budget):
 
 
 def run_config(bed, args, bin_, model, k, sizes, mode, budgets):
-    """head on d0 + workers on d1..d(k-1); returns the median repeat's figures"""
+    """head on d0 + workers on d1..d(k-1): a warm-up run (the workers' slice caches), then one
+    measured run; returns its figures"""
     procs = []
     stats = os.path.join(args.work, "stats.json")
     try:
@@ -87,19 +88,14 @@ def run_config(bed, args, bin_, model, k, sizes, mode, budgets):
             r = tp.sh(bed.cmd("d0", head + ["-n", "2"]), timeout=3600)
             if r.returncode:
                 raise RuntimeError(f"warm-up {sizes} {mode}: {r.stderr[-1500:]}")
-        reps = []
-        for _ in range(args.repeats):
-            r = tp.sh(bed.cmd("d0", head + ["-n", str(args.tokens)]), timeout=3600)
-            if r.returncode:
-                raise RuntimeError(f"{sizes} {mode}: {r.stderr[-1500:]}")
-            res = tp.parse_run(r.stdout, r.stderr, args.tokens)
-            with open(stats) as fh:
-                res["stats"] = json.load(fh)
-            res["token_ms"] = res["stats"]["ms_per_token"]
-            reps.append(res)
-        best = sorted(reps, key=lambda x: x["token_ms"])[len(reps) // 2]
-        best["repeats_token_ms"] = [x["token_ms"] for x in reps]
-        return best
+        r = tp.sh(bed.cmd("d0", head + ["-n", str(args.tokens)]), timeout=3600)
+        if r.returncode:
+            raise RuntimeError(f"{sizes} {mode}: {r.stderr[-1500:]}")
+        res = tp.parse_run(r.stdout, r.stderr, args.tokens)
+        with open(stats) as fh:
+            res["stats"] = json.load(fh)
+        res["token_ms"] = res["stats"]["ms_per_token"]
+        return res
     finally:
         for dev, p, logf in procs:
             bed.kill(dev)
@@ -144,8 +140,8 @@ def report(res, path):
          f"RTT 1 ms; budgets: head {mib(cfg['budgets'][0])} MiB (it also holds the "
          f"{mib(res['output_bytes'])} MiB output head), workers {mib(cfg['budgets'][1])} MiB each = "
          f"{100 * sum(cfg['budgets']) / res['model_bytes']:.0f}% of the model in total; cgroup limit = budget + "
-         f"{mib(cfg['slack'])} MiB. {cfg['tokens']} generated tokens, median of {cfg['repeats']} runs (min in "
-         f"brackets); load average {res['loadavg_start'][0]:.1f} at the start, {res['loadavg_end'][0]:.1f} at the end. "
+         f"{mib(cfg['slack'])} MiB. {cfg['tokens']} generated tokens, median of {cfg['repeats']} rounds (min in "
+         f"brackets; every configuration runs once per round, so the host's drifting disk speed affects all alike); load average {res['loadavg_start'][0]:.1f} at the start, {res['loadavg_end'][0]:.1f} at the end. "
          "prefetch: the residency manager streams each device's next blocks while the ring computes elsewhere and "
          "releases used ones; no prefetch: it loads a block when compute reaches it; mmap: no manager, the "
          "cgroup limit makes the kernel evict and fault pages back in.", "",
@@ -244,12 +240,21 @@ def main():
                 log(f"skipping {t} trips: {info['n_layer']} layers do not split into {k} x {t} equal windows")
                 continue
             configs += [(t, [size] * k, m) for m in modes]
-        for t, sizes, mode in configs:
+        # rounds: every configuration once per round, so that the host's disk speed, which drifts by
+        # 2-3x within minutes, affects all of them alike; the median round is reported
+        got = [[] for _ in configs]
+        for rnd in range(args.repeats):
+            for ci, (t, sizes, mode) in enumerate(configs):
+                windows = ",".join(map(str, sizes)) if sizes else "–"
+                kk = k if sizes else 1
+                bud = budgets if sizes else [sum(budgets)]
+                r = run_config(bed, args, bin_, model, kk, sizes, mode, bud)
+                got[ci].append(r)
+                log(f"round {rnd}: {t} trip(s), windows {windows}, {mode}: {r['token_ms']:.0f} ms/token")
+        for ci, (t, sizes, mode) in enumerate(configs):
             windows = ",".join(map(str, sizes)) if sizes else "–"
-            log(f"{t} trip(s), windows {windows}, {mode}")
-            kk = k if sizes else 1
-            bud = budgets if sizes else [sum(budgets)]
-            r = run_config(bed, args, bin_, model, kk, sizes, mode, bud)
+            r = sorted(got[ci], key=lambda x: x["token_ms"])[len(got[ci]) // 2]
+            r["repeats_token_ms"] = [x["token_ms"] for x in got[ci]]
             devs = r["stats"]["devices"]
             p4 = []
             for i, dv in enumerate(devs):
@@ -259,7 +264,6 @@ def main():
                 p4.append(q)
             res["runs"].append({"trips": t if sizes else "1 device", "windows": windows, "mode": mode, "result": r,
                                 "prop4": p4})
-            log(f"  {r['token_ms']:.0f} ms/token")
             with open(os.path.join(args.out, "results.json"), "w") as fh:
                 json.dump(res, fh, indent=1)
     finally:
