@@ -7,7 +7,7 @@
 # - memory budgets below what each device holds (streaming, with and without prefetch) on the workers
 #   and the head: the same text, and --stats-json reports resident bytes, disk reads and blocked time;
 # - the slice cache: a second identical run sends 0 weight bytes;
-# - impossible flags: a clear message and a non-zero exit;
+# - impossible flags (also --pp without workers): a clear message and a non-zero exit;
 # - SIGKILL of a middle stage mid-generation: the head exits non-zero within 5 s naming it.
 # Every process started here is killed on exit (trap), whatever happens.
 # Env: HEARTH_BIN (the hearth binary), HEARTH_SHARED (the shared/ folder with models/).
@@ -102,6 +102,7 @@ expect_error() { # expect_error PATTERN ARGS...: the head exits non-zero and say
     else bad "$* -> exit $rc, want an error saying '$pat': $(tail -2 "$TMP/e.err")"; fi
 }
 expect_error "needs --pp" --workers "$(workers 1)" --layer-windows 2,3
+expect_error "needs --workers" --pp
 expect_error "2 sizes for 3 devices" --workers "$(workers 1 2)" --pp --layer-windows 2,3
 expect_error "gets no layers" --workers "$(workers 1 2)" --pp --layer-windows 5,1,1
 expect_error "whole numbers" --workers "$(workers 1)" --pp --layer-windows 1.5,2

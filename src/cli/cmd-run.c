@@ -195,6 +195,11 @@ int cmd_run(int argc, char **argv) {
     }
     if (!model) { fprintf(stderr, "hearth run: -m MODEL is required\n"); usage(stderr); goto usage_err; }
     if (prompt && pfile) { fprintf(stderr, "hearth run: give -p or -f, not both\n"); goto usage_err; }
+    if (!tpp.workers && (tpp.pp || tpp.layer_windows || tpp.shares || tpp.timings)) {
+        fprintf(stderr, "hearth run: %s needs --workers\n",
+                tpp.pp ? "--pp" : tpp.layer_windows ? "--layer-windows" : tpp.shares ? "--tp-shares" : "--timings");
+        goto usage_err;
+    }
     if (tmpl_name && ht_chat_from_name(tmpl_name) == HT_CHAT_UNKNOWN) {
         fprintf(stderr, "hearth run: unknown chat template '%s'; known:", tmpl_name);
         for (int t = 0; t < HT_CHAT_COUNT; t++) fprintf(stderr, " %s", ht_chat_name(t));

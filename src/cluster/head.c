@@ -46,7 +46,8 @@ hc_head_params hc_head_default_params(void) {
 }
 
 const char *hc_head_flags_help(void) {
-    return "  --workers H:P,...       run tensor-parallel with these `hearth worker`s (the head computes too)\n"
+    return "  --workers H:P,...       run on these `hearth worker`s too (the head computes as well): tensor\n"
+           "                          parallel, or a pipeline with --pp\n"
            "  --tp-shares auto|W,...  share weights, head first (default: equal; auto: measured speed)\n"
            "  --allreduce star|ring   all-reduce algorithm (default star)\n"
            "  --pp                    with --workers: a pipeline (whole layers per device) instead of tensor\n"
