@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 bool cli_parse_int(const char *cmd, const char *flag, const char *v, long min, long max, long *out) {
@@ -56,4 +57,46 @@ void cli_progress(const char *label, uint64_t done, uint64_t total) {
 void cli_progress_end(void) {
     if (cli_progress_drawn) fputc('\n', stderr);
     cli_progress_drawn = 0;
+}
+
+const char cli_sampling_help[] =
+    "  --temp X                temperature (default 0.8; 0 = greedy)\n"
+    "  --top-k N               top-k sampling (default 40; 0 = off)\n"
+    "  --top-p X               top-p sampling (default 0.95; 1 = off)\n"
+    "  --min-p X               min-p sampling (default 0.05; 0 = off)\n"
+    "  --repeat-penalty X      repetition penalty (default 1.0 = off)\n"
+    "  --repeat-last-n N       tokens the penalty looks back over (default 64)\n"
+    "  -s, --seed N            sampling seed (default: random)\n";
+
+int cli_sampling_flag(const char *cmd, ht_sampler_params *sp, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v;
+    long n;
+    double x;
+    bool is_int = !strcmp(a, "--top-k") || !strcmp(a, "--repeat-last-n");
+    bool is_flt = !strcmp(a, "--temp") || !strcmp(a, "--top-p") || !strcmp(a, "--min-p") || !strcmp(a, "--repeat-penalty");
+    bool is_seed = !strcmp(a, "-s") || !strcmp(a, "--seed");
+    if (!is_int && !is_flt && !is_seed) return 0;
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    if (is_seed) {
+        char *end;
+        errno = 0;
+        long long sd = strtoll(v, &end, 10);
+        if (errno || *end || end == v || sd < -1) {
+            fprintf(stderr, "hearth %s: invalid seed '%s' (a non-negative integer, or -1 for random)\n", cmd, v);
+            return -1;
+        }
+        sp->seed = sd < 0 ? HT_SEED_RANDOM : (uint64_t)sd;
+    } else if (is_int) {
+        if (!cli_parse_int(cmd, a, v, 0, 1 << 24, &n)) return -1;
+        if (!strcmp(a, "--top-k")) sp->top_k = (int32_t)n;
+        else sp->repeat_last_n = (int32_t)n;
+    } else {
+        bool prob = !strcmp(a, "--top-p") || !strcmp(a, "--min-p");
+        if (!cli_parse_float(cmd, a, v, 0, prob ? 1 : 100, &x)) return -1;
+        if (!strcmp(a, "--temp")) sp->temp = (float)x;
+        else if (!strcmp(a, "--top-p")) sp->top_p = (float)x;
+        else if (!strcmp(a, "--min-p")) sp->min_p = (float)x;
+        else sp->repeat_penalty = (float)x;
+    }
+    return 1;
 }

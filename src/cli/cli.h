@@ -5,6 +5,7 @@
 #define HEARTH_CLI_H
 
 #include "base/base.h"
+#include "text/text.h"
 
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
@@ -27,5 +28,12 @@ bool cli_is_tty(void);
 /* A progress bar on stderr, drawn only on a TTY: cli_progress("quantize", done, total). */
 void cli_progress(const char *label, uint64_t done, uint64_t total);
 void cli_progress_end(void);
+
+/* The sampling flags `run` and `chat` share: --temp, --top-k, --top-p, --min-p, --repeat-penalty,
+   --repeat-last-n, -s/--seed. Returns 1 if argv[*i] was one of them (its value parsed into *sp,
+   *i advanced), 0 if not, -1 after printing why its value is invalid. */
+int cli_sampling_flag(const char *cmd, ht_sampler_params *sp, int argc, char **argv, int *i);
+/* Their usage lines, as the commands' --help prints them. */
+extern const char cli_sampling_help[];
 
 #endif

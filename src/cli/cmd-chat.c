@@ -37,13 +37,7 @@ static void usage(FILE *f) {
             "  -t, --threads N         threads (default: physical cores = %d)\n"
             "  -c, --ctx-size N        context length (default: the model's, at most 4096)\n"
             "  -b, --batch-size N      prompt tokens per forward pass (default 512)\n"
-            "  --temp X                temperature (default 0.8; 0 = greedy)\n"
-            "  --top-k N               top-k sampling (default 40; 0 = off)\n"
-            "  --top-p X               top-p sampling (default 0.95; 1 = off)\n"
-            "  --min-p X               min-p sampling (default 0.05; 0 = off)\n"
-            "  --repeat-penalty X      repetition penalty (default 1.0 = off)\n"
-            "  --repeat-last-n N       tokens the penalty looks back over (default 64)\n"
-            "  -s, --seed N            sampling seed (default: random)\n"
+            "%s"
             "  --ignore-eos            do not end answers at end-of-generation tokens (for testing)\n"
             "  --kv-type f16|f32       KV cache element type (default f16)\n"
             "  -h, --help              this help\n\n"
@@ -53,7 +47,7 @@ static void usage(FILE *f) {
             "  Ctrl-C stops the answer being written; at the prompt, Ctrl-C or Ctrl-D ends the chat\n\n"
             "Templates: the model's tokenizer.chat_template is recognised by family; without one, or\n"
             "when it is not recognised, chatml is used (and a note says so). Names:\n ",
-            hr_physical_cores());
+            hr_physical_cores(), cli_sampling_help);
     for (int t = 0; t < HT_CHAT_COUNT; t++) fprintf(f, " %s", ht_chat_name(t));
     fprintf(f, "\n  (aliases: qwen, mistral = mistral-v3, deepseek-r1 = deepseek3, llama-3)\n");
 }
@@ -391,9 +385,9 @@ static bool is_cmd(const char *line, const char *cmd) {
 
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL, *tmpl_name = NULL, *v;
-    long n_predict = -1, threads = 0, n_ctx = 0, n_batch = 512, top_k = 40, rep_n = 64;
-    double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0;
-    uint64_t seed = HT_SEED_RANDOM;
+    long n_predict = -1, threads = 0, n_ctx = 0, n_batch = 512;
+    ht_sampler_params sp = ht_sampler_default_params();
+    int sr;
     bool ignore_eos = false;
     int kv_type = HQ_TYPE_F16;
     const char **stops = calloc((size_t)argc + 1, sizeof *stops);
@@ -413,20 +407,9 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT(threads, 1, 1024);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) INT(n_ctx, 0, 1 << 24);
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) INT(n_batch, 1, 1 << 16);
-        else if (!strcmp(a, "--temp")) FLT(temp, 0, 100);
-        else if (!strcmp(a, "--top-k")) INT(top_k, 0, 1 << 24);
-        else if (!strcmp(a, "--top-p")) FLT(top_p, 0, 1);
-        else if (!strcmp(a, "--min-p")) FLT(min_p, 0, 1);
-        else if (!strcmp(a, "--repeat-penalty")) FLT(rep, 0, 100);
-        else if (!strcmp(a, "--repeat-last-n")) INT(rep_n, 0, 1 << 24);
-        else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-            VAL();
-            char *end;
-            errno = 0;
-            long long s = strtoll(v, &end, 10);
-            if (errno || *end || end == v || s < -1) { fprintf(stderr, "hearth chat: invalid seed '%s'\n", v); goto usage_err; }
-            seed = s < 0 ? HT_SEED_RANDOM : (uint64_t)s;
-        } else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
+        else if ((sr = cli_sampling_flag("chat", &sp, argc, argv, &i)) != 0) {
+            if (sr < 0) goto usage_err;
+} else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(a, "--kv-type")) {
             VAL();
             if (!strcmp(v, "f16")) kv_type = HQ_TYPE_F16;
@@ -488,14 +471,6 @@ int cmd_chat(int argc, char **argv) {
     ch.stops = stops;
     ch.n_stops = n_stops;
 
-    ht_sampler_params sp = ht_sampler_default_params();
-    sp.temp = (float)temp;
-    sp.top_k = (int32_t)top_k;
-    sp.top_p = (float)top_p;
-    sp.min_p = (float)min_p;
-    sp.repeat_penalty = (float)rep;
-    sp.repeat_last_n = (int32_t)rep_n;
-    sp.seed = seed;
     ch.smp = ht_sampler_create(&sp, m->hp.n_vocab);
     ch.kv = malloc((size_t)ch.n_ctx * sizeof *ch.kv);
     ch.logits = malloc((size_t)m->hp.n_vocab * sizeof *ch.logits);

@@ -27,13 +27,7 @@ static void usage(FILE *f) {
             "  -t, --threads N         threads (default: physical cores = %d)\n"
             "  -c, --ctx-size N        context length (default: the model's, at most 4096)\n"
             "  -b, --batch-size N      prompt tokens per forward pass (default 512)\n"
-            "  --temp X                temperature (default 0.8; 0 = greedy)\n"
-            "  --top-k N               top-k sampling (default 40; 0 = off)\n"
-            "  --top-p X               top-p sampling (default 0.95; 1 = off)\n"
-            "  --min-p X               min-p sampling (default 0.05; 0 = off)\n"
-            "  --repeat-penalty X      repetition penalty (default 1.0 = off)\n"
-            "  --repeat-last-n N       tokens the penalty looks back over (default 64)\n"
-            "  -s, --seed N            sampling seed (default: random)\n"
+            "%s"
             "  --ignore-eos            keep generating after end-of-text\n"
             "  --no-bos                do not add the BOS token\n"
             "  --kv-type f16|f32       KV cache element type (default f16)\n"
@@ -52,7 +46,7 @@ static void usage(FILE *f) {
             "  -sys, --system TEXT     system prompt for --chat (implies --chat)\n"
             "  --chat-template NAME    template for --chat instead of the model's (implies --chat)\n"
             "  -h, --help              this help\n",
-            hr_physical_cores());
+            hr_physical_cores(), cli_sampling_help);
     fputs(hc_head_flags_help(), f);
 }
 
@@ -125,9 +119,9 @@ static char *read_file(const char *path, hr_err *err) {
 
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *pfile = NULL, *v;
-    long n_predict = 256, threads = 0, n_ctx = 0, n_batch = 512, top_k = 40, rep_n = 64;
-    double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0;
-    uint64_t seed = UINT64_MAX;
+    long n_predict = 256, threads = 0, n_ctx = 0, n_batch = 512;
+    ht_sampler_params sp = ht_sampler_default_params();
+    int sr;
     bool ignore_eos = false, no_bos = false, echo = true, chat = false;
     const char *system = NULL, *tmpl_name = NULL;
     int kv_type = HQ_TYPE_F16;
@@ -156,21 +150,9 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT(threads, 1, 1024);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) INT(n_ctx, 0, 1 << 24);
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) INT(n_batch, 1, 1 << 16);
-        else if (!strcmp(a, "--temp")) FLT(temp, 0, 100);
-        else if (!strcmp(a, "--top-k")) INT(top_k, 0, 1 << 24);
-        else if (!strcmp(a, "--top-p")) FLT(top_p, 0, 1);
-        else if (!strcmp(a, "--min-p")) FLT(min_p, 0, 1);
-        else if (!strcmp(a, "--repeat-penalty")) FLT(rep, 0, 100);
-        else if (!strcmp(a, "--repeat-last-n")) INT(rep_n, 0, 1 << 24);
-        else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-            long long s;
-            VAL();
-            char *end;
-            errno = 0;
-            s = strtoll(v, &end, 10);
-            if (errno || *end || end == v || s < -1) { fprintf(stderr, "hearth run: invalid seed '%s'\n", v); goto usage_err; }
-            seed = s < 0 ? UINT64_MAX : (uint64_t)s;
-        } else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
+        else if ((sr = cli_sampling_flag("run", &sp, argc, argv, &i)) != 0) {
+            if (sr < 0) goto usage_err;
+} else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(a, "--no-bos")) no_bos = true;
         else if (!strcmp(a, "--no-echo") || !strcmp(a, "--no-display-prompt")) echo = false;
         else if (!strcmp(a, "--stop")) { VAL(); stops[n_stops++] = v; }
@@ -279,14 +261,6 @@ int cmd_run(int argc, char **argv) {
         hr_fail(&err, HR_ERANGE, "prompt of %d tokens does not fit the context of %d (use -c)", n_prompt, ctx_len);
         goto done;
     }
-    ht_sampler_params sp = ht_sampler_default_params();
-    sp.temp = (float)temp;
-    sp.top_k = (int32_t)top_k;
-    sp.top_p = (float)top_p;
-    sp.min_p = (float)min_p;
-    sp.repeat_penalty = (float)rep;
-    sp.repeat_last_n = (int32_t)rep_n;
-    sp.seed = seed;
     if (!(smp = ht_sampler_create(&sp, m->hp.n_vocab))) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
     logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     if (!logits) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
