@@ -561,6 +561,9 @@ static void run_generic_child(const char *self) {
    F16 and F32 caches, head sizes with and without a multiple of 8, any number of positions. */
 static void test_attention(void) {
     const hq_att_kernels *fast = hq_get_att(false), *gen = hq_get_att(true);
+    /* with SIMD on, the dispatched kernels are the architecture's own (AVX2 or NEON) */
+    if (!is_simd_disabled() && strcmp(hq_simd_name(), "generic"))
+        CHECK(fast->kq != gen->kq && fast->kv != gen->kv && fast->scale16 != gen->scale16 && fast->mad16 != gen->mad16);
     uint64_t rng = 12345;
     const int hds[] = {48, 64, 128, 36};
     for (size_t h = 0; h < HR_ARRAY_LEN(hds); h++)

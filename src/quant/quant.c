@@ -41,6 +41,12 @@ __attribute__((weak)) void hq_att_kv_avx2(int, int, const float *restrict, const
                                           float *restrict);
 __attribute__((weak)) void hq_att_scale16_avx2(int, hr_fp16 *restrict, float);
 __attribute__((weak)) void hq_att_mad16_avx2(int, hr_fp16 *restrict, const hr_fp16 *restrict, float);
+__attribute__((weak)) void hq_att_kq_neon(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
+                                          float *restrict);
+__attribute__((weak)) void hq_att_kv_neon(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
+                                          float *restrict);
+__attribute__((weak)) void hq_att_scale16_neon(int, hr_fp16 *restrict, float);
+__attribute__((weak)) void hq_att_mad16_neon(int, hr_fp16 *restrict, const hr_fp16 *restrict, float);
 
 /* ---- attention, generic: the order and roundings hq_att_kq_fn / hq_att_kv_fn define ---- */
 static inline float hq_kv_elem(const uint8_t *row, int d, bool f16) {
@@ -169,6 +175,8 @@ static void hq_init_once(void) {
     }
 #elif defined(HEARTH_ARCH_ARM)
     HQ_USE_SIMD_ALL(neon); /* NEON is mandatory on AArch64 */
+    if (hq_att_kq_neon && hq_att_kv_neon && hq_att_scale16_neon && hq_att_mad16_neon)
+        hq_att = (hq_att_kernels){hq_att_kq_neon, hq_att_kv_neon, hq_att_scale16_neon, hq_att_mad16_neon};
     hq_simd = "neon";
 #endif
 }
