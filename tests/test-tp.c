@@ -412,6 +412,52 @@ static void check_hash(void) {
     CHECK(hr_hash64(zeros, 32, 0) != hr_hash64(zeros, 64, 0) && hr_hash64(zeros, 0, 0) != hr_hash64(zeros, 1, 0));
 }
 
+/* A pipeline FORWARD that lands where the worker has no window (the head's message altered on its
+   way out, as a broken or hostile head would send it): the worker refuses it with a message, the
+   head's pass fails with that message instead of hanging, and the worker serves the next head. */
+typedef struct bend { int forwards; int32_t layer; } bend;
+static void bend_hook(void *user, int device, const hn_msg *m) {
+    (void)device;
+    bend *b = user;
+    if (m->type != HN_MSG_FORWARD || ++b->forwards != 2) return;
+    ((hn_msg *)m)->u.forward.layer_begin = (uint32_t)b->layer;   /* the head's own, non-const message */
+}
+
+static void check_pp_malformed(wk *ws, const char *model) {
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open(model, &err);
+    hm_model *m = g ? hm_model_load(g, &err) : NULL;
+    REQUIRE_VOID(m);
+    char list[512];
+    worker_list(ws, 1, list, sizeof list);
+    hc_head_params hp = hc_head_default_params();
+    hp.workers = list;
+    hp.pp = true;
+    hp.layer_windows = "1,1";    /* 5 layers: head 0, 2, 4; worker 1, 3 */
+    bend b = {0, 2};             /* the second hand-off says layer 2, which is the head's */
+    hp.send_hook = bend_hook;
+    hp.send_hook_user = &b;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_ctx = 32;
+    cp.n_threads = 1;
+    hc_head *h = hc_head_create(m, &hp, &cp, &err);
+    CHECKF(h != NULL, "%s", err.msg);
+    if (h) {
+        float *lg = malloc((size_t)m->hp.n_vocab * sizeof(float));
+        int32_t t[2] = {1, 403};
+        log_clear();
+        int64_t t0 = hr_time_ns();
+        int rc = hc_head_eval(h, t, 2, 0, lg, false, &err);
+        CHECKF(rc != 0 && strstr(err.msg, "no window"), "altered FORWARD: rc %d, '%s'", rc, err.msg);
+        CHECK(hr_time_ns() - t0 < 5000000000LL);
+        CHECK(log_wait("no window of this worker begins"));
+        free(lg);
+        hc_head_free(h);
+    }
+    hm_model_free(m);
+    gguf_close(g);
+}
+
 /* pipeline plans: windows dealt round the ring, the head's empty windows, impossible sizes */
 static void check_pp_plan(void) {
     hr_err err = {0};
@@ -525,6 +571,7 @@ int main(void) {
     check_run(ws, &pp);
 
     check_malformed(ws, stories);
+    check_pp_malformed(ws, stories);
     /* after all that, the workers still serve a normal head */
     f32.shares = "2,1,1,1"; f32.expect_sent = -1;
     check_run(ws, &f32);
