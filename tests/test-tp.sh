@@ -4,6 +4,7 @@
 # - head + 1, 2, 3 workers (even, uneven and measured shares; star and ring) print exactly the
 #   single-device greedy text (`hearth run --temp 0 -n 24`) on stories260K and on synth models;
 # - a second run with the same model and shares sends 0 weight bytes (the counter the head prints);
+# - a head under a memory budget smaller than its share streams it and prints the same text;
 # - SIGKILL of a worker mid-generation: the head exits non-zero within 5 s naming that worker; the
 #   restarted worker and the others then serve a new head;
 # - garbage and a wrong-version HELLO sent to a worker: it logs the reason and keeps serving.
@@ -35,6 +36,11 @@ model=$S/synth/synth-llama-Q4_K_M-mix.gguf
 run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
 check_same "$model" "$(workers 1)"
 check_same "$model" "$(workers 1 2 3)" --tp-shares 3,1,2,1
+# a head whose share does not fit its budget streams it (its rows of the row-sliced tensors)
+model=$S/synth/synth-llama-Q8_0.gguf
+run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
+check_same "$model" "$(workers 1 2)" --mem-budget 2M -c 64 -b 8
+if grep -q "mem: stream" "$TMP/cl.err"; then ok; else bad "the TP head did not stream under --mem-budget 2M: $(grep mem: "$TMP/cl.err")"; fi
 
 # ---- the slice cache: the second identical run sends nothing ---------------------------------------
 model=$S/stories260K.gguf

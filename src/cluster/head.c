@@ -434,8 +434,9 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         sh.sync = hc_ar_sync;
         sh.sync_user = &h->ar;
     }
-    /* tensor parallel: only when asked for (hm_block_ranges names whole tensors, so the manager would
-       read the other devices' rows and columns too); a pipeline stage's blocks are its own */
+    /* tensor parallel: only when asked for — the shard's rows of wq/wk/wv/w_gate/w_up are its own,
+       but wo and w_down are column slices the manager handles whole (hm_block_ranges), so it would
+       read the other devices' columns of those too; a pipeline stage's blocks are all its own */
     if (p->model_path && (p->pp || p->mem_budget) &&
         hmem_setup_ex(m, &sh, p->model_path, p->mem_budget, p->window > 0 ? p->window : 2, !p->no_prefetch,
                       hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err))

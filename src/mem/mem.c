@@ -377,7 +377,7 @@ static int build_blocks(hmem *h, hr_err *err) {
                 if (h->layer_blk[il] == i - i % 2) { b->layer = il; break; }
         b->kind = out ? HM_BLOCK_OUTPUT : (i % 2 ? HM_BLOCK_FFN : HM_BLOCK_ATTN);
         hm_range r[CAP];
-        int nr = hm_block_ranges(m, b->layer, (enum hm_block)b->kind, r, CAP);
+        int nr = hm_block_ranges(m, &h->shard, b->layer, (enum hm_block)b->kind, r, CAP);
         if (nr > CAP) return hr_fail(err, HR_EUNSUPPORTED, "block %d of layer %d has %d tensors", b->kind, b->layer, nr);
         b->span0 = ns;
         for (int k = 0; k < nr; k++) {

@@ -347,27 +347,56 @@ int hm_shard_validate(const hm_model *m, const hm_shard *in, hr_err *err) {
     return 0;
 }
 
-static int hm_add_range(const hm_tensor *t, hm_range *out, int n, int cap) {
+/* rows [r0, r1) of t (r1 < 0: all of them) */
+static int hm_add_range(const hm_tensor *t, int64_t r0, int64_t r1, hm_range *out, int n, int cap) {
     if (!t->data) return n;
-    if (n < cap) out[n] = (hm_range){t->data, t->row_bytes * (size_t)t->ne1};
+    if (r1 < 0) { r0 = 0; r1 = t->ne1; }
+    if (r1 <= r0) return n;
+    if (n < cap) out[n] = (hm_range){(const uint8_t *)t->data + (size_t)r0 * t->row_bytes, t->row_bytes * (size_t)(r1 - r0)};
     return n + 1;
 }
 
-int hm_block_ranges(const hm_model *m, int layer, enum hm_block block, hm_range *out, int cap) {
+/* elements [e0, e1) of an F32 vector (a bias) */
+static int hm_add_elems(const hm_tensor *t, int64_t e0, int64_t e1, hm_range *out, int n, int cap) {
+    if (!t->data || e1 <= e0) return n;
+    if (n < cap) out[n] = (hm_range){(const float *)t->data + e0, (size_t)(e1 - e0) * sizeof(float)};
+    return n + 1;
+}
+
+int hm_block_ranges(const hm_model *m, const hm_shard *s, int layer, enum hm_block block, hm_range *out, int cap) {
     int n = 0;
     if (block == HM_BLOCK_OUTPUT) {
-        n = hm_add_range(&m->output_norm, out, n, cap);
-        return hm_add_range(&m->output, out, n, cap);
+        n = hm_add_range(&m->output_norm, 0, -1, out, n, cap);
+        return hm_add_range(&m->output, 0, -1, out, n, cap);
     }
     if (layer < 0 || layer >= m->hp.n_layer) return 0;
     const hm_layer *L = &m->layers[layer];
-    if (block == HM_BLOCK_ATTN) {
-        const hm_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq, &L->bk, &L->bv,
-                                 &L->q_norm, &L->k_norm, &L->wo};
-        for (size_t i = 0; i < HR_ARRAY_LEN(ts); i++) n = hm_add_range(ts[i], out, n, cap);
-    } else {
-        const hm_tensor *ts[] = {&L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < HR_ARRAY_LEN(ts); i++) n = hm_add_range(ts[i], out, n, cap);
+    const hm_hparams *hp = &m->hp;
+    int64_t hd = hp->head_dim, unit = (int64_t)(hp->n_head / hp->n_head_kv) * hd;
+    /* the whole model's units, or the shard's (a slice file's tensors hold just its units) */
+    int64_t kv0 = 0, kv1 = m->is_slice ? m->slice_n_head_kv : hp->n_head_kv, f0 = 0, f1 = m->is_slice ? m->slice_n_ff : hp->n_ff;
+    if (s) {
+        kv0 = s->kv_begin;
+        kv1 = s->kv_end < 0 ? kv1 : s->kv_end;
+        f0 = s->ff_begin;
+        f1 = s->ff_end < 0 ? f1 : s->ff_end;
     }
-    return n;
+    if (block == HM_BLOCK_ATTN) {
+        n = hm_add_range(&L->attn_norm, 0, -1, out, n, cap);
+        if (kv1 <= kv0) return n;
+        n = hm_add_range(&L->wq, kv0 * unit, kv1 * unit, out, n, cap);
+        n = hm_add_range(&L->wk, kv0 * hd, kv1 * hd, out, n, cap);
+        n = hm_add_range(&L->wv, kv0 * hd, kv1 * hd, out, n, cap);
+        n = hm_add_elems(&L->bq, kv0 * unit, kv1 * unit, out, n, cap);
+        n = hm_add_elems(&L->bk, kv0 * hd, kv1 * hd, out, n, cap);
+        n = hm_add_elems(&L->bv, kv0 * hd, kv1 * hd, out, n, cap);
+        n = hm_add_range(&L->q_norm, 0, -1, out, n, cap);
+        n = hm_add_range(&L->k_norm, 0, -1, out, n, cap);
+        return hm_add_range(&L->wo, 0, -1, out, n, cap);
+    }
+    n = hm_add_range(&L->ffn_norm, 0, -1, out, n, cap);
+    if (f1 <= f0) return n;
+    n = hm_add_range(&L->w_gate, f0, f1, out, n, cap);
+    n = hm_add_range(&L->w_up, f0, f1, out, n, cap);
+    return hm_add_range(&L->w_down, 0, -1, out, n, cap);
 }

@@ -111,11 +111,15 @@ enum hm_phase { HM_PHASE_BEGIN = 0, HM_PHASE_END = 1 };
    NULL: weights stay mapped as they are. */
 typedef void (*hm_weights_fn)(void *user, int layer, enum hm_block block, enum hm_phase phase);
 
-/* The byte ranges of the mapped file a block reads (its tensors, whole), for madvise/fadvise.
-   Writes at most cap ranges; returns the number of ranges the block has. layer = n_layer with
-   HM_BLOCK_OUTPUT means the output norm and head. */
+/* The byte ranges of the mapped file a block reads, for madvise/fadvise: with shard NULL its tensors
+   whole; with a (normalized) shard only the rows its share of wq/wk/wv/w_gate/w_up and the biases
+   reads, while the column-sliced wo and w_down stay whole (a column range is one piece per row) and
+   a block with no units reads only its norm. Writes at most cap ranges; returns the number of ranges
+   the block has. layer = n_layer with HM_BLOCK_OUTPUT means the output norm and head. */
 typedef struct hm_range { const void *ptr; size_t len; } hm_range;
-int hm_block_ranges(const hm_model *m, int layer, enum hm_block block, hm_range *out, int cap);
+struct hm_shard;
+int hm_block_ranges(const hm_model *m, const struct hm_shard *shard, int layer, enum hm_block block, hm_range *out,
+                    int cap);
 
 /* Called after a block's output projection, before the residual add, with x = [n_tokens][n_embd]
    partial outputs; must leave the summed output in x. Return 0 or a negative HR_E* code (the
