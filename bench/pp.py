@@ -158,22 +158,23 @@ def report(res, path):
         L.append(f"| {r['trips']} | {r['windows']} | {r['mode']} | {r['result']['token_ms']:.0f} "
                  f"({min(r['result']['repeats_token_ms']):.0f}) | {disk} | {blk} | {peak} | {pres:.2f} |")
     L += ["", "## Is loading hidden? TPI-LLM Prop. 4, per device (prefetch runs)", "",
-          "Times in ms. t = compute per block, tau = load per block (the loader's time for a whole block). "
-          "*Prop. 4, spread*: TPI-LLM's condition t_attn + t_sync >= tau_ffn and t_ffn + t_sync >= tau_attn with "
+          "Times in ms. t = compute per block, tau = load per block (the loader's time for a whole block), "
           "t_sync = the device's idle time per token (the rest of the ring's turn) spread over its blocks. "
+          "*Prop. 4, spread*: TPI-LLM's condition t_attn + t_sync >= tau_ffn and t_ffn + t_sync >= tau_attn. "
           "*Prop. 4, in a window*: the same with t_sync = 0, as blocks of one window follow each other with no "
           "sync between them. *load / idle*: the loader's time for the blocks streamed per token against the idle "
           "time per token. The idle time can preload at most the loader's *room*; the rest of the *stream* loads "
           "while the window computes: *predicted blocked* = load x (stream - room) / stream - compute of the "
           "window, at least 0. *blocked* is what was measured.",
-          "", "| trips | device | t_attn | t_ffn | tau_attn | tau_ffn | Prop. 4, spread | Prop. 4, in a window | "
-          "load / idle | stream / room MiB | predicted blocked | blocked |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "", "| trips | device | t_attn | t_ffn | t_sync | tau_attn | tau_ffn | Prop. 4, spread | Prop. 4, in a window | "
+          "load / idle | stream / room MiB | predicted blocked | blocked |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["runs"]:
         if r["mode"] != "prefetch":
             continue
         for p in r["prop4"]:
             yn = lambda v: "hidden" if v else "not hidden"
-            L.append(f"| {r['trips']} | {p['name']} | {p['t_attn']:.2f} | {p['t_ffn']:.2f} | {p['tau_attn']:.2f} | "
+            L.append(f"| {r['trips']} | {p['name']} | {p['t_attn']:.2f} | {p['t_ffn']:.2f} | {p['t_sync']:.2f} | "
+                     f"{p['tau_attn']:.2f} | "
                      f"{p['tau_ffn']:.2f} | {yn(p['predict_hidden'])} | {yn(p['hidden_in_window'])} | "
                      f"{p['load_ms_per_token']:.0f} / {p['idle_ms_per_token']:.0f} | {p['stream_mib']:.0f} / "
                      f"{p['room_mib']:.0f} | {p['predict_blocked_ms']:.0f} | {p['blocked_ms_per_token']:.0f} |")
@@ -201,7 +202,11 @@ def main():
     ap.add_argument("--instance", default="ppb")
     ap.add_argument("--prompt", default="Once upon a time")
     ap.add_argument("--out", default=os.path.join(SRC, "bench", "reports", "pp"))
+    ap.add_argument("--report-only", action="store_true", help="rewrite OUT/report.md from OUT/results.json")
     args = ap.parse_args()
+    if args.report_only:
+        report(json.load(open(os.path.join(args.out, "results.json"))), os.path.join(args.out, "report.md"))
+        return
     if os.geteuid() != 0:
         sys.exit("pp: needs root (the testbed creates namespaces and cgroups)")
     bin_ = os.path.join(os.path.realpath(args.build), "hearth")
