@@ -26,7 +26,6 @@ Results: OUT/results.json and OUT/report.md. Needs root (the testbed) and Python
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -34,8 +33,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import tp  # noqa: E402  (the testbed wrapper and the --timings parser)
 
-SRC = tp.SRC
-PORT = 7070
 
 
 def log(msg):
@@ -71,19 +68,11 @@ def run_config(bed, args, bin_, model, k, sizes, mode, budgets):
     stats = os.path.join(args.work, "stats.json")
     try:
         for i in range(1, k):
-            dev = f"d{i}"
-            cache = os.path.join(args.work, f"cache-{dev}")
-            logf = open(os.path.join(args.work, f"worker-{dev}.log"), "a")
-            argv = [bin_, "worker", "--listen", f"0.0.0.0:{PORT}", "--cache", cache, "-t", "1"] + mem_flags(mode, budgets[i])
-            p = tp.subprocess.Popen(bed.cmd(dev, argv), stdout=tp.subprocess.PIPE, stderr=logf, text=True)
-            procs.append((dev, p, logf))
-            line = p.stdout.readline()
-            if "listening" not in line:
-                raise RuntimeError(f"worker on {dev} did not start: {line}")
+            tp.start_worker(bed, args, bin_, f"d{i}", ["-t", "1"] + mem_flags(mode, budgets[i]), procs)
         head = [bin_, "run", "-m", model, "-p", args.prompt, "--temp", "0", "--ignore-eos", "-t", "1", "-c", "256",
                 "-b", "32", "--timings", "--stats-json", stats] + mem_flags(mode, budgets[0])
         if k > 1:
-            head += ["--workers", ",".join(f"{bed.addr(f'd{i}')}:{PORT}" for i in range(1, k)), "--pp",
+            head += ["--workers", ",".join(f"{bed.addr(f'd{i}')}:{tp.PORT}" for i in range(1, k)), "--pp",
                      "--layer-windows", ",".join(str(s) for s in sizes)]
             r = tp.sh(bed.cmd("d0", head + ["-n", "2"]), timeout=3600)
             if r.returncode:
@@ -97,10 +86,7 @@ def run_config(bed, args, bin_, model, k, sizes, mode, budgets):
         res["token_ms"] = res["stats"]["ms_per_token"]
         return res
     finally:
-        for dev, p, logf in procs:
-            bed.kill(dev)
-            p.wait(timeout=10)
-            logf.close()
+        tp.stop_workers(bed, procs)
 
 
 def prop4(dev, timings, token_ms):
@@ -185,9 +171,7 @@ def report(res, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", default=os.environ.get("HEARTH_BUILD", os.path.join(SRC, "build")))
-    ap.add_argument("--model", help="GGUF (default: synthesize llama-3.2-1b Q4_0 into --work)")
-    ap.add_argument("--work", default="/tmp/hearth-pp-bench")
+    tp.common_args(ap, "pp")
     ap.add_argument("--devices", type=int, default=4)
     ap.add_argument("--rounds", default="1,2,4", help="trips round the ring per token")
     ap.add_argument("--modes", default="prefetch,noprefetch,mmap")
@@ -200,24 +184,12 @@ def main():
     ap.add_argument("--cpu", default="0.5")
     ap.add_argument("--cpu-period", type=float, default=4.0)
     ap.add_argument("--instance", default="ppb")
-    ap.add_argument("--prompt", default="Once upon a time")
-    ap.add_argument("--out", default=os.path.join(SRC, "bench", "reports", "pp"))
     ap.add_argument("--report-only", action="store_true", help="rewrite OUT/report.md from OUT/results.json")
     args = ap.parse_args()
     if args.report_only:
         report(json.load(open(os.path.join(args.out, "results.json"))), os.path.join(args.out, "report.md"))
         return
-    if os.geteuid() != 0:
-        sys.exit("pp: needs root (the testbed creates namespaces and cgroups)")
-    bin_ = os.path.join(os.path.realpath(args.build), "hearth")
-    os.makedirs(args.work, exist_ok=True)
-    os.makedirs(args.out, exist_ok=True)
-    model = args.model or os.path.join(args.work, "llama-3.2-1b-Q4_0.gguf")
-    if not os.path.exists(model):
-        log(f"synthesizing {model}")
-        r = tp.sh([bin_, "synth", "--shape", "llama-3.2-1b", "--type", "Q4_0", "-o", model])
-        if r.returncode:
-            sys.exit(r.stderr)
+    bin_, model = tp.setup(args, "pp")
     info = tp.model_info(bin_, model)
     k = args.devices
     budgets = [size_bytes(args.head_budget)] + [size_bytes(args.worker_budget)] * (k - 1)
@@ -269,15 +241,10 @@ def main():
                 p4.append(q)
             res["runs"].append({"trips": t if sizes else "1 device", "windows": windows, "mode": mode, "result": r,
                                 "prop4": p4})
-            with open(os.path.join(args.out, "results.json"), "w") as fh:
-                json.dump(res, fh, indent=1)
+            tp.save(res, args.out)
     finally:
         bed.down()
-    res["loadavg_end"] = os.getloadavg()
-    with open(os.path.join(args.out, "results.json"), "w") as fh:
-        json.dump(res, fh, indent=1)
-    report(res, os.path.join(args.out, "report.md"))
-    print(open(os.path.join(args.out, "report.md")).read())
+    tp.finish(res, args.out, report)
 
 
 if __name__ == "__main__":

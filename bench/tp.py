@@ -115,20 +115,32 @@ def model_info(bin_, model):
             "bytes": os.path.getsize(model)}
 
 
+def start_worker(bed, args, bin_, dev, flags, procs):
+    """`hearth worker` on testbed device dev (cache and log in args.work), appended to procs once it
+    listens"""
+    cache = os.path.join(args.work, f"cache-{dev}")
+    logf = open(os.path.join(args.work, f"worker-{dev}.log"), "a")
+    argv = [bin_, "worker", "--listen", f"0.0.0.0:{PORT}", "--cache", cache] + flags
+    p = subprocess.Popen(bed.cmd(dev, argv), stdout=subprocess.PIPE, stderr=logf, text=True)
+    procs.append((dev, p, logf))
+    line = p.stdout.readline()
+    if "listening" not in line:
+        raise RuntimeError(f"worker on {dev} did not start: {line}")
+
+
+def stop_workers(bed, procs):
+    for dev, p, logf in procs:
+        bed.kill(dev)
+        p.wait(timeout=10)
+        logf.close()
+
+
 def run_config(bed, args, k, mode, model, bin_, prompt):
     """one measurement: head on d0 + workers on d1..d(k-1); returns parse_run's dict"""
     procs = []
     try:
         for i in range(1, k):
-            dev = f"d{i}"
-            cache = os.path.join(args.work, f"cache-{dev}")
-            logf = open(os.path.join(args.work, f"worker-{dev}.log"), "a")
-            p = subprocess.Popen(bed.cmd(dev, [bin_, "worker", "--listen", f"0.0.0.0:{PORT}", "--cache", cache,
-                                               "-t", str(args.threads)]), stdout=subprocess.PIPE, stderr=logf, text=True)
-            procs.append((dev, p, logf))
-            line = p.stdout.readline()
-            if "listening" not in line:
-                raise RuntimeError(f"worker on {dev} did not start: {line}")
+            start_worker(bed, args, bin_, f"d{i}", ["-t", str(args.threads)], procs)
         head = [bin_, "run", "-m", model, "-p", prompt, "--temp", "0", "--ignore-eos", "-t", str(args.threads),
                 "-c", "256"]
         if k > 1:
@@ -148,10 +160,7 @@ def run_config(bed, args, k, mode, model, bin_, prompt):
         best["repeats_token_ms"] = [x["token_ms"] for x in reps]
         return best
     finally:
-        for dev, p, logf in procs:
-            bed.kill(dev)
-            p.wait(timeout=10)
-            logf.close()
+        stop_workers(bed, procs)
 
 
 def predict(c1, k, mode, L, rtt_ms, hidden_bytes, bw_bps, head_frac):
@@ -203,11 +212,48 @@ def report(res, path):
         fh.write("\n".join(L))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def common_args(ap, name):
+    """the flags every testbed benchmark has (bench/tp.py, bench/pp.py)"""
     ap.add_argument("--build", default=os.environ.get("HEARTH_BUILD", os.path.join(SRC, "build")))
     ap.add_argument("--model", help="GGUF (default: synthesize llama-3.2-1b Q4_0 into --work)")
-    ap.add_argument("--work", default="/tmp/hearth-tp-bench")
+    ap.add_argument("--work", default=f"/tmp/hearth-{name}-bench")
+    ap.add_argument("--prompt", default="Once upon a time")
+    ap.add_argument("--out", default=os.path.join(SRC, "bench", "reports", name))
+
+
+def setup(args, name):
+    """root check, folders, the hearth binary and the model (synthesized when not given): (bin, model)"""
+    if os.geteuid() != 0:
+        sys.exit(f"{name}: needs root (the testbed creates namespaces and cgroups)")
+    bin_ = os.path.join(os.path.realpath(args.build), "hearth")
+    os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    model = args.model or os.path.join(args.work, "llama-3.2-1b-Q4_0.gguf")
+    if not os.path.exists(model):
+        print(f"{name}: synthesizing {model}", file=sys.stderr, flush=True)
+        r = sh([bin_, "synth", "--shape", "llama-3.2-1b", "--type", "Q4_0", "-o", model])
+        if r.returncode:
+            sys.exit(r.stderr)
+    return bin_, model
+
+
+def save(res, out):
+    """results.json as it stands (after every configuration, so an interrupted run keeps its figures)"""
+    with open(os.path.join(out, "results.json"), "w") as fh:
+        json.dump(res, fh, indent=1)
+
+
+def finish(res, out, report_fn):
+    """the end of a run: the load average, results.json, report.md (printed too)"""
+    res["loadavg_end"] = os.getloadavg()
+    save(res, out)
+    report_fn(res, os.path.join(out, "report.md"))
+    print(open(os.path.join(out, "report.md")).read())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common_args(ap, "tp")
     ap.add_argument("--devices", default="1,2,3,4")
     ap.add_argument("--rtt", default="1,5", help="RTTs in ms")
     ap.add_argument("--modes", default="star,ring")
@@ -222,20 +268,8 @@ def main():
                          "at 1 ms the kernel no longer enforces the quota: a 0.25-core device measured 0.47)")
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--instance", default="tpb")
-    ap.add_argument("--prompt", default="Once upon a time")
-    ap.add_argument("--out", default=os.path.join(SRC, "bench", "reports", "tp"))
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("tp: needs root (the testbed creates namespaces and cgroups)")
-    bin_ = os.path.join(os.path.realpath(args.build), "hearth")
-    os.makedirs(args.work, exist_ok=True)
-    os.makedirs(args.out, exist_ok=True)
-    model = args.model or os.path.join(args.work, "llama-3.2-1b-Q4_0.gguf")
-    if not os.path.exists(model):
-        log(f"synthesizing {model}")
-        r = sh([bin_, "synth", "--shape", "llama-3.2-1b", "--type", "Q4_0", "-o", model])
-        if r.returncode:
-            sys.exit(r.stderr)
+    bin_, model = setup(args, "tp")
     info = model_info(bin_, model)
     hidden_bytes = info["n_embd"] * 4 + 64   # f32 hidden state + frame and field headers
     head_frac = info["n_vocab"] * info["n_embd"] * 18 / 32 / info["bytes"]  # Q4_0 output head / all weights
@@ -267,16 +301,11 @@ def main():
                                 parse_rate(args.rate), head_frac)
                     res["runs"].append({"rtt": rtt, "k": k, "mode": mode, "result": r, "model": m})
                     log(f"  {r['token_ms']:.1f} ms/token (model {m['simple_ms']:.1f} / {m['refined_ms']:.1f})")
-                    with open(os.path.join(args.out, "results.json"), "w") as fh:
-                        json.dump(res, fh, indent=1)
+                    save(res, args.out)
             bed.down()
     finally:
         bed.down()
-    res["loadavg_end"] = os.getloadavg()
-    with open(os.path.join(args.out, "results.json"), "w") as fh:
-        json.dump(res, fh, indent=1)
-    report(res, os.path.join(args.out, "report.md"))
-    print(open(os.path.join(args.out, "report.md")).read())
+    finish(res, args.out, report)
 
 
 if __name__ == "__main__":
