@@ -252,7 +252,7 @@ int cmd_run(int argc, char **argv) {
     tpp.mem_budget = mem_budget;
     tpp.window = (int)window;
     tpp.no_prefetch = no_prefetch;
-    if (!tpp.workers && hmem_setup_ex(m, &sh, model, mem_budget, (int)window, !no_prefetch,
+    if (!tpp.workers && hmem_setup(m, &sh, model, mem_budget, (int)window, !no_prefetch,
                                       hm_ctx_bytes_estimate(&m->hp, &cp), &mm, &err))
         goto done;
     if (tpp.workers ? !(tp = hc_head_create(m, &tpp, &cp, &err)) : !(c = hm_ctx_create(m, &sh, &cp, &err))) goto done;

@@ -438,7 +438,7 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
        but wo and w_down are column slices the manager handles whole (hm_block_ranges), so it would
        read the other devices' columns of those too; a pipeline stage's blocks are all its own */
     if (p->model_path && (p->pp || p->mem_budget) &&
-        hmem_setup_ex(m, &sh, p->model_path, p->mem_budget, p->window > 0 ? p->window : 2, !p->no_prefetch,
+        hmem_setup(m, &sh, p->model_path, p->mem_budget, p->window > 0 ? p->window : 2, !p->no_prefetch,
                       hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err))
         goto err;
     if (!(h->ctx = hm_ctx_create(m, &sh, &cp, err))) goto err;
@@ -579,8 +579,8 @@ int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *
         for (int i = 0; i < nb; i++) h->pos[i] = p0 + i;
         int64_t t1 = hr_time_ns();
         h->ar.compute_ns += t1 - t0;
+        float *lg = all_logits ? logits + (size_t)off * hp->n_vocab : (off + nb == n ? logits : NULL);
         if (h->p.pp) {
-            float *lg = all_logits ? logits + (size_t)off * hp->n_vocab : (off + nb == n ? logits : NULL);
             if ((rc = hc_pp_batch(h, nb, p0, lg, all_logits, err))) return rc;
             continue;
         }
@@ -592,7 +592,6 @@ int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *
         memset(&h->ar.err, 0, sizeof h->ar.err);
         h->ar.mark = hr_time_ns();
         h->ar.send_ns += h->ar.mark - t1;
-        float *lg = all_logits ? logits + (size_t)off * hp->n_vocab : (off + nb == n ? logits : NULL);
         hr_err e = {0};
         rc = hm_eval(h->ctx, NULL, h->x, nb, p0, lg, all_logits, NULL, &e);
         h->ar.compute_ns += hr_time_ns() - h->ar.mark;

@@ -802,7 +802,7 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
         sh.sync = hc_ar_sync;
         sh.sync_user = &s->ar;
     }
-    if (hmem_setup_ex(s->m, &sh, s->path, s->w->mem_budget[0] ? s->w->mem_budget : NULL, s->w->window,
+    if (hmem_setup(s->m, &sh, s->path, s->w->mem_budget[0] ? s->w->mem_budget : NULL, s->w->window,
                       !s->w->no_prefetch, hm_ctx_bytes_for_shard(hp, &sh, &cp), &s->mem, &e)) {
         rc = hc_bad(s, 0, e.code, "%s", e.msg);
         goto done;

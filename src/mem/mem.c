@@ -355,27 +355,25 @@ static int build_blocks(hmem *h, hr_err *err) {
     h->n = 2 * nl + (h->shard.last ? 1 : 0);
     if (h->n == 0) return hr_fail(err, HR_EINVAL, "the shard has no blocks of weights to manage");
     enum { CAP = 16 };
-    /* execution order: the windows' layers, then the output head */
-    if (!(h->layer_blk = malloc((size_t)m->hp.n_layer * sizeof *h->layer_blk)))
-        return hr_fail(err, HR_ENOMEM, "out of memory");
-    for (int il = 0; il < m->hp.n_layer; il++) h->layer_blk[il] = -1;
-    for (int w = 0, i = 0; w < h->shard.n_windows; w++)
-        for (int il = h->shard.windows[w].begin; il < h->shard.windows[w].end; il++, i += 2) h->layer_blk[il] = i;
+    h->layer_blk = malloc((size_t)m->hp.n_layer * sizeof *h->layer_blk);
     h->blk = calloc((size_t)h->n, sizeof *h->blk);
     h->spans = calloc((size_t)h->n * CAP, sizeof *h->spans);
     h->res = calloc((size_t)h->n * CAP, sizeof *h->res);
     h->allow = calloc((size_t)h->n, sizeof *h->allow);
-    if (!h->blk || !h->spans || !h->res || !h->allow) return hr_fail(err, HR_ENOMEM, "out of memory");
+    if (!h->layer_blk || !h->blk || !h->spans || !h->res || !h->allow) return hr_fail(err, HR_ENOMEM, "out of memory");
+    /* execution order: the windows' layers (attention, FFN), then the output head */
+    for (int il = 0; il < m->hp.n_layer; il++) h->layer_blk[il] = -1;
+    for (int w = 0, i = 0; w < h->shard.n_windows; w++)
+        for (int il = h->shard.windows[w].begin; il < h->shard.windows[w].end; il++, i += 2) {
+            h->layer_blk[il] = i;
+            h->blk[i] = (hmem_blk){.layer = il, .kind = HM_BLOCK_ATTN};
+            h->blk[i + 1] = (hmem_blk){.layer = il, .kind = HM_BLOCK_FFN};
+        }
+    if (h->shard.last) h->blk[h->n - 1] = (hmem_blk){.layer = m->hp.n_layer, .kind = HM_BLOCK_OUTPUT};
     uint64_t align = gguf_alignment(m->gguf);
     int ns = 0;
     for (int i = 0; i < h->n; i++) {
         hmem_blk *b = &h->blk[i];
-        bool out = h->shard.last && i == h->n - 1;
-        b->layer = m->hp.n_layer;
-        if (!out)
-            for (int il = 0; il < m->hp.n_layer; il++)
-                if (h->layer_blk[il] == i - i % 2) { b->layer = il; break; }
-        b->kind = out ? HM_BLOCK_OUTPUT : (i % 2 ? HM_BLOCK_FFN : HM_BLOCK_ATTN);
         hm_range r[CAP];
         int nr = hm_block_ranges(m, &h->shard, b->layer, (enum hm_block)b->kind, r, CAP);
         if (nr > CAP) return hr_fail(err, HR_EUNSUPPORTED, "block %d of layer %d has %d tensors", b->kind, b->layer, nr);

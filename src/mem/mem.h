@@ -188,15 +188,12 @@ int hmem_take_sample(hmem *h, hmem_sample *out);
 const hmem_sample *hmem_samples(const hmem *h, int *n);
 
 /* What the commands share: the manager their --mem-budget (budget_flag; NULL = not given, i.e.
-   "auto") and --window flags ask for, created for `shard` and attached to it (before hm_ctx_create).
+   "auto"), --window and --no-prefetch (prefetch = false) flags ask for, created for `shard` and attached to it (before hm_ctx_create).
    "off" gives an OBSERVE manager (plain mmap; the figures only), or *out = NULL if even that cannot
    be made; *out = NULL and 0 too when the default budget cannot be set up (then the weights stay
    plain mmap); a budget given explicitly that cannot work is an error. */
 int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
-               uint64_t ctx_bytes, hmem **out, hr_err *err);
-/* The same with prefetching chosen (--no-prefetch). */
-int hmem_setup_ex(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
-                  bool prefetch, uint64_t ctx_bytes, hmem **out, hr_err *err);
+               bool prefetch, uint64_t ctx_bytes, hmem **out, hr_err *err);
 
 /* One line for logs: "mem: stream, budget 250.0 MiB, window 2, pinned 12/33 blocks (180.2 MiB), ..." */
 void hmem_summary(const hmem *h, char *buf, size_t cap);

@@ -2,12 +2,7 @@
 #include "mem.h"
 
 int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
-               uint64_t ctx_bytes, hmem **out, hr_err *err) {
-    return hmem_setup_ex(m, shard, path, budget_flag, window, true, ctx_bytes, out, err);
-}
-
-int hmem_setup_ex(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
-                  bool prefetch, uint64_t ctx_bytes, hmem **out, hr_err *err) {
+               bool prefetch, uint64_t ctx_bytes, hmem **out, hr_err *err) {
     *out = NULL;
     bool enabled = true;
     uint64_t budget = 0;
