@@ -201,9 +201,15 @@ sleep 0.2
 check "a failed up leaves no relay" sh -c "! pgrep -f '[l]inkem tun --name hbt0 .*hearth-testbed/$INST/' >/dev/null"
 
 if command -v setpriv >/dev/null; then
-    setpriv --reuid=65534 --regid=65534 --clear-groups "$SRC/tools/testbed" --instance "$INST" up pair2 \
+    # the checkout may sit in a directory only root can enter (mktemp -d): give the unprivileged user
+    # its own readable copy of the script (it imports nothing from the checkout)
+    pub=$(mktemp -d)
+    chmod 755 "$pub"
+    install -m 755 "$SRC/tools/testbed" "$pub/testbed"
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$pub/testbed" --instance "$INST" up pair2 \
         >/dev/null 2>"$TMP/nonroot.err"
     rc=$?
+    rm -rf "$pub"
     check "without root, up says so and stops" test $rc != 0 -a -n "$(grep 'needs root' "$TMP/nonroot.err")"
 fi
 
