@@ -870,7 +870,6 @@ static int hc_handle_forward(hc_session *s, const hn_msg *m) {
         const char *why = s->ar.err.msg[0] ? s->ar.err.msg : e.msg;
         return hc_bad(s, m->seq, rc, "forward pass failed: %s", why);
     }
-    if (s->mem) hmem_take_sample(s->mem, NULL);
     s->evals++;
     s->tokens += f->n_tokens;
     return 0;
@@ -905,9 +904,7 @@ static int hc_pp_forward(hc_session *s, const hn_msg *m) {
         return hc_bad(s, m->seq, e.code, "passing the hidden state on to %s: %s", to_head ? "the head" : s->ring_next,
                       e.msg);
     s->ar.send_ns += hr_time_ns() - t1;
-    if (w == 0) {
-        /* once per pass: the figures */
-        if (s->mem) hmem_take_sample(s->mem, NULL);
+    if (w == 0) { /* once per pass (the residency figures are sampled when the head asks: STATS) */
         s->evals++;
         s->tokens += f->n_tokens;
     }
