@@ -367,8 +367,10 @@ static void hm_mm_worker(void *arg, int ith, int nth) {
         /* tiles of HM_ROW_CHUNK weight rows x all tokens: the rows stay in cache while every
            token's activations stream past them (decode, n = 1, is the matvec case of the same call:
            kernels may then work on several weight rows at once) */
-        for (int64_t r = r0; r < r1; r += HM_ROW_CHUNK) {
-            int nr = (int)HR_MIN(HM_ROW_CHUNK, r1 - r);
+        /* decode hands the kernel the thread's whole share: it prepares the activations once */
+        const int64_t chunk = j->n == 1 ? HR_MAX(r1 - r0, 1) : HM_ROW_CHUNK;
+        for (int64_t r = r0; r < r1; r += chunk) {
+            int nr = (int)HR_MIN(chunk, r1 - r);
             tr->gemm((int)w->ne0, m->out + r, (size_t)w->ne1, wd + r * w->row_bytes, w->row_bytes, nr, m->y,
                      m->y_row, j->n);
         }

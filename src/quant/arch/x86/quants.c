@@ -446,6 +446,21 @@ HQ_INLINE void hq_rows4(int kind, int C, int k0, int kc, const char *const *xr, 
     for (int c = 0; c < C; c++) acc[c] = t[c];
 }
 
+/* the results of a group of 4 rows (the first n < 4 of them valid) from its accumulators (Q8_0: one
+   per row; nibble kinds: one in the 4-row layout), plus the last block of an odd count, into s[0..n) */
+static __attribute__((noinline)) void hq_finish4(int kind, const __m256 *acc, int nb, const char *const *xr, const void *y, int n, float *s) {
+    float r[4];
+    if (kind == HQ_K_Q8_0) {
+        hq_store4(acc, r);
+    } else {
+        _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1)));
+    }
+    for (int i = 0; i < 4 && i < n; i++) {
+        if (kind != HQ_K_Q8_0 && nb % 2) r[i] += hq_hsum_ps(hq_dot1(kind, xr[i], y, nb - 1, _mm256_setzero_ps()));
+        s[i] = r[i];
+    }
+}
+
 /* Up to 16 weight rows (groups of 4; a short last group repeats its last row and drops the extra
    results) x C (1..4) activation rows, walked along K in chunks of kc_max prepared entries per
    column.  Decode (C = 1) prefetches the group's 4 rows as one linear stream; prefill re-reads the
@@ -470,31 +485,39 @@ HQ_INLINE void hq_tile(int kind, int C, int kc_max, void *buf, int nb, float *s,
                      C == 1 ? xg[g][0] + 4 * (size_t)k0 * step * hq_kind_size(kind) + HQ_LPF : NULL);
     }
     for (int g = 0; g < ng; g++)
-        for (int c = 0; c < C; c++) {
-            float r[4];
-            if (kind == HQ_K_Q8_0) {
-                hq_store4(&acc[g][4 * c], r);
-            } else {
-                const __m256 a = acc[g][c];
-                _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)));
-            }
-            for (int i = 0; i < 4 && 4 * g + i < nr; i++) {
-                if (nb % step)
-                    r[i] += hq_hsum_ps(hq_dot1(kind, xg[g][i], (const char *)y + (size_t)c * by, nb - 1,
-                                               _mm256_setzero_ps()));
-                s[(size_t)c * lds + 4 * g + i] = r[i];
-            }
-        }
+        for (int c = 0; c < C; c++)
+            hq_finish4(kind, kind == HQ_K_Q8_0 ? &acc[g][4 * c] : &acc[g][c], nb, xg[g],
+                       (const char *)y + (size_t)c * by, nr - 4 * g, s + (size_t)c * lds + 4 * g);
 }
 
 /* prepared entries per chunk: decode takes K = 8192 in one (16-20 KiB); prefill keeps 4 columns'
    chunk at 10 KiB so it stays in L1 next to the weight rows */
 enum { HQ_KC_DEC = 128, HQ_KC_PRE = 16 };
 
+/* Decode with K <= HQ_KC_DEC entries: the activation row is prepared once for all the caller's rows
+   (the engine passes a thread's whole share), then each group of 4 rows runs over all of K and the
+   prefetch stream runs on across groups, consecutive rows lying back to back.  Per 16-row call,
+   preparing was ~7% of a K = 2048 matvec's instructions.  The sums are hq_tile's (one chunk). */
+HQ_INLINE void hq_matvec(int kind, void *buf, int nb, float *s, const void *x, size_t bx, int nr, const void *y) {
+    const int step = kind == HQ_K_Q8_0 ? 1 : 2, nk = nb / step;
+    hq_prep(kind, y, 0, nk, buf);
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const char *xr[4];
+        for (int i = 0; i < 4; i++) xr[i] = (const char *)x + (size_t)(r0 + i < nr ? r0 + i : nr - 1) * bx;
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        hq_rows4(kind, 1, 0, nk, xr, buf, nk, acc, xr[0] + HQ_LPF);
+        hq_finish4(kind, acc, nb, xr, y, nr - r0, s + r0);
+    }
+}
+
 HQ_INLINE void hq_gemm_blocks(int kind, int n, float *s, size_t lds, const void *x, size_t bx, int nr,
                               const void *y, size_t by, int nc) {
     const int nb = n / QK8_0;
     hq_a2 buf[HQ_KC_DEC > HQ_TC * HQ_KC_PRE ? HQ_KC_DEC : HQ_TC * HQ_KC_PRE];
+    if (nc == 1 && nb / (kind == HQ_K_Q8_0 ? 1 : 2) <= HQ_KC_DEC) {
+        hq_matvec(kind, buf, nb, s, x, bx, nr, y);
+        return;
+    }
     for (int i0 = 0; i0 < nr; i0 += 16) {
         const int ni = nr - i0 < 16 ? nr - i0 : 16;
         const char *xi = (const char *)x + (size_t)i0 * bx;
