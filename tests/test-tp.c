@@ -423,6 +423,40 @@ static void bend_hook(void *user, int device, const hn_msg *m) {
     ((hn_msg *)m)->u.forward.layer_begin = (uint32_t)b->layer;   /* the head's own, non-const message */
 }
 
+/* alters the units of a pipeline LOAD_PLAN (the head's own message; the hook swaps in a copy) */
+typedef struct replan { int mode; hn_unit units[8]; } replan;
+static void replan_hook(void *user, int device, const hn_msg *m) {
+    (void)device;
+    replan *r = user;
+    if (m->type != HN_MSG_LOAD_PLAN) return;
+    hn_load_plan *lp = &((hn_msg *)m)->u.load_plan;
+    if (lp->n_units < 2 || lp->n_units > 8) return;
+    memcpy(r->units, lp->units, lp->n_units * sizeof r->units[0]);
+    switch (r->mode) {
+    case 0: r->units[1].layer = r->units[0].layer; break;   /* the same layer twice */
+    case 1: r->units[0].layer = r->units[1].layer + 1; break;   /* out of order */
+    case 2: r->units[1].kind = HN_UNIT_ATTN_HEADS; break;   /* a TP unit in a pipeline plan */
+    case 3: r->units[1].layer = 4096; break;                /* past the model */
+    case 4: r->units[0].end = 2; break;                     /* not a whole layer */
+    default: lp->n_units = 0; return;                       /* no layers at all */
+    }
+    lp->units = r->units;
+}
+
+/* a pipeline of the head and worker 1 over stories260K's 5 layers (head 0, 2, 4; worker 1, 3), whose
+   messages to the worker pass through fn */
+static void pp1_params(const char *list, hc_send_hook_fn fn, void *user, hc_head_params *hp, hm_ctx_params *cp) {
+    *hp = hc_head_default_params();
+    hp->workers = list;
+    hp->pp = true;
+    hp->layer_windows = "1,1";
+    hp->send_hook = fn;
+    hp->send_hook_user = user;
+    *cp = hm_ctx_default_params();
+    cp->n_ctx = 32;
+    cp->n_threads = 1;
+}
+
 static void check_pp_malformed(wk *ws, const char *model) {
     hr_err err = {0};
     gguf_ctx *g = gguf_open(model, &err);
@@ -430,16 +464,10 @@ static void check_pp_malformed(wk *ws, const char *model) {
     REQUIRE_VOID(m);
     char list[512];
     worker_list(ws, 1, list, sizeof list);
-    hc_head_params hp = hc_head_default_params();
-    hp.workers = list;
-    hp.pp = true;
-    hp.layer_windows = "1,1";    /* 5 layers: head 0, 2, 4; worker 1, 3 */
+    hc_head_params hp;
+    hm_ctx_params cp;
     bend b = {0, 2};             /* the second hand-off says layer 2, which is the head's */
-    hp.send_hook = bend_hook;
-    hp.send_hook_user = &b;
-    hm_ctx_params cp = hm_ctx_default_params();
-    cp.n_ctx = 32;
-    cp.n_threads = 1;
+    pp1_params(list, bend_hook, &b, &hp, &cp);
     hc_head *h = hc_head_create(m, &hp, &cp, &err);
     CHECKF(h != NULL, "%s", err.msg);
     if (h) {
@@ -452,6 +480,18 @@ static void check_pp_malformed(wk *ws, const char *model) {
         CHECK(hr_time_ns() - t0 < 5000000000LL);
         CHECK(log_wait("no window of this worker begins"));
         free(lg);
+        hc_head_free(h);
+    }
+    /* every way a pipeline LOAD_PLAN's units can be wrong: refused, and the head says why (the
+       worker's reason, not the closed connection it finds next), fast */
+    for (int mode = 0; mode < 6; mode++) {
+        replan r = {.mode = mode};
+        pp1_params(list, replan_hook, &r, &hp, &cp);
+        int64_t t0 = hr_time_ns();
+        h = hc_head_create(m, &hp, &cp, &err);
+        CHECKF(h == NULL && strstr(err.msg, "LOAD_PLAN"), "altered LOAD_PLAN (case %d): '%s'", mode,
+               h ? "accepted" : err.msg);
+        CHECK(hr_time_ns() - t0 < 5000000000LL);
         hc_head_free(h);
     }
     hm_model_free(m);

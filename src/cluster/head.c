@@ -89,14 +89,17 @@ static int hc_dev_fail(hc_head *h, int d, int rc, const char *msg, hr_err *err) 
 }
 
 /* receives the reply to a set-up request from worker d; ERROR from it becomes the error */
+/* fails device d with the reason its ERROR message gives */
+static int hc_worker_error(hc_head *h, int d, const hn_msg *m, hr_err *err) {
+    char why[HN_MAX_MESSAGE + 32];
+    snprintf(why, sizeof why, "%.*s", (int)m->u.error.message.n, m->u.error.message.s);
+    return hc_dev_fail(h, d, m->u.error.code < 0 ? m->u.error.code : HR_EPROTO, why, err);
+}
+
 static int hc_expect(hc_head *h, int d, int want, hn_msg *m, int64_t timeout_ms, hr_err *err) {
     hr_err e = {0};
     if (hn_msg_recv(h->conn[d], &h->rx[d], m, hn_deadline_ms(timeout_ms), &e)) return hc_dev_fail(h, d, e.code, e.msg, err);
-    if (m->type == HN_MSG_ERROR) {
-        char why[HN_MAX_MESSAGE + 32];
-        snprintf(why, sizeof why, "%.*s", (int)m->u.error.message.n, m->u.error.message.s);
-        return hc_dev_fail(h, d, m->u.error.code < 0 ? m->u.error.code : HR_EPROTO, why, err);
-    }
+    if (m->type == HN_MSG_ERROR) return hc_worker_error(h, d, m, err);
     if (m->type != want) {
         char why[128];
         snprintf(why, sizeof why, "answered %s where %s was expected", hn_msg_name(m->type), hn_msg_name(want));
@@ -105,10 +108,21 @@ static int hc_expect(hc_head *h, int d, int want, hn_msg *m, int64_t timeout_ms,
     return 0;
 }
 
+/* how long a failed send waits for the worker's ERROR that may explain it */
+#define HC_REFUSAL_MS 500
+
 static int hc_hsend(hc_head *h, int d, hn_msg *m, int64_t timeout_ms, hr_err *err) {
     hr_err e = {0};
     m->seq = ++h->seq;
-    if (hc_send(&h->hook, d, h->conn[d], m, hn_deadline_ms(timeout_ms), &e)) return hc_dev_fail(h, d, e.code, e.msg, err);
+    if (hc_send(&h->hook, d, h->conn[d], m, hn_deadline_ms(timeout_ms), &e)) {
+        /* a worker that refuses a message says why and closes, so the head's next send finds a
+           closed connection: the reason is in the receive queue, and more use than "peer closed" */
+        hn_msg r;
+        hr_err e2 = {0};
+        if (!hn_msg_recv(h->conn[d], &h->rx[d], &r, hn_deadline_ms(HC_REFUSAL_MS), &e2) && r.type == HN_MSG_ERROR)
+            return hc_worker_error(h, d, &r, err);
+        return hc_dev_fail(h, d, e.code, e.msg, err);
+    }
     return 0;
 }
 
