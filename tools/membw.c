@@ -3,7 +3,7 @@
  * summing its share, and reports the median of several passes in GB/s (10^9 bytes/s).
  *
  * With --huge the buffer is anonymous memory in 2 MiB pages (MADV_HUGEPAGE): fewer TLB misses,
- * as when a model's page-cache folios are mapped whole; on this project's machines 5-15% faster
+ * as when a model's page-cache folios are mapped whole; on this project's machines 2-15% faster
  * than 4 KiB pages, so it is the roofline's upper figure.
  *
  * usage: membw [-t THREADS] [-s SIZE_MIB] [-r REPS] [--huge] [--json]

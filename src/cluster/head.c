@@ -88,7 +88,6 @@ static int hc_dev_fail(hc_head *h, int d, int rc, const char *msg, hr_err *err) 
     return hr_fail(err, rc, "worker %d at %s: %s", d, h->names[d], hc_skip_peer(msg, h->names[d]));
 }
 
-/* receives the reply to a set-up request from worker d; ERROR from it becomes the error */
 /* fails device d with the reason its ERROR message gives */
 static int hc_worker_error(hc_head *h, int d, const hn_msg *m, hr_err *err) {
     char why[HN_MAX_MESSAGE + 32];
@@ -96,6 +95,7 @@ static int hc_worker_error(hc_head *h, int d, const hn_msg *m, hr_err *err) {
     return hc_dev_fail(h, d, m->u.error.code < 0 ? m->u.error.code : HR_EPROTO, why, err);
 }
 
+/* receives the reply to a set-up request from worker d; ERROR from it becomes the error */
 static int hc_expect(hc_head *h, int d, int want, hn_msg *m, int64_t timeout_ms, hr_err *err) {
     hr_err e = {0};
     if (hn_msg_recv(h->conn[d], &h->rx[d], m, hn_deadline_ms(timeout_ms), &e)) return hc_dev_fail(h, d, e.code, e.msg, err);

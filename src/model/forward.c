@@ -365,9 +365,8 @@ static void hm_mm_worker(void *arg, int ith, int nth) {
         hr_split(w->ne1, ith, nth, HM_ROW_CHUNK, &r0, &r1);
         const uint8_t *wd = w->data;
         /* tiles of HM_ROW_CHUNK weight rows x all tokens: the rows stay in cache while every
-           token's activations stream past them (decode, n = 1, is the matvec case of the same call:
-           kernels may then work on several weight rows at once) */
-        /* decode hands the kernel the thread's whole share: it prepares the activations once */
+           token's activations stream past them; decode (n = 1) hands the kernel the thread's whole
+           share instead, so that it prepares the activation row once and streams the rows as one run */
         const int64_t chunk = j->n == 1 ? HR_MAX(r1 - r0, 1) : HM_ROW_CHUNK;
         for (int64_t r = r0; r < r1; r += chunk) {
             int nr = (int)HR_MIN(chunk, r1 - r);
