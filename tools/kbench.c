@@ -1,5 +1,6 @@
 /* kbench — single-thread throughput of the dispatched matmul tile kernels (hq_traits.gemm), called
- * the way the engine's forward pass calls them: 16 weight rows per call, all activation columns.
+ * the way the engine's forward pass calls them: prefill 16 weight rows per call, all activation
+ * columns; decode all the rows in one call (the engine passes a thread's whole share).
  *
  *   decode  (nc = 1): GB/s of weight bytes and ns per row, with the matrix hot in the L3 and cold
  *                     (a fresh copy per pass, ~128 MiB in all, so every byte comes from DRAM)
@@ -33,9 +34,14 @@ static int kb_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* the engine's loop: tiles of KB_CHUNK rows x all nc columns */
+/* the engine's loop: tiles of KB_CHUNK rows x all nc columns; decode (nc = 1) hands the kernel all
+   the rows in one call, as the engine hands it a thread's whole share */
 static void kb_matmul(const hq_traits *tr, int K, int rows, const uint8_t *w, size_t rs, const void *y, size_t ys,
                       int nc, float *out) {
+    if (nc == 1) {
+        tr->gemm(K, out, (size_t)rows, w, rs, rows, y, ys, 1);
+        return;
+    }
     for (int r = 0; r < rows; r += KB_CHUNK) {
         const int nr = rows - r < KB_CHUNK ? rows - r : KB_CHUNK;
         tr->gemm(K, out + r, (size_t)rows, w + (size_t)r * rs, rs, nr, y, ys, nc);
@@ -145,8 +151,9 @@ int main(int argc, char **argv) {
         else {
             printf("usage: kbench [-T TYPE,... (default %s)] [-R ROWS (2048)] [-K COLS (8192)] [-n NC (1)]\n"
                    "              [-r REPS (9)] [--check]\n"
-                   "Single-thread speed of the dispatched tile kernels, 16 rows per call as the engine\n"
-                   "calls them: GB/s hot and cold for NC = 1, GOP/s for NC > 1.\n", types);
+                   "Single-thread speed of the dispatched tile kernels, called as the engine calls them\n"
+                   "(decode: all rows in one call; prefill: 16 rows per call): GB/s hot and cold for\n"
+                   "NC = 1, GOP/s for NC > 1.\n", types);
             return strcmp(argv[i], "-h") && strcmp(argv[i], "--help") ? 2 : 0;
         }
     }
