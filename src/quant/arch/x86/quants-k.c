@@ -282,9 +282,13 @@ KQ_INLINE void kq_prefetch_span(const char *p, int n) {
 }
 
 /* Decode streams each weight row from DRAM once; four interleaved rows train the hardware
-   prefetcher poorly, so the group's bytes are prefetched linearly KQ_LPF ahead (see quants.c). */
+   prefetcher poorly, so the bytes are prefetched linearly, a group of four rows or KQ_LPF ahead,
+   whichever is further (see quants.c). */
 #ifndef KQ_LPF
 #define KQ_LPF 8192
+#endif
+#ifndef KQ_PF_AHEAD
+#define KQ_PF_AHEAD(bx) (4 * (bx) > KQ_LPF ? 4 * (bx) : KQ_LPF)
 #endif
 
 /* MIN: the type has mins (B); DOFF / MOFF: byte offsets of d and dmin in the block */
@@ -308,9 +312,9 @@ KQ_INLINE void kq_prefetch_span(const char *p, int n) {
     }                                                                                                       \
     /* four rows (xr[0..3]) x one column: the rows' integer sums are reduced across rows per           \
        super-block, so one conversion and FMA (two with mins) serve all four */                          \
-    KQ_INLINE void kq_rows4_##t(int nb, const char *const *xr, const block_q8_K *y, float *out) {        \
+    KQ_INLINE void kq_rows4_##t(int nb, const char *const *xr, size_t bx, const block_q8_K *y, float *out) { \
         const block_q8_K *yc[1] = {y};                                                                      \
-        const char *pf = xr[0] + KQ_LPF;                                                                    \
+        const char *pf = xr[0] + KQ_PF_AHEAD(bx);                                                        \
         __m256 acc = _mm256_setzero_ps();                                                                   \
         for (int i = 0; i < nb; i++) {                                                                      \
             if (KQ_LPF) kq_prefetch_span(pf, 4 * (int)sizeof(block_##t));                                   \
@@ -362,7 +366,7 @@ enum { KQ_KC = 8, KQ_TR = 16 };
                 const char *xr[4];                                                                         \
                 for (int r = 0; r < 4; r++) xr[r] = (const char *)vx + (size_t)(i + r < nr ? i + r : nr - 1) * bx; \
                 float out[4];                                                                              \
-                kq_rows4_##t(nb, xr, vy, out);                                                             \
+                kq_rows4_##t(nb, xr, bx, vy, out);                                                             \
                 for (int r = 0; r < 4 && i + r < nr; r++) s[i + r] = out[r];                               \
             }                                                                                              \
             return;                                                                                        \

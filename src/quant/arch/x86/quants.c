@@ -351,9 +351,16 @@ HQ_INLINE void hq_store4(const __m256 *acc, float *s) {
 /* Weights are read once, straight from DRAM, and four interleaved row streams train the hardware
    prefetcher poorly (Q4_0 decode at ~9 GB/s against ~13 one row at a time), so the kernels
    prefetch the rows' bytes linearly, HQ_LPF ahead of what they read: Q4_0 then streams at ~14-15
-   GB/s and Q8_0 at ~14 of the ~17.7 one core can read (tools/membw). */
+   GB/s and Q8_0 at ~14 of the ~17.7 one core can read (tools/membw).  Decode over a thread's whole
+   share (hq_matvec) prefetches at least a whole group of 4 rows ahead: with long rows (K = 8192,
+   a group of 18-27 KiB) a point 8 KiB past the group's start lies inside the group's own later
+   rows, which the four streams read long before the linear walk gets there (kbench, 2048 x 8192
+   cold: Q4_K 13.4 -> 16.2 GB/s, Q6_K 11.7 -> 16.6). */
 #ifndef HQ_LPF
 #define HQ_LPF 8192
+#endif
+#ifndef HQ_PF_AHEAD
+#define HQ_PF_AHEAD(bx) (4 * (bx) > HQ_LPF ? 4 * (bx) : HQ_LPF)
 #endif
 
 enum { HQ_TC = 4 /* most activation rows per tile */ };
@@ -379,12 +386,16 @@ HQ_INLINE void hq_rows_q8(int R, int C, int k0, int kc, const char *const *xr, c
         const size_t o = (size_t)(k0 + k) * bs;
         __m256i w[4], aw[4];
         __m256 dx[4];
+        /* decode (R = 4): the four scales in one F16C conversion, not four hr_fp16_table loads: in
+           a cold stream those miss L1 and hold miss buffers the weight stream needs (kbench Q8_0
+           8192 x 2048 cold: 12.2 -> 16.2 GB/s); prefill keeps the table (4% faster there) */
+        const __m256 d4 = R == 4 ? _mm256_cvtph_ps(_mm_set1_epi64x((long long)hq_h4(xr, o))) : _mm256_setzero_ps();
         #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
             const block_q8_0 *xb = (const block_q8_0 *)(xr[i] + o);
             w[i] = _mm256_loadu_si256((const __m256i *)xb->qs);
             aw[i] = _mm256_sign_epi8(w[i], w[i]);
-            dx[i] = hq_h2v(xb->d);
+            dx[i] = R == 4 ? _mm256_permute_ps(d4, 0x55 * i) : hq_h2v(xb->d);
         }
         #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
@@ -494,7 +505,8 @@ HQ_INLINE void hq_tile(int kind, int C, int kc_max, void *buf, int nb, float *s,
    chunk at 10 KiB so it stays in L1 next to the weight rows */
 enum { HQ_KC_DEC = 128, HQ_KC_PRE = 16 };
 
-/* Decode with K <= HQ_KC_DEC entries: the activation row is prepared once for all the caller's rows
+/* Decode with a K whose prepared row fits the buffer (K <= 8192 for the nibble kinds, 10240 for
+   Q8_0, whose entries are smaller and hold one block, not two): the activation row is prepared once for all the caller's rows
    (the engine passes a thread's whole share), then each group of 4 rows runs over all of K and the
    prefetch stream runs on across groups, consecutive rows lying back to back.  Against 16-row
    calls (callgrind, K = 2048): Q8_0 15.0 -> 13.5 instructions per block, Q4_0 11.4 -> 11.1.  The
@@ -506,7 +518,7 @@ HQ_INLINE void hq_matvec(int kind, void *buf, int nb, float *s, const void *x, s
         const char *xr[4];
         for (int i = 0; i < 4; i++) xr[i] = (const char *)x + (size_t)(r0 + i < nr ? r0 + i : nr - 1) * bx;
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        hq_rows4(kind, 1, 0, nk, xr, buf, nk, acc, xr[0] + HQ_LPF);
+        hq_rows4(kind, 1, 0, nk, xr, buf, nk, acc, xr[0] + HQ_PF_AHEAD(bx));
         hq_finish4(kind, acc, nb, xr, y, nr - r0, s + r0);
     }
 }
@@ -515,7 +527,7 @@ HQ_INLINE void hq_gemm_blocks(int kind, int n, float *s, size_t lds, const void 
                               const void *y, size_t by, int nc) {
     const int nb = n / QK8_0;
     hq_a2 buf[HQ_KC_DEC > HQ_TC * HQ_KC_PRE ? HQ_KC_DEC : HQ_TC * HQ_KC_PRE];
-    if (nc == 1 && nb / (kind == HQ_K_Q8_0 ? 1 : 2) <= HQ_KC_DEC) {
+    if (nc == 1 && (kind == HQ_K_Q8_0 ? nb * sizeof(hq_a1) : nb / 2 * sizeof(hq_a2)) <= sizeof buf) {
         hq_matvec(kind, buf, nb, s, x, bx, nr, y);
         return;
     }
