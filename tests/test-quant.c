@@ -437,6 +437,59 @@ static void test_gemm_large(void) {
 
 /* ---- which kernels the table chose -------------------------------------------------------------------- */
 
+/* Packed layouts (quant.h): where the dispatched family has one, pack then unpack gives the rows
+   back byte for byte, and gemm_packed over the packed rows gives gemm's results bit for bit — decode
+   over whole shares (one pass: K up to 8192) and longer rows (the tiled path, 8320), prefill tiles of
+   1-5 columns, 4 to 36 rows.  hq_pack_ok refuses shapes the layout cannot hold.  Without a packed
+   kernel (generic table, NEON) nothing may be packed. */
+static void test_packed(void) {
+    const hq_traits *tr = hq_get_traits(HQ_TYPE_Q4_0), *vt = hq_get_traits(HQ_TYPE_Q8_0);
+    CHECK(!hq_pack_ok(HQ_TYPE_Q8_0, 64, 4) && !hq_pack_ok(HQ_TYPE_Q4_K, 256, 4));
+    if (!tr->gemm_packed) {
+        printf("  Q4_0 packed: no packed kernel in the %s table\n", hq_simd_name());
+        CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 64, 4) && !tr->pack && !tr->unpack);
+        return;
+    }
+    CHECK(tr->pack && tr->unpack);
+    CHECK(hq_pack_ok(HQ_TYPE_Q4_0, 64, 4) && hq_pack_ok(HQ_TYPE_Q4_0, 2048, 36));
+    CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 96, 4));   /* an odd number of blocks */
+    CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 64, 6));   /* rows not whole groups */
+    CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 0, 4) && !hq_pack_ok(HQ_TYPE_Q4_0, 64, 0));
+    const int lens[] = {64, 1024, 8192, 8320}, rowss[] = {4, 8, 36};
+    int bad_rt = 0, bad_gemm = 0, cases = 0;
+    for (size_t li = 0; li < HR_ARRAY_LEN(lens); li++)
+        for (size_t ri = 0; ri < HR_ARRAY_LEN(rowss); ri++) {
+            const int n = lens[li], rows = rowss[ri], nc_max = 5;
+            const size_t bx = hq_row_size(HQ_TYPE_Q4_0, n), by = hq_row_size(HQ_TYPE_Q8_0, n);
+            uint8_t *x = malloc(bx * rows), *px = malloc(bx * rows), *back = malloc(bx), *y = malloc(by * nc_max);
+            float *f = malloc((size_t)n * sizeof(float)), *s0 = malloc(sizeof(float) * rows * nc_max),
+                  *s1 = malloc(sizeof(float) * rows * nc_max);
+            for (int r = 0; r < rows; r++) {
+                fill_uniform(f, n);
+                tr->from_float_ref(f, x + r * bx, n);
+            }
+            for (int j = 0; j < nc_max; j++) {
+                fill_uniform(f, n);
+                vt->from_float(f, y + j * by, n);
+            }
+            for (int r = 0; r < rows; r += HQ_PACK_ROWS) tr->pack(px + r * bx, x + r * bx, bx, n);
+            for (int r = 0; r < rows; r++) {
+                tr->unpack(back, px + (r / HQ_PACK_ROWS) * HQ_PACK_ROWS * bx, r % HQ_PACK_ROWS, n);
+                if (memcmp(back, x + r * bx, bx)) bad_rt++;
+            }
+            for (int nc = 1; nc <= nc_max; nc++) {
+                tr->gemm(n, s0, rows, x, bx, rows, y, by, nc);
+                tr->gemm_packed(n, s1, rows, px, bx, rows, y, by, nc);
+                if (memcmp(s0, s1, sizeof(float) * rows * nc)) bad_gemm++;
+                cases++;
+            }
+            free(x), free(px), free(back), free(y), free(f), free(s0), free(s1);
+        }
+    printf("  Q4_0 packed (x4): %d gemm cases, pack/unpack and results bit-identical to the file layout's\n", cases);
+    CHECKF(bad_rt == 0, "%d rows did not survive pack + unpack", bad_rt);
+    CHECKF(bad_gemm == 0, "%d gemm_packed cases differ from gemm", bad_gemm);
+}
+
 static void test_dispatch(void) {
     const int simd_types[] = {HQ_TYPE_F32, HQ_TYPE_F16, HQ_TYPE_BF16, HQ_TYPE_Q4_0, HQ_TYPE_Q4_1,
                               HQ_TYPE_Q5_0, HQ_TYPE_Q5_1, HQ_TYPE_Q8_0};
@@ -466,6 +519,7 @@ static void test_dispatch(void) {
     CHECK(hq_get_traits(HQ_TYPE_Q8_0)->from_float == hq_quantize_avx2_q8_0);
     CHECK(hq_get_traits(HQ_TYPE_Q8_1)->from_float == hq_quantize_avx2_q8_1);
     CHECK(hq_get_traits(HQ_TYPE_Q4_0)->gemm == hq_gemm_avx2_q4_0);
+    CHECK(hq_get_traits(HQ_TYPE_Q4_0)->gemm_packed == hq_gemm_packed_avx2_q4_0);
     CHECK(hq_get_traits(HQ_TYPE_Q4_1)->gemm == hq_gemm_avx2_q4_1);
     CHECK(hq_get_traits(HQ_TYPE_Q5_0)->gemm == hq_gemm_avx2_q5_0);
     CHECK(hq_get_traits(HQ_TYPE_Q5_1)->gemm == hq_gemm_avx2_q5_1);
@@ -627,6 +681,7 @@ int main(int argc, char **argv) {
     test_vec_dot();
     test_gemm();
     test_gemm_large();
+    test_packed();
     test_attention();
     if (do_bench) {
         const double min_s = short_bench ? 0.05 : 1.0;

@@ -26,6 +26,8 @@ HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_
     HQ_WEAK_GEMM(arch, q6_K) HQ_WEAK_GEMM(arch, q4_1) HQ_WEAK_GEMM(arch, q5_0) HQ_WEAK_GEMM(arch, q5_1)  \
     HQ_WEAK_GEMM(arch, q2_K) HQ_WEAK_GEMM(arch, q3_K) HQ_WEAK_GEMM(arch, f16) HQ_WEAK_GEMM(arch, f32)    \
     HQ_WEAK_GEMM(arch, bf16)                                                                            \
+    __attribute__((weak)) void hq_gemm_packed_##arch##_q4_0(int, float *restrict, size_t, const void *restrict, \
+                                                            size_t, int, const void *restrict, size_t, int);     \
     HQ_WEAK_SIMD(arch, f32) HQ_WEAK_SIMD(arch, f16) HQ_WEAK_SIMD(arch, bf16) HQ_WEAK_SIMD(arch, q4_0)   \
     HQ_WEAK_SIMD(arch, q4_1) HQ_WEAK_SIMD(arch, q5_0) HQ_WEAK_SIMD(arch, q5_1) HQ_WEAK_SIMD(arch, q8_0) \
     HQ_WEAK_SIMD(arch, q2_K) HQ_WEAK_SIMD(arch, q3_K) HQ_WEAK_SIMD(arch, q4_K) HQ_WEAK_SIMD(arch, q5_K) \
@@ -114,6 +116,31 @@ HQ_GEMM_GENERIC(Q8_1) HQ_GEMM_GENERIC(Q2_K) HQ_GEMM_GENERIC(Q3_K) HQ_GEMM_GENERI
 HQ_GEMM_GENERIC(Q5_K) HQ_GEMM_GENERIC(Q6_K) HQ_GEMM_GENERIC(Q8_K)
 static const char *hq_simd = "generic";
 
+/* ---- Q4_0 x4 (quant.h): entry k of a group = scales of blocks 2k, 2k+1 of rows 0-3, then each row's
+   codes of the two blocks ---- */
+enum { HQ_X4_ENTRY = 8 * sizeof(block_q4_0) };
+static void hq_pack_q4_0_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
+    uint8_t *d = dst;
+    for (int64_t k = 0; k < ne0 / (2 * QK4_0); k++, d += HQ_X4_ENTRY)
+        for (int i = 0; i < HQ_PACK_ROWS; i++) {
+            const block_q4_0 *b = (const block_q4_0 *)((const uint8_t *)src + (size_t)i * bx) + 2 * k;
+            memcpy(d + 2 * i, &b[0].d, 2);
+            memcpy(d + 8 + 2 * i, &b[1].d, 2);
+            memcpy(d + 16 + 32 * i, b[0].qs, 16);
+            memcpy(d + 32 + 32 * i, b[1].qs, 16);
+        }
+}
+static void hq_unpack_q4_0_x4(void *restrict dst, const void *restrict group, int i, int64_t ne0) {
+    const uint8_t *e = group;
+    block_q4_0 *b = dst;
+    for (int64_t k = 0; k < ne0 / (2 * QK4_0); k++, e += HQ_X4_ENTRY, b += 2) {
+        memcpy(&b[0].d, e + 2 * i, 2);
+        memcpy(&b[1].d, e + 8 + 2 * i, 2);
+        memcpy(b[0].qs, e + 16 + 32 * i, 16);
+        memcpy(b[1].qs, e + 32 + 32 * i, 16);
+    }
+}
+
 #define HQ_ENTRY(T, t, nm, blk, sz, q, vdt)                                                     \
     hq_table[HQ_TYPE_##T] = (hq_traits){                                                        \
         .name = nm, .blck_size = blk, .type_size = sz, .is_quantized = q,                       \
@@ -143,6 +170,9 @@ static const char *hq_simd = "generic";
         HQ_USE_SIMD(arch, Q5_K, q5_K); HQ_USE_SIMD(arch, Q6_K, q6_K);                       \
         HQ_USE_SIMD_Q(arch, Q8_0, q8_0); HQ_USE_SIMD_Q(arch, Q8_1, q8_1);                   \
         HQ_USE_SIMD_Q(arch, Q8_K, q8_K);                                                    \
+        if (hq_gemm_packed_##arch##_q4_0)                                                   \
+            hq_table[HQ_TYPE_Q4_0].gemm_packed = hq_gemm_packed_##arch##_q4_0,              \
+            hq_table[HQ_TYPE_Q4_0].pack = hq_pack_q4_0_x4, hq_table[HQ_TYPE_Q4_0].unpack = hq_unpack_q4_0_x4; \
     } while (0)
 
 static void hq_init_once(void) {
@@ -220,6 +250,11 @@ int hq_type_from_name(const char *s) {
     for (int t = 0; t < HQ_TYPE_COUNT; t++)
         if (strcmp(hq_type_name(t), "unknown") != 0 && !strcasecmp(hq_type_name(t), s)) return t;
     return -1;
+}
+
+bool hq_pack_ok(int type, int64_t ne0, int64_t nrows) {
+    const hq_traits *t = hq_get_traits(type);
+    return t && t->gemm_packed && ne0 > 0 && ne0 % (2 * t->blck_size) == 0 && nrows > 0 && nrows % HQ_PACK_ROWS == 0;
 }
 
 size_t hq_row_size(int type, int64_t ne0) {

@@ -102,6 +102,20 @@ typedef void (*hq_vec_dot_fn)(int n, float *restrict s, const void *restrict x, 
 typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,
                            const void *restrict y, size_t by, int nc);
 
+/* Packed layouts.  A kernel family may run a type faster from its own arrangement of the bytes: rows
+   in groups of HQ_PACK_ROWS, each group's rows rearranged among themselves, so that a group takes
+   the same bytes at the same offset as in the file and a range of whole groups is still addressed
+   as rows (row i of a group of rows at x + i*bx).  The one layout so far is Q4_0's "x4": per pair of
+   blocks b, b+1 of the group's rows, 144 bytes: the 8 fp16 scales [rows 0-3 at b | rows 0-3 at b+1],
+   then each row's 32 code bytes [qs of b | qs of b+1] — what the AVX2 kernel uses per step, read in
+   one linear stream.  A type has a packed form when the dispatched family has its kernel
+   (gemm_packed != NULL); hq_pack_ok says whether a tensor's shape allows it. */
+enum { HQ_PACK_ROWS = 4 };
+/* dst = the packed form of HQ_PACK_ROWS consecutive rows of ne0 elements at src (row stride bx) */
+typedef void (*hq_pack_fn)(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0);
+/* dst = row i (< HQ_PACK_ROWS) of a packed group, in the file layout */
+typedef void (*hq_unpack_fn)(void *restrict dst, const void *restrict group, int i, int64_t ne0);
+
 typedef struct hq_traits {
     const char      *name;          /* "Q4_K" */
     int64_t          blck_size;     /* elements per block */
@@ -114,7 +128,15 @@ typedef struct hq_traits {
     hq_vec_dot_fn    vec_dot;       /* dispatched kernel */
     hq_vec_dot_fn    vec_dot_ref;   /* portable reference kernel (tests compare against it) */
     hq_gemm_fn       gemm;          /* tile kernel; a generic loop over vec_dot where no SIMD one exists */
+    hq_gemm_fn       gemm_packed;   /* the tile kernel over packed rows (nr, and a tile's first row, a
+                                       multiple of HQ_PACK_ROWS); NULL: the type is never packed */
+    hq_pack_fn       pack;          /* set with gemm_packed */
+    hq_unpack_fn     unpack;
 } hq_traits;
+
+/* Whether a tensor of `type` with rows of ne0 elements and nrows rows can be packed for the
+   dispatched kernels (the type has gemm_packed, whole groups of rows, whole pairs of blocks). */
+bool hq_pack_ok(int type, int64_t ne0, int64_t nrows);
 
 /* ---- attention kernels (the F32 path of flash attention, src/model) ------------------------------ */
 /* s[i] = sum over d < hd of q[d] * k_i[d], k_i = the row at k + i*row bytes (F16 if f16, else F32), for
@@ -182,6 +204,8 @@ HQ_DECLARE_REF(q6_K) HQ_DECLARE_REF(q8_K)
     HQ_DECLARE_GEMM(arch, q5_0) HQ_DECLARE_GEMM(arch, q5_1) HQ_DECLARE_GEMM(arch, q2_K)    \
     HQ_DECLARE_GEMM(arch, q3_K) HQ_DECLARE_GEMM(arch, f16) HQ_DECLARE_GEMM(arch, f32)      \
     HQ_DECLARE_GEMM(arch, bf16)                                                            \
+    void hq_gemm_packed_##arch##_q4_0(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
+                                      int nr, const void *restrict y, size_t by, int nc);                   \
     void hq_quantize_##arch##_q8_0(const float *restrict x, void *restrict y, int64_t k); \
     void hq_quantize_##arch##_q8_1(const float *restrict x, void *restrict y, int64_t k); \
     void hq_quantize_##arch##_q8_K(const float *restrict x, void *restrict y, int64_t k);
