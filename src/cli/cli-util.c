@@ -59,6 +59,23 @@ void cli_progress_end(void) {
     cli_progress_drawn = 0;
 }
 
+int cli_weights_flag(cli_weights *w, int argc, char **argv, int *i) {
+    (void)argc;
+    const char *a = argv[*i];
+    if (!strcmp(a, "--mmap")) w->use_mmap = true;
+    else if (!strcmp(a, "--no-mmap")) w->use_mmap = false;
+    else if (!strcmp(a, "--no-repack") || !strcmp(a, "-nr")) w->no_repack = true;
+    else return 0;
+    return 1;
+}
+
+const char cli_weights_help[] =
+    "  --mmap                  run the weights from the file mapping instead of loading them into memory\n"
+    "                          (the default loads them when they fit the memory budget: on some machines a\n"
+    "                          mapping streams at half the speed, and Q4_0 is then repacked; see --no-repack)\n"
+    "  --no-mmap               load the weights into memory (the default when they fit)\n"
+    "  -nr, --no-repack        load the weights in the file's layout, not the kernels' packed one\n";
+
 const char cli_sampling_help[] =
     "  --temp X                temperature (default 0.8; 0 = greedy)\n"
     "  --top-k N               top-k sampling (default 40; 0 = off)\n"

@@ -31,9 +31,10 @@ static void usage(FILE *f) {
             "                        bytes/token, time blocked on weights/token, resident weights, pressure\n"
             "  --window W            blocks streamed ahead when the weights do not fit (default 2)\n"
             "  --pin run|spread|ffn|none  which blocks stay resident beside the window (default run)\n"
+            "%s"
             "  --json                print a JSON list of {test, threads, tok_per_s, reps, ...}\n"
             "  -h, --help            this help\n",
-            hr_physical_cores(), 100 * HMEM_DEFAULT_FRACTION);
+            hr_physical_cores(), 100 * HMEM_DEFAULT_FRACTION, cli_weights_help);
 }
 
 static int parse_list(const char *flag, const char *v, long lo, long hi, long *out, int cap) {
@@ -90,6 +91,7 @@ int cmd_bench(int argc, char **argv) {
     double mem_pct = 0;
     hmem_pin pin = hmem_default_params().pin;
     int kv_type = HQ_TYPE_F16;
+    cli_weights wf = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -128,6 +130,7 @@ int cmd_bench(int argc, char **argv) {
             else if (!strcmp(v, "run")) pin = HMEM_PIN_RUN;
             else { fprintf(stderr, "hearth bench: --pin must be spread, run, ffn or none\n"); return 2; }
         } else if (!strcmp(a, "--json")) json = true;
+        else if (cli_weights_flag(&wf, argc, argv, &i)) continue;
         else { fprintf(stderr, "hearth bench: unknown option '%s'\n", a); usage(stderr); return 2; }
     }
     if (!model) { fprintf(stderr, "hearth bench: -m MODEL is required\n"); usage(stderr); return 2; }
@@ -201,6 +204,7 @@ int cmd_bench(int argc, char **argv) {
             err.msg[0] = 0;
         }
         if (mm) hmem_attach(mm, &sh);
+        if (hmem_load_weights(mm, m, &sh, wf.use_mmap, wf.no_repack, &err)) goto done;
         if (!(c = hm_ctx_create(m, &sh, &cp, &err))) goto done;
         for (int kind = 0; kind < 2; kind++) {
             long *lens = kind == 0 ? pp : tg;
@@ -255,9 +259,11 @@ int cmd_bench(int argc, char **argv) {
                 snprintf(test, sizeof test, "%s%ld", kind == 0 ? "pp" : "tg", len);
                 if (json) {
                     printf("%s\n  {\"test\": \"%s\", \"threads\": %ld, \"tok_per_s\": %.3f, \"reps\": %ld, "
-                           "\"stddev\": %.3f, \"model\": \"%s\", \"model_bytes\": %llu, \"kernels\": \"%s\"",
+                           "\"stddev\": %.3f, \"model\": \"%s\", \"model_bytes\": %llu, \"kernels\": \"%s\", "
+                           "\"weights\": \"%s\"",
                            n_out ? "," : "", test, th[ti], med, reps, sd, m->hp.arch_name,
-                           (unsigned long long)hm_model_weight_bytes(m), hq_simd_name());
+                           (unsigned long long)hm_model_weight_bytes(m), hq_simd_name(),
+                           m->loaded ? "memory" : "mmap");
                     if (figures && pl)
                         printf(", \"mem_mode\": \"%s\", \"mem_budget\": %llu, \"ctx_bytes\": %llu, \"window\": %d, "
                                "\"pinned_bytes\": %llu, \"stream_bytes\": %llu, \"ms_per_tok\": %.3f, "

@@ -10,6 +10,7 @@
 #include "cli.h"
 
 #include "gguf/gguf.h"
+#include "mem/mem.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "text/chat.h"
@@ -40,6 +41,7 @@ static void usage(FILE *f) {
             "%s"
             "  --ignore-eos            do not end answers at end-of-generation tokens (for testing)\n"
             "  --kv-type f16|f32       KV cache element type (default f16)\n"
+            "%s"
             "  -h, --help              this help\n\n"
             "In the chat:\n"
             "  /help  /stats  /reset  /exit     (see /help)\n"
@@ -47,7 +49,7 @@ static void usage(FILE *f) {
             "  Ctrl-C stops the answer being written; at the prompt, Ctrl-C or Ctrl-D ends the chat\n\n"
             "Templates: the model's tokenizer.chat_template is recognised by family; without one, or\n"
             "when it is not recognised, chatml is used (and a note says so). Names:\n ",
-            hr_physical_cores(), cli_sampling_help);
+            hr_physical_cores(), cli_sampling_help, cli_weights_help);
     for (int t = 0; t < HT_CHAT_COUNT; t++) fprintf(f, " %s", ht_chat_name(t));
     fprintf(f, "\n  (aliases: qwen, mistral = mistral-v3, deepseek-r1 = deepseek3, llama-3)\n");
 }
@@ -389,6 +391,7 @@ int cmd_chat(int argc, char **argv) {
     ht_sampler_params sp = ht_sampler_default_params();
     int sr;
     bool ignore_eos = false;
+    cli_weights wf = {0};
     int kv_type = HQ_TYPE_F16;
     const char **stops = calloc((size_t)argc + 1, sizeof *stops);
     int n_stops = 0;
@@ -410,6 +413,7 @@ int cmd_chat(int argc, char **argv) {
         else if ((sr = cli_sampling_flag("chat", &sp, argc, argv, &i)) != 0) {
             if (sr < 0) goto usage_err;
 } else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
+        else if (cli_weights_flag(&wf, argc, argv, &i)) continue;
         else if (!strcmp(a, "--kv-type")) {
             VAL();
             if (!strcmp(v, "f16")) kv_type = HQ_TYPE_F16;
@@ -452,6 +456,7 @@ int cmd_chat(int argc, char **argv) {
     cp.n_threads = (int32_t)threads;
     cp.kv_type = kv_type;
     hm_shard sh = hm_shard_full(m);
+    if (hmem_load_weights(NULL, m, &sh, wf.use_mmap, wf.no_repack, &err)) goto done;
     /* SIGINT is for this thread only (the pool's workers start with it blocked and keep it so), and
        here it stays blocked except while an answer is generated and inside read_line's pselect */
     sigset_t sigint, unblocked;

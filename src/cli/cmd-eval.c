@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "gguf/gguf.h"
+#include "mem/mem.h"
 #include "model/model.h"
 
 #include <errno.h>
@@ -21,7 +22,8 @@ static void usage(FILE *f) {
             "  --force              overwrite an existing output file\n"
             "  -t, --threads N      threads (default: physical cores)\n"
             "  --kv-type f16|f32    KV cache element type (default f16)\n"
-            "  -h, --help           this help\n");
+            "%s"
+            "  -h, --help           this help\n", cli_weights_help);
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -29,6 +31,7 @@ int cmd_eval(int argc, char **argv) {
     bool force = false;
     long threads = 0;
     int kv_type = 1; /* HQ_TYPE_F16 */
+    cli_weights wf = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -36,6 +39,7 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--tokens")) { if (!(toks = cli_value("eval", argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--logits")) { if (!(out = cli_value("eval", argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--force")) force = true;
+        else if (cli_weights_flag(&wf, argc, argv, &i)) continue;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!(v = cli_value("eval", argc, argv, &i)) || !cli_parse_int("eval", a, v, 1, 1024, &threads)) return 2;
         } else if (!strcmp(a, "--kv-type")) {
@@ -92,6 +96,7 @@ int cmd_eval(int argc, char **argv) {
     cp.n_threads = (int32_t)threads;
     cp.kv_type = kv_type;
     hm_shard sh = hm_shard_full(m);
+    if (hmem_load_weights(NULL, m, &sh, wf.use_mmap, wf.no_repack, &err)) goto done;
     if (!(c = hm_ctx_create(m, &sh, &cp, &err))) goto done;
     logits = malloc(n * (size_t)m->hp.n_vocab * sizeof(float));
     if (!logits) { hr_fail(&err, HR_ENOMEM, "out of memory for logits"); goto done; }

@@ -35,6 +35,7 @@ static void usage(FILE *f) {
             "                          MemAvailable or the cgroup limit; off = plain mmap); streams the weights if over\n"
             "  --window W              blocks of weights kept loading ahead when streaming (default 2)\n"
             "  --no-prefetch           when streaming, load a block only when compute reaches it\n"
+            "%s"
             "  --stats-json FILE       write per-device figures to FILE as JSON: per token, resident weight\n"
             "                          bytes, disk bytes read and time blocked on weights; totals, memory\n"
             "                          pressure (with --workers: one round trip per worker per token)\n"
@@ -46,7 +47,7 @@ static void usage(FILE *f) {
             "  -sys, --system TEXT     system prompt for --chat (implies --chat)\n"
             "  --chat-template NAME    template for --chat instead of the model's (implies --chat)\n"
             "  -h, --help              this help\n",
-            hr_physical_cores(), cli_sampling_help);
+            hr_physical_cores(), cli_sampling_help, cli_weights_help);
     fputs(hc_head_flags_help(), f);
 }
 
@@ -128,6 +129,7 @@ int cmd_run(int argc, char **argv) {
     const char *mem_budget = NULL; /* residency manager (src/mem) */
     long window = 2;
     bool no_prefetch = false;
+    cli_weights wf = {0};
     const char *stats_json = NULL;  /* per-device figures (run-stats.c) */
     /* user stop strings, and room for the chat template's end-of-turn text */
     const char **stops = calloc((size_t)argc + 1, sizeof *stops);
@@ -160,6 +162,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--mem-budget")) { VAL(); mem_budget = v; }
         else if (!strcmp(a, "--window")) INT(window, 1, 1 << 20);
         else if (!strcmp(a, "--no-prefetch")) no_prefetch = true;
+        else if (cli_weights_flag(&wf, argc, argv, &i)) continue;
         else if (!strcmp(a, "--stats-json")) { VAL(); stats_json = v; }
         else if (!strcmp(a, "-sys") || !strcmp(a, "--system") || !strcmp(a, "--system-prompt")) { VAL(); system = v; chat = true; }
         else if (!strcmp(a, "--chat-template")) { VAL(); tmpl_name = v; chat = true; }
@@ -255,6 +258,7 @@ int cmd_run(int argc, char **argv) {
     if (!tpp.workers && hmem_setup(m, &sh, model, mem_budget, (int)window, !no_prefetch,
                                       hm_ctx_bytes_estimate(&m->hp, &cp), &mm, &err))
         goto done;
+    if (!tpp.workers && hmem_load_weights(mm, m, &sh, wf.use_mmap, wf.no_repack, &err)) goto done;
     if (tpp.workers ? !(tp = hc_head_create(m, &tpp, &cp, &err)) : !(c = hm_ctx_create(m, &sh, &cp, &err))) goto done;
     int32_t ctx_len = tp ? hc_head_n_ctx(tp) : hm_ctx_n_ctx(c);
     if (n_prompt >= ctx_len) {

@@ -99,7 +99,7 @@ int hc_slices_make(const hm_model *m, const hc_share *sh, const uint8_t *layers,
 
 const void *hc_slice_bytes(const hc_slice *s, uint64_t off, size_t len, void *tmp) {
     const hm_tensor *t = s->src;
-    const uint8_t *base = t->data;
+    const uint8_t *base = t->map; /* the file's bytes, whatever layout the model loaded them in */
     if (s->cut == HC_CUT_WHOLE) return base + off;
     if (s->cut == HC_CUT_ROWS) return base + (size_t)s->a * t->row_bytes + off;
     const hq_traits *tr = hq_get_traits(t->type);
@@ -132,7 +132,7 @@ void hc_slices_hash(hc_slice *v, int n) {
         hr_hasher h;
         hr_hasher_init(&h, 0);
         for (int64_t r = 0; r < t->ne1; r++)
-            hr_hasher_update(&h, (const uint8_t *)t->data + (size_t)r * t->row_bytes + col0, seg);
+            hr_hasher_update(&h, (const uint8_t *)t->map + (size_t)r * t->row_bytes + col0, seg);
         s->hash = hr_hasher_final(&h);
     }
 }

@@ -195,6 +195,13 @@ const hmem_sample *hmem_samples(const hmem *h, int *n);
 int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
                bool prefetch, uint64_t ctx_bytes, hmem **out, hr_err *err);
 
+/* The weights in memory or in the file mapping: loads the shard's weights into memory of the model's
+   own (hm_model_load_weights, packed unless no_repack) when h keeps every block (KEEP), unless
+   use_mmap is asked for: a streamed block must stay a mapping of the file, and OBSERVE (--mem-budget
+   off) is plain mmap. h may be NULL (no manager): then only if the model fits the default budget.
+   Logs what it did. Errors: those of hm_model_load_weights. */
+int hmem_load_weights(const hmem *h, hm_model *m, const hm_shard *shard, bool use_mmap, bool no_repack, hr_err *err);
+
 /* One line for logs: "mem: stream, budget 250.0 MiB, window 2, pinned 12/33 blocks (180.2 MiB), ..." */
 void hmem_summary(const hmem *h, char *buf, size_t cap);
 const char *hmem_mode_name(hmem_mode m);

@@ -1,6 +1,25 @@
 /* mem: the flags every command shares (--mem-budget, --window) turned into a manager (see mem.h) */
 #include "mem.h"
 
+#include "quant/quant.h"
+
+int hmem_load_weights(const hmem *h, hm_model *m, const hm_shard *shard, bool use_mmap, bool no_repack, hr_err *err) {
+    /* OBSERVE is --mem-budget off, "plain mmap": its figures are the mapping's */
+    if (use_mmap || (h && hmem_get_plan(h)->mode != HMEM_KEEP)) return 0;
+    if (!h) { /* no manager: load only what fits the default budget, else the mapping pages as it can */
+        hmem_sysmem s;
+        hr_err e = {0};
+        if (hmem_sysmem_read(&s, &e) || hm_model_weight_bytes(m) > hmem_default_budget(&s)) return 0;
+    }
+    uint64_t copied = 0, packed = 0;
+    const int64_t t0 = hr_time_ns();
+    if (hm_model_load_weights(m, shard, !no_repack, &copied, &packed, err)) return err->code;
+    if (copied)
+        HR_LOGI("weights: %.1f MiB loaded into memory (%.1f MiB of it packed for the %s kernels) in %.0f ms",
+                copied / 1048576.0, packed / 1048576.0, hq_simd_name(), (hr_time_ns() - t0) / 1e6);
+    return 0;
+}
+
 int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
                bool prefetch, uint64_t ctx_bytes, hmem **out, hr_err *err) {
     *out = NULL;

@@ -92,6 +92,8 @@ static size_t hm_kv_layer_bytes(const hm_hparams *hp, int32_t n_ctx, int kv_type
 static hm_tensor hm_rows_view(const hm_tensor *t, int64_t r0, int64_t r1) {
     hm_tensor v = *t;
     if (!t->data) return v;
+    HR_ASSERT(!t->packed || (r0 % HQ_PACK_ROWS == 0 && (r1 - r0) % HQ_PACK_ROWS == 0));
+    v.map = (const uint8_t *)t->map + (size_t)r0 * t->row_bytes;
     v.data = (const uint8_t *)t->data + (size_t)r0 * t->row_bytes;
     v.ne1 = r1 - r0;
     return v;
@@ -101,7 +103,9 @@ static hm_tensor hm_rows_view(const hm_tensor *t, int64_t r0, int64_t r1) {
 static hm_tensor hm_cols_view(const hm_tensor *t, int64_t c0, int64_t c1) {
     hm_tensor v = *t;
     const hq_traits *tr = hq_get_traits(t->type);
+    HR_ASSERT(!t->packed || (c0 == 0 && c1 == t->ne0));
     v.data = (const uint8_t *)t->data + (size_t)(c0 / tr->blck_size) * tr->type_size;
+    v.map = (const uint8_t *)t->map + (size_t)(c0 / tr->blck_size) * tr->type_size;
     v.ne0 = c1 - c0;
     return v;
 }
@@ -110,6 +114,7 @@ static hm_tensor hm_vec_view(const hm_tensor *t, int64_t e0, int64_t e1) {
     hm_tensor v = *t;
     if (!t->data) return v;
     v.data = (const float *)t->data + e0;
+    v.map = (const float *)t->map + e0;
     v.ne0 = e1 - e0;
     return v;
 }
@@ -364,14 +369,15 @@ static void hm_mm_worker(void *arg, int ith, int nth) {
         int64_t r0, r1;
         hr_split(w->ne1, ith, nth, HM_ROW_CHUNK, &r0, &r1);
         const uint8_t *wd = w->data;
+        const hq_gemm_fn gemm = w->packed ? tr->gemm_packed : tr->gemm; /* packed: shares of whole groups */
         /* tiles of HM_ROW_CHUNK weight rows x all tokens: the rows stay in cache while every
            token's activations stream past them; decode (n = 1) hands the kernel the thread's whole
            share instead, so that it prepares the activation row once and streams the rows as one run */
         const int64_t chunk = j->n == 1 ? HR_MAX(r1 - r0, 1) : HM_ROW_CHUNK;
         for (int64_t r = r0; r < r1; r += chunk) {
             int nr = (int)HR_MIN(chunk, r1 - r);
-            tr->gemm((int)w->ne0, m->out + r, (size_t)w->ne1, wd + r * w->row_bytes, w->row_bytes, nr, m->y,
-                     m->y_row, j->n);
+            gemm((int)w->ne0, m->out + r, (size_t)w->ne1, wd + r * w->row_bytes, w->row_bytes, nr, m->y, m->y_row,
+                 j->n);
         }
     }
 }
@@ -716,11 +722,10 @@ int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_
     /* input: token embeddings (first shard) or the previous stage's hidden states */
     if (first) {
         if (!tokens) return hr_fail(err, HR_EINVAL, "first shard needs token ids");
-        const hq_traits *tr = hq_get_traits(m->tok_embd.type);
         for (int t = 0; t < n; t++) {
             if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
                 return hr_fail(err, HR_EINVAL, "token id %d outside the vocabulary [0, %d)", tokens[t], hp->n_vocab);
-            tr->to_float((const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, c->x + t * E, E);
+            hm_tensor_row_f32(&m->tok_embd, tokens[t], c->x + t * E);
         }
     } else {
         if (!hidden_in) return hr_fail(err, HR_EINVAL, "non-first shard needs hidden states");

@@ -1,10 +1,14 @@
 /* model: hyper-parameters and weights from GGUF — see model.h */
 #include "model.h"
 
+#include "base/pool.h"
 #include "quant/quant.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static const char *const hm_arch_names[HM_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
 
@@ -132,7 +136,7 @@ static int hm_bind(const gguf_ctx *g, hm_tensor *t, const char *name, int64_t ne
     t->ne0 = ne0;
     t->ne1 = ne1;
     t->row_bytes = hq_row_size(gt->type, ne0);
-    t->data = gt->data;
+    t->data = t->map = gt->data;
     if (t->row_bytes == 0 || (uint64_t)t->row_bytes * (uint64_t)ne1 != gt->nbytes)
         return hr_fail(err, HR_EFORMAT, "tensor '%s': size does not match its shape and type", name);
     return 0;
@@ -236,6 +240,7 @@ err:
 
 void hm_model_free(hm_model *m) {
     if (!m) return;
+    if (m->loaded) munmap(m->loaded, m->loaded_cap);
     free(m->has_layer);
     free(m->layers);
     free(m);
@@ -243,14 +248,146 @@ void hm_model_free(hm_model *m) {
 
 int hm_embed(const hm_model *m, const int32_t *tokens, int n, float *out, hr_err *err) {
     if (m->is_slice || !m->tok_embd.data) return hr_fail(err, HR_EINVAL, "a slice file has no token embedding");
-    const hq_traits *tr = hq_get_traits(m->tok_embd.type);
     int64_t E = m->hp.n_embd;
     for (int t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab)
             return hr_fail(err, HR_EINVAL, "token id %d outside the vocabulary [0, %d)", tokens[t], m->hp.n_vocab);
-        tr->to_float((const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes, out + t * E, E);
+        hm_tensor_row_f32(&m->tok_embd, tokens[t], out + t * E);
     }
     return 0;
+}
+
+void hm_tensor_row_f32(const hm_tensor *t, int64_t r, float *out) {
+    const hq_traits *tr = hq_get_traits(t->type);
+    if (!t->packed) {
+        tr->to_float((const uint8_t *)t->data + (size_t)r * t->row_bytes, out, t->ne0);
+        return;
+    }
+    /* a packed group keeps the pieces of its rows in element order, HQ_PACK_ROWS rows' worth of bytes
+       per stretch of elements: unpack and convert a stretch at a time */
+    enum { CHUNK = 1024 };
+    uint8_t tmp[CHUNK / 32 * 64];
+    const uint8_t *g = (const uint8_t *)t->data + (size_t)(r / HQ_PACK_ROWS) * HQ_PACK_ROWS * t->row_bytes;
+    for (int64_t e0 = 0; e0 < t->ne0; e0 += CHUNK) {
+        const int64_t ne = HR_MIN(CHUNK, t->ne0 - e0);
+        static_assert(CHUNK % 64 == 0 && sizeof tmp >= CHUNK / 32 * sizeof(block_q4_0), "unpack chunk");
+        tr->unpack(tmp, g + (size_t)(e0 / tr->blck_size) * tr->type_size * HQ_PACK_ROWS, (int)(r % HQ_PACK_ROWS), ne);
+        tr->to_float(tmp, out + e0, ne);
+    }
+}
+
+/* ---- loading the weights into memory (model.h) ---- */
+
+enum { HM_LOAD_ALIGN = 64 };
+#define HM_ROUND_UP(x, a) (((x) + (a) - 1) / (a) * (a))
+
+/* the tensors a shard reads whole: its layers' (unless it holds only part of their units), the
+   output head (and token_embd with it, when tied) */
+static int hm_load_list(hm_model *m, const hm_shard *shard, hm_tensor **out) {
+    int n = 0;
+    const hm_shard s = hm_shard_normalize(m, shard);
+    const int32_t nkv = m->is_slice ? m->slice_n_head_kv : m->hp.n_head_kv, nff = m->is_slice ? m->slice_n_ff : m->hp.n_ff;
+    const bool whole = s.kv_begin == 0 && s.kv_end == nkv && s.ff_begin == 0 && s.ff_end == nff;
+    for (int w = 0; whole && w < s.n_windows; w++)
+        for (int il = s.windows[w].begin; il < s.windows[w].end; il++) {
+            hm_layer *L = &m->layers[il];
+            hm_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+                if (ts[i]->data && ts[i]->ne1 > 0) out[n++] = ts[i];
+        }
+    if (s.last && !m->is_slice && m->output.data) out[n++] = &m->output;
+    return n;
+}
+
+/* one tensor's copy: rows of the list's tensors split over the pool's threads, so that the kernel's
+   zeroing of the fresh pages (half the time of a load) and the packing run on every core */
+typedef struct hm_load_job {
+    hm_tensor **list;
+    uint8_t **dst;
+    int n;
+    bool repack;
+} hm_load_job;
+
+static void hm_load_worker(void *arg, int ith, int nth) {
+    const hm_load_job *j = arg;
+    for (int i = 0; i < j->n; i++) {
+        const hm_tensor *t = j->list[i];
+        const bool pk = j->repack && hq_pack_ok(t->type, t->ne0, t->ne1);
+        int64_t r0, r1;
+        hr_split(t->ne1, ith, nth, pk ? HQ_PACK_ROWS : 1, &r0, &r1);
+        const uint8_t *src = (const uint8_t *)t->map + (size_t)r0 * t->row_bytes;
+        uint8_t *dst = j->dst[i] + (size_t)r0 * t->row_bytes;
+        if (!pk) {
+            if (r1 > r0) memcpy(dst, src, (size_t)(r1 - r0) * t->row_bytes);
+            continue;
+        }
+        const hq_traits *tr = hq_get_traits(t->type);
+        for (int64_t r = r0; r < r1; r += HQ_PACK_ROWS, src += HQ_PACK_ROWS * t->row_bytes, dst += HQ_PACK_ROWS * t->row_bytes)
+            tr->pack(dst, src, t->row_bytes, t->ne0);
+    }
+}
+
+int hm_model_load_weights(hm_model *m, const hm_shard *shard, bool repack, uint64_t *copied, uint64_t *packed,
+                          hr_err *err) {
+    *copied = *packed = 0;
+    if (m->loaded) return 0;
+    const hm_shard full = hm_shard_full(m);
+    hm_tensor **list = malloc(((size_t)m->hp.n_layer * 7 + 1) * sizeof *list);
+    uint8_t **dst = malloc(((size_t)m->hp.n_layer * 7 + 1) * sizeof *dst);
+    hr_pool *pool = NULL;
+    void *buf = MAP_FAILED;
+    size_t cap = 0;
+    int rc = 0;
+    if (!list || !dst) {
+        rc = hr_fail(err, HR_ENOMEM, "out of memory");
+        goto done;
+    }
+    const int n = hm_load_list(m, shard ? shard : &full, list);
+    for (int i = 0; i < n; i++) cap += HM_ROUND_UP((size_t)list[i]->ne1 * list[i]->row_bytes, HM_LOAD_ALIGN);
+    if (cap == 0) goto done;
+    buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) {
+        rc = hr_fail(err, HR_ENOMEM, "cannot allocate %.1f MiB to load the weights into: %s", cap / 1048576.0,
+                     strerror(errno));
+        goto done;
+    }
+    (void)madvise(buf, cap, MADV_HUGEPAGE); /* advice only: without THP the copy still works */
+    uint8_t *at = buf;
+    for (int i = 0; i < n; i++) {
+        dst[i] = at;
+        at += HM_ROUND_UP((size_t)list[i]->ne1 * list[i]->row_bytes, HM_LOAD_ALIGN);
+    }
+    if (!(pool = hr_pool_create(hr_physical_cores(), err))) {
+        rc = err->code;
+        goto done;
+    }
+    hm_load_job job = {list, dst, n, repack};
+    hr_pool_run(pool, hm_load_worker, &job);
+    const bool tied = m->output.map == m->tok_embd.map;
+    const long pg = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    for (int i = 0; i < n; i++) {
+        hm_tensor *t = list[i];
+        const size_t bytes = (size_t)t->ne1 * t->row_bytes;
+        t->packed = repack && hq_pack_ok(t->type, t->ne0, t->ne1);
+        if (t->packed) *packed += bytes;
+        t->data = dst[i];
+        *copied += bytes;
+        /* this process's page table entries for the file's copy go; whole pages only, so that
+           neighbouring tensors that stay mapped keep theirs */
+        uintptr_t a = HM_ROUND_UP((uintptr_t)t->map, (uintptr_t)pg), e = ((uintptr_t)t->map + bytes) / pg * pg;
+        if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
+    }
+    if (tied) m->tok_embd = m->output;
+    (void)mprotect(buf, cap, PROT_READ);
+    m->loaded = buf;
+    m->loaded_cap = cap;
+    buf = MAP_FAILED;
+done:
+    if (buf != MAP_FAILED) munmap(buf, cap);
+    hr_pool_free(pool);
+    free(list);
+    free(dst);
+    return rc;
 }
 
 uint64_t hm_model_weight_bytes(const hm_model *m) {
@@ -352,14 +489,14 @@ static int hm_add_range(const hm_tensor *t, int64_t r0, int64_t r1, hm_range *ou
     if (!t->data) return n;
     if (r1 < 0) { r0 = 0; r1 = t->ne1; }
     if (r1 <= r0) return n;
-    if (n < cap) out[n] = (hm_range){(const uint8_t *)t->data + (size_t)r0 * t->row_bytes, t->row_bytes * (size_t)(r1 - r0)};
+    if (n < cap) out[n] = (hm_range){(const uint8_t *)t->map + (size_t)r0 * t->row_bytes, t->row_bytes * (size_t)(r1 - r0)};
     return n + 1;
 }
 
 /* elements [e0, e1) of an F32 vector (a bias) */
 static int hm_add_elems(const hm_tensor *t, int64_t e0, int64_t e1, hm_range *out, int n, int cap) {
     if (!t->data || e1 <= e0) return n;
-    if (n < cap) out[n] = (hm_range){(const float *)t->data + e0, (size_t)(e1 - e0) * sizeof(float)};
+    if (n < cap) out[n] = (hm_range){(const float *)t->map + e0, (size_t)(e1 - e0) * sizeof(float)};
     return n + 1;
 }
 

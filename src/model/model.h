@@ -66,7 +66,9 @@ typedef struct hm_tensor {
     int64_t     ne0;       /* elements per row (input dim) */
     int64_t     ne1;       /* rows (output dim) */
     size_t      row_bytes;
-    const void *data;
+    const void *data;      /* what the kernels read: the file mapping, or the model's copy */
+    const void *map;       /* where the bytes lie in the file mapping (= data until loaded) */
+    bool        packed;    /* data is in the type's packed layout (quant.h), groups of HQ_PACK_ROWS rows */
 } hm_tensor;
 
 typedef struct hm_layer {
@@ -91,12 +93,15 @@ typedef struct hm_model {
     bool       is_slice;                   /* a slice file (see above): no embedding/output tensors */
     uint8_t   *has_layer;                  /* [n_layer]: the layer's tensors are in the file; NULL = all */
     int32_t    slice_n_head_kv, slice_n_ff;/* units a slice file holds (0..n_head_kv, 0..n_ff) */
+    void      *loaded;                     /* hm_model_load_weights's buffer (anonymous mmap) or NULL */
+    size_t     loaded_cap;
 } hm_model;
 
 hm_model *hm_model_load(const gguf_ctx *g, hr_err *err);
 void      hm_model_free(hm_model *m);
 /* bytes of weight data the model maps (all tensors) */
 uint64_t  hm_model_weight_bytes(const hm_model *m);
+
 /* Token embedding lookup: out[n][n_embd] = rows tokens[0..n) of token_embd, as F32 (what a first
    shard starts from; a tensor-parallel head sends this, never the ids). HR_EINVAL for an id outside
    the vocabulary or a slice file. */
@@ -163,6 +168,21 @@ hm_shard hm_shard_normalize(const hm_model *m, const hm_shard *s);
 int hm_shard_validate(const hm_model *m, const hm_shard *s, hr_err *err);
 /* Layers the shard runs (the sum of its windows' lengths). */
 int32_t hm_shard_n_layers(const hm_shard *s);
+
+/* Loads the weights a shard reads into memory of the model's own: one anonymous mapping (transparent
+   huge pages advised), the types that have a packed layout for the dispatched kernels packed
+   (quant.h) unless repack is false; the file's pages are then dropped from this process
+   (MADV_DONTNEED on the mapping: the page cache keeps them for the next run). A tensor stays a view
+   of the mapping where the shard reads only part of it (a tensor-parallel share of a whole file;
+   token_embd when it is not also the output head: lookups read a few rows). Why: on some machines
+   the kernels stream a file mapping at half the speed of anonymous memory (docs/design.md, "Loading
+   the weights"), and packing saves the decode kernels work. Never with a streaming residency manager,
+   which must find the weights in the mapping. Call before hm_ctx_create; a second call does nothing.
+   Reports the bytes copied and, of those, packed. HR_ENOMEM if the memory cannot be had. */
+int hm_model_load_weights(hm_model *m, const hm_shard *shard, bool repack, uint64_t *copied, uint64_t *packed,
+                          hr_err *err);
+/* Row r of a weight as F32 (any layout): out[0..ne0) */
+void hm_tensor_row_f32(const hm_tensor *t, int64_t r, float *out);
 
 /* ---- context: KV cache + scratch, bound to a model ---------------------------------------------- */
 typedef struct hm_ctx_params {
