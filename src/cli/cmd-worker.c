@@ -32,14 +32,16 @@ static void usage(FILE *f) {
             "                          the weights from the slice cache if they do not fit\n"
             "  --window W              blocks of weights kept loading ahead when streaming (default 2)\n"
             "  --no-prefetch           when streaming, load a block only when compute reaches it\n"
+            "%s"
             "  -h, --help              this help\n",
-            hr_physical_cores());
+            hr_physical_cores(), cli_weights_help);
 }
 
 int cmd_worker(int argc, char **argv) {
     hc_worker_params p = hc_worker_default_params();
     p.listen = NULL;
     long threads = 0, sessions = 0;
+    cli_weights wf = {0};
     const char *v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -49,6 +51,7 @@ int cmd_worker(int argc, char **argv) {
         else if (!strcmp(a, "--name")) { if (!(v = cli_value("worker", argc, argv, &i))) return 2; p.name = v; }
         else if (!strcmp(a, "--mem-budget")) { if (!(v = cli_value("worker", argc, argv, &i))) return 2; p.mem_budget = v; }
         else if (!strcmp(a, "--no-prefetch")) p.no_prefetch = true;
+        else if (cli_weights_flag(&wf, argc, argv, &i)) p.use_mmap = wf.use_mmap, p.no_repack = wf.no_repack;
         else if (!strcmp(a, "--window")) {
             long wv;
             if (!(v = cli_value("worker", argc, argv, &i)) || !cli_parse_int("worker", a, v, 1, 1 << 20, &wv)) return 2;

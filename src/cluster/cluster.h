@@ -252,6 +252,8 @@ typedef struct hc_worker_params {
     const char *mem_budget;  /* residency manager over the slice file: NULL = auto, "off", or a size */
     int         window;      /* blocks kept loading ahead when streaming (default 2) */
     bool        no_prefetch; /* load a block only when compute reaches it */
+    bool        use_mmap;    /* --mmap: run the slice from its file mapping (mem.h: hmem_load_weights) */
+    bool        no_repack;   /* --no-repack: load it in the file's layout */
 } hc_worker_params;
 hc_worker_params hc_worker_default_params(void);
 

@@ -28,6 +28,7 @@ struct hc_worker {
     char        mem_budget[32];  /* "" = auto */
     int         window;
     bool        no_prefetch;
+    bool        use_mmap, no_repack;  /* how a session holds its slice (hmem_load_weights) */
     hn_listener *l;
     _Atomic int stop;
 };
@@ -78,6 +79,8 @@ hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
     w->n_threads = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
     w->window = p->window > 0 ? p->window : 2;
     w->no_prefetch = p->no_prefetch;
+    w->use_mmap = p->use_mmap;
+    w->no_repack = p->no_repack;
     if (p->mem_budget) {
         bool on;
         uint64_t bytes;
@@ -811,6 +814,10 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
         char line[512];
         hmem_summary(s->mem, line, sizeof line);
         HR_LOGI("worker: %s", line);
+    }
+    if (hmem_load_weights(s->mem, s->m, &sh, s->w->use_mmap, s->w->no_repack, &e)) {
+        rc = hc_bad(s, 0, e.code, "%s", e.msg);
+        goto done;
     }
     if (!(s->ctx = hm_ctx_create(s->m, &sh, &cp, &e))) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
     memcpy(s->win, sh.windows, sizeof s->win);
