@@ -299,8 +299,9 @@ static int hm_load_list(hm_model *m, const hm_shard *shard, hm_tensor **out) {
     return n;
 }
 
-/* one tensor's copy: rows of the list's tensors split over the pool's threads, so that the kernel's
-   zeroing of the fresh pages (half the time of a load) and the packing run on every core */
+/* the copy: each tensor's rows split over the pool's threads (whole groups where it is packed), so
+   that the kernel's zeroing of the fresh pages (half the time of a load) and the packing run on
+   every core */
 typedef struct hm_load_job {
     hm_tensor **list;
     uint8_t **dst;

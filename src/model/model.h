@@ -25,7 +25,8 @@
  * them (u32 array; absent = every layer); hm_model.has_layer says which, and a shard may only run those.
  *
  * Ownership: hm_model borrows tensor data from the gguf_ctx it was loaded from (mmap), which must
- * outlive it. hm_ctx owns the KV cache and scratch buffers.
+ * outlive it; after hm_model_load_weights it owns the copy its tensors then point to (freed with
+ * it). hm_ctx owns the KV cache and scratch buffers.
  */
 #ifndef HEARTH_MODEL_H
 #define HEARTH_MODEL_H
