@@ -2,14 +2,17 @@
  * mem — the residency manager: which of a shard's weights are in memory, under a memory budget.
  * Prefix: hmem_.
  *
- * Weights stay an mmap of the GGUF file (never copied); the manager only decides which pages of that
- * mapping are resident, through the forward pass's weights hook (model.h: hm_weights_fn), which it
- * calls around every *block* — the attention or FFN half of a layer, or the output norm + head.
+ * A streamed model's weights stay an mmap of the GGUF file (never copied); the manager only decides
+ * which pages of that mapping are resident, through the forward pass's weights hook (model.h:
+ * hm_weights_fn), which it calls around every *block* — the attention or FFN half of a layer, or
+ * the output norm + head.
  * Execution order is a cycle: attn 0, ffn 0, attn 1, ..., ffn L-1, output, and back to attn 0 for
  * the next token. The budget covers the shard's resident weights plus the ctx's KV cache and scratch.
  *
  * - KEEP (everything fits the budget): one MADV_WILLNEED over all blocks at create; the hook does
- *   nothing. This is llama.cpp's mmap behaviour plus a prefetch.
+ *   nothing. This is llama.cpp's mmap behaviour plus a prefetch; the commands then load the weights
+ *   into memory of the model's own (hmem_load_weights, below; --mmap keeps the mapping), and the
+ *   manager's blocks and figures go on describing the file's pages.
  * - STREAM (it does not): blocks that fit beside a streaming window are *pinned* (loaded once, never
  *   released; by default one run of blocks from the first, or spread as TPI-LLM §3.3, Prop. 6 keeps
  *   every T-th FFN block; hmem_plan_make says which). A loader thread fills the rest of the budget,
