@@ -562,7 +562,12 @@ HQ_INLINE void hq_matvec(int kind, bool packed, void *buf, int nb, float *s, con
         for (int i = 0; i < 4; i++) xr[i] = (const char *)x + (size_t)(r0 + i < nr ? r0 + i : nr - 1) * bx;
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         hq_rows4(kind, packed, 1, 0, nk, xr, buf, nk, acc, xr[0] + HQ_PF_AHEAD(bx));
-        hq_finish4(kind, acc, nb, xr, y, nr - r0, s + r0);
+        /* hq_finish4's sums stored in place, without its call per group (2.7% of Q4_0 decode samples at 2
+           threads; kbench Q4_0 8192 x 2048 hot, 3 alternating pairs: 33.4-35.2 -> 35.1-37.3 GB/s) */
+        if (nb % 2 == 0 && nr - r0 >= 4)
+            _mm_storeu_ps(s + r0, _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1)));
+        else
+            hq_finish4(kind, acc, nb, xr, y, nr - r0, s + r0);
     }
 }
 
