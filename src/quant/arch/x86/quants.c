@@ -611,9 +611,9 @@ HQ_GEMM_AVX2(q5_1, HQ_K_Q5_1)
 HQ_GEMM_AVX2(q8_0, HQ_K_Q8_0)
 
 /* Q4_0 in the x4 layout: the same sums, each entry's scales one load and one conversion instead of
-   eight 2-byte loads, and the rows one linear stream (kbench-style prototype, 8192 x 2048 cold,
-   Zen 5: 1.4-1.5x the file layout's GB/s at 1 thread, 1.1x at 2).  nr is a multiple of 4, x a
-   group's start, K a multiple of 64 (quant.h: hq_pack_ok). */
+   eight 2-byte loads, and the rows one linear stream (a kbench-style harness, 8192 x 2048, a fresh
+   copy per pass, Zen 5: 28-34 GB/s against 24-28 on one core, 48-57 against 42-52 on two: the
+   membw roofline).  nr is a multiple of 4, x a group's start, K a multiple of 64 (hq_pack_ok). */
 void hq_gemm_packed_avx2_q4_0(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,
                               const void *restrict y, size_t by, int nc) {
     hq_gemm_blocks(HQ_K_Q4_0, true, n, s, lds, x, bx, nr, y, by, nc);
