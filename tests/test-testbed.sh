@@ -157,7 +157,11 @@ check "measure rtt,tput ran" test $? = 0
 rtt=$(jget "$TMP/m.json" "d['rtt'][0]['ping_median_ms']")
 check "RTT d0->d1: ping median $rtt ms for configured 4 ms (±0.3)" within "$rtt" 3.7 4.3
 tcp=$(jget "$TMP/m.json" "d['rtt'][0]['tcp_median_ms']")
-check "RTT d0->d1: TCP echo median $tcp ms (3.7-5.0: Python at half a core adds a little)" within "$tcp" 3.7 5.0
+# the echo server is Python in a device capped at half a core: when the CFS quota throttles it, a
+# round trip waits out the rest of the period, and on a busy machine that moved the median to 11.7 ms
+# once in CI (3.7-5.0 otherwise); the ping check above holds the configured delay exactly, this one
+# that TCP goes through the relay with it (never below the delay) and is not wildly off
+check "RTT d0->d1: TCP echo median $tcp ms (3.7-15: Python at half a core, CFS-throttled at times)" within "$tcp" 3.7 15
 wire=$(jget "$TMP/m.json" "d['tput'][0]['wire_bps'] / 1e6")
 check "throughput d0->d1: $wire Mbit/s for configured 100 (±10%)" within "$wire" 90 110
 "${TB[@]}" measure --only cpu,mem --pairs star --seconds 2 --json "$TMP/c.json" >"$TMP/c.out" 2>&1
