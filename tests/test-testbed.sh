@@ -155,12 +155,14 @@ check "a background command runs in d1" test -n "$SLEEPER"
 "${TB[@]}" measure --only rtt,tput --pairs star --seconds 2 --json "$TMP/m.json" >"$TMP/m.out" 2>&1
 check "measure rtt,tput ran" test $? = 0
 rtt=$(jget "$TMP/m.json" "d['rtt'][0]['ping_median_ms']")
-check "RTT d0->d1: ping median $rtt ms for configured 4 ms (±0.3)" within "$rtt" 3.7 4.3
+# the delay is a userspace relay: on a loaded machine its wake-ups add to the RTT (4.47 ms seen once
+# in CI), never take from it, so the band is -0.3 / +1.0 ms around the configured 4 ms
+check "RTT d0->d1: ping median $rtt ms for configured 4 ms (-0.3/+1.0)" within "$rtt" 3.7 5.0
 tcp=$(jget "$TMP/m.json" "d['rtt'][0]['tcp_median_ms']")
 # the echo server is Python in a device capped at half a core: when the CFS quota throttles it, a
 # round trip waits out the rest of the period, and on a busy machine that moved the median to 11.7 ms
-# once in CI (3.7-5.0 otherwise); the ping check above holds the configured delay exactly, this one
-# that TCP goes through the relay with it (never below the delay) and is not wildly off
+# once in CI (3.7-5.0 otherwise); the ping check above holds the configured delay, this one that TCP
+# goes through the relay with it (never below the delay) and is not wildly off
 check "RTT d0->d1: TCP echo median $tcp ms (3.7-15: Python at half a core, CFS-throttled at times)" within "$tcp" 3.7 15
 wire=$(jget "$TMP/m.json" "d['tput'][0]['wire_bps'] / 1e6")
 check "throughput d0->d1: $wire Mbit/s for configured 100 (±10%)" within "$wire" 90 110
