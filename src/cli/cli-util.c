@@ -59,9 +59,8 @@ void cli_progress_end(void) {
     cli_progress_drawn = 0;
 }
 
-int cli_weights_flag(cli_weights *w, int argc, char **argv, int *i) {
-    (void)argc;
-    const char *a = argv[*i];
+int cli_weights_flag(cli_weights *w, char **argv, int i) {
+    const char *a = argv[i];
     if (!strcmp(a, "--mmap")) w->use_mmap = true;
     else if (!strcmp(a, "--no-mmap")) w->use_mmap = false;
     else if (!strcmp(a, "--no-repack") || !strcmp(a, "-nr")) w->no_repack = true;

@@ -38,9 +38,9 @@ extern const char cli_sampling_help[];
 
 /* How the weights are held, the flags every command that runs a model shares: --mmap (run them from
    the file mapping, as llama.cpp does by default) and --no-repack (load them in the file's layout).
-   Returns 1 if argv[*i] was one of them, 0 if not. */
+   Returns 1 if argv[i] was one of them, 0 if not. */
 typedef struct cli_weights { bool use_mmap, no_repack; } cli_weights;
-int cli_weights_flag(cli_weights *w, int argc, char **argv, int *i);
+int cli_weights_flag(cli_weights *w, char **argv, int i);
 extern const char cli_weights_help[];
 
 #endif

@@ -130,7 +130,7 @@ int cmd_bench(int argc, char **argv) {
             else if (!strcmp(v, "run")) pin = HMEM_PIN_RUN;
             else { fprintf(stderr, "hearth bench: --pin must be spread, run, ffn or none\n"); return 2; }
         } else if (!strcmp(a, "--json")) json = true;
-        else if (cli_weights_flag(&wf, argc, argv, &i)) continue;
+        else if (cli_weights_flag(&wf, argv, i)) continue;
         else { fprintf(stderr, "hearth bench: unknown option '%s'\n", a); usage(stderr); return 2; }
     }
     if (!model) { fprintf(stderr, "hearth bench: -m MODEL is required\n"); usage(stderr); return 2; }

@@ -413,7 +413,7 @@ int cmd_chat(int argc, char **argv) {
         else if ((sr = cli_sampling_flag("chat", &sp, argc, argv, &i)) != 0) {
             if (sr < 0) goto usage_err;
 } else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
-        else if (cli_weights_flag(&wf, argc, argv, &i)) continue;
+        else if (cli_weights_flag(&wf, argv, i)) continue;
         else if (!strcmp(a, "--kv-type")) {
             VAL();
             if (!strcmp(v, "f16")) kv_type = HQ_TYPE_F16;

@@ -39,7 +39,7 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--tokens")) { if (!(toks = cli_value("eval", argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--logits")) { if (!(out = cli_value("eval", argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--force")) force = true;
-        else if (cli_weights_flag(&wf, argc, argv, &i)) continue;
+        else if (cli_weights_flag(&wf, argv, i)) continue;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!(v = cli_value("eval", argc, argv, &i)) || !cli_parse_int("eval", a, v, 1, 1024, &threads)) return 2;
         } else if (!strcmp(a, "--kv-type")) {

@@ -162,7 +162,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--mem-budget")) { VAL(); mem_budget = v; }
         else if (!strcmp(a, "--window")) INT(window, 1, 1 << 20);
         else if (!strcmp(a, "--no-prefetch")) no_prefetch = true;
-        else if (cli_weights_flag(&wf, argc, argv, &i)) continue;
+        else if (cli_weights_flag(&wf, argv, i)) continue;
         else if (!strcmp(a, "--stats-json")) { VAL(); stats_json = v; }
         else if (!strcmp(a, "-sys") || !strcmp(a, "--system") || !strcmp(a, "--system-prompt")) { VAL(); system = v; chat = true; }
         else if (!strcmp(a, "--chat-template")) { VAL(); tmpl_name = v; chat = true; }

@@ -51,7 +51,7 @@ int cmd_worker(int argc, char **argv) {
         else if (!strcmp(a, "--name")) { if (!(v = cli_value("worker", argc, argv, &i))) return 2; p.name = v; }
         else if (!strcmp(a, "--mem-budget")) { if (!(v = cli_value("worker", argc, argv, &i))) return 2; p.mem_budget = v; }
         else if (!strcmp(a, "--no-prefetch")) p.no_prefetch = true;
-        else if (cli_weights_flag(&wf, argc, argv, &i)) p.use_mmap = wf.use_mmap, p.no_repack = wf.no_repack;
+        else if (cli_weights_flag(&wf, argv, i)) p.use_mmap = wf.use_mmap, p.no_repack = wf.no_repack;
         else if (!strcmp(a, "--window")) {
             long wv;
             if (!(v = cli_value("worker", argc, argv, &i)) || !cli_parse_int("worker", a, v, 1, 1 << 20, &wv)) return 2;

@@ -765,11 +765,8 @@ int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_
     /* input: token embeddings (first shard) or the previous stage's hidden states */
     if (first) {
         if (!tokens) return hr_fail(err, HR_EINVAL, "first shard needs token ids");
-        for (int t = 0; t < n; t++) {
-            if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
-                return hr_fail(err, HR_EINVAL, "token id %d outside the vocabulary [0, %d)", tokens[t], hp->n_vocab);
-            hm_tensor_row_f32(&m->tok_embd, tokens[t], c->x + t * E);
-        }
+        const int rc = hm_embed(m, tokens, n, c->x, err);
+        if (rc) return rc;
     } else {
         if (!hidden_in) return hr_fail(err, HR_EINVAL, "non-first shard needs hidden states");
         memcpy(c->x, hidden_in, (size_t)n * E * sizeof(float));

@@ -303,17 +303,16 @@ static int hm_load_list(hm_model *m, const hm_shard *shard, hm_tensor **out) {
    that the kernel's zeroing of the fresh pages (half the time of a load) and the packing run on
    every core */
 typedef struct hm_load_job {
-    hm_tensor **list;
+    hm_tensor **list;   /* packed already says which to pack; map is the source */
     uint8_t **dst;
     int n;
-    bool repack;
 } hm_load_job;
 
 static void hm_load_worker(void *arg, int ith, int nth) {
     const hm_load_job *j = arg;
     for (int i = 0; i < j->n; i++) {
         const hm_tensor *t = j->list[i];
-        const bool pk = j->repack && hq_pack_ok(t->type, t->ne0, t->ne1);
+        const bool pk = t->packed;
         int64_t r0, r1;
         hr_split(t->ne1, ith, nth, pk ? HQ_PACK_ROWS : 1, &r0, &r1);
         const uint8_t *src = (const uint8_t *)t->map + (size_t)r0 * t->row_bytes;
@@ -362,14 +361,14 @@ int hm_model_load_weights(hm_model *m, const hm_shard *shard, bool repack, uint6
         rc = err->code;
         goto done;
     }
-    hm_load_job job = {list, dst, n, repack};
+    for (int i = 0; i < n; i++) list[i]->packed = repack && hq_pack_ok(list[i]->type, list[i]->ne0, list[i]->ne1);
+    hm_load_job job = {list, dst, n};
     hr_pool_run(pool, hm_load_worker, &job);
     const bool tied = m->output.map == m->tok_embd.map;
     const long pg = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
     for (int i = 0; i < n; i++) {
         hm_tensor *t = list[i];
         const size_t bytes = (size_t)t->ne1 * t->row_bytes;
-        t->packed = repack && hq_pack_ok(t->type, t->ne0, t->ne1);
         if (t->packed) *packed += bytes;
         t->data = dst[i];
         *copied += bytes;
