@@ -405,6 +405,63 @@ static void test_gemm_large(void) {
     }
 }
 
+/* The AVX-512 bodies promise the AVX2 kernels' results bit for bit (quants-k512.c).  Blocks of
+   random bytes (every code, scale, min and high-bit pattern, scales of -128 included) with finite
+   d / dmin; decode (nc 1) and prefill tiles (nc 2-6, up to 22 rows: a tile of 16 and a rest),
+   along K of 1-11 super-blocks (prefill chunks of 8 plus a rest). */
+static void test_avx512_vs_avx2(void) {
+#if defined(HEARTH_ARCH_X86)
+    __builtin_cpu_init();
+    if (strcmp(hq_simd_name(), "avx512") != 0) {
+        printf("  AVX-512 vs AVX2: not run (kernels: %s)\n", hq_simd_name());
+        return;
+    }
+    typedef void (*gemm_fn)(int, float *restrict, size_t, const void *restrict, size_t, int, const void *restrict,
+                            size_t, int);
+    const struct { int type; gemm_fn a2, a5; size_t doff, moff; } k[] = {
+        {HQ_TYPE_Q4_K, hq_gemm_avx2_q4_K, hq_gemm_avx512_q4_K, offsetof(block_q4_K, d), offsetof(block_q4_K, dmin)},
+        {HQ_TYPE_Q5_K, hq_gemm_avx2_q5_K, hq_gemm_avx512_q5_K, offsetof(block_q5_K, d), offsetof(block_q5_K, dmin)},
+        {HQ_TYPE_Q6_K, hq_gemm_avx2_q6_K, hq_gemm_avx512_q6_K, offsetof(block_q6_K, d), offsetof(block_q6_K, d)},
+    };
+    enum { NB = 11, MAXR = 22, MAXC = 6 };
+    for (size_t t = 0; t < HR_ARRAY_LEN(k); t++) {
+        const hq_traits *tr = hq_get_traits(k[t].type);
+        NEED(tr->gemm == k[t].a5);
+        const size_t bx = tr->type_size * NB, by = sizeof(block_q8_K) * NB;
+        uint8_t *x = malloc(bx * MAXR), *y = malloc(by * MAXC);
+        float *s2 = malloc(MAXR * MAXC * sizeof(float)), *s5 = malloc(MAXR * MAXC * sizeof(float));
+        NEED(x && y && s2 && s5);
+        for (size_t i = 0; i < bx * MAXR; i++) x[i] = (uint8_t)rng_u64();
+        for (int b = 0; b < NB * MAXR; b++) { /* d, dmin: random finite fp16 in about [2^-14, 2) */
+            uint8_t *blk = x + (size_t)b * tr->type_size;
+            const hr_fp16 d = (hr_fp16)(0x0400 + rng_u64() % 0x3800), m = (hr_fp16)(0x0400 + rng_u64() % 0x3800);
+            memcpy(blk + k[t].doff, &d, 2);
+            if (k[t].moff != k[t].doff) memcpy(blk + k[t].moff, &m, 2);
+        }
+        float *af = malloc(NB * QK_K * sizeof(float));
+        NEED(af);
+        for (int c = 0; c < MAXC; c++) {
+            for (int i = 0; i < NB * QK_K; i++) af[i] = rng_gauss();
+            af[c] = c & 1 ? -30.0f : 30.0f; /* an activation of -127 or 127 */
+            hq_quantize_ref_q8_K(af, y + (size_t)c * by, NB * QK_K);
+        }
+        static const int rows[] = {1, 2, 3, 4, 5, 16, 17, 22};
+        int differ = 0, calls = 0;
+        for (int nb = 1; nb <= NB; nb += 2)
+            for (size_t r = 0; r < HR_ARRAY_LEN(rows); r++)
+                for (int nc = 1, nr = rows[r]; nc <= MAXC; nc++, calls++) {
+                    memset(s2, 0, MAXR * MAXC * sizeof(float)), memset(s5, 0xff, MAXR * MAXC * sizeof(float));
+                    k[t].a2(nb * QK_K, s2, MAXR, x, bx, nr, y, by, nc);
+                    k[t].a5(nb * QK_K, s5, MAXR, x, bx, nr, y, by, nc);
+                    for (int j = 0; j < nc; j++) differ += memcmp(s2 + j * MAXR, s5 + j * MAXR, nr * sizeof(float)) != 0;
+                }
+        printf("  %-5s AVX-512 vs AVX2: %d calls, %d columns differ\n", tr->name, calls, differ);
+        CHECKF(differ == 0, "%s: AVX-512 gemm differs from AVX2 in %d columns", tr->name, differ);
+        free(x), free(y), free(s2), free(s5), free(af);
+    }
+#endif
+}
+
 /* With SIMD on, every K type must get its SIMD kernel: a misnamed kernel would otherwise fall
    back to the reference silently (the table refers to kernels by weak symbol). */
 static void test_dispatch(void) {
@@ -657,6 +714,7 @@ int main(void) {
     test_q8_K_from_float();
     test_gemm();
     test_gemm_large();
+    test_avx512_vs_avx2();
     test_real_files();
     const char *nb = getenv("HEARTH_BENCH");
     if (!nb || strcmp(nb, "0") != 0) {

@@ -51,7 +51,7 @@ for model in "$SHARED/models/synth/synth-llama-Q4_0.gguf" "$SHARED/models/synth/
     line=$(grep "loaded into memory" "$TMP/default.err")
     case "$name" in
     *Q4_0*)
-        if [ "$simd" = avx2 ]; then
+        if [ "$simd" = avx2 ] || [ "$simd" = avx512 ]; then
             echo "$line" | grep -q "(0.0 MiB of it packed" && bad "$name: nothing packed: $line" ||
                 ok "$name: packed by default ($line)"
         else

@@ -36,6 +36,7 @@ HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_
     __attribute__((weak)) void hq_quantize_##arch##_q8_1(const float *restrict, void *restrict, int64_t); \
     __attribute__((weak)) void hq_quantize_##arch##_q8_K(const float *restrict, void *restrict, int64_t);
 HQ_WEAK_SIMD_ALL(avx2)
+HQ_WEAK_SIMD_ALL(avx512)
 HQ_WEAK_SIMD_ALL(neon)
 __attribute__((weak)) void hq_att_kq_avx2(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
                                           float *restrict);
@@ -202,6 +203,12 @@ static void hq_init_once(void) {
         if (hq_att_kq_avx2 && hq_att_kv_avx2 && hq_att_scale16_avx2 && hq_att_mad16_avx2)
             hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2, hq_att_scale16_avx2, hq_att_mad16_avx2};
         hq_simd = "avx2";
+        const char *no512 = getenv("HEARTH_NO_AVX512");
+        if (!(no512 && *no512 && strcmp(no512, "0") != 0) && __builtin_cpu_supports("avx512f") &&
+            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") && hq_vec_dot_avx512_q4_K) {
+            HQ_USE_SIMD_ALL(avx512);
+            hq_simd = "avx512";
+        }
     }
 #elif defined(HEARTH_ARCH_ARM)
     HQ_USE_SIMD_ALL(neon); /* NEON is mandatory on AArch64 */

@@ -168,7 +168,9 @@ int         hq_type_from_name(const char *); /* case-insensitive; -1 if unknown 
 bool        hq_type_valid(int type);         /* supported as a weight type */
 /* bytes of a row of ne0 elements; 0 if ne0 is not a multiple of the block size or type unknown */
 size_t      hq_row_size(int type, int64_t ne0);
-/* Which kernel family the table picked: "avx2", "neon" or "generic". */
+/* Which kernel family the table picked: "avx512" (AVX2 with AVX-512 kernels for some types), "avx2",
+   "neon" or "generic".  HEARTH_NO_SIMD=1 in the environment picks the generic kernels,
+   HEARTH_NO_AVX512=1 stops at AVX2. */
 const char *hq_simd_name(void);
 
 /* ---- kernels each implementation file provides (the table in quant.c refers to them) ------------- */
@@ -210,6 +212,7 @@ HQ_DECLARE_REF(q6_K) HQ_DECLARE_REF(q8_K)
     void hq_quantize_##arch##_q8_1(const float *restrict x, void *restrict y, int64_t k); \
     void hq_quantize_##arch##_q8_K(const float *restrict x, void *restrict y, int64_t k);
 HQ_DECLARE_SIMD_ALL(avx2)
+HQ_DECLARE_SIMD_ALL(avx512) /* arch/x86/quants-k512.c: the types it has override the avx2 entries */
 HQ_DECLARE_SIMD_ALL(neon)
 
 #endif

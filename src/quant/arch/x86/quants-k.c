@@ -5,30 +5,15 @@
  * one weight row against NC (1..4) activation rows to integer sums, unpacking each weight vector
  * once for all NC.  On top of it: vec_dot (NC = 1), prefill tiles (16 weight rows x 4 activation
  * rows, walked along K in chunks that stay in L1), and decode (the vec_dot row after row, with a
- * software prefetch running ahead of the one linear stream the rows make).
+ * software prefetch running ahead of the one linear stream the rows make).  That driver is in kq.h,
+ * shared with the AVX-512 bodies of quants-k512.c.
  *
  * Arithmetic per 32 quants: the weight quants, made non-negative (Q3_K / Q6_K carry a bias of 4 /
  * 32), go through maddubs with the int8 activations (pairs of products in int16, no saturation:
  * at most 2*63*127), then madd with the sub-block scale as int16 gives int32 lanes. Biases and
  * mins are applied once per super-block through the activation block sums (bsums).
  */
-#include "quant/quant.h"
-
-#include <immintrin.h>
-#include <stddef.h>
-
-#define KQ_INLINE static inline __attribute__((always_inline))
-
-KQ_INLINE float kq_hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-KQ_INLINE float kq_fp16(hr_fp16 h) { return _cvtsh_ss(h); }
-
-KQ_INLINE __m256i kq_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+#include "quant/arch/x86/kq.h"
 
 /* Scales are applied as int16 (madd), so each 32-quant vector needs a vector of 16 int16 scales:
    the sub-block scale of its first 16 quants in the low 128-bit lane (maddubs fills that lane from
@@ -65,17 +50,6 @@ KQ_INLINE __m256i kq_bit_to(__m256i h, int b, int t) {
     if (b < t) return _mm256_slli_epi16(h, t - b);
     if (b > t) return _mm256_srli_epi16(h, b - t);
     return h;
-}
-
-/* the 6-bit scales and mins of Q4_K/Q5_K, 8 bytes each in the low half of an xmm */
-KQ_INLINE void kq_k4_scales(const uint8_t *s, __m128i *sc, __m128i *mn) {
-    uint32_t a0, a1, a2; /* three plain loads: a copy into an array went through the stack */
-    memcpy(&a0, s, 4), memcpy(&a1, s + 4, 4), memcpy(&a2, s + 8, 4);
-    const uint32_t sc_lo = a0 & 0x3f3f3f3f, mn_lo = a1 & 0x3f3f3f3f;
-    const uint32_t sc_hi = (a2 & 0x0f0f0f0f) | (((a0 >> 6) & 0x03030303) << 4);
-    const uint32_t mn_hi = ((a2 >> 4) & 0x0f0f0f0f) | (((a1 >> 6) & 0x03030303) << 4);
-    *sc = _mm_cvtsi64_si128((long long)((uint64_t)sc_hi << 32 | sc_lo));
-    *mn = _mm_cvtsi64_si128((long long)((uint64_t)mn_hi << 32 | mn_lo));
 }
 
 /* the 16 signed 6-bit scales of Q3_K as int8 */
@@ -253,47 +227,6 @@ KQ_INLINE void kq_sb_q2_K(int NC, const block_q2_K *x, const block_q8_K *const *
     for (int c = 0; c < NC; c++) B[c] = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
 }
 
-/* ---- one row x NC columns: vec_dot, prefill tiles, decode ---------------------------------------- */
-
-/* touches every 64-byte line of [p, p + n) */
-KQ_INLINE void kq_prefetch_span(const char *p, int n) {
-#pragma GCC unroll 16
-    for (int o = 0; o < n; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-}
-
-/* Decode streams each weight row from DRAM once.  It goes one row at a time, so the thread reads a
-   single linear stream, and prefetches KQ_DEC_PF bytes ahead of it (the rows of a share are
-   contiguous, so the prefetch runs on into the next row).  Measured on Zen 3 (Llama-3.2-1B Q4_K_M,
-   medians of 6 alternating runs): 10-11% more decode tok/s at 1 and 2 threads than four interleaved
-   rows with a shared prefetch, which trained the hardware prefetcher poorly and spilled registers;
-   4 KiB ahead gave about 8%. */
-#ifndef KQ_DEC_PF
-#define KQ_DEC_PF 8192
-#endif
-
-/* MIN: the type has mins (B); MOFF: byte offset of dmin in the block */
-#define KQ_KERNELS(t, MIN, MOFF)                                                                        \
-    /* one row x NC columns over super-blocks i0 .. i1, accumulating into acc[0..NC); pf > 0 prefetches \
-       every block pf bytes ahead (decode) */                                                               \
-    KQ_INLINE void kq_cols_##t(int i0, int i1, int NC, const void *vx, const block_q8_K *const *y, __m256 *acc, \
-                               int pf) {                                                                    \
-        const block_##t *x = vx;                                                                            \
-        __m256 t[4];                                                                                        \
-        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) t[c] = acc[c];                                \
-        for (int i = i0; i < i1; i++) {                                                                     \
-            if (pf) kq_prefetch_span((const char *)(x + i) + pf, (int)sizeof(block_##t));                   \
-            __m256i A[4], B[4];                                                                             \
-            kq_sb_##t(NC, x + i, y, i, A, B);                                                               \
-            const float dx = kq_fp16(x[i].d), mx = MIN ? -kq_fp16(*(const hr_fp16 *)((const char *)(x + i) + MOFF)) : 0; \
-            _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) {                                          \
-                const float dy = y[c][i].d;                                                                 \
-                t[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(A[c]), t[c]);             \
-                if (MIN) t[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * mx), _mm256_cvtepi32_ps(B[c]), t[c]);     \
-            }                                                                                               \
-        }                                                                                                   \
-        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) acc[c] = t[c];                                \
-    }
-
 KQ_KERNELS(q2_K, 1, offsetof(block_q2_K, dmin))
 KQ_KERNELS(q3_K, 0, 0)
 KQ_KERNELS(q4_K, 1, offsetof(block_q4_K, dmin))
@@ -301,66 +234,11 @@ KQ_KERNELS(q4_K, 1, offsetof(block_q4_K, dmin))
 KQ_KERNELS(q5_K, 1, offsetof(block_q5_K, dmin))
 KQ_KERNELS(q6_K, 0, 0)
 
-/* ---- entry points ------------------------------------------------------------------------------------ */
-
-/* Prefill tiles: up to 16 weight rows x 4 activation rows, walked along K in chunks of KQ_KC
-   super-blocks so that the 4 activation rows' chunk (4 x 8 x 292 B = 9 KiB) stays in L1 while the
-   16 weight rows pass over it; each weight vector is unpacked once per 4 columns.  (Row by row over
-   all columns instead re-read every activation row from L2 per weight row: ~8x the L2 traffic.) */
-enum { KQ_KC = 8, KQ_TR = 16 };
-
-#define KQ_ENTRY(t)                                                                                           \
-    void hq_vec_dot_avx2_##t(int n, float *restrict s, const void *restrict vx, const void *restrict vy) { \
-        const block_q8_K *yc[1] = {vy};                                                                    \
-        __m256 acc = _mm256_setzero_ps();                                                                  \
-        kq_cols_##t(0, n / QK_K, 1, vx, yc, &acc, 0);                                                      \
-        *s = kq_hsum(acc);                                                                                 \
-    }                                                                                                      \
-    void hq_gemm_avx2_##t(int n, float *restrict s, size_t lds, const void *restrict vx, size_t bx, int nr, \
-                          const void *restrict vy, size_t by, int nc) {                                     \
-        const int nb = n / QK_K;                                                                           \
-        if (nc == 1) { /* decode: one row at a time, see KQ_DEC_PF */                                      \
-            const block_q8_K *yc[1] = {vy};                                                                \
-            for (int r = 0; r < nr; r++) {                                                                 \
-                __m256 acc = _mm256_setzero_ps();                                                          \
-                kq_cols_##t(0, nb, 1, (const char *)vx + (size_t)r * bx, yc, &acc, KQ_DEC_PF);             \
-                s[r] = kq_hsum(acc);                                                                       \
-            }                                                                                              \
-            return;                                                                                        \
-        }                                                                                                  \
-        for (int r0 = 0; r0 < nr; r0 += KQ_TR) {                                                           \
-            const int m = nr - r0 < KQ_TR ? nr - r0 : KQ_TR;                                               \
-            for (int j0 = 0; j0 < nc; j0 += 4) {                                                           \
-                const int C = nc - j0 < 4 ? nc - j0 : 4;                                                   \
-                const block_q8_K *yc[4];                                                                   \
-                for (int c = 0; c < 4; c++)                                                                \
-                    yc[c] = (const block_q8_K *)((const char *)vy + (size_t)(j0 + (c < C ? c : 0)) * by); \
-                __m256 acc[KQ_TR][4];                                                                      \
-                for (int r = 0; r < m; r++)                                                                \
-                    for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();                           \
-                for (int i0 = 0; i0 < nb; i0 += KQ_KC) {                                                   \
-                    const int i1 = nb - i0 < KQ_KC ? nb : i0 + KQ_KC;                                      \
-                    for (int r = 0; r < m; r++) {                                                          \
-                        const void *xr = (const char *)vx + (size_t)(r0 + r) * bx;                         \
-                        switch (C) {                                                                       \
-                        case 4: kq_cols_##t(i0, i1, 4, xr, yc, acc[r], 0); break;                             \
-                        case 3: kq_cols_##t(i0, i1, 3, xr, yc, acc[r], 0); break;                             \
-                        case 2: kq_cols_##t(i0, i1, 2, xr, yc, acc[r], 0); break;                             \
-                        default: kq_cols_##t(i0, i1, 1, xr, yc, acc[r], 0); break;                            \
-                        }                                                                                  \
-                    }                                                                                      \
-                }                                                                                          \
-                for (int c = 0; c < C; c++)                                                                \
-                    for (int r = 0; r < m; r++) s[(size_t)(j0 + c) * lds + r0 + r] = kq_hsum(acc[r][c]);   \
-            }                                                                                              \
-        }                                                                                                  \
-    }
-
-KQ_ENTRY(q2_K)
-KQ_ENTRY(q3_K)
-KQ_ENTRY(q4_K)
-KQ_ENTRY(q5_K)
-KQ_ENTRY(q6_K)
+KQ_ENTRY(avx2, q2_K)
+KQ_ENTRY(avx2, q3_K)
+KQ_ENTRY(avx2, q4_K)
+KQ_ENTRY(avx2, q5_K)
+KQ_ENTRY(avx2, q6_K)
 
 /* ---- Q8_K activations: the reference's bytes, eight lanes at a time ------------------------------ */
 
