@@ -291,7 +291,7 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
         const hm_tensor *out[] = {&m->output};
         if (hm_act_init(c, &c->act_in, out, 1, E)) goto oom;
     }
-    c->att_scratch_stride = hr_pad((size_t)(hd + HM_KV_TILE) * sizeof(float) + (size_t)hd * 2 * sizeof(hr_fp16), HM_ALIGN);
+    c->att_scratch_stride = hr_pad((size_t)(hd + 2 * HM_KV_TILE) * sizeof(float) + (size_t)hd * 2 * sizeof(hr_fp16), HM_ALIGN);
     c->att_scratch = hm_ctx_alloc(c, c->att_scratch_stride * (size_t)c->p.n_threads);
     if (!c->att_scratch) goto oom;
     return c;
@@ -487,26 +487,32 @@ static void hm_att_f32(const hq_att_kernels *ak, const float *q, const uint8_t *
     for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
 }
 
+/* F16 path, a tile of positions at a time: the scores (q16 . k_p, scaled), then the online softmax's
+   factors in order (m: the accumulator's rescale when the running max rises, else 1; w: the
+   position's weight), then the accumulator's F16 steps over the tile in one kernel call. The same
+   steps in the same order as one position at a time. */
 static void hm_att_f16(const hq_att_kernels *ak, const float *q, const uint8_t *kbase, const uint8_t *vbase,
-                       size_t row, int32_t npos, int hd, float scale, hr_fp16 *q16, hr_fp16 *acc16, float *out) {
+                       size_t row, int32_t npos, int hd, float scale, hr_fp16 *q16, hr_fp16 *acc16, float *m,
+                       float *w, float *out) {
     const hq_traits *tr = hq_get_traits(HQ_TYPE_F16);
     for (int d = 0; d < hd; d++) q16[d] = hr_fp32_to_fp16(q[d]);
     memset(acc16, 0, (size_t)hd * sizeof(hr_fp16));
     float M = -INFINITY, S = 0.0f;
-    for (int32_t p = 0; p < npos; p++) {
-        float s;
-        tr->vec_dot(hd, &s, kbase + (size_t)p * row, q16);
-        s *= scale;
-        float ms = 1.0f, vs = 1.0f;
-        if (s > M) {
-            ms = expf(M - s);
-            M = s;
-            ak->scale16(hd, acc16, ms);
-        } else {
-            vs = expf(s - M);
+    for (int32_t p0 = 0; p0 < npos; p0 += HM_KV_TILE) {
+        const int nt = HR_MIN(HM_KV_TILE, npos - p0);
+        for (int i = 0; i < nt; i++) tr->vec_dot(hd, &w[i], kbase + (size_t)(p0 + i) * row, q16);
+        for (int i = 0; i < nt; i++) {
+            const float s = w[i] * scale;
+            m[i] = 1.0f, w[i] = 1.0f;
+            if (s > M) {
+                m[i] = expf(M - s);
+                M = s;
+            } else {
+                w[i] = expf(s - M);
+            }
+            S = S * m[i] + w[i];
         }
-        ak->mad16(hd, acc16, (const hr_fp16 *)(vbase + (size_t)p * row), vs);
-        S = S * ms + vs;
+        ak->acc16(nt, hd, acc16, vbase + (size_t)p0 * row, row, m, w);
     }
     float inv = S == 0.0f ? 0.0f : 1.0f / S;
     for (int d = 0; d < hd; d++) out[d] = hr_fp16_to_fp32(acc16[d]) * inv;
@@ -541,8 +547,8 @@ static void hm_att_worker(void *arg, int ith, int nth) {
     int64_t Dq = c->Dq, Dkv = c->Dkv;
     const float scale = 1.0f / sqrtf((float)hd);
     float *acc = (float *)(c->att_scratch + (size_t)ith * c->att_scratch_stride); /* [hd] */
-    float *sc = acc + hd;                                                        /* [HM_KV_TILE] */
-    hr_fp16 *q16 = (hr_fp16 *)(sc + HM_KV_TILE), *acc16 = q16 + hd;               /* [hd], [hd] */
+    float *sc = acc + hd, *sw = sc + HM_KV_TILE;                                 /* [HM_KV_TILE] each */
+    hr_fp16 *q16 = (hr_fp16 *)(sw + HM_KV_TILE), *acc16 = q16 + hd;               /* [hd], [hd] */
     const uint8_t *K = c->k_cache[j->li], *V = c->v_cache[j->li];
     size_t es = c->kv_esize, row = (size_t)Dkv * es;
     bool f16 = c->kv_type == HQ_TYPE_F16;
@@ -556,7 +562,7 @@ static void hm_att_worker(void *arg, int ith, int nth) {
         const float *q = c->q + (int64_t)t * Dq + (int64_t)h * hd;
         const uint8_t *kb = K + (size_t)kvh * hd * es, *vb = V + (size_t)kvh * hd * es;
         float *out = c->att + (int64_t)t * Dq + (int64_t)h * hd;
-        if (f16_path) hm_att_f16(ak, q, kb, vb, row, npos, hd, scale, q16, acc16, out);
+        if (f16_path) hm_att_f16(ak, q, kb, vb, row, npos, hd, scale, q16, acc16, sc, sw, out);
         else hm_att_f32(ak, q, kb, vb, row, f16, npos, hd, scale, acc, sc, out);
     }
 }

@@ -42,14 +42,14 @@ __attribute__((weak)) void hq_att_kq_avx2(int, int, const float *restrict, const
                                           float *restrict);
 __attribute__((weak)) void hq_att_kv_avx2(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
                                           float *restrict);
-__attribute__((weak)) void hq_att_scale16_avx2(int, hr_fp16 *restrict, float);
-__attribute__((weak)) void hq_att_mad16_avx2(int, hr_fp16 *restrict, const hr_fp16 *restrict, float);
+__attribute__((weak)) void hq_att_acc16_avx2(int, int, hr_fp16 *restrict, const uint8_t *restrict, size_t,
+                                             const float *restrict, const float *restrict);
 __attribute__((weak)) void hq_att_kq_neon(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
                                           float *restrict);
 __attribute__((weak)) void hq_att_kv_neon(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
                                           float *restrict);
-__attribute__((weak)) void hq_att_scale16_neon(int, hr_fp16 *restrict, float);
-__attribute__((weak)) void hq_att_mad16_neon(int, hr_fp16 *restrict, const hr_fp16 *restrict, float);
+__attribute__((weak)) void hq_att_acc16_neon(int, int, hr_fp16 *restrict, const uint8_t *restrict, size_t,
+                                             const float *restrict, const float *restrict);
 
 /* ---- attention, generic: the order and roundings hq_att_kq_fn / hq_att_kv_fn define ---- */
 static inline float hq_kv_elem(const uint8_t *row, int d, bool f16) {
@@ -81,20 +81,20 @@ static void hq_att_kv_generic(int n, int hd, const float *restrict p, const uint
     }
 }
 
-static void hq_att_scale16_generic(int hd, hr_fp16 *restrict acc, float m) {
-    for (int d = 0; d < hd; d++) acc[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(acc[d]) * m);
-}
-
-static void hq_att_mad16_generic(int hd, hr_fp16 *restrict acc, const hr_fp16 *restrict v, float p) {
-    for (int d = 0; d < hd; d++) {
-        volatile float pr = hr_fp16_to_fp32(v[d]) * p;
-        acc[d] = hr_fp32_to_fp16(pr + hr_fp16_to_fp32(acc[d]));
+static void hq_att_acc16_generic(int n, int hd, hr_fp16 *restrict acc, const uint8_t *restrict v, size_t row,
+                                const float *restrict m, const float *restrict p) {
+    for (int i = 0; i < n; i++) {
+        const hr_fp16 *vi = (const hr_fp16 *)(v + (size_t)i * row);
+        if (m[i] != 1.0f)
+            for (int d = 0; d < hd; d++) acc[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(acc[d]) * m[i]);
+        for (int d = 0; d < hd; d++) {
+            volatile float pr = hr_fp16_to_fp32(vi[d]) * p[i];
+            acc[d] = hr_fp32_to_fp16(pr + hr_fp16_to_fp32(acc[d]));
+        }
     }
 }
-
-static hq_att_kernels hq_att = {hq_att_kq_generic, hq_att_kv_generic, hq_att_scale16_generic, hq_att_mad16_generic};
-static const hq_att_kernels hq_att_generic = {hq_att_kq_generic, hq_att_kv_generic, hq_att_scale16_generic,
-                                              hq_att_mad16_generic};
+static hq_att_kernels hq_att = {hq_att_kq_generic, hq_att_kv_generic, hq_att_acc16_generic};
+static const hq_att_kernels hq_att_generic = {hq_att_kq_generic, hq_att_kv_generic, hq_att_acc16_generic};
 
 static hq_traits hq_table[HQ_TYPE_COUNT];
 
@@ -200,8 +200,8 @@ static void hq_init_once(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         HQ_USE_SIMD_ALL(avx2);
-        if (hq_att_kq_avx2 && hq_att_kv_avx2 && hq_att_scale16_avx2 && hq_att_mad16_avx2)
-            hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2, hq_att_scale16_avx2, hq_att_mad16_avx2};
+        if (hq_att_kq_avx2 && hq_att_kv_avx2 && hq_att_acc16_avx2)
+            hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2, hq_att_acc16_avx2};
         hq_simd = "avx2";
         const char *no512 = getenv("HEARTH_NO_AVX512");
         if (!(no512 && *no512 && strcmp(no512, "0") != 0) && __builtin_cpu_supports("avx512f") &&
@@ -212,8 +212,8 @@ static void hq_init_once(void) {
     }
 #elif defined(HEARTH_ARCH_ARM)
     HQ_USE_SIMD_ALL(neon); /* NEON is mandatory on AArch64 */
-    if (hq_att_kq_neon && hq_att_kv_neon && hq_att_scale16_neon && hq_att_mad16_neon)
-        hq_att = (hq_att_kernels){hq_att_kq_neon, hq_att_kv_neon, hq_att_scale16_neon, hq_att_mad16_neon};
+    if (hq_att_kq_neon && hq_att_kv_neon && hq_att_acc16_neon)
+        hq_att = (hq_att_kernels){hq_att_kq_neon, hq_att_kv_neon, hq_att_acc16_neon};
     hq_simd = "neon";
 #endif
 }

@@ -147,16 +147,17 @@ typedef void (*hq_att_kq_fn)(int n, int hd, const float *restrict q, const uint8
 /* acc[d] = acc[d] + p[i] * v_i[d] for i = 0, 1, ..., n-1 in order, product and sum rounded separately. */
 typedef void (*hq_att_kv_fn)(int n, int hd, const float *restrict p, const uint8_t *restrict v, size_t row, bool f16,
                              float *restrict acc);
-/* The F16 path (llama.cpp's per-row kernel): acc[d] = f16(f32(acc[d]) * m) (scale) and
-   acc[d] = f16(f32(v[d]) * p + f32(acc[d])) (mad), product and sum rounded separately, f16 rounding
-   to nearest even (a NaN's payload may differ between kernels). */
-typedef void (*hq_att_scale16_fn)(int hd, hr_fp16 *restrict acc, float m);
-typedef void (*hq_att_mad16_fn)(int hd, hr_fp16 *restrict acc, const hr_fp16 *restrict v, float p);
+/* The F16 path (llama.cpp's per-row kernel) over n positions of a tile, in order, every step rounded
+   to F16 to nearest even: for i < n, if m[i] != 1 then acc[d] = f16(f32(acc[d]) * m[i]) (the
+   online softmax's rescale: with m[i] = 1 it would change nothing); then
+   acc[d] = f16(f32(v_i[d]) * p[i] + f32(acc[d])), product and sum rounded separately, v_i the F16 row
+   at v + i*row (a NaN's payload may differ between kernels). */
+typedef void (*hq_att_acc16_fn)(int n, int hd, hr_fp16 *restrict acc, const uint8_t *restrict v, size_t row,
+                                const float *restrict m, const float *restrict p);
 typedef struct hq_att_kernels {
     hq_att_kq_fn kq;
     hq_att_kv_fn kv;
-    hq_att_scale16_fn scale16;
-    hq_att_mad16_fn mad16;
+    hq_att_acc16_fn acc16;
 } hq_att_kernels;
 /* The dispatched attention kernels (SIMD where the CPU has it); `generic` the portable ones. */
 const hq_att_kernels *hq_get_att(bool generic);

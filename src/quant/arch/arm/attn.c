@@ -80,7 +80,7 @@ void hq_att_kv_neon(int n, int hd, const float *restrict p, const uint8_t *restr
         for (int i = 0; i < n; i++) acc[d0] += hq_mul_sep1(p[i], hq_elem(v + (size_t)i * row, d0, f16));
 }
 
-void hq_att_scale16_neon(int hd, hr_fp16 *restrict acc, float m) {
+static void hq_att_scale16(int hd, hr_fp16 *restrict acc, float m) {
     int d = 0;
     for (; d + 4 <= hd; d += 4) {
         float32x4_t a = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(acc + d)));
@@ -89,7 +89,7 @@ void hq_att_scale16_neon(int hd, hr_fp16 *restrict acc, float m) {
     for (; d < hd; d++) acc[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(acc[d]) * m);
 }
 
-void hq_att_mad16_neon(int hd, hr_fp16 *restrict acc, const hr_fp16 *restrict v, float p) {
+static void hq_att_mad16(int hd, hr_fp16 *restrict acc, const hr_fp16 *restrict v, float p) {
     int d = 0;
     for (; d + 4 <= hd; d += 4) {
         float32x4_t a = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(acc + d)));
@@ -98,6 +98,16 @@ void hq_att_mad16_neon(int hd, hr_fp16 *restrict acc, const hr_fp16 *restrict v,
         vst1_u16(acc + d, vreinterpret_u16_f16(vcvt_f16_f32(r)));
     }
     for (; d < hd; d++) acc[d] = hr_fp32_to_fp16(hq_mul_sep1(hr_fp16_to_fp32(v[d]), p) + hr_fp16_to_fp32(acc[d]));
+}
+
+/* position after position through the accumulator in memory (the AVX2 kernel keeps it in
+   registers; not done here yet) */
+void hq_att_acc16_neon(int n, int hd, hr_fp16 *restrict acc, const uint8_t *restrict v, size_t row,
+                       const float *restrict m, const float *restrict p) {
+    for (int i = 0; i < n; i++) {
+        if (m[i] != 1.0f) hq_att_scale16(hd, acc, m[i]);
+        hq_att_mad16(hd, acc, (const hr_fp16 *)(v + (size_t)i * row), p[i]);
+    }
 }
 
 #endif

@@ -6,7 +6,8 @@
  * roundings, eight times at once. This file is compiled with -ffp-contract=off (CMakeLists.txt):
  * a fused multiply-add would round differently from the generic kernel.
  * Values: acc[d] += p_i * v_i[d] for eight d at a time, positions in order — again the generic order.
- * F16 path: eight elements at a time through F16C, which rounds to nearest even as hr_fp32_to_fp16.
+ * F16 path: eight elements at a time through F16C, which rounds to nearest even as hr_fp32_to_fp16,
+ * the accumulator held in registers across a tile of positions.
  */
 #include "quant/quant.h"
 
@@ -78,24 +79,45 @@ void hq_att_kv_avx2(int n, int hd, const float *restrict p, const uint8_t *restr
         for (int i = 0; i < n; i++) acc[d0] += p[i] * hq_elem(v + (size_t)i * row, d0, f16);
 }
 
-void hq_att_scale16_avx2(int hd, hr_fp16 *restrict acc, float m) {
-    const __m256 vm = _mm256_set1_ps(m);
-    int d = 0;
-    for (; d + 8 <= hd; d += 8) {
-        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + d)));
-        _mm_storeu_si128((__m128i *)(acc + d), _mm256_cvtps_ph(_mm256_mul_ps(a, vm), _MM_FROUND_TO_NEAREST_INT));
-    }
-    for (; d < hd; d++) acc[d] = _cvtss_sh(_cvtsh_ss(acc[d]) * m, _MM_FROUND_TO_NEAREST_INT);
-}
+/* round each lane to F16 and back (nearest even) */
+static inline __m256 hq_r16(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 
-void hq_att_mad16_avx2(int hd, hr_fp16 *restrict acc, const hr_fp16 *restrict v, float p) {
-    const __m256 vp = _mm256_set1_ps(p);
-    int d = 0;
-    for (; d + 8 <= hd; d += 8) {
-        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + d)));
-        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + d)));
-        __m256 r = _mm256_add_ps(_mm256_mul_ps(x, vp), a);
-        _mm_storeu_si128((__m128i *)(acc + d), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+/* C chunks of 8 elements of the accumulator, held in registers across all n positions (each
+   element's steps are independent of the others', so blocking over d keeps every rounding) */
+#define HQ_ACC16_BLOCK(C)                                                                              \
+    for (; d0 + 8 * (C) <= hd; d0 += 8 * (C)) {                                                        \
+        __m256 a[C];                                                                                   \
+        _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++) a[k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + d0 + 8 * k))); \
+        for (int i = 0; i < n; i++) {                                                                  \
+            const hr_fp16 *vi = (const hr_fp16 *)(v + (size_t)i * row) + d0;                           \
+            if (m[i] != 1.0f) {                                                                        \
+                const __m256 vm = _mm256_set1_ps(m[i]);                                                \
+                _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++) a[k] = hq_r16(_mm256_mul_ps(a[k], vm));                 \
+            }                                                                                          \
+            const __m256 vp = _mm256_set1_ps(p[i]);                                                    \
+            _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++)                                                              \
+                a[k] = hq_r16(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vi + 8 * k))), vp), a[k])); \
+        }                                                                                              \
+        _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++)                                                                  \
+            _mm_storeu_si128((__m128i *)(acc + d0 + 8 * k), _mm256_cvtps_ph(a[k], _MM_FROUND_TO_NEAREST_INT)); \
     }
-    for (; d < hd; d++) acc[d] = _cvtss_sh(_cvtsh_ss(v[d]) * p + _cvtsh_ss(acc[d]), _MM_FROUND_TO_NEAREST_INT);
+
+/* The accumulator stays in registers for the whole tile, 64 elements at a time: the per-position
+   kernels it replaces stored it and loaded it back after every position, a chain through memory of
+   about 170 cycles per position and head (Llama-3.2-1B decode at 64 positions: attention was 5% of
+   a token). */
+void hq_att_acc16_avx2(int n, int hd, hr_fp16 *restrict acc, const uint8_t *restrict v, size_t row,
+                       const float *restrict m, const float *restrict p) {
+    int d0 = 0;
+    HQ_ACC16_BLOCK(8)
+    HQ_ACC16_BLOCK(1)
+    for (; d0 < hd; d0++) {
+        float a = _cvtsh_ss(acc[d0]);
+        for (int i = 0; i < n; i++) {
+            const hr_fp16 *vi = (const hr_fp16 *)(v + (size_t)i * row);
+            if (m[i] != 1.0f) a = _cvtsh_ss(_cvtss_sh(a * m[i], _MM_FROUND_TO_NEAREST_INT));
+            a = _cvtsh_ss(_cvtss_sh(_cvtsh_ss(vi[d0]) * p[i] + a, _MM_FROUND_TO_NEAREST_INT));
+        }
+        acc[d0] = _cvtss_sh(a, _MM_FROUND_TO_NEAREST_INT);
+    }
 }
