@@ -666,6 +666,34 @@ static void test_attention(void) {
         }
 }
 
+/* The FFN gate: the dispatched silu(g) * u against expf's, over the range gates take and its edges. */
+static void test_silu_mul(void) {
+    hq_silu_mul_fn fast = hq_get_silu_mul(false), gen = hq_get_silu_mul(true);
+    enum { N = 4099 }; /* not a multiple of 8: the tail too */
+    static float g1[N], g2[N], u[N];
+    uint64_t rng = 777;
+    for (int i = 0; i < N; i++) {
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        const float r = (float)((double)(rng >> 40) / (double)(1 << 24)); /* [0, 1) */
+        g1[i] = i < 2048 ? (r * 2 - 1) * 8 : (r * 2 - 1) * 80; /* most gates are small */
+        u[i] = 0.5f + r;
+    }
+    g1[0] = 0.0f, g1[1] = -0.0f, g1[2] = 1e-30f, g1[3] = 87.5f, g1[4] = 200.0f, g1[5] = NAN;
+    memcpy(g2, g1, sizeof g1);
+    fast(N, g1, u);
+    gen(N, g2, u);
+    double worst = 0; /* in ulps of the expf result */
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        if (isnan(g2[i])) { bad += !isnan(g1[i]); continue; }
+        const double ulp = fmax(fabs((double)g2[i]) * 0x1p-23, 0x1p-149);
+        worst = fmax(worst, fabs((double)g1[i] - g2[i]) / ulp);
+    }
+    printf("  silu_mul (%s) vs expf: worst %.2f ulp over %d gates in [-80, 80]\n", hq_simd_name(), worst, N);
+    CHECKF(bad == 0, "silu_mul: %d NaN gates lost", bad);
+    CHECKF(worst <= 4.0, "silu_mul: %.2f ulp from the expf version", worst);
+}
+
 int main(int argc, char **argv) {
     bool do_bench = true, reexec = true, short_bench = false;
     for (int i = 1; i < argc; i++) {
@@ -687,6 +715,7 @@ int main(int argc, char **argv) {
     test_gemm_large();
     test_packed();
     test_attention();
+    test_silu_mul();
     if (do_bench) {
         const double min_s = short_bench ? 0.05 : 1.0;
         bench(HQ_TYPE_Q4_0, 4096, 4096, min_s);

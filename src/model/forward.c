@@ -317,8 +317,6 @@ static void hm_rmsnorm(float *y, const float *x, const float *w, int64_t n, floa
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
 }
 
-static inline float hm_silu(float x) { return x / (1.0f + expf(-x)); }
-
 /* ---- activation conversion ---------------------------------------------------------------------- */
 
 typedef struct { hm_act *a; int ai; } hm_conv_job;
@@ -367,6 +365,8 @@ typedef struct hm_mm_job {
     int n_items;
     int n;              /* tokens */
     double *speed;      /* decode: the ctx's dec_speed, which each thread updates for itself */
+    hq_silu_mul_fn glu; /* if set: items 0 and 1 are the gate and up projections (same rows), and each
+                           thread finishes its rows of them as gate = silu(gate) * up */
     double cut[HM_MAX_SPLIT + 1]; /* decode: thread i's rows are the fraction [cut[i], cut[i+1]) of each
                                      weight, fixed by the caller before the job starts */
 } hm_mm_job;
@@ -415,6 +415,14 @@ static void hm_mm_worker(void *arg, int ith, int nth) {
                  j->n);
         }
     }
+    if (j->glu) { /* the rows this thread just wrote in both */
+        const hm_tensor *w = j->items[0].w;
+        int64_t r0, r1;
+        if (j->n == 1 && nth <= HM_MAX_SPLIT) hm_dec_rows(j->cut, w->ne1, ith, nth, &r0, &r1);
+        else hr_split(w->ne1, ith, nth, HM_ROW_CHUNK, &r0, &r1);
+        for (int t = 0; t < j->n && r1 > r0; t++)
+            j->glu(r1 - r0, j->items[0].out + t * w->ne1 + r0, j->items[1].out + t * w->ne1 + r0);
+    }
     /* this thread's speed, averaged over ~8 jobs (a stall moves it by an eighth at most) and kept
        within [0.25, 64] bytes/ns; jobs too short to time say nothing */
     const int64_t dt = j->n == 1 ? hr_time_ns() - t0 : 0;
@@ -424,9 +432,9 @@ static void hm_mm_worker(void *arg, int ith, int nth) {
     }
 }
 
-static void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *outs, int nw) {
+static void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *outs, int nw, bool glu) {
     int64_t t0 = hr_time_ns();
-    hm_mm_job j = {.n_items = nw, .n = a->n, .speed = c->dec_speed};
+    hm_mm_job j = {.n_items = nw, .n = a->n, .speed = c->dec_speed, .glu = glu ? hq_get_silu_mul(false) : NULL};
     if (a->n == 1 && c->p.n_threads <= HM_MAX_SPLIT) hm_dec_cuts(c->dec_speed, c->p.n_threads, j.cut);
     for (int i = 0; i < nw; i++) {
         int ai = hm_act_index(hq_get_traits(ws[i]->type)->vec_dot_type);
@@ -626,7 +634,7 @@ static void hm_qk_worker(void *arg, int ith, int nth) {
 typedef struct hm_rows_job {
     hm_ctx *c;
     int n;
-    int op;              /* 0: xn = norm(x)*w; 1: x += o, xn = norm(x)*w; 2: gate = silu(gate)*up */
+    int op;              /* 0: xn = norm(x)*w; 1: x += o, xn = norm(x)*w (the FFN gate is done in its matmul job) */
     const float *w;
 } hm_rows_job;
 
@@ -634,15 +642,10 @@ static void hm_rows_worker(void *arg, int ith, int nth) {
     hm_rows_job *j = arg;
     hm_ctx *c = j->c;
     const hm_hparams *hp = &c->m->hp;
-    int64_t E = hp->n_embd, F = c->F;
+    int64_t E = hp->n_embd;
     int64_t t0, t1;
     hr_split(j->n, ith, nth, 1, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
-        if (j->op == 2) {
-            float *g = c->gate + t * F, *u = c->up + t * F;
-            for (int64_t i = 0; i < F; i++) g[i] = hm_silu(g[i]) * u[i];
-            continue;
-        }
         float *x = c->x + t * E;
         if (j->op == 1) {
             const float *o = c->o + t * E;
@@ -655,7 +658,7 @@ static void hm_rows_worker(void *arg, int ith, int nth) {
 static void hm_rows(hm_ctx *c, int n, int op, const float *w) {
     int64_t t0 = hr_time_ns();
     hm_rows_job j = {c, n, op, w};
-    if (n == 1 && op != 2) hm_rows_worker(&j, 0, 1);
+    if (n == 1) hm_rows_worker(&j, 0, 1);
     else hr_pool_run(c->pool, hm_rows_worker, &j);
     c->t.other_ns += hr_time_ns() - t0;
 }
@@ -706,7 +709,7 @@ static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n, int3
     hm_act_set(&c->act_in, c->xn, n, c->m->hp.n_embd);
     const hm_tensor *wqkv[] = {&L->wq, &L->wk, &L->wv};
     float *oqkv[] = {c->q, c->k, c->v};
-    hm_matmul(c, &c->act_in, wqkv, oqkv, 3);
+    hm_matmul(c, &c->act_in, wqkv, oqkv, 3, false);
     /* biases, q/k norm, RoPE, KV store */
     int64_t t0 = hr_time_ns();
     hm_qk_job qj = {c, L, li, n, pos0};
@@ -720,7 +723,7 @@ static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n, int3
     hm_act_set(&c->act_att, c->att, n, c->Dq);
     const hm_tensor *wo[] = {&L->wo};
     float *oo[] = {c->o};
-    hm_matmul(c, &c->act_att, wo, oo, 1);
+    hm_matmul(c, &c->act_att, wo, oo, 1, false);
 }
 
 /* o = FFN block output (this share's partial sum) for xn = rmsnorm(x) * ffn_norm:
@@ -733,12 +736,11 @@ static void hm_ffn_block(hm_ctx *c, const hm_layer *L, int n) {
     hm_act_set(&c->act_in, c->xn, n, c->m->hp.n_embd);
     const hm_tensor *wgu[] = {&L->w_gate, &L->w_up};
     float *ogu[] = {c->gate, c->up};
-    hm_matmul(c, &c->act_in, wgu, ogu, 2);
-    hm_rows(c, n, 2, NULL);
+    hm_matmul(c, &c->act_in, wgu, ogu, 2, true); /* gate = silu(gate) * up, row by row as they are done */
     hm_act_set(&c->act_ff, c->gate, n, c->F);
     const hm_tensor *wd[] = {&L->w_down};
     float *od[] = {c->o};
-    hm_matmul(c, &c->act_ff, wd, od, 1);
+    hm_matmul(c, &c->act_ff, wd, od, 1, false);
 }
 
 int hm_ctx_n_windows(const hm_ctx *c) { return c->shard.n_windows; }
@@ -813,7 +815,7 @@ int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_
         hm_act_set(&c->act_in, c->xn, cnt, E);
         const hm_tensor *wout[] = {&m->output};
         float *olog[] = {logits};
-        hm_matmul(c, &c->act_in, wout, olog, 1);
+        hm_matmul(c, &c->act_in, wout, olog, 1, false);
     }
     hm_weights(c, m->hp.n_layer, HM_BLOCK_OUTPUT, HM_PHASE_END);
     if (hidden_out) memcpy(hidden_out, c->x, (size_t)n * E * sizeof(float));

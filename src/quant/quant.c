@@ -1,6 +1,7 @@
 /* quant: the one dispatch table — see quant.h */
 #include "quant.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <strings.h>
@@ -44,6 +45,7 @@ __attribute__((weak)) void hq_att_kv_avx2(int, int, const float *restrict, const
                                           float *restrict);
 __attribute__((weak)) void hq_att_acc16_avx2(int, int, hr_fp16 *restrict, const uint8_t *restrict, size_t,
                                              const float *restrict, const float *restrict);
+__attribute__((weak)) void hq_silu_mul_avx2(int64_t, float *restrict, const float *restrict);
 __attribute__((weak)) void hq_att_kq_neon(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
                                           float *restrict);
 __attribute__((weak)) void hq_att_kv_neon(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
@@ -93,6 +95,10 @@ static void hq_att_acc16_generic(int n, int hd, hr_fp16 *restrict acc, const uin
         }
     }
 }
+static void hq_silu_mul_generic(int64_t n, float *restrict g, const float *restrict u) {
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+static hq_silu_mul_fn hq_silu_mul = hq_silu_mul_generic;
 static hq_att_kernels hq_att = {hq_att_kq_generic, hq_att_kv_generic, hq_att_acc16_generic};
 static const hq_att_kernels hq_att_generic = {hq_att_kq_generic, hq_att_kv_generic, hq_att_acc16_generic};
 
@@ -202,6 +208,7 @@ static void hq_init_once(void) {
         HQ_USE_SIMD_ALL(avx2);
         if (hq_att_kq_avx2 && hq_att_kv_avx2 && hq_att_acc16_avx2)
             hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2, hq_att_acc16_avx2};
+        if (hq_silu_mul_avx2) hq_silu_mul = hq_silu_mul_avx2;
         hq_simd = "avx2";
         const char *no512 = getenv("HEARTH_NO_AVX512");
         if (!(no512 && *no512 && strcmp(no512, "0") != 0) && __builtin_cpu_supports("avx512f") &&
@@ -228,6 +235,10 @@ const hq_traits *hq_get_traits(int type) {
     return t;
 }
 
+hq_silu_mul_fn hq_get_silu_mul(bool generic) {
+    pthread_once(&hq_once, hq_init_once);
+    return generic ? hq_silu_mul_generic : hq_silu_mul;
+}
 const hq_att_kernels *hq_get_att(bool generic) {
     pthread_once(&hq_once, hq_init_once);
     return generic ? &hq_att_generic : &hq_att;

@@ -162,6 +162,13 @@ typedef struct hq_att_kernels {
 /* The dispatched attention kernels (SIMD where the CPU has it); `generic` the portable ones. */
 const hq_att_kernels *hq_get_att(bool generic);
 
+/* ---- the FFN's gate (SwiGLU) --------------------------------------------------------------------- */
+/* g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i] for i < n.  The generic kernel calls expf;
+   the AVX2 one evaluates exp with its own polynomial (within 2 ulp of expf's; llama.cpp's CPU silu
+   is vectorized the same way), so the two differ in the last bits. */
+typedef void (*hq_silu_mul_fn)(int64_t n, float *restrict g, const float *restrict u);
+hq_silu_mul_fn hq_get_silu_mul(bool generic);
+
 /* The table entry for a type, or NULL if the type is not supported. Thread-safe after first call. */
 const hq_traits *hq_get_traits(int type);
 const char *hq_type_name(int type);          /* "Q4_K", or "unknown" */
