@@ -524,7 +524,7 @@ static void test_dispatch(void) {
     CHECK(hq_get_traits(HQ_TYPE_Q8_0)->from_float == hq_quantize_avx2_q8_0);
     CHECK(hq_get_traits(HQ_TYPE_Q8_1)->from_float == hq_quantize_avx2_q8_1);
     CHECK(hq_get_traits(HQ_TYPE_Q4_0)->gemm == hq_gemm_avx2_q4_0);
-    CHECK(hq_get_traits(HQ_TYPE_Q4_0)->gemm_packed == hq_gemm_packed_avx2_q4_0);
+    CHECK(hq_get_traits(HQ_TYPE_Q4_0)->gemm_packed == (want512 ? hq_gemm_packed_avx512_q4_0 : hq_gemm_packed_avx2_q4_0));
     CHECK(hq_get_traits(HQ_TYPE_Q4_1)->gemm == hq_gemm_avx2_q4_1);
     CHECK(hq_get_traits(HQ_TYPE_Q5_0)->gemm == hq_gemm_avx2_q5_0);
     CHECK(hq_get_traits(HQ_TYPE_Q5_1)->gemm == hq_gemm_avx2_q5_1);
