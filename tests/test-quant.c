@@ -437,6 +437,44 @@ static void test_gemm_large(void) {
 
 /* ---- which kernels the table chose -------------------------------------------------------------------- */
 
+#if defined(HEARTH_ARCH_X86)
+/* The AVX-512 Q8_0 prefill tile promises the AVX2 tile's bits (quants512.c): random codes (-128
+   included) and scales, K of 1-300 blocks (chunks of 16 and a rest), 1-35 rows (groups of 4, a
+   short last one), 1-9 columns (tiles of 4 and a rest), odd strides. */
+static void test_q8_0_avx512(void) {
+    enum { MAXB = 300, MAXR = 35, MAXC = 9 };
+    const size_t bx = MAXB * sizeof(block_q8_0) + 6, by = MAXB * sizeof(block_q8_0) + 2;
+    uint8_t *x = malloc(bx * MAXR), *y = malloc(by * MAXC);
+    float *s2 = malloc(sizeof(float) * MAXR * MAXC), *s5 = malloc(sizeof(float) * MAXR * MAXC);
+    REQUIRE_V(x && y && s2 && s5);
+    for (size_t i = 0; i < bx * MAXR; i++) x[i] = (uint8_t)rng_next();
+    for (size_t i = 0; i < by * MAXC; i++) y[i] = (uint8_t)rng_next();
+    for (int r = 0; r < MAXR; r++)
+        for (int b = 0; b < MAXB; b++) { /* finite scales; activation codes as the quantizer makes them (|a| <= 127) */
+            block_q8_0 *xb = (block_q8_0 *)(x + r * bx) + b;
+            xb->d = (hr_fp16)(0x0400 + rng_next() % 0x3800);
+            if (r < MAXC) {
+                block_q8_0 *yb = (block_q8_0 *)(y + r * by) + b;
+                yb->d = (hr_fp16)(0x0400 + rng_next() % 0x3800);
+                for (int i = 0; i < QK8_0; i++) if (yb->qs[i] == -128) yb->qs[i] = -127;
+            }
+        }
+    const int ks[] = {1, 15, 16, 17, 64, 300}, rows[] = {1, 3, 4, 5, 16, 17, 35};
+    int differ = 0, calls = 0;
+    for (size_t ki = 0; ki < HR_ARRAY_LEN(ks); ki++)
+        for (size_t ri = 0; ri < HR_ARRAY_LEN(rows); ri++)
+            for (int nc = 2; nc <= MAXC; nc++, calls++) {
+                memset(s2, 0, sizeof(float) * MAXR * MAXC), memset(s5, 0xff, sizeof(float) * MAXR * MAXC);
+                hq_gemm_avx2_q8_0(ks[ki] * QK8_0, s2, MAXR, x, bx, rows[ri], y, by, nc);
+                hq_gemm_avx512_q8_0(ks[ki] * QK8_0, s5, MAXR, x, bx, rows[ri], y, by, nc);
+                for (int j = 0; j < nc; j++) differ += memcmp(s2 + j * MAXR, s5 + j * MAXR, sizeof(float) * rows[ri]) != 0;
+            }
+    printf("  Q8_0 AVX-512 prefill tile vs AVX2: %d calls, %d columns differ\n", calls, differ);
+    CHECKF(differ == 0, "Q8_0: AVX-512 gemm differs from AVX2 in %d columns", differ);
+    free(x), free(y), free(s2), free(s5);
+}
+#endif
+
 /* Packed layouts (quant.h): where the dispatched family has one, pack then unpack gives the rows
    back byte for byte, and gemm_packed over the packed rows gives gemm's results bit for bit — decode
    over whole shares (one pass: K up to 8192) and longer rows (the tiled path, 8320), prefill tiles of
@@ -528,7 +566,8 @@ static void test_dispatch(void) {
     CHECK(hq_get_traits(HQ_TYPE_Q4_1)->gemm == hq_gemm_avx2_q4_1);
     CHECK(hq_get_traits(HQ_TYPE_Q5_0)->gemm == hq_gemm_avx2_q5_0);
     CHECK(hq_get_traits(HQ_TYPE_Q5_1)->gemm == hq_gemm_avx2_q5_1);
-    CHECK(hq_get_traits(HQ_TYPE_Q8_0)->gemm == hq_gemm_avx2_q8_0);
+    CHECK(hq_get_traits(HQ_TYPE_Q8_0)->gemm == (want512 ? hq_gemm_avx512_q8_0 : hq_gemm_avx2_q8_0));
+    if (want512) test_q8_0_avx512();
     CHECK(hq_get_traits(HQ_TYPE_F32)->gemm == hq_gemm_avx2_f32);
     CHECK(hq_get_traits(HQ_TYPE_F16)->gemm == hq_gemm_avx2_f16);
     CHECK(hq_get_traits(HQ_TYPE_BF16)->gemm == hq_gemm_avx2_bf16);
