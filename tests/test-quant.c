@@ -681,13 +681,36 @@ static void test_attention(void) {
             for (int i = 0; i < n; i++) p[i] = 1.0f / (float)(i + 1);
             int ok = 1;
             for (int m = 1; m <= n; m += 9) {
-                fast->kq(m, hd, q, k, row, f16, s1);
-                gen->kq(m, hd, q, k, row, f16, s2);
+                fast->kq(m, hd, 1, q, 0, k, row, f16, s1, 0);
+                gen->kq(m, hd, 1, q, 0, k, row, f16, s2, 0);
                 ok &= !memcmp(s1, s2, (size_t)m * sizeof(float));
+                /* several queries (GQA heads) at once: 2-6, strides wider than a head, against the generic
+                   kernel and against one query at a time */
+                for (int nq = 2; nq <= 6; nq += 2) {
+                    float qq[6 * 136], m1[6 * 80], m2[6 * 80];
+                    for (int j = 0; j < nq; j++)
+                        for (int d = 0; d < hd; d++) qq[j * 136 + d] = (float)((d + 3 * j) % 9) * 0.29f - 1.2f;
+                    fast->kq(m, hd, nq, qq, 136, k, row, f16, m1, 80);
+                    gen->kq(m, hd, nq, qq, 136, k, row, f16, m2, 80);
+                    for (int j = 0; j < nq; j++) {
+                        ok &= !memcmp(m1 + j * 80, m2 + j * 80, (size_t)m * sizeof(float));
+                        fast->kq(m, hd, 1, qq + j * 136, 0, k, row, f16, s1, 0);
+                        ok &= !memcmp(m1 + j * 80, s1, (size_t)m * sizeof(float));
+                    }
+                }
                 for (int d = 0; d < hd; d++) a1[d] = a2[d] = (float)d * 0.01f;
-                fast->kv(m, hd, p, k, row, f16, a1);
-                gen->kv(m, hd, p, k, row, f16, a2);
+                fast->kv(m, hd, 1, p, 0, k, row, f16, a1, 0);
+                gen->kv(m, hd, 1, p, 0, k, row, f16, a2, 0);
                 ok &= !memcmp(a1, a2, (size_t)hd * sizeof(float));
+                for (int nq = 2; nq <= 6; nq += 2) { /* several heads' accumulators at once, strided */
+                    float pp[6 * 80], b1[6 * 136], b2[6 * 136];
+                    for (int j = 0; j < nq; j++)
+                        for (int i = 0; i < m; i++) pp[j * 80 + i] = 1.0f / (float)(i + 2 + j);
+                    for (int e = 0; e < 6 * 136; e++) b1[e] = b2[e] = (float)(e % 13) * 0.02f;
+                    fast->kv(m, hd, nq, pp, 80, k, row, f16, b1, 136);
+                    gen->kv(m, hd, nq, pp, 80, k, row, f16, b2, 136);
+                    ok &= !memcmp(b1, b2, sizeof b1);
+                }
             }
             /* the F16 path's accumulator over tiles of 1..75 positions (F16 data only: NaN payloads may
                differ): rescales of 1 (skipped), 0 (the first position's), and in (0, 1) */

@@ -23,6 +23,7 @@
 #define HM_ROW_CHUNK 16   /* rows per work unit: a multiple of every tile kernel's row step */
 #define HM_MAX_SPLIT 64   /* decode splits rows by measured speed up to this many threads (evenly above) */
 #define HM_KV_TILE 64     /* attention positions per online-softmax step (llama.cpp's CPU flash-attention tile) */
+#define HM_ATT_NQ 4       /* F32 path: heads of one token on one KV head scored together */
 
 /* activation types a weight can ask for (its vec_dot_type) */
 enum { HM_ACT_F32, HM_ACT_F16, HM_ACT_BF16, HM_ACT_Q8_0, HM_ACT_Q8_1, HM_ACT_Q8_K, HM_ACT_COUNT };
@@ -291,7 +292,8 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
         const hm_tensor *out[] = {&m->output};
         if (hm_act_init(c, &c->act_in, out, 1, E)) goto oom;
     }
-    c->att_scratch_stride = hr_pad((size_t)(hd + 2 * HM_KV_TILE) * sizeof(float) + (size_t)hd * 2 * sizeof(hr_fp16), HM_ALIGN);
+    c->att_scratch_stride = hr_pad((size_t)HM_ATT_NQ * (hd + HM_KV_TILE) * sizeof(float) + (size_t)hd * 2 * sizeof(hr_fp16),
+                                   HM_ALIGN);
     c->att_scratch = hm_ctx_alloc(c, c->att_scratch_stride * (size_t)c->p.n_threads);
     if (!c->att_scratch) goto oom;
     return c;
@@ -465,34 +467,45 @@ typedef struct hm_att_job {
      is accumulated in F16, rounded after every position, as llama.cpp's per-row kernel does.
    Both are exact softmax attention; they differ only in rounding (~3e-4 relative on the logits). */
 
-static void hm_att_f32(const hq_att_kernels *ak, const float *q, const uint8_t *kbase, const uint8_t *vbase,
+/* F32 path for nq (<= HM_ATT_NQ) heads of one token that share a KV head (GQA): the scores of a tile
+   for all of them in one kernel call (each K tile transposed once), each head's online softmax, then
+   the values for all of them in one call (each V row read once); per head the steps of one head
+   alone, in the same order. acc: [nq][hd], sc: [nq][HM_KV_TILE], q and out: nq heads of hd
+   in a row. */
+static void hm_att_f32(const hq_att_kernels *ak, int nq, const float *q, const uint8_t *kbase, const uint8_t *vbase,
                        size_t row, bool f16, int32_t npos, int hd, float scale, float *acc, float *sc, float *out) {
-    memset(acc, 0, (size_t)hd * sizeof(float));
-    float M = -INFINITY, S = 0.0f;
+    float M[HM_ATT_NQ], S[HM_ATT_NQ];
+    for (int j = 0; j < nq; j++) M[j] = -INFINITY, S[j] = 0.0f;
+    memset(acc, 0, (size_t)nq * hd * sizeof(float));
     for (int32_t p0 = 0; p0 < npos; p0 += HM_KV_TILE) {
         int nt = HR_MIN(HM_KV_TILE, npos - p0);
-        ak->kq(nt, hd, q, kbase + (size_t)p0 * row, row, f16, sc);   /* sequential sums over d */
-        float tmax = -INFINITY;
-        for (int i = 0; i < nt; i++) {
-            sc[i] *= scale;
-            tmax = sc[i] > tmax ? sc[i] : tmax;
+        ak->kq(nt, hd, nq, q, (size_t)hd, kbase + (size_t)p0 * row, row, f16, sc, HM_KV_TILE); /* sequential sums over d */
+        for (int j = 0; j < nq; j++) {
+            float *scj = sc + j * HM_KV_TILE, *accj = acc + (size_t)j * hd;
+            float tmax = -INFINITY;
+            for (int i = 0; i < nt; i++) {
+                scj[i] *= scale;
+                tmax = scj[i] > tmax ? scj[i] : tmax;
+            }
+            if (tmax > M[j]) {
+                float ms = expf(M[j] - tmax);
+                for (int d = 0; d < hd; d++) accj[d] *= ms;
+                S[j] *= ms;
+                M[j] = tmax;
+            }
+            double sum = 0;
+            for (int i = 0; i < nt; i++) {
+                scj[i] = expf(scj[i] - M[j]);
+                sum += scj[i];
+            }
+            S[j] += (float)sum;
         }
-        if (tmax > M) {
-            float ms = expf(M - tmax);
-            for (int d = 0; d < hd; d++) acc[d] *= ms;
-            S *= ms;
-            M = tmax;
-        }
-        double sum = 0;
-        for (int i = 0; i < nt; i++) {
-            sc[i] = expf(sc[i] - M);
-            sum += sc[i];
-        }
-        S += (float)sum;
-        ak->kv(nt, hd, sc, vbase + (size_t)p0 * row, row, f16, acc);
+        ak->kv(nt, hd, nq, sc, HM_KV_TILE, vbase + (size_t)p0 * row, row, f16, acc, (size_t)hd);
     }
-    float inv = S == 0.0f ? 0.0f : 1.0f / S;
-    for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
+    for (int j = 0; j < nq; j++) {
+        float inv = S[j] == 0.0f ? 0.0f : 1.0f / S[j];
+        for (int d = 0; d < hd; d++) out[(size_t)j * hd + d] = acc[(size_t)j * hd + d] * inv;
+    }
 }
 
 /* F16 path, a tile of positions at a time: the scores (q16 . k_p, scaled), then the online softmax's
@@ -554,9 +567,10 @@ static void hm_att_worker(void *arg, int ith, int nth) {
     int hd = hp->head_dim, nh = c->nh, gqa = hp->n_head / hp->n_head_kv;
     int64_t Dq = c->Dq, Dkv = c->Dkv;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *acc = (float *)(c->att_scratch + (size_t)ith * c->att_scratch_stride); /* [hd] */
-    float *sc = acc + hd, *sw = sc + HM_KV_TILE;                                 /* [HM_KV_TILE] each */
-    hr_fp16 *q16 = (hr_fp16 *)(sw + HM_KV_TILE), *acc16 = q16 + hd;               /* [hd], [hd] */
+    float *acc = (float *)(c->att_scratch + (size_t)ith * c->att_scratch_stride); /* [HM_ATT_NQ][hd] */
+    float *sc = acc + HM_ATT_NQ * hd;                                  /* [HM_ATT_NQ][HM_KV_TILE] */
+    float *sw = sc + HM_KV_TILE;                                       /* F16 path: sc's second row */
+    hr_fp16 *q16 = (hr_fp16 *)(sc + HM_ATT_NQ * HM_KV_TILE), *acc16 = q16 + hd; /* [hd], [hd] */
     const uint8_t *K = c->k_cache[j->li], *V = c->v_cache[j->li];
     size_t es = c->kv_esize, row = (size_t)Dkv * es;
     bool f16 = c->kv_type == HQ_TYPE_F16;
@@ -564,14 +578,20 @@ static void hm_att_worker(void *arg, int ith, int nth) {
     const hq_att_kernels *ak = hq_get_att(false);
     int64_t w0, w1;
     hm_att_split(j->n, nh, j->pos0, ith, nth, &w0, &w1);
-    for (int64_t w = w0; w < w1; w++) {
+    for (int64_t w = w0, g = 1; w < w1; w += g) {
         int t = (int)(w / nh), h = (int)(w % nh), kvh = h / gqa;
         int32_t npos = j->pos0 + t + 1;  /* causal: positions 0..pos */
         const float *q = c->q + (int64_t)t * Dq + (int64_t)h * hd;
         const uint8_t *kb = K + (size_t)kvh * hd * es, *vb = V + (size_t)kvh * hd * es;
         float *out = c->att + (int64_t)t * Dq + (int64_t)h * hd;
-        if (f16_path) hm_att_f16(ak, q, kb, vb, row, npos, hd, scale, q16, acc16, sc, sw, out);
-        else hm_att_f32(ak, q, kb, vb, row, f16, npos, hd, scale, acc, sc, out);
+        g = 1;
+        if (f16_path) {
+            hm_att_f16(ak, q, kb, vb, row, npos, hd, scale, q16, acc16, sc, sw, out);
+            continue;
+        }
+        /* the next heads of this token on the same KV head, in this thread's range */
+        while (g < HM_ATT_NQ && w + g < w1 && h + g < nh && (h + g) / gqa == kvh) g++;
+        hm_att_f32(ak, (int)g, q, kb, vb, row, f16, npos, hd, scale, acc, sc, out);
     }
 }
 

@@ -39,17 +39,17 @@ HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_
 HQ_WEAK_SIMD_ALL(avx2)
 HQ_WEAK_SIMD_ALL(avx512)
 HQ_WEAK_SIMD_ALL(neon)
-__attribute__((weak)) void hq_att_kq_avx2(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
-                                          float *restrict);
-__attribute__((weak)) void hq_att_kv_avx2(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
-                                          float *restrict);
+__attribute__((weak)) void hq_att_kq_avx2(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
+                                          size_t, bool, float *restrict, size_t);
+__attribute__((weak)) void hq_att_kv_avx2(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
+                                          size_t, bool, float *restrict, size_t);
 __attribute__((weak)) void hq_att_acc16_avx2(int, int, hr_fp16 *restrict, const uint8_t *restrict, size_t,
                                              const float *restrict, const float *restrict);
 __attribute__((weak)) void hq_silu_mul_avx2(int64_t, float *restrict, const float *restrict);
-__attribute__((weak)) void hq_att_kq_neon(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
-                                          float *restrict);
-__attribute__((weak)) void hq_att_kv_neon(int, int, const float *restrict, const uint8_t *restrict, size_t, bool,
-                                          float *restrict);
+__attribute__((weak)) void hq_att_kq_neon(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
+                                          size_t, bool, float *restrict, size_t);
+__attribute__((weak)) void hq_att_kv_neon(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
+                                          size_t, bool, float *restrict, size_t);
 __attribute__((weak)) void hq_att_acc16_neon(int, int, hr_fp16 *restrict, const uint8_t *restrict, size_t,
                                              const float *restrict, const float *restrict);
 
@@ -59,28 +59,30 @@ static inline float hq_kv_elem(const uint8_t *row, int d, bool f16) {
 }
 
 /* volatile products keep a compiler that may contract a*b+c into one fused operation from doing so */
-static void hq_att_kq_generic(int n, int hd, const float *restrict q, const uint8_t *restrict k, size_t row, bool f16,
-                              float *restrict s) {
-    for (int i = 0; i < n; i++) {
-        const uint8_t *kr = k + (size_t)i * row;
-        float sum = 0.0f;
-        for (int d = 0; d < hd; d++) {
-            volatile float pr = q[d] * hq_kv_elem(kr, d, f16);
-            sum += pr;
+static void hq_att_kq_generic(int n, int hd, int nq, const float *restrict q, size_t qs, const uint8_t *restrict k,
+                              size_t row, bool f16, float *restrict s, size_t ss) {
+    for (int j = 0; j < nq; j++)
+        for (int i = 0; i < n; i++) {
+            const uint8_t *kr = k + (size_t)i * row;
+            const float *qj = q + (size_t)j * qs;
+            float sum = 0.0f;
+            for (int d = 0; d < hd; d++) {
+                volatile float pr = qj[d] * hq_kv_elem(kr, d, f16);
+                sum += pr;
+            }
+            s[(size_t)j * ss + i] = sum;
         }
-        s[i] = sum;
-    }
 }
-
-static void hq_att_kv_generic(int n, int hd, const float *restrict p, const uint8_t *restrict v, size_t row, bool f16,
-                              float *restrict acc) {
-    for (int i = 0; i < n; i++) {
-        const uint8_t *vr = v + (size_t)i * row;
-        for (int d = 0; d < hd; d++) {
-            volatile float pr = p[i] * hq_kv_elem(vr, d, f16);
-            acc[d] += pr;
+static void hq_att_kv_generic(int n, int hd, int nq, const float *restrict p, size_t ps, const uint8_t *restrict v,
+                              size_t row, bool f16, float *restrict acc, size_t as) {
+    for (int j = 0; j < nq; j++)
+        for (int i = 0; i < n; i++) {
+            const uint8_t *vr = v + (size_t)i * row;
+            for (int d = 0; d < hd; d++) {
+                volatile float pr = p[(size_t)j * ps + i] * hq_kv_elem(vr, d, f16);
+                acc[(size_t)j * as + d] += pr;
+            }
         }
-    }
 }
 
 static void hq_att_acc16_generic(int n, int hd, hr_fp16 *restrict acc, const uint8_t *restrict v, size_t row,

@@ -139,14 +139,18 @@ typedef struct hq_traits {
 bool hq_pack_ok(int type, int64_t ne0, int64_t nrows);
 
 /* ---- attention kernels (the F32 path of flash attention, src/model) ------------------------------ */
-/* s[i] = sum over d < hd of q[d] * k_i[d], k_i = the row at k + i*row bytes (F16 if f16, else F32), for
-   i < n. Each sum runs over d = 0, 1, ... in order with the product and the sum rounded separately
-   (no fused multiply-add), so the AVX2 kernel (8 positions per register) gives the generic one's bits. */
-typedef void (*hq_att_kq_fn)(int n, int hd, const float *restrict q, const uint8_t *restrict k, size_t row, bool f16,
-                             float *restrict s);
-/* acc[d] = acc[d] + p[i] * v_i[d] for i = 0, 1, ..., n-1 in order, product and sum rounded separately. */
-typedef void (*hq_att_kv_fn)(int n, int hd, const float *restrict p, const uint8_t *restrict v, size_t row, bool f16,
-                             float *restrict acc);
+/* s_j[i] = sum over d < hd of q_j[d] * k_i[d] for j < nq queries (q_j at q + j*qs floats, s_j at
+   s + j*ss floats) and i < n positions, k_i = the row at k + i*row bytes (F16 if f16, else F32).
+   Each sum runs over d = 0, 1, ... in order with the product and the sum rounded separately (no
+   fused multiply-add), so the AVX2 kernel (8 positions per register, each 8x8 tile of K transposed
+   once for up to 4 queries: the heads of a GQA group) gives the generic one's bits. */
+typedef void (*hq_att_kq_fn)(int n, int hd, int nq, const float *restrict q, size_t qs, const uint8_t *restrict k,
+                             size_t row, bool f16, float *restrict s, size_t ss);
+/* acc_j[d] = acc_j[d] + p_j[i] * v_i[d] for i = 0, 1, ..., n-1 in order, product and sum rounded
+   separately, for j < nq (p_j at p + j*ps, acc_j at acc + j*as floats); each V row is read once for
+   all nq. */
+typedef void (*hq_att_kv_fn)(int n, int hd, int nq, const float *restrict p, size_t ps, const uint8_t *restrict v,
+                             size_t row, bool f16, float *restrict acc, size_t as);
 /* The F16 path (llama.cpp's per-row kernel) over n positions of a tile, in order, every step rounded
    to F16 to nearest even: for i < n, if m[i] != 1 then acc[d] = f16(f32(acc[d]) * m[i]) (the
    online softmax's rescale: with m[i] = 1 it would change nothing); then

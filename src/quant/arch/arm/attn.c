@@ -32,8 +32,8 @@ static inline float hq_elem(const uint8_t *row, int d, bool f16) {
     return f16 ? hr_fp16_to_fp32(((const hr_fp16 *)row)[d]) : ((const float *)row)[d];
 }
 
-void hq_att_kq_neon(int n, int hd, const float *restrict q, const uint8_t *restrict k, size_t row, bool f16,
-                    float *restrict s) {
+static void hq_att_kq1(int n, int hd, const float *restrict q, const uint8_t *restrict k, size_t row, bool f16,
+                      float *restrict s) {
     size_t es = f16 ? 2 : 4;
     int i = 0;
     if (hd % 4 == 0)
@@ -66,8 +66,14 @@ void hq_att_kq_neon(int n, int hd, const float *restrict q, const uint8_t *restr
     }
 }
 
-void hq_att_kv_neon(int n, int hd, const float *restrict p, const uint8_t *restrict v, size_t row, bool f16,
-                    float *restrict acc) {
+/* query after query (the AVX2 kernel shares each transposed tile between queries; not done here) */
+void hq_att_kq_neon(int n, int hd, int nq, const float *restrict q, size_t qs, const uint8_t *restrict k, size_t row,
+                    bool f16, float *restrict s, size_t ss) {
+    for (int j = 0; j < nq; j++) hq_att_kq1(n, hd, q + (size_t)j * qs, k, row, f16, s + (size_t)j * ss);
+}
+
+static void hq_att_kv1(int n, int hd, const float *restrict p, const uint8_t *restrict v, size_t row, bool f16,
+                      float *restrict acc) {
     size_t es = f16 ? 2 : 4;
     int d0 = 0;
     for (; d0 + 4 <= hd; d0 += 4) {
@@ -78,6 +84,11 @@ void hq_att_kv_neon(int n, int hd, const float *restrict p, const uint8_t *restr
     }
     for (; d0 < hd; d0++)
         for (int i = 0; i < n; i++) acc[d0] += hq_mul_sep1(p[i], hq_elem(v + (size_t)i * row, d0, f16));
+}
+
+void hq_att_kv_neon(int n, int hd, int nq, const float *restrict p, size_t ps, const uint8_t *restrict v, size_t row,
+                    bool f16, float *restrict acc, size_t as) {
+    for (int j = 0; j < nq; j++) hq_att_kv1(n, hd, p + (size_t)j * ps, v, row, f16, acc + (size_t)j * as);
 }
 
 static void hq_att_scale16(int hd, hr_fp16 *restrict acc, float m) {

@@ -41,42 +41,90 @@ static inline float hq_elem(const uint8_t *row, int d, bool f16) {
     return f16 ? _cvtsh_ss(((const uint16_t *)row)[d]) : ((const float *)row)[d];
 }
 
-void hq_att_kq_avx2(int n, int hd, const float *restrict q, const uint8_t *restrict k, size_t row, bool f16,
-                    float *restrict s) {
+/* up to 4 queries against 8 positions: each 8x8 tile of K loaded, widened and transposed once */
+static inline __attribute__((always_inline)) void hq_kq8(int nq, int hd, const float *q, size_t qs, const uint8_t *k0,
+                                                         size_t row, size_t es, bool f16, float *s, size_t ss) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int d0 = 0; d0 < hd; d0 += 8) {
+        __m256 r[8];
+        for (int j = 0; j < 8; j++) r[j] = hq_load8(k0 + (size_t)j * row + (size_t)d0 * es, f16);
+        hq_transpose8(r);
+#pragma GCC unroll 4
+        for (int j = 0; j < nq; j++) {
+            const float *qj = q + (size_t)j * qs + d0;
+#pragma GCC unroll 8
+            for (int dd = 0; dd < 8; dd++) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(_mm256_set1_ps(qj[dd]), r[dd]));
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < nq; j++) _mm256_storeu_ps(s + (size_t)j * ss, acc[j]);
+}
+
+void hq_att_kq_avx2(int n, int hd, int nq, const float *restrict q, size_t qs, const uint8_t *restrict k, size_t row,
+                    bool f16, float *restrict s, size_t ss) {
     size_t es = f16 ? 2 : 4;
     int i = 0;
     if (hd % 8 == 0)
-        for (; i + 8 <= n; i += 8) {
-            __m256 acc = _mm256_setzero_ps();
-            const uint8_t *k0 = k + (size_t)i * row;
-            for (int d0 = 0; d0 < hd; d0 += 8) {
-                __m256 r[8];
-                for (int j = 0; j < 8; j++) r[j] = hq_load8(k0 + (size_t)j * row + (size_t)d0 * es, f16);
-                hq_transpose8(r);
-                for (int dd = 0; dd < 8; dd++) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(q[d0 + dd]), r[dd]));
+        for (; i + 8 <= n; i += 8)
+            for (int j0 = 0; j0 < nq; j0 += 4) {
+                const int m = nq - j0 < 4 ? nq - j0 : 4;
+                const uint8_t *k0 = k + (size_t)i * row;
+                const float *qj = q + (size_t)j0 * qs;
+                float *sj = s + (size_t)j0 * ss + i;
+                switch (m) { /* constant query counts, so the accumulators stay in registers */
+                case 1: hq_kq8(1, hd, qj, qs, k0, row, es, f16, sj, ss); break;
+                case 2: hq_kq8(2, hd, qj, qs, k0, row, es, f16, sj, ss); break;
+                case 3: hq_kq8(3, hd, qj, qs, k0, row, es, f16, sj, ss); break;
+                default: hq_kq8(4, hd, qj, qs, k0, row, es, f16, sj, ss); break;
+                }
             }
-            _mm256_storeu_ps(s + i, acc);
-        }
     for (; i < n; i++) {
         const uint8_t *kr = k + (size_t)i * row;
-        float sum = 0.0f;
-        for (int d = 0; d < hd; d++) sum += q[d] * hq_elem(kr, d, f16);
-        s[i] = sum;
+        for (int j = 0; j < nq; j++) {
+            const float *qj = q + (size_t)j * qs;
+            float sum = 0.0f;
+            for (int d = 0; d < hd; d++) sum += qj[d] * hq_elem(kr, d, f16);
+            s[(size_t)j * ss + i] = sum;
+        }
     }
 }
 
-void hq_att_kv_avx2(int n, int hd, const float *restrict p, const uint8_t *restrict v, size_t row, bool f16,
-                    float *restrict acc) {
-    size_t es = f16 ? 2 : 4;
-    int d0 = 0;
-    for (; d0 + 8 <= hd; d0 += 8) {
-        __m256 a = _mm256_loadu_ps(acc + d0);
-        for (int i = 0; i < n; i++)
-            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(p[i]), hq_load8(v + (size_t)i * row + (size_t)d0 * es, f16)));
-        _mm256_storeu_ps(acc + d0, a);
+/* up to 4 accumulators of 8 elements, each V chunk loaded and widened once for all of them */
+static inline __attribute__((always_inline)) void hq_kv8(int nq, int n, const float *p, size_t ps, const uint8_t *v,
+                                                         size_t row, bool f16, float *acc, size_t as) {
+    __m256 a[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < nq; j++) a[j] = _mm256_loadu_ps(acc + (size_t)j * as);
+    for (int i = 0; i < n; i++) {
+        const __m256 x = hq_load8(v + (size_t)i * row, f16);
+#pragma GCC unroll 4
+        for (int j = 0; j < nq; j++) a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(_mm256_set1_ps(p[(size_t)j * ps + i]), x));
     }
-    for (; d0 < hd; d0++)
-        for (int i = 0; i < n; i++) acc[d0] += p[i] * hq_elem(v + (size_t)i * row, d0, f16);
+#pragma GCC unroll 4
+    for (int j = 0; j < nq; j++) _mm256_storeu_ps(acc + (size_t)j * as, a[j]);
+}
+
+void hq_att_kv_avx2(int n, int hd, int nq, const float *restrict p, size_t ps, const uint8_t *restrict v, size_t row,
+                    bool f16, float *restrict acc, size_t as) {
+    size_t es = f16 ? 2 : 4;
+    for (int j0 = 0; j0 < nq; j0 += 4) {
+        const int m = nq - j0 < 4 ? nq - j0 : 4;
+        const float *pj = p + (size_t)j0 * ps;
+        float *aj = acc + (size_t)j0 * as;
+        int d0 = 0;
+        for (; d0 + 8 <= hd; d0 += 8) {
+            const uint8_t *vd = v + (size_t)d0 * es;
+            switch (m) {
+            case 1: hq_kv8(1, n, pj, ps, vd, row, f16, aj + d0, as); break;
+            case 2: hq_kv8(2, n, pj, ps, vd, row, f16, aj + d0, as); break;
+            case 3: hq_kv8(3, n, pj, ps, vd, row, f16, aj + d0, as); break;
+            default: hq_kv8(4, n, pj, ps, vd, row, f16, aj + d0, as); break;
+            }
+        }
+        for (; d0 < hd; d0++)
+            for (int j = 0; j < m; j++)
+                for (int i = 0; i < n; i++) aj[(size_t)j * as + d0] += pj[(size_t)j * ps + i] * hq_elem(v + (size_t)i * row, d0, f16);
+    }
 }
 
 /* round each lane to F16 and back (nearest even) */
