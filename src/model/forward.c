@@ -393,6 +393,12 @@ static void hm_dec_rows(const double *cut, int64_t ne1, int ith, int nth, int64_
     *r1 = ith == nth - 1 ? ne1 : HR_MIN((int64_t)(nch * cut[ith + 1] + 0.5) * HM_ROW_CHUNK, ne1);
 }
 
+/* thread ith's rows [r0, r1) of a weight with ne1 rows in this job */
+static void hm_mm_share(const hm_mm_job *j, int64_t ne1, int ith, int nth, int64_t *r0, int64_t *r1) {
+    if (j->n == 1 && nth <= HM_MAX_SPLIT) hm_dec_rows(j->cut, ne1, ith, nth, r0, r1);
+    else hr_split(ne1, ith, nth, HM_ROW_CHUNK, r0, r1);
+}
+
 static void hm_mm_worker(void *arg, int ith, int nth) {
     hm_mm_job *j = arg;
     const int64_t t0 = j->n == 1 ? hr_time_ns() : 0;
@@ -402,8 +408,7 @@ static void hm_mm_worker(void *arg, int ith, int nth) {
         const hm_tensor *w = m->w;
         const hq_traits *tr = hq_get_traits(w->type);
         int64_t r0, r1;
-        if (j->n == 1 && nth <= HM_MAX_SPLIT) hm_dec_rows(j->cut, w->ne1, ith, nth, &r0, &r1);
-        else hr_split(w->ne1, ith, nth, HM_ROW_CHUNK, &r0, &r1);
+        hm_mm_share(j, w->ne1, ith, nth, &r0, &r1);
         bytes += (uint64_t)HR_MAX(r1 - r0, 0) * w->row_bytes;
         const uint8_t *wd = w->data;
         const hq_gemm_fn gemm = w->packed ? tr->gemm_packed : tr->gemm; /* packed: shares of whole groups */
@@ -420,8 +425,7 @@ static void hm_mm_worker(void *arg, int ith, int nth) {
     if (j->glu) { /* the rows this thread just wrote in both */
         const hm_tensor *w = j->items[0].w;
         int64_t r0, r1;
-        if (j->n == 1 && nth <= HM_MAX_SPLIT) hm_dec_rows(j->cut, w->ne1, ith, nth, &r0, &r1);
-        else hr_split(w->ne1, ith, nth, HM_ROW_CHUNK, &r0, &r1);
+        hm_mm_share(j, w->ne1, ith, nth, &r0, &r1);
         for (int t = 0; t < j->n && r1 > r0; t++)
             j->glu(r1 - r0, j->items[0].out + t * w->ne1 + r0, j->items[1].out + t * w->ne1 + r0);
     }

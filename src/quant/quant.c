@@ -184,6 +184,12 @@ static void hq_unpack_q4_0_x4(void *restrict dst, const void *restrict group, in
             hq_table[HQ_TYPE_Q4_0].pack = hq_pack_q4_0_x4, hq_table[HQ_TYPE_Q4_0].unpack = hq_unpack_q4_0_x4; \
     } while (0)
 
+/* an environment switch: set to anything but "" or "0" */
+static bool hq_env_set(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 static void hq_init_once(void) {
     hr_init();
     HQ_ENTRY(F32, f32, "F32", 1, 4, false, F32);
@@ -202,8 +208,7 @@ static void hq_init_once(void) {
     HQ_ENTRY(Q6_K, q6_K, "Q6_K", QK_K, sizeof(block_q6_K), true, Q8_K);
     HQ_ENTRY(Q8_K, q8_K, "Q8_K", QK_K, sizeof(block_q8_K), true, Q8_K);
 
-    const char *no_simd = getenv("HEARTH_NO_SIMD");
-    if (no_simd && *no_simd && strcmp(no_simd, "0") != 0) return;
+    if (hq_env_set("HEARTH_NO_SIMD")) return;
 #if defined(HEARTH_ARCH_X86)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
@@ -212,8 +217,7 @@ static void hq_init_once(void) {
             hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2, hq_att_acc16_avx2};
         if (hq_silu_mul_avx2) hq_silu_mul = hq_silu_mul_avx2;
         hq_simd = "avx2";
-        const char *no512 = getenv("HEARTH_NO_AVX512");
-        if (!(no512 && *no512 && strcmp(no512, "0") != 0) && __builtin_cpu_supports("avx512f") &&
+        if (!hq_env_set("HEARTH_NO_AVX512") && __builtin_cpu_supports("avx512f") &&
             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") && hq_vec_dot_avx512_q4_K) {
             HQ_USE_SIMD_ALL(avx512);
             hq_simd = "avx512";
