@@ -35,8 +35,9 @@ static cmp_result compare(const float *a, const float *ref, int n_tok, int n_voc
     return r;
 }
 
-/* loads MODEL, evaluates `tokens` in one batch (all logits) */
-static float *eval_all(const char *path, const int32_t *tokens, int n, int kv_type, int n_batch, int *n_vocab) {
+/* loads MODEL, evaluates `tokens` in batches of n_batch (all logits) on n_threads (0: the default) */
+static float *eval_threads(const char *path, const int32_t *tokens, int n, int kv_type, int n_batch, int n_threads,
+                           int *n_vocab) {
     hr_err err = {0};
     gguf_ctx *g = gguf_open(path, &err);
     if (!g) { fprintf(stderr, "%s\n", err.msg); return NULL; }
@@ -46,6 +47,7 @@ static float *eval_all(const char *path, const int32_t *tokens, int n, int kv_ty
     p.n_ctx = n;
     p.n_batch = n_batch;
     p.kv_type = kv_type;
+    if (n_threads > 0) p.n_threads = n_threads;
     hm_shard sh = hm_shard_full(m);
     hm_ctx *c = hm_ctx_create(m, &sh, &p, &err);
     float *logits = NULL;
@@ -66,6 +68,10 @@ static float *eval_all(const char *path, const int32_t *tokens, int n, int kv_ty
     hm_model_free(m);
     gguf_close(g);
     return logits;
+}
+
+static float *eval_all(const char *path, const int32_t *tokens, int n, int kv_type, int n_batch, int *n_vocab) {
+    return eval_threads(path, tokens, n, kv_type, n_batch, 0, n_vocab);
 }
 
 static int32_t *json_ids(json_t *arr, int *n) {
@@ -229,6 +235,31 @@ static void test_bad_inputs(const char *shared) {
     gguf_close(g);
 }
 
+/* Decode hands out each matmul's rows at run time (a thread that finishes its share takes the rest of
+   another's), so which thread computes which rows changes from token to token; a row's result must
+   not.  Token-by-token logits on 1, 3 and 8 threads (8 on fewer cores: threads are descheduled
+   mid-job, so shares are taken over) must be the same bits; a row computed twice (the FFN gate applied
+   twice) or never (a stale row from the previous token) would show. */
+static void test_decode_threads(const char *shared) {
+    const char *models[] = {"models/synth/synth-llama-Q4_0.gguf", "models/synth/synth-llama-Q4_K_M-mix.gguf",
+                            "models/synth/synth-qwen2-Q8_0.gguf"};
+    int32_t ids[24];
+    for (int i = 0; i < 24; i++) ids[i] = (int32_t)(1 + (i * 37) % 250);
+    for (size_t k = 0; k < HR_ARRAY_LEN(models); k++) {
+        int nv = 0;
+        float *l1 = eval_threads(test_path(shared, models[k]), ids, 24, HQ_TYPE_F16, 1, 1, &nv);
+        for (int nt = 3; nt <= 8; nt += 5) {
+            float *ln = eval_threads(test_path(shared, models[k]), ids, 24, HQ_TYPE_F16, 1, nt, &nv);
+            CHECK(l1 && ln);
+            if (l1 && ln)
+                CHECKF(!memcmp(l1, ln, (size_t)24 * nv * sizeof(float)), "%s: decode on %d threads differs from 1 thread",
+                       models[k], nt);
+            free(ln);
+        }
+        free(l1);
+    }
+}
+
 int main(void) {
     hr_init();
     const char *shared = test_shared_dir();
@@ -236,5 +267,6 @@ int main(void) {
     test_bad_inputs(shared);
     test_stories(shared);
     test_synth(shared);
+    test_decode_threads(shared);
     return test_summary();
 }

@@ -17,6 +17,7 @@
 #include "quant/quant.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #define HM_ALIGN 64
@@ -24,6 +25,13 @@
 #define HM_MAX_SPLIT 64   /* decode splits rows by measured speed up to this many threads (evenly above) */
 #define HM_KV_TILE 64     /* attention positions per online-softmax step (llama.cpp's CPU flash-attention tile) */
 #define HM_ATT_NQ 4       /* F32 path: heads of one token on one KV head scored together */
+
+/* Decode's work queue: thread i's unclaimed rows of a part, [front, back) in HM_ROW_CHUNKs, in one
+   word (back << 32 | front) on a cache line of its own.  The owner claims from the front, a thread
+   that has run out of rows of that part claims from the back. */
+typedef struct hm_mm_span {
+    _Alignas(HM_ALIGN) _Atomic uint64_t part[3];
+} hm_mm_span;
 
 /* activation types a weight can ask for (its vec_dot_type) */
 enum { HM_ACT_F32, HM_ACT_F16, HM_ACT_BF16, HM_ACT_Q8_0, HM_ACT_Q8_1, HM_ACT_Q8_K, HM_ACT_COUNT };
@@ -72,6 +80,7 @@ struct hm_ctx {
     uint8_t *att_scratch;
     size_t att_scratch_stride;
     double *dec_speed;              /* [n_threads]: weight bytes per ns each thread streamed in decode (EMA) */
+    hm_mm_span *dec_span;         /* [n_threads]: decode matmul jobs' work queues (hm_mm_claim) */
     uint64_t bytes;
     hm_timings t;
 };
@@ -186,6 +195,7 @@ void hm_ctx_free(hm_ctx *c) {
         for (int i = 0; i < HM_ACT_COUNT; i++) hr_free_aligned(acts[a]->q[i]);
     hr_free_aligned(c->att_scratch);
     free(c->dec_speed);
+    hr_free_aligned(c->dec_span);
     if (c->own_pool) hr_pool_free(c->pool);
     free(c);
 }
@@ -234,7 +244,8 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
         c->own_pool = true;
     }
     c->p.n_threads = hr_pool_size(c->pool);
-    if (!(c->dec_speed = malloc(sizeof(double) * (size_t)c->p.n_threads))) {
+    c->dec_span = hr_alloc_aligned(sizeof(hm_mm_span) * (size_t)c->p.n_threads, HM_ALIGN);
+    if (!(c->dec_speed = malloc(sizeof(double) * (size_t)c->p.n_threads)) || !c->dec_span) {
         hr_fail(err, HR_ENOMEM, "out of memory");
         goto err;
     }
@@ -367,71 +378,112 @@ typedef struct hm_mm_job {
     int n_items;
     int n;              /* tokens */
     double *speed;      /* decode: the ctx's dec_speed, which each thread updates for itself */
-    hq_silu_mul_fn glu; /* if set: items 0 and 1 are the gate and up projections (same rows), and each
-                           thread finishes its rows of them as gate = silu(gate) * up */
-    double cut[HM_MAX_SPLIT + 1]; /* decode: thread i's rows are the fraction [cut[i], cut[i+1]) of each
-                                     weight, fixed by the caller before the job starts */
+    hq_silu_mul_fn glu; /* if set: items 0 and 1 are the gate and up projections (same rows), computed
+                           together row range by row range, each range finished as gate = silu(gate) * up */
+    hm_mm_span *span;   /* decode (n = 1, nth <= HM_MAX_SPLIT): [nth]; NULL: static shares */
 } hm_mm_job;
 
-/* Decode splits each weight's rows between the threads in proportion to how fast each has been
-   streaming (dec_speed: an average over recent jobs, each thread updating its own entry after its
-   share), in whole HM_ROW_CHUNKs.  On a shared machine one core is often slower than the other for
-   long stretches — which one changes from run to run — and an even split left the faster thread
-   waiting: at 2 threads (Zen 5 VM, Llama-3.2-1B tg64, instrumented) the two threads' times per
-   matmul job differed by 13-30% of the job summed over a run (Q4_0 17%, Q8_0 13-30%, Q4_K_M 26%);
-   with this split 5-10%.  Which thread computes a row does not change the row's result. */
-static void hm_dec_cuts(const double *speed, int nth, double *cut) {
-    double tot = 0;
-    for (int i = 0; i < nth; i++) tot += speed[i];
-    cut[0] = 0;
-    for (int i = 0; i < nth; i++) cut[i + 1] = cut[i] + speed[i] / tot;
-    cut[nth] = 1;
-}
-static void hm_dec_rows(const double *cut, int64_t ne1, int ith, int nth, int64_t *r0, int64_t *r1) {
-    const int64_t nch = (ne1 + HM_ROW_CHUNK - 1) / HM_ROW_CHUNK;
-    *r0 = HR_MIN((int64_t)(nch * cut[ith] + 0.5) * HM_ROW_CHUNK, ne1);
-    *r1 = ith == nth - 1 ? ne1 : HR_MIN((int64_t)(nch * cut[ith + 1] + 0.5) * HM_ROW_CHUNK, ne1);
+/* A job's parts: the items, except that a GLU job's gate and up are one part */
+static int hm_mm_parts(const hm_mm_job *j) { return j->glu ? 1 : j->n_items; }
+
+/* rows [r0, r1) of part p: the tile kernel over them, for every token (a GLU part: the gate's rows,
+   the up's rows, then the gate over them); returns the weight bytes read */
+static uint64_t hm_mm_rows(const hm_mm_job *j, int p, int64_t r0, int64_t r1) {
+    uint64_t bytes = 0;
+    for (int it = p; it < (j->glu ? 2 : p + 1); it++) {
+        const hm_mm_item *m = &j->items[it];
+        const hm_tensor *w = m->w;
+        const hq_traits *tr = hq_get_traits(w->type);
+        const hq_gemm_fn gemm = w->packed ? tr->gemm_packed : tr->gemm; /* packed: whole groups */
+        /* tiles of HM_ROW_CHUNK weight rows x all tokens: the rows stay in cache while every
+           token's activations stream past them; decode (n = 1) hands the kernel the whole range
+           instead, so that it prepares the activation row once and streams the rows as one run */
+        const int64_t chunk = j->n == 1 ? HR_MAX(r1 - r0, 1) : HM_ROW_CHUNK;
+        for (int64_t r = r0; r < r1; r += chunk) {
+            int nr = (int)HR_MIN(chunk, r1 - r);
+            gemm((int)w->ne0, m->out + r, (size_t)w->ne1, w->data + r * w->row_bytes, w->row_bytes, nr, m->y,
+                 m->y_row, j->n);
+        }
+        bytes += (uint64_t)HR_MAX(r1 - r0, 0) * w->row_bytes;
+    }
+    if (j->glu) {
+        const int64_t ne1 = j->items[0].w->ne1;
+        for (int t = 0; t < j->n && r1 > r0; t++)
+            j->glu(r1 - r0, j->items[0].out + t * ne1 + r0, j->items[1].out + t * ne1 + r0);
+    }
+    return bytes;
 }
 
-/* thread ith's rows [r0, r1) of a weight with ne1 rows in this job */
-static void hm_mm_share(const hm_mm_job *j, int64_t ne1, int ith, int nth, int64_t *r0, int64_t *r1) {
-    if (j->n == 1 && nth <= HM_MAX_SPLIT) hm_dec_rows(j->cut, ne1, ith, nth, r0, r1);
-    else hr_split(ne1, ith, nth, HM_ROW_CHUNK, r0, r1);
+/* Claims rows of a span in whole HM_ROW_CHUNKs: the owner (front) half of what is left, at least
+   HM_MM_MIN_CLAIM chunks; another thread (back) half of what is left, at least one chunk.  Returns
+   false when nothing is left. */
+#define HM_MM_MIN_CLAIM 4
+static bool hm_mm_claim(_Atomic uint64_t *sp, bool front, int64_t ne1, int64_t *r0, int64_t *r1) {
+    uint64_t v = atomic_load_explicit(sp, memory_order_relaxed);
+    for (;;) {
+        const uint32_t f = (uint32_t)v, b = (uint32_t)(v >> 32);
+        if (f >= b) return false;
+        const uint32_t left = b - f;
+        uint32_t take = front ? HR_MAX((left + 1) / 2, HM_MM_MIN_CLAIM) : HR_MAX(left / 2, 1);
+        take = HR_MIN(take, left);
+        const uint64_t nv = front ? (uint64_t)b << 32 | (f + take) : (uint64_t)(b - take) << 32 | f;
+        if (atomic_compare_exchange_weak_explicit(sp, &v, nv, memory_order_relaxed, memory_order_relaxed)) {
+            const uint32_t c0 = front ? f : b - take;
+            *r0 = HR_MIN((int64_t)c0 * HM_ROW_CHUNK, ne1);
+            *r1 = HR_MIN((int64_t)(c0 + take) * HM_ROW_CHUNK, ne1);
+            return true;
+        }
+    }
+}
+
+/* Decode splits each part's rows between the threads in proportion to how fast each has been
+   streaming (dec_speed: an average over recent jobs, each thread updating its own entry after its
+   share).  On a shared machine one core is often slower than the other for long stretches — which
+   one changes from run to run — and an even split left the faster thread waiting: at 2 threads
+   (Zen 5 VM, Llama-3.2-1B tg64, instrumented) the two threads' times per matmul job differed by
+   13-30% of the job summed over a run (Q4_0 17%, Q8_0 13-30%, Q4_K_M 26%); with this split 5-10%.
+   What is left is noise within a job (a core slowed for some microseconds), which no split made
+   beforehand can know: so each thread claims its share a half at a time, and a thread that has
+   finished its share of a part takes the rest of another's from the back, before moving to the
+   next part.  Which thread computes a row does not change the row's result. */
+static void hm_dec_spans(const hm_mm_job *j, const double *speed, int nth, hm_mm_span *span) {
+    double tot = 0, cum = 0;
+    for (int i = 0; i < nth; i++) tot += speed[i];
+    for (int i = 0; i < nth; i++) {
+        const double c0 = cum / tot, c1 = (cum += speed[i]) / tot;
+        for (int p = 0; p < hm_mm_parts(j); p++) {
+            const int64_t nch = (j->items[p].w->ne1 + HM_ROW_CHUNK - 1) / HM_ROW_CHUNK;
+            const uint64_t f = i == 0 ? 0 : (uint64_t)HR_MIN((int64_t)(nch * c0 + 0.5), nch);
+            const uint64_t b = i == nth - 1 ? (uint64_t)nch : (uint64_t)HR_MIN((int64_t)(nch * c1 + 0.5), nch);
+            atomic_store_explicit(&span[i].part[p], b << 32 | f, memory_order_relaxed);
+        }
+    }
 }
 
 static void hm_mm_worker(void *arg, int ith, int nth) {
     hm_mm_job *j = arg;
-    const int64_t t0 = j->n == 1 ? hr_time_ns() : 0;
-    uint64_t bytes = 0;
-    for (int it = 0; it < j->n_items; it++) {
-        const hm_mm_item *m = &j->items[it];
-        const hm_tensor *w = m->w;
-        const hq_traits *tr = hq_get_traits(w->type);
-        int64_t r0, r1;
-        hm_mm_share(j, w->ne1, ith, nth, &r0, &r1);
-        bytes += (uint64_t)HR_MAX(r1 - r0, 0) * w->row_bytes;
-        const uint8_t *wd = w->data;
-        const hq_gemm_fn gemm = w->packed ? tr->gemm_packed : tr->gemm; /* packed: shares of whole groups */
-        /* tiles of HM_ROW_CHUNK weight rows x all tokens: the rows stay in cache while every
-           token's activations stream past them; decode (n = 1) hands the kernel the thread's whole
-           share instead, so that it prepares the activation row once and streams the rows as one run */
-        const int64_t chunk = j->n == 1 ? HR_MAX(r1 - r0, 1) : HM_ROW_CHUNK;
-        for (int64_t r = r0; r < r1; r += chunk) {
-            int nr = (int)HR_MIN(chunk, r1 - r);
-            gemm((int)w->ne0, m->out + r, (size_t)w->ne1, wd + r * w->row_bytes, w->row_bytes, nr, m->y, m->y_row,
-                 j->n);
+    if (!j->span) { /* static shares in HM_ROW_CHUNK tiles */
+        for (int p = 0; p < hm_mm_parts(j); p++) {
+            int64_t r0, r1;
+            hr_split(j->items[p].w->ne1, ith, nth, HM_ROW_CHUNK, &r0, &r1);
+            hm_mm_rows(j, p, r0, r1);
         }
+        return;
     }
-    if (j->glu) { /* the rows this thread just wrote in both */
-        const hm_tensor *w = j->items[0].w;
+    const int64_t t0 = hr_time_ns();
+    uint64_t bytes = 0;
+    for (int p = 0; p < hm_mm_parts(j); p++) {
+        const int64_t ne1 = j->items[p].w->ne1;
         int64_t r0, r1;
-        hm_mm_share(j, w->ne1, ith, nth, &r0, &r1);
-        for (int t = 0; t < j->n && r1 > r0; t++)
-            j->glu(r1 - r0, j->items[0].out + t * w->ne1 + r0, j->items[1].out + t * w->ne1 + r0);
+        while (hm_mm_claim(&j->span[ith].part[p], true, ne1, &r0, &r1)) bytes += hm_mm_rows(j, p, r0, r1);
+        for (int k = 1; k < nth; k++) {
+            _Atomic uint64_t *sp = &j->span[(ith + k) % nth].part[p];
+            while (hm_mm_claim(sp, false, ne1, &r0, &r1)) bytes += hm_mm_rows(j, p, r0, r1);
+        }
     }
     /* this thread's speed, averaged over ~8 jobs (a stall moves it by an eighth at most) and kept
        within [0.25, 64] bytes/ns; jobs too short to time say nothing */
-    const int64_t dt = j->n == 1 ? hr_time_ns() - t0 : 0;
+    const int64_t dt = hr_time_ns() - t0;
     if (dt > 20000 && bytes > 0) {
         const double v = 0.875 * j->speed[ith] + 0.125 * ((double)bytes / (double)dt);
         j->speed[ith] = HR_MIN(HR_MAX(v, 0.25), 64.0);
@@ -441,12 +493,15 @@ static void hm_mm_worker(void *arg, int ith, int nth) {
 static void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *outs, int nw, bool glu) {
     int64_t t0 = hr_time_ns();
     hm_mm_job j = {.n_items = nw, .n = a->n, .speed = c->dec_speed, .glu = glu ? hq_get_silu_mul(false) : NULL};
-    if (a->n == 1 && c->p.n_threads <= HM_MAX_SPLIT) hm_dec_cuts(c->dec_speed, c->p.n_threads, j.cut);
     for (int i = 0; i < nw; i++) {
         int ai = hm_act_index(hq_get_traits(ws[i]->type)->vec_dot_type);
         j.items[i].w = ws[i];
         j.items[i].y = hm_act_get(c, a, ai, &j.items[i].y_row);
         j.items[i].out = outs[i];
+    }
+    if (a->n == 1 && c->p.n_threads <= HM_MAX_SPLIT) {
+        j.span = c->dec_span;
+        hm_dec_spans(&j, c->dec_speed, c->p.n_threads, j.span);
     }
     hr_pool_run(c->pool, hm_mm_worker, &j);
     c->t.matmul_ns += hr_time_ns() - t0;
