@@ -640,19 +640,20 @@ done:
 
 /* ---- main --------------------------------------------------------------------------------------------- */
 
-/* the same tests with HEARTH_NO_SIMD=1 (the table is filled once per process) */
-static void run_generic_child(const char *self) {
+/* the same tests with env=1 (HEARTH_NO_SIMD: the generic table; HEARTH_NO_AVX512: the AVX2 family on a
+   CPU that has AVX-512), in a child process: the table is filled once per process */
+static void run_child(const char *self, const char *env) {
     fflush(stdout);
     fflush(stderr);
     const pid_t pid = fork();
     if (pid == 0) {
-        setenv("HEARTH_NO_SIMD", "1", 1);
+        setenv(env, "1", 1);
         execl("/proc/self/exe", self, "--no-reexec", "--short-bench", (char *)NULL);
         _exit(127);
     }
     int status = 0;
     CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "HEARTH_NO_SIMD=1 run failed (status %d)", status);
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s=1 run failed (status %d)", env, status);
 }
 
 /* The attention kernels: the dispatched ones give the generic ones' bits (same order, no FMA), for
@@ -662,6 +663,7 @@ static void test_attention(void) {
     /* with SIMD on, the dispatched kernels are the architecture's own (AVX2 or NEON) */
     if (!is_simd_disabled() && strcmp(hq_simd_name(), "generic"))
         CHECK(fast->kq != gen->kq && fast->kv != gen->kv && fast->acc16 != gen->acc16);
+    if (!is_simd_disabled() && strncmp(hq_simd_name(), "avx", 3) == 0) CHECK(fast->kq16 != gen->kq16);
     uint64_t rng = 12345;
     const int hds[] = {48, 64, 128, 36};
     for (size_t h = 0; h < HR_ARRAY_LEN(hds); h++)
@@ -713,16 +715,49 @@ static void test_attention(void) {
                 }
             }
             /* the F16 path's accumulator over tiles of 1..75 positions (F16 data only: NaN payloads may
-               differ): rescales of 1 (skipped), 0 (the first position's), and in (0, 1) */
+               differ): rescales of 1 (skipped), 0 (the first position's), and in (0, 1); one head, then
+               1-6 heads at once (strided) against the generic kernel and against one head at a time */
             hr_fp16 c1[128], c2[128];
             float ms[75];
             for (int i = 0; i < n; i++) ms[i] = i % 5 == 0 ? 0.75f + 0.003f * (float)i : i % 7 == 3 ? 0.0f : 1.0f;
             for (int d = 0; d < hd; d++) c1[d] = c2[d] = hr_fp32_to_fp16((float)(d % 11) * 0.3f - 1.5f);
-            for (int m = 1; f16 && m <= n; m += 9) {
-                fast->acc16(m, hd, c1, k, row, ms, p);
-                gen->acc16(m, hd, c2, k, row, ms, p);
+            for (int m = 1; f16 && m <= n; m += 9) { /* compared after every call: a zero rescale wipes the past */
+                fast->acc16(m, hd, 1, c1, 0, k, row, ms, p, 0);
+                gen->acc16(m, hd, 1, c2, 0, k, row, ms, p, 0);
+                ok &= !memcmp(c1, c2, (size_t)hd * sizeof(hr_fp16));
             }
-            ok &= !memcmp(c1, c2, (size_t)hd * sizeof(hr_fp16));
+            for (int nq = 1; f16 && nq <= 6; nq++) {
+                enum { AS = 136, PS = 80 };
+                hr_fp16 h1[6 * AS], h2[6 * AS], h3[6 * AS];
+                float mm[6 * PS], pp[6 * PS];
+                for (int j = 0; j < nq; j++)
+                    for (int i = 0; i < n; i++) {
+                        mm[j * PS + i] = (i + j) % 4 == 0 ? 0.5f + 0.004f * (float)i : (i * (j + 1)) % 9 == 5 ? 0.0f : 1.0f;
+                        pp[j * PS + i] = 1.0f / (float)(i + 1 + 2 * j);
+                    }
+                for (int e = 0; e < 6 * AS; e++) h1[e] = h2[e] = h3[e] = hr_fp32_to_fp16((float)(e % 13) * 0.2f - 1.1f);
+                for (int m = 1; m <= n; m += 12) {
+                    fast->acc16(m, hd, nq, h1, AS, k, row, mm, pp, PS);
+                    gen->acc16(m, hd, nq, h2, AS, k, row, mm, pp, PS);
+                    for (int j = 0; j < nq; j++) fast->acc16(m, hd, 1, h3 + j * AS, 0, k, row, mm + j * PS, pp + j * PS, 0);
+                    ok &= !memcmp(h1, h2, sizeof h1) && !memcmp(h1, h3, sizeof h1);
+                }
+            }
+            /* the F16 path's scores: 1-6 heads (q rounded to F16, strided) against the dispatched F16
+               vec_dot, score by score */
+            for (int nq = 1; f16 && nq <= 6; nq++) {
+                hr_fp16 q16[6 * 136];
+                float k1[6 * 80], k2[6 * 80];
+                for (int j = 0; j < nq; j++)
+                    for (int d = 0; d < hd; d++) q16[j * 136 + d] = hr_fp32_to_fp16((float)((d + 5 * j) % 11) * 0.23f - 1.0f);
+                for (int m = 1; m <= n; m += 12) {
+                    fast->kq16(m, hd, nq, q16, 136, k, row, k1, 80);
+                    for (int j = 0; j < nq; j++)
+                        for (int i = 0; i < m; i++)
+                            hq_get_traits(HQ_TYPE_F16)->vec_dot(hd, &k2[j * 80 + i], k + (size_t)i * row, q16 + j * 136);
+                    for (int j = 0; j < nq; j++) ok &= !memcmp(k1 + j * 80, k2 + j * 80, (size_t)m * sizeof(float));
+                }
+            }
             CHECKF(ok, "attention kernels (hd %d, %s cache) differ from the generic ones", hd, f16 ? "F16" : "F32");
             free(k);
         }
@@ -784,6 +819,7 @@ int main(int argc, char **argv) {
         bench(HQ_TYPE_Q8_0, 4096, 4096, min_s);
         if (!short_bench) bench(HQ_TYPE_Q4_0, 16384, 4096, min_s); /* 38 MB: past the L3 */
     }
-    if (reexec && !is_simd_disabled()) run_generic_child(argv[0]);
+    if (reexec && !strcmp(hq_simd_name(), "avx512")) run_child(argv[0], "HEARTH_NO_AVX512");
+    if (reexec && !is_simd_disabled()) run_child(argv[0], "HEARTH_NO_SIMD");
     return test_summary();
 }

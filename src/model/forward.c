@@ -24,7 +24,7 @@
 #define HM_ROW_CHUNK 16   /* rows per work unit: a multiple of every tile kernel's row step */
 #define HM_MAX_SPLIT 64   /* decode splits rows by measured speed up to this many threads (evenly above) */
 #define HM_KV_TILE 64     /* attention positions per online-softmax step (llama.cpp's CPU flash-attention tile) */
-#define HM_ATT_NQ 4       /* F32 path: heads of one token on one KV head scored together */
+#define HM_ATT_NQ 4       /* heads of one token on one KV head (GQA) scored and accumulated together */
 
 /* Decode's work queue: thread i's unclaimed rows of a part, [front, back) in HM_ROW_CHUNKs, in one
    word (back << 32 | front) on a cache line of its own.  The owner claims from the front, a thread
@@ -303,7 +303,7 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
         const hm_tensor *out[] = {&m->output};
         if (hm_act_init(c, &c->act_in, out, 1, E)) goto oom;
     }
-    c->att_scratch_stride = hr_pad((size_t)HM_ATT_NQ * (hd + HM_KV_TILE) * sizeof(float) + (size_t)hd * 2 * sizeof(hr_fp16),
+    c->att_scratch_stride = hr_pad((size_t)HM_ATT_NQ * (hd + 2 * HM_KV_TILE) * sizeof(float),
                                    HM_ALIGN);
     c->att_scratch = hm_ctx_alloc(c, c->att_scratch_stride * (size_t)c->p.n_threads);
     if (!c->att_scratch) goto oom;
@@ -567,35 +567,42 @@ static void hm_att_f32(const hq_att_kernels *ak, int nq, const float *q, const u
     }
 }
 
-/* F16 path, a tile of positions at a time: the scores (q16 . k_p, scaled), then the online softmax's
-   factors in order (m: the accumulator's rescale when the running max rises, else 1; w: the
-   position's weight), then the accumulator's F16 steps over the tile in one kernel call. The same
-   steps in the same order as one position at a time. */
-static void hm_att_f16(const hq_att_kernels *ak, const float *q, const uint8_t *kbase, const uint8_t *vbase,
+/* F16 path for nq (<= HM_ATT_NQ) heads of one token that share a KV head, a tile of positions at a
+   time: the scores (q16 . k_p) of all of them in one kernel call (each K row widened once), then each
+   head's online-softmax factors in order (m: the accumulator's rescale when the running max rises,
+   else 1; w: the position's weight), then the accumulators' F16 steps over the tile in one call
+   (each V row widened once).  Per head the steps of one head alone, position by position, in the
+   same order.  q16, acc16: [nq][hd]; m, w: [nq][HM_KV_TILE]; q and out: nq heads of hd in a row. */
+static void hm_att_f16(const hq_att_kernels *ak, int nq, const float *q, const uint8_t *kbase, const uint8_t *vbase,
                        size_t row, int32_t npos, int hd, float scale, hr_fp16 *q16, hr_fp16 *acc16, float *m,
                        float *w, float *out) {
-    const hq_traits *tr = hq_get_traits(HQ_TYPE_F16);
-    for (int d = 0; d < hd; d++) q16[d] = hr_fp32_to_fp16(q[d]);
-    memset(acc16, 0, (size_t)hd * sizeof(hr_fp16));
-    float M = -INFINITY, S = 0.0f;
+    float M[HM_ATT_NQ], S[HM_ATT_NQ];
+    for (int j = 0; j < nq; j++) M[j] = -INFINITY, S[j] = 0.0f;
+    for (int d = 0; d < nq * hd; d++) q16[d] = hr_fp32_to_fp16(q[d]);
+    memset(acc16, 0, (size_t)nq * hd * sizeof(hr_fp16));
     for (int32_t p0 = 0; p0 < npos; p0 += HM_KV_TILE) {
         const int nt = HR_MIN(HM_KV_TILE, npos - p0);
-        for (int i = 0; i < nt; i++) tr->vec_dot(hd, &w[i], kbase + (size_t)(p0 + i) * row, q16);
-        for (int i = 0; i < nt; i++) {
-            const float s = w[i] * scale;
-            m[i] = 1.0f, w[i] = 1.0f;
-            if (s > M) {
-                m[i] = expf(M - s);
-                M = s;
-            } else {
-                w[i] = expf(s - M);
+        ak->kq16(nt, hd, nq, q16, (size_t)hd, kbase + (size_t)p0 * row, row, w, HM_KV_TILE);
+        for (int j = 0; j < nq; j++) {
+            float *mj = m + j * HM_KV_TILE, *wj = w + j * HM_KV_TILE;
+            for (int i = 0; i < nt; i++) {
+                const float s = wj[i] * scale;
+                mj[i] = 1.0f, wj[i] = 1.0f;
+                if (s > M[j]) {
+                    mj[i] = expf(M[j] - s);
+                    M[j] = s;
+                } else {
+                    wj[i] = expf(s - M[j]);
+                }
+                S[j] = S[j] * mj[i] + wj[i];
             }
-            S = S * m[i] + w[i];
         }
-        ak->acc16(nt, hd, acc16, vbase + (size_t)p0 * row, row, m, w);
+        ak->acc16(nt, hd, nq, acc16, (size_t)hd, vbase + (size_t)p0 * row, row, m, w, HM_KV_TILE);
     }
-    float inv = S == 0.0f ? 0.0f : 1.0f / S;
-    for (int d = 0; d < hd; d++) out[d] = hr_fp16_to_fp32(acc16[d]) * inv;
+    for (int j = 0; j < nq; j++) {
+        const float inv = S[j] == 0.0f ? 0.0f : 1.0f / S[j];
+        for (int d = 0; d < hd; d++) out[(size_t)j * hd + d] = hr_fp16_to_fp32(acc16[(size_t)j * hd + d]) * inv;
+    }
 }
 
 /* Thread ith's items [w0, w1) of the n * nh (token, head) items of a batch, in order: contiguous
@@ -626,10 +633,11 @@ static void hm_att_worker(void *arg, int ith, int nth) {
     int hd = hp->head_dim, nh = c->nh, gqa = hp->n_head / hp->n_head_kv;
     int64_t Dq = c->Dq, Dkv = c->Dkv;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *acc = (float *)(c->att_scratch + (size_t)ith * c->att_scratch_stride); /* [HM_ATT_NQ][hd] */
-    float *sc = acc + HM_ATT_NQ * hd;                                  /* [HM_ATT_NQ][HM_KV_TILE] */
-    float *sw = sc + HM_KV_TILE;                                       /* F16 path: sc's second row */
-    hr_fp16 *q16 = (hr_fp16 *)(sc + HM_ATT_NQ * HM_KV_TILE), *acc16 = q16 + hd; /* [hd], [hd] */
+    /* scratch: F32 path acc [HM_ATT_NQ][hd] and sc [HM_ATT_NQ][HM_KV_TILE]; the F16 path's q16 and acc16
+       ([HM_ATT_NQ][hd] each, in acc's place), m (in sc's place) and w [HM_ATT_NQ][HM_KV_TILE] */
+    float *acc = (float *)(c->att_scratch + (size_t)ith * c->att_scratch_stride);
+    float *sc = acc + HM_ATT_NQ * hd, *sw = sc + HM_ATT_NQ * HM_KV_TILE;
+    hr_fp16 *q16 = (hr_fp16 *)acc, *acc16 = q16 + HM_ATT_NQ * hd;
     const uint8_t *K = c->k_cache[j->li], *V = c->v_cache[j->li];
     size_t es = c->kv_esize, row = (size_t)Dkv * es;
     bool f16 = c->kv_type == HQ_TYPE_F16;
@@ -643,14 +651,11 @@ static void hm_att_worker(void *arg, int ith, int nth) {
         const float *q = c->q + (int64_t)t * Dq + (int64_t)h * hd;
         const uint8_t *kb = K + (size_t)kvh * hd * es, *vb = V + (size_t)kvh * hd * es;
         float *out = c->att + (int64_t)t * Dq + (int64_t)h * hd;
+        /* this head and the next heads of this token on the same KV head, in this thread's range */
         g = 1;
-        if (f16_path) {
-            hm_att_f16(ak, q, kb, vb, row, npos, hd, scale, q16, acc16, sc, sw, out);
-            continue;
-        }
-        /* the next heads of this token on the same KV head, in this thread's range */
         while (g < HM_ATT_NQ && w + g < w1 && h + g < nh && (h + g) / gqa == kvh) g++;
-        hm_att_f32(ak, (int)g, q, kb, vb, row, f16, npos, hd, scale, acc, sc, out);
+        if (f16_path) hm_att_f16(ak, (int)g, q, kb, vb, row, npos, hd, scale, q16, acc16, sc, sw, out);
+        else hm_att_f32(ak, (int)g, q, kb, vb, row, f16, npos, hd, scale, acc, sc, out);
     }
 }
 

@@ -43,15 +43,19 @@ __attribute__((weak)) void hq_att_kq_avx2(int, int, int, const float *restrict, 
                                           size_t, bool, float *restrict, size_t);
 __attribute__((weak)) void hq_att_kv_avx2(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
                                           size_t, bool, float *restrict, size_t);
-__attribute__((weak)) void hq_att_acc16_avx2(int, int, hr_fp16 *restrict, const uint8_t *restrict, size_t,
-                                             const float *restrict, const float *restrict);
+__attribute__((weak)) void hq_att_acc16_avx2(int, int, int, hr_fp16 *restrict, size_t, const uint8_t *restrict,
+                                             size_t, const float *restrict, const float *restrict, size_t);
+__attribute__((weak)) void hq_att_acc16_avx512(int, int, int, hr_fp16 *restrict, size_t, const uint8_t *restrict,
+                                               size_t, const float *restrict, const float *restrict, size_t);
+__attribute__((weak)) void hq_att_kq16_avx2(int, int, int, const hr_fp16 *restrict, size_t, const uint8_t *restrict,
+                                            size_t, float *restrict, size_t);
 __attribute__((weak)) void hq_silu_mul_avx2(int64_t, float *restrict, const float *restrict);
 __attribute__((weak)) void hq_att_kq_neon(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
                                           size_t, bool, float *restrict, size_t);
 __attribute__((weak)) void hq_att_kv_neon(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
                                           size_t, bool, float *restrict, size_t);
-__attribute__((weak)) void hq_att_acc16_neon(int, int, hr_fp16 *restrict, const uint8_t *restrict, size_t,
-                                             const float *restrict, const float *restrict);
+__attribute__((weak)) void hq_att_acc16_neon(int, int, int, hr_fp16 *restrict, size_t, const uint8_t *restrict,
+                                             size_t, const float *restrict, const float *restrict, size_t);
 
 /* ---- attention, generic: the order and roundings hq_att_kq_fn / hq_att_kv_fn define ---- */
 static inline float hq_kv_elem(const uint8_t *row, int d, bool f16) {
@@ -85,26 +89,37 @@ static void hq_att_kv_generic(int n, int hd, int nq, const float *restrict p, si
         }
 }
 
-static void hq_att_acc16_generic(int n, int hd, hr_fp16 *restrict acc, const uint8_t *restrict v, size_t row,
-                                const float *restrict m, const float *restrict p) {
-    for (int i = 0; i < n; i++) {
-        const hr_fp16 *vi = (const hr_fp16 *)(v + (size_t)i * row);
-        if (m[i] != 1.0f)
-            for (int d = 0; d < hd; d++) acc[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(acc[d]) * m[i]);
-        for (int d = 0; d < hd; d++) {
-            volatile float pr = hr_fp16_to_fp32(vi[d]) * p[i];
-            acc[d] = hr_fp32_to_fp16(pr + hr_fp16_to_fp32(acc[d]));
+static void hq_att_acc16_generic(int n, int hd, int nq, hr_fp16 *restrict acc, size_t as, const uint8_t *restrict v,
+                                 size_t row, const float *restrict m, const float *restrict p, size_t ps) {
+    for (int j = 0; j < nq; j++) {
+        hr_fp16 *a = acc + (size_t)j * as;
+        const float *mj = m + (size_t)j * ps, *pj = p + (size_t)j * ps;
+        for (int i = 0; i < n; i++) {
+            const hr_fp16 *vi = (const hr_fp16 *)(v + (size_t)i * row);
+            if (mj[i] != 1.0f)
+                for (int d = 0; d < hd; d++) a[d] = hr_fp32_to_fp16(hr_fp16_to_fp32(a[d]) * mj[i]);
+            for (int d = 0; d < hd; d++) {
+                volatile float pr = hr_fp16_to_fp32(vi[d]) * pj[i];
+                a[d] = hr_fp32_to_fp16(pr + hr_fp16_to_fp32(a[d]));
+            }
         }
     }
+}
+static hq_traits hq_table[HQ_TYPE_COUNT];
+/* one vec_dot call per score: the definition the SIMD kernels reproduce */
+static void hq_att_kq16_generic(int n, int hd, int nq, const hr_fp16 *restrict q, size_t qs, const uint8_t *restrict k,
+                                size_t row, float *restrict s, size_t ss) {
+    for (int j = 0; j < nq; j++)
+        for (int i = 0; i < n; i++)
+            hq_table[HQ_TYPE_F16].vec_dot(hd, &s[(size_t)j * ss + i], k + (size_t)i * row, q + (size_t)j * qs);
 }
 static void hq_silu_mul_generic(int64_t n, float *restrict g, const float *restrict u) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 static hq_silu_mul_fn hq_silu_mul = hq_silu_mul_generic;
-static hq_att_kernels hq_att = {hq_att_kq_generic, hq_att_kv_generic, hq_att_acc16_generic};
-static const hq_att_kernels hq_att_generic = {hq_att_kq_generic, hq_att_kv_generic, hq_att_acc16_generic};
-
-static hq_traits hq_table[HQ_TYPE_COUNT];
+static hq_att_kernels hq_att = {hq_att_kq_generic, hq_att_kv_generic, hq_att_acc16_generic, hq_att_kq16_generic};
+static const hq_att_kernels hq_att_generic = {hq_att_kq_generic, hq_att_kv_generic, hq_att_acc16_generic,
+                                              hq_att_kq16_generic};
 
 /* The generic tile: one vec_dot per (row, column). Each type's entry gets its own instance so the
    indirect call goes to that type's dispatched vec_dot. */
@@ -213,20 +228,21 @@ static void hq_init_once(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         HQ_USE_SIMD_ALL(avx2);
-        if (hq_att_kq_avx2 && hq_att_kv_avx2 && hq_att_acc16_avx2)
-            hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2, hq_att_acc16_avx2};
+        if (hq_att_kq_avx2 && hq_att_kv_avx2 && hq_att_acc16_avx2 && hq_att_kq16_avx2)
+            hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2, hq_att_acc16_avx2, hq_att_kq16_avx2};
         if (hq_silu_mul_avx2) hq_silu_mul = hq_silu_mul_avx2;
         hq_simd = "avx2";
         if (!hq_env_set("HEARTH_NO_AVX512") && __builtin_cpu_supports("avx512f") &&
             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") && hq_vec_dot_avx512_q4_K) {
             HQ_USE_SIMD_ALL(avx512);
+            if (hq_att_acc16_avx512 && hq_att.acc16 == hq_att_acc16_avx2) hq_att.acc16 = hq_att_acc16_avx512;
             hq_simd = "avx512";
         }
     }
 #elif defined(HEARTH_ARCH_ARM)
     HQ_USE_SIMD_ALL(neon); /* NEON is mandatory on AArch64 */
     if (hq_att_kq_neon && hq_att_kv_neon && hq_att_acc16_neon)
-        hq_att = (hq_att_kernels){hq_att_kq_neon, hq_att_kv_neon, hq_att_acc16_neon};
+        hq_att = (hq_att_kernels){hq_att_kq_neon, hq_att_kv_neon, hq_att_acc16_neon, hq_att_kq16_generic};
     hq_simd = "neon";
 #endif
 }

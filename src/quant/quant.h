@@ -151,17 +151,24 @@ typedef void (*hq_att_kq_fn)(int n, int hd, int nq, const float *restrict q, siz
    all nq. */
 typedef void (*hq_att_kv_fn)(int n, int hd, int nq, const float *restrict p, size_t ps, const uint8_t *restrict v,
                              size_t row, bool f16, float *restrict acc, size_t as);
-/* The F16 path (llama.cpp's per-row kernel) over n positions of a tile, in order, every step rounded
-   to F16 to nearest even: for i < n, if m[i] != 1 then acc[d] = f16(f32(acc[d]) * m[i]) (the
-   online softmax's rescale: with m[i] = 1 it would change nothing); then
-   acc[d] = f16(f32(v_i[d]) * p[i] + f32(acc[d])), product and sum rounded separately, v_i the F16 row
-   at v + i*row (a NaN's payload may differ between kernels). */
-typedef void (*hq_att_acc16_fn)(int n, int hd, hr_fp16 *restrict acc, const uint8_t *restrict v, size_t row,
-                                const float *restrict m, const float *restrict p);
+/* The F16 path (llama.cpp's per-row kernel) over n positions of a tile, for nq heads (j < nq: the
+   accumulator at acc + j*as, factors at m + j*ps and p + j*ps), in order, every step rounded to F16
+   to nearest even: for i < n, if m_j[i] != 1 then acc_j[d] = f16(f32(acc_j[d]) * m_j[i]) (the online
+   softmax's rescale: with m = 1 it would change nothing); then
+   acc_j[d] = f16(f32(v_i[d]) * p_j[i] + f32(acc_j[d])), product and sum rounded separately, v_i the F16
+   row at v + i*row, read once for all nq heads (a NaN's payload may differ between kernels). */
+typedef void (*hq_att_acc16_fn)(int n, int hd, int nq, hr_fp16 *restrict acc, size_t as, const uint8_t *restrict v,
+                                size_t row, const float *restrict m, const float *restrict p, size_t ps);
+/* The F16 path's scores: s_j[i] = the F16 type's dispatched vec_dot of k_i (the F16 row at k + i*row)
+   with q_j (F16, at q + j*qs), for i < n and j < nq: each K row read and widened once for all nq
+   heads, each sum the vec_dot's bit for bit. */
+typedef void (*hq_att_kq16_fn)(int n, int hd, int nq, const hr_fp16 *restrict q, size_t qs,
+                               const uint8_t *restrict k, size_t row, float *restrict s, size_t ss);
 typedef struct hq_att_kernels {
     hq_att_kq_fn kq;
     hq_att_kv_fn kv;
     hq_att_acc16_fn acc16;
+    hq_att_kq16_fn kq16;
 } hq_att_kernels;
 /* The dispatched attention kernels (SIMD where the CPU has it); `generic` the portable ones. */
 const hq_att_kernels *hq_get_att(bool generic);

@@ -111,14 +111,15 @@ static void hq_att_mad16(int hd, hr_fp16 *restrict acc, const hr_fp16 *restrict 
     for (; d < hd; d++) acc[d] = hr_fp32_to_fp16(hq_mul_sep1(hr_fp16_to_fp32(v[d]), p) + hr_fp16_to_fp32(acc[d]));
 }
 
-/* position after position through the accumulator in memory (the AVX2 kernel keeps it in
-   registers; not done here yet) */
-void hq_att_acc16_neon(int n, int hd, hr_fp16 *restrict acc, const uint8_t *restrict v, size_t row,
-                       const float *restrict m, const float *restrict p) {
-    for (int i = 0; i < n; i++) {
-        if (m[i] != 1.0f) hq_att_scale16(hd, acc, m[i]);
-        hq_att_mad16(hd, acc, (const hr_fp16 *)(v + (size_t)i * row), p[i]);
-    }
+/* head after head, position after position through the accumulator in memory (the AVX2 kernel keeps
+   it in registers and widens each V chunk once for a GQA group's heads; not done here yet) */
+void hq_att_acc16_neon(int n, int hd, int nq, hr_fp16 *restrict acc, size_t as, const uint8_t *restrict v,
+                       size_t row, const float *restrict m, const float *restrict p, size_t ps) {
+    for (int j = 0; j < nq; j++)
+        for (int i = 0; i < n; i++) {
+            if (m[(size_t)j * ps + i] != 1.0f) hq_att_scale16(hd, acc + (size_t)j * as, m[(size_t)j * ps + i]);
+            hq_att_mad16(hd, acc + (size_t)j * as, (const hr_fp16 *)(v + (size_t)i * row), p[(size_t)j * ps + i]);
+        }
 }
 
 #endif

@@ -130,35 +130,39 @@ void hq_att_kv_avx2(int n, int hd, int nq, const float *restrict p, size_t ps, c
 /* round each lane to F16 and back (nearest even) */
 static inline __m256 hq_r16(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 
-/* C chunks of 8 elements of the accumulator, held in registers across all n positions (each
-   element's steps are independent of the others', so blocking over d keeps every rounding) */
-#define HQ_ACC16_BLOCK(C)                                                                              \
+/* C chunks of 8 elements of NQ heads' accumulators, held in registers across all n positions; each
+   V chunk is widened once for the NQ heads (each element's steps are independent of the others', so
+   blocking over d and heads keeps every rounding) */
+#define HQ_ACC16_BLOCK(C, NQ)                                                                          \
     for (; d0 + 8 * (C) <= hd; d0 += 8 * (C)) {                                                        \
-        __m256 a[C];                                                                                   \
-        _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++) a[k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + d0 + 8 * k))); \
+        __m256 a[NQ][C];                                                                               \
+        _Pragma("GCC unroll 4") for (int j = 0; j < (NQ); j++)                                         \
+            _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++)                                      \
+                a[j][k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + j * as + d0 + 8 * k))); \
         for (int i = 0; i < n; i++) {                                                                  \
             const hr_fp16 *vi = (const hr_fp16 *)(v + (size_t)i * row) + d0;                           \
-            if (m[i] != 1.0f) {                                                                        \
-                const __m256 vm = _mm256_set1_ps(m[i]);                                                \
-                _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++) a[k] = hq_r16(_mm256_mul_ps(a[k], vm));                 \
+            __m256 x[C];                                                                               \
+            _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++)                                      \
+                x[k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vi + 8 * k)));                \
+            _Pragma("GCC unroll 4") for (int j = 0; j < (NQ); j++) {                                   \
+                const float mj = m[j * ps + i];                                                        \
+                if (mj != 1.0f) {                                                                      \
+                    const __m256 vm = _mm256_set1_ps(mj);                                              \
+                    _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++) a[j][k] = hq_r16(_mm256_mul_ps(a[j][k], vm)); \
+                }                                                                                      \
+                const __m256 vp = _mm256_set1_ps(p[j * ps + i]);                                       \
+                _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++)                                  \
+                    a[j][k] = hq_r16(_mm256_add_ps(_mm256_mul_ps(x[k], vp), a[j][k]));                 \
             }                                                                                          \
-            const __m256 vp = _mm256_set1_ps(p[i]);                                                    \
-            _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++)                                                              \
-                a[k] = hq_r16(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vi + 8 * k))), vp), a[k])); \
         }                                                                                              \
-        _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++)                                                                  \
-            _mm_storeu_si128((__m128i *)(acc + d0 + 8 * k), _mm256_cvtps_ph(a[k], _MM_FROUND_TO_NEAREST_INT)); \
+        _Pragma("GCC unroll 4") for (int j = 0; j < (NQ); j++)                                         \
+            _Pragma("GCC unroll 8") for (int k = 0; k < (C); k++)                                      \
+                _mm_storeu_si128((__m128i *)(acc + j * as + d0 + 8 * k), _mm256_cvtps_ph(a[j][k], _MM_FROUND_TO_NEAREST_INT)); \
     }
 
-/* The accumulator stays in registers for the whole tile, 64 elements at a time: the per-position
-   kernels it replaces stored it and loaded it back after every position, a chain through memory of
-   about 170 cycles per position and head (Llama-3.2-1B decode at 64 positions: attention was 5% of
-   a token). */
-void hq_att_acc16_avx2(int n, int hd, hr_fp16 *restrict acc, const uint8_t *restrict v, size_t row,
-                       const float *restrict m, const float *restrict p) {
-    int d0 = 0;
-    HQ_ACC16_BLOCK(8)
-    HQ_ACC16_BLOCK(1)
+/* elements d0 .. hd-1 of one head's accumulator, one at a time (head sizes not a multiple of 8) */
+static void hq_acc16_tail(int d0, int n, int hd, hr_fp16 *restrict acc, const uint8_t *restrict v, size_t row,
+                          const float *restrict m, const float *restrict p) {
     for (; d0 < hd; d0++) {
         float a = _cvtsh_ss(acc[d0]);
         for (int i = 0; i < n; i++) {
@@ -167,5 +171,25 @@ void hq_att_acc16_avx2(int n, int hd, hr_fp16 *restrict acc, const uint8_t *rest
             a = _cvtsh_ss(_cvtss_sh(_cvtsh_ss(vi[d0]) * p[i] + a, _MM_FROUND_TO_NEAREST_INT));
         }
         acc[d0] = _cvtss_sh(a, _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+/* The accumulators stay in registers for the whole tile: one head 64 elements at a time, or the
+   heads of a GQA group 16 elements at a time, each V chunk widened once for all of them.  (The
+   per-position kernels this replaced stored the accumulator and loaded it back after every position,
+   a chain through memory of about 170 cycles per position and head; Llama-3.2-1B decode at 64
+   positions: attention was 5% of a token.) */
+void hq_att_acc16_avx2(int n, int hd, int nq, hr_fp16 *restrict acc, size_t as, const uint8_t *restrict v,
+                       size_t row, const float *restrict m, const float *restrict p, size_t ps) {
+    for (int j0 = 0; j0 < nq; j0 += 4, acc += 4 * as, m += 4 * ps, p += 4 * ps) {
+        const int g = nq - j0 < 4 ? nq - j0 : 4;
+        int d0 = 0;
+        switch (g) {
+        case 1: HQ_ACC16_BLOCK(8, 1) HQ_ACC16_BLOCK(1, 1) break;
+        case 2: HQ_ACC16_BLOCK(2, 2) HQ_ACC16_BLOCK(1, 2) break;
+        case 3: HQ_ACC16_BLOCK(2, 3) HQ_ACC16_BLOCK(1, 3) break;
+        default: HQ_ACC16_BLOCK(2, 4) HQ_ACC16_BLOCK(1, 4) break;
+        }
+        for (int j = 0; j < g; j++) hq_acc16_tail(d0, n, hd, acc + j * as, v, row, m + j * ps, p + j * ps);
     }
 }

@@ -668,6 +668,49 @@ void hq_vec_dot_avx2_f32(int n, float *restrict s, const void *restrict x, const
 void hq_vec_dot_avx2_f16(int n, float *restrict s, const void *restrict x, const void *restrict y) {
     *s = hq_vec_dot_float(HQ_F_F16, n, x, y);
 }
+/* The F16 path's attention scores (quant.h, hq_att_kq16_fn): hq_vec_dot_float's sums (four chains
+   over 32-element steps, the 8-element tail into the first, then the lanes), for the heads of a GQA
+   group, two at a time, each K chunk widened once for both and each q widened once per call rather
+   than once per position.  Head sizes above 256 or not a multiple of 8 take the vec_dot itself. */
+void hq_att_kq16_avx2(int n, int hd, int nq, const hr_fp16 *restrict q, size_t qs, const uint8_t *restrict k,
+                      size_t row, float *restrict s, size_t ss) {
+    if (hd > 256 || hd % 8) {
+        for (int j = 0; j < nq; j++)
+            for (int i = 0; i < n; i++)
+                s[(size_t)j * ss + i] = hq_vec_dot_float(HQ_F_F16, hd, k + (size_t)i * row, q + (size_t)j * qs);
+        return;
+    }
+    float qf[2][256] __attribute__((aligned(32)));
+    for (int j0 = 0; j0 < nq; j0 += 2) {
+        const int g = nq - j0 < 2 ? nq - j0 : 2;
+        for (int j = 0; j < g; j++)
+            for (int d = 0; d < hd; d += 8) _mm256_store_ps(qf[j] + d, hq_load8(HQ_F_F16, q + (size_t)(j0 + j) * qs, d));
+        if (g == 1) memcpy(qf[1], qf[0], (size_t)hd * sizeof(float)); /* a second head's work, not stored */
+        for (int i = 0; i < n; i++) {
+            const hr_fp16 *kr = (const hr_fp16 *)(k + (size_t)i * row);
+            __m256 a[2][4];
+            for (int j = 0; j < 2; j++) a[j][0] = a[j][1] = a[j][2] = a[j][3] = _mm256_setzero_ps();
+            int d = 0;
+            for (; d + 32 <= hd; d += 32) {
+                const __m256 x0 = hq_load8(HQ_F_F16, kr, d), x1 = hq_load8(HQ_F_F16, kr, d + 8);
+                const __m256 x2 = hq_load8(HQ_F_F16, kr, d + 16), x3 = hq_load8(HQ_F_F16, kr, d + 24);
+                for (int j = 0; j < 2; j++) {
+                    a[j][0] = _mm256_fmadd_ps(x0, _mm256_load_ps(qf[j] + d), a[j][0]);
+                    a[j][1] = _mm256_fmadd_ps(x1, _mm256_load_ps(qf[j] + d + 8), a[j][1]);
+                    a[j][2] = _mm256_fmadd_ps(x2, _mm256_load_ps(qf[j] + d + 16), a[j][2]);
+                    a[j][3] = _mm256_fmadd_ps(x3, _mm256_load_ps(qf[j] + d + 24), a[j][3]);
+                }
+            }
+            for (; d + 8 <= hd; d += 8) {
+                const __m256 x0 = hq_load8(HQ_F_F16, kr, d);
+                for (int j = 0; j < 2; j++) a[j][0] = _mm256_fmadd_ps(x0, _mm256_load_ps(qf[j] + d), a[j][0]);
+            }
+            for (int j = 0; j < g; j++)
+                s[(size_t)(j0 + j) * ss + i] =
+                    hq_hsum_ps(_mm256_add_ps(_mm256_add_ps(a[j][0], a[j][1]), _mm256_add_ps(a[j][2], a[j][3])));
+        }
+    }
+}
 void hq_vec_dot_avx2_bf16(int n, float *restrict s, const void *restrict x, const void *restrict y) {
     *s = hq_vec_dot_float(HQ_F_BF16, n, x, y);
 }
