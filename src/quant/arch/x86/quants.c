@@ -668,10 +668,25 @@ void hq_vec_dot_avx2_f32(int n, float *restrict s, const void *restrict x, const
 void hq_vec_dot_avx2_f16(int n, float *restrict s, const void *restrict x, const void *restrict y) {
     *s = hq_vec_dot_float(HQ_F_F16, n, x, y);
 }
+/* hq_hsum_ps of v[0..8) in lane p of one vector: the same additions, ((l0 + l4) + (l2 + l6)) +
+   ((l1 + l5) + (l3 + l7)), for eight vectors at once */
+HQ_INLINE __m256 hq_hsum8_ps(const __m256 *v) {
+    __m256 u[4], w[2];
+    for (int k = 0; k < 4; k++) /* halves: v[2k] lanes k + (k+4), v[2k+1] likewise */
+        u[k] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x31));
+    for (int k = 0; k < 2; k++) /* lanes 0 + 2 and 1 + 3 of each half */
+        w[k] = _mm256_add_ps(_mm256_shuffle_ps(u[2 * k], u[2 * k + 1], 0x44), _mm256_shuffle_ps(u[2 * k], u[2 * k + 1], 0xEE));
+    const __m256 r = _mm256_hadd_ps(w[0], w[1]); /* r0 r2 r4 r6 | r1 r3 r5 r7 */
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /* The F16 path's attention scores (quant.h, hq_att_kq16_fn): hq_vec_dot_float's sums (four chains
-   over 32-element steps, the 8-element tail into the first, then the lanes), for the heads of a GQA
-   group, two at a time, each K chunk widened once for both and each q widened once per call rather
-   than once per position.  Head sizes above 256 or not a multiple of 8 take the vec_dot itself. */
+   over 32-element steps, the 8-element tail into the first, the chains added pairwise, then the
+   lanes), for the heads of a GQA group two at a time: each K chunk widened once for both, each q
+   once per call rather than once per position, and the lanes of eight positions summed together
+   (hq_hsum8_ps).  Head sizes above 256 or not a multiple of 8 take the vec_dot itself. */
+#define HQ_KQ16_PF 8 /* positions ahead */
 void hq_att_kq16_avx2(int n, int hd, int nq, const hr_fp16 *restrict q, size_t qs, const uint8_t *restrict k,
                       size_t row, float *restrict s, size_t ss) {
     if (hd > 256 || hd % 8) {
@@ -681,6 +696,7 @@ void hq_att_kq16_avx2(int n, int hd, int nq, const hr_fp16 *restrict q, size_t q
         return;
     }
     float qf[2][256] __attribute__((aligned(32)));
+    __m256 c[2][8]; /* each head's chains summed, for eight positions */
     for (int j0 = 0; j0 < nq; j0 += 2) {
         const int g = nq - j0 < 2 ? nq - j0 : 2;
         for (int j = 0; j < g; j++)
@@ -688,6 +704,8 @@ void hq_att_kq16_avx2(int n, int hd, int nq, const hr_fp16 *restrict q, size_t q
         if (g == 1) memcpy(qf[1], qf[0], (size_t)hd * sizeof(float)); /* a second head's work, not stored */
         for (int i = 0; i < n; i++) {
             const hr_fp16 *kr = (const hr_fp16 *)(k + (size_t)i * row);
+            if (j0 == 0 && i + HQ_KQ16_PF < n) /* the cache's rows are far apart: a stride the hardware may not follow */
+                for (int b = 0; b < hd * 2; b += 64) _mm_prefetch((const char *)kr + HQ_KQ16_PF * row + b, _MM_HINT_T0);
             __m256 a[2][4];
             for (int j = 0; j < 2; j++) a[j][0] = a[j][1] = a[j][2] = a[j][3] = _mm256_setzero_ps();
             int d = 0;
@@ -705,12 +723,16 @@ void hq_att_kq16_avx2(int n, int hd, int nq, const hr_fp16 *restrict q, size_t q
                 const __m256 x0 = hq_load8(HQ_F_F16, kr, d);
                 for (int j = 0; j < 2; j++) a[j][0] = _mm256_fmadd_ps(x0, _mm256_load_ps(qf[j] + d), a[j][0]);
             }
-            for (int j = 0; j < g; j++)
-                s[(size_t)(j0 + j) * ss + i] =
-                    hq_hsum_ps(_mm256_add_ps(_mm256_add_ps(a[j][0], a[j][1]), _mm256_add_ps(a[j][2], a[j][3])));
+            for (int j = 0; j < 2; j++)
+                c[j][i % 8] = _mm256_add_ps(_mm256_add_ps(a[j][0], a[j][1]), _mm256_add_ps(a[j][2], a[j][3]));
+            if (i % 8 == 7)
+                for (int j = 0; j < g; j++) _mm256_storeu_ps(s + (size_t)(j0 + j) * ss + i - 7, hq_hsum8_ps(c[j]));
         }
+        for (int i = n - n % 8; i < n; i++)
+            for (int j = 0; j < g; j++) s[(size_t)(j0 + j) * ss + i] = hq_hsum_ps(c[j][i % 8]);
     }
 }
+
 void hq_vec_dot_avx2_bf16(int n, float *restrict s, const void *restrict x, const void *restrict y) {
     *s = hq_vec_dot_float(HQ_F_BF16, n, x, y);
 }
