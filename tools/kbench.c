@@ -6,7 +6,8 @@
  *                     (a fresh copy per pass, ~128 MiB in all, so every byte comes from DRAM)
  *   prefill (nc > 1): GOP/s (2 * rows * cols * nc / s) with the weights hot
  *
- * Weights are a few quantized random rows repeated down the matrix (quantizing a whole K-quant
+ * Weights are in the engine's layout (Q4_0 packed in groups of 4 rows, "Q4_0x4", where the kernel
+ * table has a packed kernel) and are a few quantized random rows repeated down the matrix (quantizing a whole K-quant
  * matrix with the reference code takes seconds); activations are quantized random rows.
  *
  * usage: kbench [-T TYPE,...] [-R ROWS] [-K COLS] [-n NC] [-r REPS] [--check]
@@ -36,15 +37,15 @@ static int kb_cmp(const void *a, const void *b) {
 
 /* the engine's loop: tiles of KB_CHUNK rows x all nc columns; decode (nc = 1) hands the kernel all
    the rows in one call, as the engine hands it a thread's whole share */
-static void kb_matmul(const hq_traits *tr, int K, int rows, const uint8_t *w, size_t rs, const void *y, size_t ys,
+static void kb_matmul(hq_gemm_fn gemm, int K, int rows, const uint8_t *w, size_t rs, const void *y, size_t ys,
                       int nc, float *out) {
     if (nc == 1) {
-        tr->gemm(K, out, (size_t)rows, w, rs, rows, y, ys, 1);
+        gemm(K, out, (size_t)rows, w, rs, rows, y, ys, 1);
         return;
     }
     for (int r = 0; r < rows; r += KB_CHUNK) {
         const int nr = rows - r < KB_CHUNK ? rows - r : KB_CHUNK;
-        tr->gemm(K, out + r, (size_t)rows, w + (size_t)r * rs, rs, nr, y, ys, nc);
+        gemm(K, out + r, (size_t)rows, w + (size_t)r * rs, rs, nr, y, ys, nc);
     }
 }
 
@@ -81,6 +82,24 @@ static int kb_run(int type, int rows, int K, int nc, int reps, bool check) {
         tr->from_float_ref(f, w + (size_t)r * rs, K);
     }
     for (int r = KB_DISTINCT; r < rows; r++) memcpy(w + (size_t)r * rs, w + (size_t)(r % KB_DISTINCT) * rs, rs);
+    /* the engine's layout: types with a packed kernel are packed where the shape allows (the first
+       rows kept in the file layout for --check's reference) */
+    const bool packed = hq_pack_ok(type, K, rows);
+    const hq_gemm_fn gemm = packed ? tr->gemm_packed : tr->gemm;
+    const int cr = rows < KB_DISTINCT ? rows : KB_DISTINCT;
+    uint8_t *orig = malloc(rs * (size_t)cr);
+    if (!orig) {
+        fprintf(stderr, "kbench: out of memory\n");
+        return 1;
+    }
+    memcpy(orig, w, rs * (size_t)cr);
+    char name[24];
+    snprintf(name, sizeof name, "%s%s", tr->name, packed ? "x4" : "");
+    if (packed) {
+        uint8_t *tmp = w + mat; /* the second copy's room, filled below */
+        for (int r = 0; r < rows; r += HQ_PACK_ROWS) tr->pack(tmp + (size_t)r * rs, w + (size_t)r * rs, rs, K);
+        memcpy(w, tmp, mat);
+    }
     for (int c = 1; c < copies; c++) memcpy(w + mat * c, w, mat);
     for (int j = 0; j < nc; j++) {
         for (int i = 0; i < K; i++) f[i] = kb_gauss();
@@ -88,52 +107,51 @@ static int kb_run(int type, int rows, int K, int nc, int reps, bool check) {
     }
 
     if (check) { /* the tile against vec_dot_ref, over the first 64 rows */
-        const int cr = rows < 64 ? rows : 64;
         double worst = 0;
-        kb_matmul(tr, K, cr, w, rs, y, ys, nc, out);
+        kb_matmul(gemm, K, cr, w, rs, y, ys, nc, out);
         for (int j = 0; j < nc; j++)
             for (int r = 0; r < cr; r++) {
                 float want;
-                tr->vec_dot_ref(K, &want, w + (size_t)r * rs, (const uint8_t *)y + (size_t)j * ys);
+                tr->vec_dot_ref(K, &want, orig + (size_t)r * rs, (const uint8_t *)y + (size_t)j * ys);
                 const double e = fabs((double)out[(size_t)j * cr + r] - want) / (fabs(want) + 1e-3);
                 if (e > worst) worst = e;
             }
-        printf("%-5s %5dx%-5d nc=%-3d check: worst relative difference to vec_dot_ref %.2e\n", tr->name, rows, K,
+        printf("%-6s %5dx%-5d nc=%-3d check: worst relative difference to vec_dot_ref %.2e\n", name, rows, K,
                nc, worst);
     }
 
     const double bytes = (double)mat;
     if (nc == 1) {
-        kb_matmul(tr, K, rows, w, rs, y, ys, 1, out); /* warm */
+        kb_matmul(gemm, K, rows, w, rs, y, ys, 1, out); /* warm */
         for (int i = 0; i < reps; i++) {
             const double t0 = hr_time_s();
-            kb_matmul(tr, K, rows, w, rs, y, ys, 1, out);
+            kb_matmul(gemm, K, rows, w, rs, y, ys, 1, out);
             t[i] = hr_time_s() - t0;
         }
         const double hot = kb_median(t, reps);
         const int cold_reps = copies < 3 * reps ? copies : 3 * reps;
         for (int i = 0; i < cold_reps; i++) {
             const double t0 = hr_time_s();
-            kb_matmul(tr, K, rows, w + mat * (size_t)(i % copies), rs, y, ys, 1, out);
+            kb_matmul(gemm, K, rows, w + mat * (size_t)(i % copies), rs, y, ys, 1, out);
             t[i] = hr_time_s() - t0;
         }
         const double cold = kb_median(t, cold_reps);
-        printf("%-5s %5dx%-5d nc=1   hot %6.2f GB/s (%5.1f ns/row)   cold %6.2f GB/s (%5.1f ns/row)\n", tr->name,
+        printf("%-6s %5dx%-5d nc=1   hot %6.2f GB/s (%5.1f ns/row)   cold %6.2f GB/s (%5.1f ns/row)\n", name,
                rows, K, bytes / hot * 1e-9, hot / rows * 1e9, bytes / cold * 1e-9, cold / rows * 1e9);
     } else {
-        kb_matmul(tr, K, rows, w, rs, y, ys, nc, out);
+        kb_matmul(gemm, K, rows, w, rs, y, ys, nc, out);
         for (int i = 0; i < reps; i++) {
             const double t0 = hr_time_s();
-            kb_matmul(tr, K, rows, w, rs, y, ys, nc, out);
+            kb_matmul(gemm, K, rows, w, rs, y, ys, nc, out);
             t[i] = hr_time_s() - t0;
         }
         const double s = kb_median(t, reps);
-        printf("%-5s %5dx%-5d nc=%-3d %7.2f GOP/s (%6.2f ms per matmul, %5.2f ns per row x column)\n", tr->name,
+        printf("%-6s %5dx%-5d nc=%-3d %7.2f GOP/s (%6.2f ms per matmul, %5.2f ns per row x column)\n", name,
                rows, K, nc, 2.0 * rows * K * nc / s * 1e-9, s * 1e3, s / ((double)rows * nc) * 1e9);
     }
     hr_free_aligned(w);
     hr_free_aligned(y);
-    free(f), free(out), free(t);
+    free(f), free(out), free(t), free(orig);
     return 0;
 }
 
