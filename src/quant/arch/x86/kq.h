@@ -41,10 +41,21 @@ KQ_INLINE void kq_k4_scales(const uint8_t *s, __m128i *sc, __m128i *mn) {
 
 /* ---- one row x NC columns: vec_dot, prefill tiles, decode ---------------------------------------- */
 
+/* The decode kernels' software prefetch goes to L2 (prefetcht1), not L1: in L1 the prefetched lines
+   hold the few L1 miss buffers for their whole trip from DRAM, and the demand loads and the L1
+   hardware prefetcher wait behind them, while L2 has room for the whole 8 KiB the stream runs
+   ahead.  Zen 4 (EPYC 9004 VM, kbench 2048 x 8192 cold, one core): Q4_0x4 12 -> 19-23 GB/s,
+   Q8_0 15 -> 17-22, Q4_K 17.8 -> 18.5, Q6_K 19.5 -> 21; Llama-3.2-1B decode, alternating pairs,
+   every pair faster: docs/benchmarks.md.  T2 measured the same as T1 there; T0 was the choice from
+   Zen 3 and Zen 5 measurements, where T1 was not tried. */
+#ifndef KQ_PF_HINT
+#define KQ_PF_HINT _MM_HINT_T1
+#endif
+
 /* touches every 64-byte line of [p, p + n) */
 KQ_INLINE void kq_prefetch_span(const char *p, int n) {
 #pragma GCC unroll 16
-    for (int o = 0; o < n; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    for (int o = 0; o < n; o += 64) _mm_prefetch(p + o, KQ_PF_HINT);
 }
 
 /* Decode streams each weight row from DRAM once.  It goes one row at a time, so the thread reads a

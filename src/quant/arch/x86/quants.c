@@ -19,10 +19,7 @@
  * zero), so results do not depend on which kernel family ran — a device without AVX2 computes the
  * same activations as one with it.
  */
-#include "quant/quant.h"
-
-#include <immintrin.h>
-#include <stddef.h>
+#include "quant/arch/x86/kq.h"
 
 #define HQ_INLINE static inline __attribute__((always_inline))
 
@@ -355,7 +352,7 @@ HQ_INLINE void hq_store4(const __m256 *acc, float *s) {
    share (hq_matvec) prefetches at least a whole group of 4 rows ahead: with long rows (K = 8192,
    a group of 18-27 KiB) a point 8 KiB past the group's start lies inside the group's own later
    rows, which the four streams read long before the linear walk gets there (kbench, 2048 x 8192
-   cold: Q4_K 13.4 -> 16.2 GB/s, Q6_K 11.7 -> 16.6). */
+   cold: Q4_K 13.4 -> 16.2 GB/s, Q6_K 11.7 -> 16.6).  The prefetches go to L2 (kq.h, KQ_PF_HINT). */
 #ifndef HQ_LPF
 #define HQ_LPF 8192
 #endif
@@ -364,12 +361,6 @@ HQ_INLINE void hq_store4(const __m256 *acc, float *s) {
 #endif
 
 enum { HQ_TC = 4 /* most activation rows per tile */ };
-
-/* touches every 64-byte line of [p, p + n) */
-HQ_INLINE void hq_prefetch_span(const char *p, int n) {
-    #pragma GCC unroll 8
-    for (int o = 0; o < n; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-}
 
 /* Q8_0: R weight rows xr[0..R) x C prepared columns; acc[c * 4 + r] */
 HQ_INLINE void hq_rows_q8(int R, int C, int k0, int kc, const char *const *xr, const void *buf, int stride,
@@ -382,7 +373,7 @@ HQ_INLINE void hq_rows_q8(int R, int C, int k0, int kc, const char *const *xr, c
         #pragma GCC unroll 4
         for (int i = 0; i < R; i++) t[c][i] = acc[c * 4 + i];
     for (int k = 0; k < kc; k++) {
-        if (HQ_LPF && pf) hq_prefetch_span(pf, R * (int)bs), pf += R * bs;
+        if (HQ_LPF && pf) kq_prefetch_span(pf, R * (int)bs), pf += R * bs;
         const size_t o = (size_t)(k0 + k) * bs;
         __m256i w[4], aw[4];
         __m256 dx[4];
@@ -434,7 +425,7 @@ HQ_INLINE void hq_rows4(int kind, bool packed, int C, int k0, int kc, const char
     #pragma GCC unroll 4
     for (int c = 0; c < C; c++) t[c] = acc[c];
     for (int k = 0; k < kc; k++) {
-        if (HQ_LPF && pf) hq_prefetch_span(pf, 8 * (int)bs), pf += 8 * bs;
+        if (HQ_LPF && pf) kq_prefetch_span(pf, 8 * (int)bs), pf += 8 * bs;
         const int b = 2 * (k0 + k);
         __m256i lo[4], hi[4];
         __m256 dx;
@@ -525,7 +516,7 @@ enum { HQ_KC_DEC = 128, HQ_KC_PRE = 16 };
    keep 4 rows, whose reduction across rows saves them a third of their work per byte. */
 HQ_INLINE __m256 hq_blk_q8(const char *row, const hq_a1 *a, int k, __m256 acc) {
     const block_q8_0 *xb = (const block_q8_0 *)(row + k * sizeof(block_q8_0));
-    hq_prefetch_span((const char *)xb + HQ_LPF, (int)sizeof(block_q8_0));
+    kq_prefetch_span((const char *)xb + HQ_LPF, (int)sizeof(block_q8_0));
     const __m256i w = _mm256_loadu_si256((const __m256i *)xb->qs);
     uint16_t h;
     memcpy(&h, &xb->d, 2);
