@@ -8,14 +8,16 @@ pp512) at 1 and 2 threads, and prints a markdown table with tok/s, the roofline 
 fraction of it reached. With --llama-bench PATH it also runs llama.cpp's llama-bench on the same
 files, side by side, and reports hearth / llama.cpp ratios.
 
-Decode is a stream of the weights through memory, and this machine's bandwidth moves by 10-20%
-from minute to minute (other tenants), so decode is then measured again in --rounds interleaved
-rounds: each round measures the roofline (membw with 4 KiB and with 2 MiB pages: the higher is the
-roofline) and runs hearth and llama-bench back to back on every model, so that each ratio compares
-runs a minute apart. Medians over the rounds, with their range.
+Decode is a stream of the weights through memory, and this machine's bandwidth moves from minute
+to minute (other tenants; on a Zen 4 VM it jumped between ~31 and ~53 GB/s at 2 threads), so
+decode is then measured again in --rounds interleaved rounds: each round runs hearth and llama-bench back to back on every model, each run (one tg128)
+between two membw passes, so that each ratio compares runs seconds apart and each roofline fraction
+uses the bandwidth of the seconds around its run (only where the two passes agree: see
+decode_rounds). Medians over the rounds, with their range.
 
 usage: bench/engine.py [--build build] [--models DIR] [--reps 5] [--threads 1,2]
-                       [--types Q4_0,Q8_0,Q4_K_M] [--llama-bench PATH] [--rounds 3] [--json OUT.json]
+                       [--types Q4_0,Q8_0,Q4_K_M] [--llama-bench PATH] [--rounds 5] [--rounds-only]
+                       [--json OUT.json]
 """
 import argparse, json, os, subprocess, sys, statistics
 
@@ -38,24 +40,34 @@ def decode_bytes(info):
     return total
 
 def decode_rounds(a, hearth, bandwidth, threads, paths):
-    """tg128 in interleaved rounds: per round and thread count the roofline, then per model hearth
-    and llama-bench back to back; prints a table of medians (ranges) and returns the raw figures"""
+    """tg128 in interleaved rounds, each run bracketed by the roofline: membw (2 MiB pages) just
+    before and just after it, one tg128 pass in between.  The machine's bandwidth jumps between
+    phases (on a Zen 4 VM: ~31 and ~53 GB/s at 2 threads, a phase lasting tens of seconds), so a
+    run's fraction of the roofline is taken only when its two brackets agree within 10% (a
+    "steady" run), against the higher of them; the tok/s and hearth / llama.cpp ratios use every
+    run.  Prints a table of medians (ranges) and returns the raw figures."""
     raw = []
+
+    def bracketed(t, cmd, get):
+        b0 = bandwidth(t, True, quick=True)
+        x = get(run(cmd))
+        b1 = bandwidth(t, True, quick=True)
+        return x, b0, b1
+
     for rd in range(a.rounds):
         for t in threads:
-            b4, b2 = bandwidth(t, False), bandwidth(t, True)
             for ty, (path, dbytes) in paths.items():
-                h = json.loads(run([hearth, "bench", "-m", path, "-t", str(t), "-p", "0", "-n", "128", "-r", "3",
-                                    "--json"]))[0]["tok_per_s"]
-                p = None
+                h, hb0, hb1 = bracketed(t, [hearth, "bench", "-m", path, "-t", str(t), "-p", "0", "-n", "128", "-r", "1",
+                                         "--json"], lambda o: json.loads(o)[0]["tok_per_s"])
+                p, pb0, pb1 = None, None, None
                 if a.llama_bench:
-                    lb = json.loads(run([a.llama_bench, "-m", path, "-t", str(t), "-p", "0", "-n", "128", "-r", "3",
-                                         "-o", "json"]))
-                    p = lb[0]["avg_ts"]
-                raw.append({"round": rd, "type": ty, "threads": t, "membw_4k": b4, "membw_2m": b2,
-                            "decode_bytes": dbytes, "hearth": h, "llama_bench": p})
-                print("round %d %s t%d: membw %.1f/%.1f GB/s, hearth %.2f, llama.cpp %s" % (
-                    rd + 1, ty, t, b4, b2, h, "%.2f" % p if p else "-"), file=sys.stderr, flush=True)
+                    p, pb0, pb1 = bracketed(t, [a.llama_bench, "-m", path, "-t", str(t), "-p", "0", "-n", "128", "-r", "1",
+                                             "-o", "json"], lambda o: json.loads(o)[0]["avg_ts"])
+                raw.append({"round": rd, "type": ty, "threads": t, "decode_bytes": dbytes, "hearth": h,
+                            "hearth_membw": [hb0, hb1], "llama_bench": p, "llama_bench_membw": [pb0, pb1]})
+                print("round %d %s t%d: hearth %.2f (membw %.1f / %.1f), llama.cpp %s" % (
+                    rd + 1, ty, t, h, hb0, hb1,
+                    "%.2f (membw %.1f / %.1f)" % (p, pb0, pb1) if p else "-"), file=sys.stderr, flush=True)
 
     def med(xs):
         xs = [x for x in xs if x is not None]
@@ -64,20 +76,28 @@ def decode_rounds(a, hearth, bandwidth, threads, paths):
     def fmt(m, f="%.1f"):
         return ("%s (%s-%s)" % (f % m[0], f % m[1], f % m[2])) if m else ""
 
-    print("\ndecode tg128, %d interleaved rounds (medians, range); roofline = the round's better membw / bytes "
-          "per token" % a.rounds)
-    print("| model | threads | membw GB/s (4 KiB / 2 MiB) | hearth tok/s | llama.cpp tok/s | hearth / llama.cpp "
-          "| hearth of roofline |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    def steady(b):
+        return b[0] is not None and abs(b[0] - b[1]) <= 0.1 * max(b)
+
+    def frac(tok, dbytes, b):
+        return 100 * tok * dbytes / (max(b) * 1e9)
+
+    print("\ndecode tg128, %d interleaved rounds (medians, range); each run between two membw passes (2 MiB "
+          "pages); of roofline: runs whose two passes agree within 10%%, against the higher" % a.rounds)
+    print("| model | threads | hearth tok/s | llama.cpp tok/s | hearth / llama.cpp | steady runs | hearth of roofline "
+          "| llama.cpp of roofline |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for t in threads:
         for ty in paths:
             rs = [r for r in raw if r["type"] == ty and r["threads"] == t]
-            roof = [100 * r["hearth"] * r["decode_bytes"] / (max(r["membw_4k"], r["membw_2m"]) * 1e9) for r in rs]
+            hs = [r for r in rs if steady(r["hearth_membw"])]
+            ps = [r for r in rs if r["llama_bench"] and steady(r["llama_bench_membw"])]
             ratio = [r["hearth"] / r["llama_bench"] if r["llama_bench"] else None for r in rs]
-            print("| %s | %d | %.1f / %.1f | %s | %s | %s | %s |" % (
-                ty, t, statistics.median(r["membw_4k"] for r in rs), statistics.median(r["membw_2m"] for r in rs),
-                fmt(med(r["hearth"] for r in rs)), fmt(med(r["llama_bench"] for r in rs)),
-                fmt(med(ratio), "%.2f"), fmt(med(roof), "%.0f%%")))
+            print("| %s | %d | %s | %s | %s | %d / %d | %s | %s |" % (
+                ty, t, fmt(med(r["hearth"] for r in rs)), fmt(med(r["llama_bench"] for r in rs)),
+                fmt(med(ratio), "%.2f"), len(hs), len(rs),
+                fmt(med(frac(r["hearth"], r["decode_bytes"], r["hearth_membw"]) for r in hs), "%.0f%%"),
+                fmt(med(frac(r["llama_bench"], r["decode_bytes"], r["llama_bench_membw"]) for r in ps), "%.0f%%")))
     return raw
 
 def main():
@@ -89,7 +109,8 @@ def main():
     ap.add_argument("--types", default="Q4_0,Q8_0,Q4_K_M")
     ap.add_argument("--vocab-from", default="../shared/models/stories260K.gguf")
     ap.add_argument("--llama-bench", default=None, help="path to llama.cpp's llama-bench, to run side by side")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved decode rounds (0: none)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved decode rounds (0: none)")
+    ap.add_argument("--rounds-only", action="store_true", help="only the decode rounds (no single pass, no prefill)")
     ap.add_argument("--json", default=None, help="also write all results to this file")
     a = ap.parse_args()
     hearth = os.path.join(a.build, "hearth")
@@ -97,8 +118,9 @@ def main():
     os.makedirs(a.models, exist_ok=True)
     threads = [int(t) for t in a.threads.split(",")]
 
-    def bandwidth(t, huge):
-        cmd = [membw, "-t", str(t), "-s", "2048", "--json"] + (["--huge"] if huge else [])
+    def bandwidth(t, huge, quick=False):
+        cmd = [membw, "-t", str(t), "-s", "1024" if quick else "2048", "-r", "3" if quick else "7",
+               "--json"] + (["--huge"] if huge else [])
         return json.loads(run(cmd))["gb_per_s"]
 
     bw = {}
@@ -113,6 +135,8 @@ def main():
         info = json.loads(run([hearth, "info", "--json", path]))
         dbytes = decode_bytes(info)
         paths[ty] = (path, dbytes)
+        if a.rounds_only:
+            continue
         out = json.loads(run([hearth, "bench", "-m", path, "-t", a.threads, "-p", "128,512", "-n", "128",
                               "-r", str(a.reps), "--json"]))
         peer = {}
@@ -132,6 +156,17 @@ def main():
             p = peer.get((test, t))
             rows.append((ty, test, t, r["tok_per_s"], roof, p))
 
+    if a.rounds_only:
+        rows = None
+    if rows is not None:
+        print_single_pass(a, threads, bw, rows)
+    if a.rounds > 0:
+        results["rounds"] = decode_rounds(a, hearth, bandwidth, threads, paths)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+def print_single_pass(a, threads, bw, rows):
     print("memory read bandwidth (membw, median, the better of 4 KiB and 2 MiB pages): " +
           ", ".join("%d thread%s %.1f GB/s" % (t, "s" if t > 1 else "", bw[t]) for t in threads))
     hdr = "| model | test | threads | hearth tok/s | roofline tok/s | of roofline |"
@@ -147,11 +182,6 @@ def main():
         if a.llama_bench:
             line += " %s | %s |" % ("%.1f" % p if p else "", "%.2f" % (ts / p) if p else "")
         print(line)
-    if a.rounds > 0:
-        results["rounds"] = decode_rounds(a, hearth, bandwidth, threads, paths)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
 
 if __name__ == "__main__":
     main()
