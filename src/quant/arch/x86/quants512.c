@@ -116,10 +116,12 @@ void hq_gemm_packed_avx512_q4_0(int n, float *restrict s, size_t lds, const void
    (w ^ 0x80 = w + 128 as a byte), which adds 128 * (the four activations) to each int32 lane: the
    sum starts from -128 * those (computed once per activation block), so vpdpbusd itself takes it
    back out.  A vector holds one block of two rows, so each row keeps the AVX2 tile's eight lanes
-   (same integers, same float steps, same final hadds): bit-identical results.  Two pairs of rows
-   go together and share each column's broadcasts: ~4 instructions per block, pair of rows and
-   column against the AVX2 tile's ~14 (Zen 4, kbench Q8_0 2048 x 2048 x 16: 77-82 -> 93-96 GOP/s,
-   one pair at a time with the offset subtracted after: pp128 +15-20% at 1 and 2 threads). */
+   (same integers, same float steps, same final hadds): bit-identical results.  Four pairs of rows
+   go together and share each column's broadcasts, and the row scales are broadcast loads from
+   hr_fp16_table: ~4 instructions per block, pair of rows and column against the AVX2 tile's ~14.
+   Zen 4 (512-bit instructions run as two halves, so the pipes' work is what counts), kbench Q8_0
+   2048 x 2048 x 16 GOP/s: one pair at a time with the offset subtracted after 77-82, two pairs
+   93-96, four pairs with the table's scales 107-110; Llama-3.2-1B pp128 t1 40 -> 46 -> 53.5. */
 
 /* a prepared activation block: its codes, -128 * the sum of each lane's four codes (the start of
    vpdpbusd's sum, which takes the offset back out as it goes), its scale */
@@ -136,38 +138,41 @@ QZ_INLINE void qz_prep8(const block_q8_0 *y, int k0, int kc, qz_b *a) {
     }
 }
 
-/* NP (1, 2) pairs of rows (xr[2p], xr[2p+1]) x C prepared columns over blocks k0 .. k0+kc; acc[p][c]: row
-   2p's 8 lanes, then 2p+1's.  Two pairs share each column's broadcasts. */
+/* NP (2 or 4) pairs of rows (xr[2p], xr[2p+1]) x C prepared columns over blocks k0 .. k0+kc; acc[p][c]:
+   row 2p's 8 lanes, then 2p+1's.  The pairs share each column's broadcasts. */
 QZ_INLINE void qz_rows8(int NP, int C, const char *const *xr, int k0, int kc, const qz_b *buf, __m512 (*acc)[QZ_TC]) {
     const __m512i c128 = _mm512_set1_epi8((char)0x80);
-    __m512 t[2][QZ_TC];
-#pragma GCC unroll 2
+    __m512 t[4][QZ_TC];
+#pragma GCC unroll 4
     for (int q = 0; q < NP; q++)
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) t[q][c] = acc[q][c];
     for (int k = 0; k < kc; k++) {
-        __m512i w[2];
-        __m512 dx[2];
-#pragma GCC unroll 2
+        __m512i w[4];
+        __m512 dx[4];
+#pragma GCC unroll 4
         for (int q = 0; q < NP; q++) {
             const block_q8_0 *x0 = (const block_q8_0 *)xr[2 * q] + k0 + k, *x1 = (const block_q8_0 *)xr[2 * q + 1] + k0 + k;
             w[q] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x0->qs)),
                                                        _mm256_loadu_si256((const __m256i *)x1->qs), 1), c128);
-            dx[q] = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_cvtsh_ss(x0->d)), _mm512_set1_ps(_cvtsh_ss(x1->d)));
+            /* the scales from hr_fp16_table as broadcast loads, the second under a mask: no FP-pipe
+               conversion or shuffle per pair and block */
+            dx[q] = _mm512_mask_broadcastss_ps(_mm512_set1_ps(hr_fp16_table[x0->d]), 0xFF00,
+                                               _mm_load_ss(&hr_fp16_table[x1->d]));
         }
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
             const qz_b *a = buf + c * QZ_KB + k;
             const __m512i av = _mm512_broadcast_i64x4(a->a), corr = _mm512_broadcast_i64x4(a->corr);
             const __m512 ad = _mm512_set1_ps(a->d);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int q = 0; q < NP; q++) {
                 const __m512i p = _mm512_dpbusd_epi32(corr, w[q], av);
                 t[q][c] = _mm512_fmadd_ps(_mm512_mul_ps(dx[q], ad), _mm512_cvtepi32_ps(p), t[q][c]);
             }
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int q = 0; q < NP; q++)
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) acc[q][c] = t[q][c];
@@ -194,8 +199,15 @@ void hq_gemm_avx512_q8_0(int n, float *restrict s, size_t lds, const void *restr
                 const int kc = nb - k0 < QZ_KB ? nb - k0 : QZ_KB;
                 for (int c = 0; c < C; c++)
                     qz_prep8((const block_q8_0 *)((const char *)y + (size_t)(j + c) * by), k0, kc, buf + c * QZ_KB);
-                for (int g = 0; g < np; g += 2) { /* np is even: whole groups of 4 rows */
-                    switch (C) {
+                for (int g = 0; g < np; g += 4) {
+                    const int n2 = np - g >= 4 ? 4 : 2;
+                    if (n2 == 4) switch (C) {
+                    case 1: qz_rows8(4, 1, xr + 2 * g, k0, kc, buf, acc + g); break;
+                    case 2: qz_rows8(4, 2, xr + 2 * g, k0, kc, buf, acc + g); break;
+                    case 3: qz_rows8(4, 3, xr + 2 * g, k0, kc, buf, acc + g); break;
+                    default: qz_rows8(4, 4, xr + 2 * g, k0, kc, buf, acc + g); break;
+                    }
+                    else switch (C) {
                     case 1: qz_rows8(2, 1, xr + 2 * g, k0, kc, buf, acc + g); break;
                     case 2: qz_rows8(2, 2, xr + 2 * g, k0, kc, buf, acc + g); break;
                     case 3: qz_rows8(2, 3, xr + 2 * g, k0, kc, buf, acc + g); break;
