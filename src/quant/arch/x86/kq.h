@@ -46,7 +46,7 @@ KQ_INLINE void kq_k4_scales(const uint8_t *s, __m128i *sc, __m128i *mn) {
    hardware prefetcher wait behind them, while L2 has room for the whole 8 KiB the stream runs
    ahead.  Zen 4 (EPYC 9004 VM, kbench 2048 x 8192 cold, one core): Q4_0x4 12 -> 19-23 GB/s,
    Q8_0 15 -> 17-22, Q4_K 17.8 -> 18.5, Q6_K 19.5 -> 21; Llama-3.2-1B decode, alternating pairs,
-   every pair faster: docs/benchmarks.md.  T2 measured the same as T1 there; T0 was the choice from
+   17 of 18 faster (t1 +8-29%): docs/benchmarks.md.  T2 measured the same as T1 there; T0 was the choice from
    Zen 3 and Zen 5 measurements, where T1 was not tried. */
 #ifndef KQ_PF_HINT
 #define KQ_PF_HINT _MM_HINT_T1

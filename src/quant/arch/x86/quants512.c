@@ -138,20 +138,20 @@ QZ_INLINE void qz_prep8(const block_q8_0 *y, int k0, int kc, qz_b *a) {
     }
 }
 
-/* NP (2 or 4) pairs of rows (xr[2p], xr[2p+1]) x C prepared columns over blocks k0 .. k0+kc; acc[p][c]:
-   row 2p's 8 lanes, then 2p+1's.  The pairs share each column's broadcasts. */
-QZ_INLINE void qz_rows8(int NP, int C, const char *const *xr, int k0, int kc, const qz_b *buf, __m512 (*acc)[QZ_TC]) {
+/* four pairs of rows (xr[2p], xr[2p+1]) x C prepared columns over blocks k0 .. k0+kc; acc[p][c]: row
+   2p's 8 lanes, then 2p+1's.  The pairs share each column's broadcasts. */
+QZ_INLINE void qz_rows8(int C, const char *const *xr, int k0, int kc, const qz_b *buf, __m512 (*acc)[QZ_TC]) {
     const __m512i c128 = _mm512_set1_epi8((char)0x80);
     __m512 t[4][QZ_TC];
 #pragma GCC unroll 4
-    for (int q = 0; q < NP; q++)
+    for (int q = 0; q < 4; q++)
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) t[q][c] = acc[q][c];
     for (int k = 0; k < kc; k++) {
         __m512i w[4];
         __m512 dx[4];
 #pragma GCC unroll 4
-        for (int q = 0; q < NP; q++) {
+        for (int q = 0; q < 4; q++) {
             const block_q8_0 *x0 = (const block_q8_0 *)xr[2 * q] + k0 + k, *x1 = (const block_q8_0 *)xr[2 * q + 1] + k0 + k;
             w[q] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x0->qs)),
                                                        _mm256_loadu_si256((const __m256i *)x1->qs), 1), c128);
@@ -166,14 +166,14 @@ QZ_INLINE void qz_rows8(int NP, int C, const char *const *xr, int k0, int kc, co
             const __m512i av = _mm512_broadcast_i64x4(a->a), corr = _mm512_broadcast_i64x4(a->corr);
             const __m512 ad = _mm512_set1_ps(a->d);
 #pragma GCC unroll 4
-            for (int q = 0; q < NP; q++) {
+            for (int q = 0; q < 4; q++) {
                 const __m512i p = _mm512_dpbusd_epi32(corr, w[q], av);
                 t[q][c] = _mm512_fmadd_ps(_mm512_mul_ps(dx[q], ad), _mm512_cvtepi32_ps(p), t[q][c]);
             }
         }
     }
 #pragma GCC unroll 4
-    for (int q = 0; q < NP; q++)
+    for (int q = 0; q < 4; q++)
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) acc[q][c] = t[q][c];
 }
@@ -187,7 +187,9 @@ void hq_gemm_avx512_q8_0(int n, float *restrict s, size_t lds, const void *restr
     const int nb = n / QK8_0;
     qz_b buf[QZ_TC * QZ_KB];
     for (int i0 = 0; i0 < nr; i0 += QZ_TR) {
-        const int ni = nr - i0 < QZ_TR ? nr - i0 : QZ_TR, np = (ni + 3) / 4 * 2; /* pairs, whole groups of 4 */
+        /* pairs of rows, in whole groups of 8 rows: a short tile repeats its last row, and the
+           repeats' results are dropped */
+        const int ni = nr - i0 < QZ_TR ? nr - i0 : QZ_TR, np = (ni + 7) / 8 * 4;
         const char *xr[QZ_TR];
         for (int i = 0; i < np * 2; i++) xr[i] = (const char *)x + (size_t)(i0 + (i < ni ? i : ni - 1)) * bx;
         for (int j = 0; j < nc; j += QZ_TC) {
@@ -200,23 +202,16 @@ void hq_gemm_avx512_q8_0(int n, float *restrict s, size_t lds, const void *restr
                 for (int c = 0; c < C; c++)
                     qz_prep8((const block_q8_0 *)((const char *)y + (size_t)(j + c) * by), k0, kc, buf + c * QZ_KB);
                 for (int g = 0; g < np; g += 4) {
-                    const int n2 = np - g >= 4 ? 4 : 2;
-                    if (n2 == 4) switch (C) {
-                    case 1: qz_rows8(4, 1, xr + 2 * g, k0, kc, buf, acc + g); break;
-                    case 2: qz_rows8(4, 2, xr + 2 * g, k0, kc, buf, acc + g); break;
-                    case 3: qz_rows8(4, 3, xr + 2 * g, k0, kc, buf, acc + g); break;
-                    default: qz_rows8(4, 4, xr + 2 * g, k0, kc, buf, acc + g); break;
-                    }
-                    else switch (C) {
-                    case 1: qz_rows8(2, 1, xr + 2 * g, k0, kc, buf, acc + g); break;
-                    case 2: qz_rows8(2, 2, xr + 2 * g, k0, kc, buf, acc + g); break;
-                    case 3: qz_rows8(2, 3, xr + 2 * g, k0, kc, buf, acc + g); break;
-                    default: qz_rows8(2, 4, xr + 2 * g, k0, kc, buf, acc + g); break;
+                    switch (C) {
+                    case 1: qz_rows8(1, xr + 2 * g, k0, kc, buf, acc + g); break;
+                    case 2: qz_rows8(2, xr + 2 * g, k0, kc, buf, acc + g); break;
+                    case 3: qz_rows8(3, xr + 2 * g, k0, kc, buf, acc + g); break;
+                    default: qz_rows8(4, xr + 2 * g, k0, kc, buf, acc + g); break;
                     }
                 }
             }
             /* the AVX2 tile's reduction of four rows' accumulators (hadd, hadd, halves) */
-            for (int g = 0; g < np; g += 2)
+            for (int g = 0; 2 * g < ni; g += 2)
                 for (int c = 0; c < C; c++) {
                     const __m256 a0 = _mm512_castps512_ps256(acc[g][c]);
                     const __m256 a1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[g][c]), 1));
