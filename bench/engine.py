@@ -123,9 +123,7 @@ def main():
                "--json"] + (["--huge"] if huge else [])
         return json.loads(run(cmd))["gb_per_s"]
 
-    bw = {}
-    for t in threads:
-        bw[t] = max(bandwidth(t, False), bandwidth(t, True))
+    bw = {} if a.rounds_only else {t: max(bandwidth(t, False), bandwidth(t, True)) for t in threads}
 
     rows, results, paths = [], {"bandwidth_gb_per_s": bw, "models": {}}, {}
     for ty in a.types.split(","):
@@ -156,9 +154,7 @@ def main():
             p = peer.get((test, t))
             rows.append((ty, test, t, r["tok_per_s"], roof, p))
 
-    if a.rounds_only:
-        rows = None
-    if rows is not None:
+    if not a.rounds_only:
         print_single_pass(a, threads, bw, rows)
     if a.rounds > 0:
         results["rounds"] = decode_rounds(a, hearth, bandwidth, threads, paths)
