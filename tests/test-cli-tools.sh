@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests of `hearth info`, `hearth synth` and `hearth quantize`: shapes and types of synthesized and
+# Tests of `hearth info`, `hearth synth`, `hearth quantize` and `hearth bench`: shapes and types of synthesized and
 # quantized files (read back through `info --json`), determinism, refusals (overwrite, IN == OUT,
 # oversized vocabulary), usage errors, and — when `hearth eval` is there — that a Q8_0 quantization
 # of an F32 file gives nearly the same logits.
@@ -247,6 +247,30 @@ for c in info synth quantize run eval bench; do
     expect_rc 0 "$c --help" "$BIN" "$c" --help
     check "$c --help prints usage" grep -q "usage" "$TMP/out.txt"
 done
+
+# ---- bench: JSON, and --roofline streams exactly the weights a token reads ------------------------
+expect_rc 0 "info --json of stories260K" "$BIN" info --json "$VOCAB"
+cp "$TMP/out.txt" "$TMP/info.json"
+expect_rc 0 "bench --roofline --json" "$BIN" bench -m "$VOCAB" -t 1,2 -p 8 -n 4 -r 1 --roofline --json
+check "bench --roofline: decode_bytes are every tensor but the embedding (the head when tied)" python3 - "$TMP/out.txt" "$TMP/info.json" << 'EOF'
+import json, sys
+runs = json.load(open(sys.argv[1]))
+info = json.load(open(sys.argv[2]))
+want = sum(t["bytes"] for t in info["tensors"])
+if not info["hparams"]["tied_output"]:
+    want -= next(t["bytes"] for t in info["tensors"] if t["name"] == "token_embd.weight")
+tg = [r for r in runs if r["test"] == "tg4"]
+pp = [r for r in runs if r["test"] == "pp8"]
+ok = len(tg) == 2 and len(pp) == 2 and all("of_roofline" not in r for r in pp)
+ok = ok and all(r["decode_bytes"] == want and r["roofline_tok_per_s"] > 0 and 0 < r["of_roofline"] < 10
+                and abs(r["stream_gb_per_s"] - r["roofline_tok_per_s"] * want / 1e9) < 1e-3 * r["stream_gb_per_s"]
+                for r in tg)
+if not ok:
+    print("  bench --roofline output: %s (want decode_bytes %d)" % (runs, want), file=sys.stderr)
+sys.exit(0 if ok else 1)
+EOF
+expect_rc 1 "bench --roofline refuses weights that stream" "$BIN" bench -m "$VOCAB" -p 0 -n 4 -r 1 --roofline --mem-budget 50%
+check "the message says why" grep -q "resident" "$TMP/err.txt"
 
 # ---- logits: Q8_0 of an F32 file stays close (needs `hearth eval`) --------------------------------
 if "$BIN" eval --help > /dev/null 2>&1; then

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -127,4 +128,72 @@ void hr_pool_run(hr_pool *pool, hr_pool_fn fn, void *arg) {
         if ((spins & 1023) == 1023) sched_yield();
         else hr_cpu_relax();
     }
+}
+
+/* ---- hr_pool_read ---------------------------------------------------------------------------------- */
+typedef struct { const hr_span *spans; int n; size_t total; uint64_t sum[1024]; } hr_read_job;
+
+/* The sum of the bytes of [p, p + len), portably: 8 bytes at a time in 16-bit lanes, folded before
+   a lane can overflow (128 words of 2 x 255) */
+static uint64_t hr_sum_bytes(const uint8_t *p, size_t len) {
+    const uint64_t m = 0x00ff00ff00ff00ffULL;
+    uint64_t s = 0;
+    size_t i = 0;
+    while (i + 8 <= len) {
+        uint64_t lanes = 0;
+        for (int k = 0; k < 128 && i + 8 <= len; k++, i += 8) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            lanes += (w & m) + ((w >> 8) & m);
+        }
+        for (int k = 0; k < 4; k++) s += (lanes >> (16 * k)) & 0xffff;
+    }
+    for (; i < len; i++) s += p[i];
+    return s;
+}
+
+/* The same sum as a read as fast as the core streams, the checksum independent of how the bytes
+   are split: on x86 one psadbw per 16-byte load (16-byte loads are as fast here as 8-, 32- or
+   64-byte ones: the memory is the limit), four accumulators so the loads are not serialized. */
+static uint64_t hr_read_bytes(const uint8_t *p, size_t len) {
+    size_t i = 0;
+    uint64_t s = 0;
+#if defined(__x86_64__)
+    const __m128i z = _mm_setzero_si128();
+    __m128i a0 = z, a1 = z, a2 = z, a3 = z;
+    for (; i + 64 <= len; i += 64) {
+        a0 = _mm_add_epi64(a0, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(p + i)), z));
+        a1 = _mm_add_epi64(a1, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(p + i + 16)), z));
+        a2 = _mm_add_epi64(a2, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(p + i + 32)), z));
+        a3 = _mm_add_epi64(a3, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(p + i + 48)), z));
+    }
+    a0 = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
+    s = (uint64_t)_mm_cvtsi128_si64(a0) + (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(a0, a0));
+#endif
+    return s + hr_sum_bytes(p + i, len - i);
+}
+
+static void hr_read_worker(void *arg, int ith, int nth) {
+    hr_read_job *j = arg;
+    /* this thread's share of the concatenated bytes, in 256-byte units */
+    int64_t b, e;
+    hr_split((int64_t)j->total, ith, nth, 256, &b, &e);
+    uint64_t s = 0;
+    size_t off = 0;
+    for (int k = 0; k < j->n && (int64_t)off < e; k++) {
+        size_t s0 = off, s1 = off + j->spans[k].len;
+        off = s1;
+        size_t lo = HR_MAX(s0, (size_t)b), hi = HR_MIN(s1, (size_t)e);
+        if (lo < hi) s += hr_read_bytes((const uint8_t *)j->spans[k].ptr + (lo - s0), hi - lo);
+    }
+    j->sum[ith] = s;
+}
+
+uint64_t hr_pool_read(hr_pool *pool, const hr_span *spans, int n) {
+    hr_read_job j = {.spans = spans, .n = n, .total = 0};
+    for (int k = 0; k < n; k++) j.total += spans[k].len;
+    hr_pool_run(pool, hr_read_worker, &j);
+    uint64_t s = 0;
+    for (int k = 0; k < pool->n; k++) s += j.sum[k];
+    return s;
 }

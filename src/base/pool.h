@@ -20,6 +20,16 @@ void     hr_pool_free(hr_pool *pool);
 int      hr_pool_size(const hr_pool *pool);
 void     hr_pool_run(hr_pool *pool, hr_pool_fn fn, void *arg);
 
+/* A byte range to read. */
+typedef struct hr_span { const void *ptr; size_t len; } hr_span;
+
+/* Reads every byte of the n spans once, with all the pool's threads, each one contiguous share of
+   their concatenation (an equal split of the bytes, as memory bandwidth benchmarks split a buffer),
+   and returns the sum of the bytes (a checksum independent of the split). The pure streaming read of
+   those bytes: the roofline a decode step, which reads the same weights once, is measured against
+   (hearth bench --roofline). */
+uint64_t hr_pool_read(hr_pool *pool, const hr_span *spans, int n);
+
 /* [begin, end) of n items for thread ith of nth, in chunks aligned to `align` items */
 static inline void hr_split(int64_t n, int ith, int nth, int64_t align, int64_t *begin, int64_t *end) {
     int64_t chunks = (n + align - 1) / align;

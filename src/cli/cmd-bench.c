@@ -32,6 +32,11 @@ static void usage(FILE *f) {
             "  --window W            blocks streamed ahead when the weights do not fit (default 2)\n"
             "  --pin run|spread|ffn|none  which blocks stay resident beside the window (default run)\n"
             "%s"
+            "  --roofline            after every generated token (untimed), read the weights that token\n"
+            "                        read once more as a plain stream with the same threads: the memory\n"
+            "                        roofline measured in the same seconds as the token, so a machine\n"
+            "                        whose bandwidth drifts still gives a true fraction. Adds roofline t/s\n"
+            "                        (weights / stream time) and the fraction of it each tgN reached\n"
             "  --json                print a JSON list of {test, threads, tok_per_s, reps, ...}\n"
             "  -h, --help            this help\n",
             hr_physical_cores(), 100 * HMEM_DEFAULT_FRACTION, cli_weights_help);
@@ -62,6 +67,24 @@ typedef struct mem_run {
     double resident_med, resident_max;
 } mem_run;
 
+/* the weights a generated token reads: every block's, the output head's; the embedding table gives
+   one row (not counted, unless it is also the head) */
+static int decode_spans(const hm_model *m, hr_span **out, uint64_t *bytes, hr_err *err) {
+    int cap = (m->hp.n_layer + 1) * 2 * 16, k = 0; /* a block has at most 10 tensors */
+    hr_span *sp = malloc((size_t)cap * sizeof *sp);
+    if (!sp) return hr_fail(err, HR_ENOMEM, "out of memory");
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        k += hm_block_weights(m, l, HM_BLOCK_ATTN, sp + k, cap - k);
+        k += hm_block_weights(m, l, HM_BLOCK_FFN, sp + k, cap - k);
+    }
+    k += hm_block_weights(m, m->hp.n_layer, HM_BLOCK_OUTPUT, sp + k, cap - k);
+    HR_ASSERT(k <= cap);
+    *bytes = 0;
+    for (int i = 0; i < k; i++) *bytes += sp[i].len;
+    *out = sp;
+    return k;
+}
+
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
@@ -86,7 +109,7 @@ int cmd_bench(int argc, char **argv) {
     long th[16], pp[16] = {512}, tg[16] = {128}, reps = 5, n_batch = 512, window = 2;
     int n_th = 1, n_pp = 1, n_tg = 1;
     th[0] = hr_physical_cores();
-    bool json = false, figures = false, mem_on = true;
+    bool json = false, figures = false, mem_on = true, roofline = false;
     uint64_t mem_budget = 0;
     double mem_pct = 0;
     hmem_pin pin = hmem_default_params().pin;
@@ -130,6 +153,7 @@ int cmd_bench(int argc, char **argv) {
             else if (!strcmp(v, "run")) pin = HMEM_PIN_RUN;
             else { fprintf(stderr, "hearth bench: --pin must be spread, run, ffn or none\n"); return 2; }
         } else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--roofline")) roofline = true;
         else if (cli_weights_flag(&wf, argv, i)) continue;
         else { fprintf(stderr, "hearth bench: unknown option '%s'\n", a); usage(stderr); return 2; }
     }
@@ -147,6 +171,11 @@ int cmd_bench(int argc, char **argv) {
     uint64_t *res = NULL;
     hmem *mm = NULL;
     hm_ctx *c = NULL;
+    hr_pool *pool = NULL;
+    hr_span *spans = NULL;
+    double *roof = NULL;
+    int n_spans = 0;
+    uint64_t roof_bytes = 0, roof_sum = 0;
     if (!(g = gguf_open(model, &err)) || !(m = hm_model_load(g, &err))) goto done;
     long max_len = 1;
     for (int i = 0; i < n_pp; i++) max_len = HR_MAX(max_len, pp[i]);
@@ -157,7 +186,8 @@ int cmd_bench(int argc, char **argv) {
     mruns = calloc((size_t)reps, sizeof *mruns);
     tmp = malloc((size_t)reps * sizeof(double));
     res = malloc((size_t)(max_len + 1) * sizeof *res);
-    if (!logits || !toks || !runs || !mruns || !tmp || !res) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
+    roof = malloc((size_t)reps * sizeof *roof);
+    if (!logits || !toks || !runs || !mruns || !tmp || !res || !roof) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
     uint64_t rng = 0x9e3779b97f4a7c15ULL;
     for (long i = 0; i < max_len; i++) {
         rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
@@ -167,12 +197,12 @@ int cmd_bench(int argc, char **argv) {
     if (json) printf("[");
     else if (figures) {
         printf("| model | size | threads | kernels | test | t/s | mem | ms/tok | disk MiB/tok | blocked ms/tok | "
-               "resident MiB | pressure |\n");
+               "resident MiB | pressure |%s\n", roofline ? " roofline t/s | of roofline |" : "");
         printf("| ----- | ---: | ------: | ------- | ---- | --: | --- | -----: | -----------: | -------------: | "
-               "-----------: | -------: |\n");
+               "-----------: | -------: |%s\n", roofline ? " -----------: | ----------: |" : "");
     } else {
-        printf("| model | size | threads | kernels | test | t/s |\n");
-        printf("| ----- | ---: | ------: | ------- | ---- | --: |\n");
+        printf("| model | size | threads | kernels | test | t/s |%s\n", roofline ? " roofline t/s | of roofline |" : "");
+        printf("| ----- | ---: | ------: | ------- | ---- | --: |%s\n", roofline ? " -----------: | ----------: |" : "");
     }
     int n_out = 0;
     for (int ti = 0; ti < n_th; ti++) {
@@ -181,6 +211,8 @@ int cmd_bench(int argc, char **argv) {
         cp.n_batch = (int32_t)n_batch;
         cp.n_threads = (int32_t)th[ti];
         cp.kv_type = kv_type;
+        if (!(pool = hr_pool_create((int)th[ti], &err))) goto done;
+        cp.pool = pool;
         hm_shard sh = hm_shard_full(m);
         /* the residency manager (observing only with --mem-budget off, for the figures) */
         hmem_params mp = hmem_default_params();
@@ -206,6 +238,15 @@ int cmd_bench(int argc, char **argv) {
         if (mm) hmem_attach(mm, &sh);
         if (hmem_load_weights(mm, m, &sh, wf.use_mmap, wf.no_repack, &err)) goto done;
         if (!(c = hm_ctx_create(m, &sh, &cp, &err))) goto done;
+        if (roofline) { /* where the kernels read the weights now, after hmem_load_weights */
+            if (mm && hmem_get_plan(mm)->mode == HMEM_STREAM) {
+                hr_fail(&err, HR_EINVAL, "--roofline needs the weights resident, and under this --mem-budget they stream");
+                goto done;
+            }
+            free(spans);
+            spans = NULL;
+            if ((n_spans = decode_spans(m, &spans, &roof_bytes, &err)) < 0) goto done;
+        }
         for (int kind = 0; kind < 2; kind++) {
             long *lens = kind == 0 ? pp : tg;
             int nl = kind == 0 ? n_pp : n_tg;
@@ -213,7 +254,7 @@ int cmd_bench(int argc, char **argv) {
                 long len = lens[li];
                 if (len == 0) continue;
                 for (long r = -1; r < reps; r++) { /* r = -1: warm-up */
-                    int64_t blocked = 0, sample_ns = 0, read0 = hmem_proc_read_bytes();
+                    int64_t blocked = 0, sample_ns = 0, roof_ns = 0, read0 = hmem_proc_read_bytes();
                     uint64_t load0 = mm ? hmem_get_stats(mm).loaded_bytes : 0;
                     long n_res = 0;
                     int64_t t0 = hr_time_ns();
@@ -222,6 +263,11 @@ int cmd_bench(int argc, char **argv) {
                         if (hm_eval(c, toks + i, NULL, nb, (int32_t)i, logits, false, NULL, &err)) goto done;
                         blocked += hm_ctx_timings(c).weights_ns;
                         i += nb;
+                        if (roofline && kind == 1) { /* the same weights as one stream, not timed */
+                            int64_t s0 = hr_time_ns();
+                            roof_sum += hr_pool_read(pool, spans, n_spans);
+                            roof_ns += hr_time_ns() - s0;
+                        }
                         if (figures && mm) { /* per token (per batch for prompts), not timed */
                             int64_t s0 = hr_time_ns();
                             hmem_sample smp;
@@ -229,9 +275,10 @@ int cmd_bench(int argc, char **argv) {
                             sample_ns += hr_time_ns() - s0;
                         }
                     }
-                    double s = (hr_time_ns() - t0 - sample_ns) * 1e-9;
+                    double s = (hr_time_ns() - t0 - sample_ns - roof_ns) * 1e-9;
                     if (r < 0) continue;
                     runs[r] = len / s;
+                    roof[r] = roof_ns > 0 ? len / (roof_ns * 1e-9) : 0;
                     int64_t read1 = hmem_proc_read_bytes();
                     mem_run *mr = &mruns[r];
                     mr->disk_per_tok = read0 >= 0 && read1 >= 0 ? (double)(read1 - read0) / len : -1;
@@ -242,6 +289,17 @@ int cmd_bench(int argc, char **argv) {
                     mr->resident_max = n_res ? (double)res[n_res - 1] : 0;
                 }
                 double med = median(memcpy(tmp, runs, (size_t)reps * sizeof *tmp), reps);
+                /* --roofline: medians of each run's stream rate and of its fraction */
+                bool has_roof = roofline && kind == 1;
+                double roof_med = 0, frac_med = 0;
+                if (has_roof) {
+                    roof_med = median(memcpy(tmp, roof, (size_t)reps * sizeof *tmp), reps);
+                    for (long r = 0; r < reps; r++) tmp[r] = roof[r] > 0 ? runs[r] / roof[r] : 0;
+                    frac_med = median(tmp, reps);
+                }
+                char roof_cells[96] = "";
+                if (roofline)
+                    snprintf(roof_cells, sizeof roof_cells, has_roof ? " %.2f | %.1f%% |" : " | |", roof_med, 100 * frac_med);
                 double mean = 0, var = 0;
                 for (long r = 0; r < reps; r++) mean += runs[r];
                 mean /= reps;
@@ -279,15 +337,19 @@ int cmd_bench(int argc, char **argv) {
                                ms.kind[1].n_begin ? ms.kind[1].compute_ns * 1e-6 / ms.kind[1].n_begin : 0.0,
                                ms.kind[0].n_loads ? ms.kind[0].load_ns * 1e-6 / ms.kind[0].n_loads : 0.0,
                                ms.kind[1].n_loads ? ms.kind[1].load_ns * 1e-6 / ms.kind[1].n_loads : 0.0);
+                    if (has_roof)
+                        printf(", \"decode_bytes\": %llu, \"roofline_tok_per_s\": %.3f, \"stream_gb_per_s\": %.3f, "
+                               "\"of_roofline\": %.4f",
+                               (unsigned long long)roof_bytes, roof_med, roof_med * (double)roof_bytes * 1e-9, frac_med);
                     printf("}");
                 } else if (figures)
-                    printf("| %s %s | %.2f GiB | %ld | %s | %s | %.2f ± %.2f | %s | %.1f | %.1f | %.1f | %.0f | %.2f%% |\n",
+                    printf("| %s %s | %.2f GiB | %ld | %s | %s | %.2f ± %.2f | %s | %.1f | %.1f | %.1f | %.0f | %.2f%% |%s\n",
                            m->hp.arch_name, m->hp.name[0] ? m->hp.name : "", size_gib, th[ti], hq_simd_name(), test,
                            med, sd, mode, 1e3 / med, mf.disk_per_tok / 1048576.0, mf.blocked_ms_per_tok,
-                           mf.resident_med / 1048576.0, 100.0 * ms.pressure);
+                           mf.resident_med / 1048576.0, 100.0 * ms.pressure, roof_cells);
                 else
-                    printf("| %s %s | %.2f GiB | %ld | %s | %s | %.2f ± %.2f |\n", m->hp.arch_name,
-                           m->hp.name[0] ? m->hp.name : "", size_gib, th[ti], hq_simd_name(), test, med, sd);
+                    printf("| %s %s | %.2f GiB | %ld | %s | %s | %.2f ± %.2f |%s\n", m->hp.arch_name,
+                           m->hp.name[0] ? m->hp.name : "", size_gib, th[ti], hq_simd_name(), test, med, sd, roof_cells);
                 fflush(stdout);
                 n_out++;
             }
@@ -301,13 +363,19 @@ int cmd_bench(int argc, char **argv) {
         c = NULL;
         hmem_free(mm);
         mm = NULL;
+        hr_pool_free(pool);
+        pool = NULL;
     }
+    if (roof_sum == 42) fprintf(stderr, "\n"); /* keeps the stream reads' sums alive */
     if (json) printf("\n]\n");
     rc = 0;
 done:
     if (rc) fprintf(stderr, "hearth bench: %s\n", err.msg[0] ? err.msg : "failed");
     hm_ctx_free(c);
     hmem_free(mm);
+    hr_pool_free(pool);
+    free(spans);
+    free(roof);
     free(logits);
     free(toks);
     free(runs);

@@ -500,6 +500,31 @@ static int hm_add_elems(const hm_tensor *t, int64_t e0, int64_t e1, hm_range *ou
     return n + 1;
 }
 
+int hm_block_weights(const hm_model *m, int layer, enum hm_block block, hr_span *out, int cap) {
+    const hm_tensor *ts[16];
+    int nt = 0;
+    if (block == HM_BLOCK_OUTPUT) {
+        ts[nt++] = &m->output_norm;
+        ts[nt++] = &m->output;
+    } else if (layer >= 0 && layer < m->hp.n_layer) {
+        const hm_layer *L = &m->layers[layer];
+        if (block == HM_BLOCK_ATTN) {
+            const hm_tensor *a[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq, &L->bk, &L->bv, &L->q_norm, &L->k_norm, &L->wo};
+            for (size_t i = 0; i < sizeof a / sizeof *a; i++) ts[nt++] = a[i];
+        } else {
+            const hm_tensor *f[] = {&L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+            for (size_t i = 0; i < sizeof f / sizeof *f; i++) ts[nt++] = f[i];
+        }
+    }
+    int n = 0;
+    for (int i = 0; i < nt; i++) {
+        if (!ts[i]->data) continue;
+        if (n < cap) out[n] = (hr_span){ts[i]->data, ts[i]->row_bytes * (size_t)ts[i]->ne1};
+        n++;
+    }
+    return n;
+}
+
 int hm_block_ranges(const hm_model *m, const hm_shard *s, int layer, enum hm_block block, hm_range *out, int cap) {
     int n = 0;
     if (block == HM_BLOCK_OUTPUT) {

@@ -127,6 +127,11 @@ struct hm_shard;
 int hm_block_ranges(const hm_model *m, const struct hm_shard *shard, int layer, enum hm_block block, hm_range *out,
                     int cap);
 
+/* The weights a block reads, whole tensors, where the kernels read them (the loaded copy, or the
+   mapping): what hearth bench --roofline streams against a decode step. Same layer/block/cap/return
+   conventions as hm_block_ranges. */
+int hm_block_weights(const hm_model *m, int layer, enum hm_block block, hr_span *out, int cap);
+
 /* Called after a block's output projection, before the residual add, with x = [n_tokens][n_embd]
    partial outputs; must leave the summed output in x. Return 0 or a negative HR_E* code (the
    forward pass then stops and returns it). */
