@@ -2,18 +2,24 @@
 """Single-device engine benchmark (issue: the engine).
 
 Makes Llama-3.2-1B-shape models with `hearth synth` (random weights, real shapes) in Q4_0, Q8_0 and
-Q4_K_M, measures the machine's memory read bandwidth with `membw` (the decode roofline: every weight
-byte is read once per generated token), runs `hearth bench` for decode (tg128) and prefill (pp128,
-pp512) at 1 and 2 threads, and prints a markdown table with tok/s, the roofline tok/s and the
-fraction of it reached. With --llama-bench PATH it also runs llama.cpp's llama-bench on the same
-files, side by side, and reports hearth / llama.cpp ratios.
+Q4_K_M, runs `hearth bench` for decode (tg128) and prefill (pp128, pp512) at 1 and 2 threads, and
+prints a markdown table with tok/s, the decode roofline and the fraction of it reached. With
+--llama-bench PATH it also runs llama.cpp's llama-bench on the same files, side by side, and reports
+hearth / llama.cpp ratios.
 
-Decode is a stream of the weights through memory, and this machine's bandwidth moves from minute
-to minute (other tenants; on a Zen 4 VM it jumped between ~31 and ~53 GB/s at 2 threads), so
-decode is then measured again in --rounds interleaved rounds: each round runs hearth and llama-bench back to back on every model, each run (one tg128)
-between two membw passes, so that each ratio compares runs seconds apart and each roofline fraction
-uses the bandwidth of the seconds around its run (only where the two passes agree: see
-decode_rounds). Medians over the rounds, with their range.
+The roofline: decode reads every weight byte once per token, so its bound is the time the same
+threads take to stream those bytes. This machine's bandwidth moves (on a Zen 4 VM it flips between
+~35 and ~60 GB/s at 2 threads, each phase lasting tens of seconds), so a roofline measured apart
+from the run misleads; `hearth bench --roofline` reads the token's weights once more as a plain
+stream after every token (untimed), and each tgN's fraction is its tokens' time against those
+streams, measured in the same seconds. membw (a 1-2 GiB buffer, 4 KiB and 2 MiB pages) is printed
+beside it for reference, and brackets llama-bench's decode runs, which have no such stream: their
+fraction uses the higher of the membw passes just before and after, only where the two agree
+within 10% (see decode_rounds).
+
+Decode is measured again in --rounds interleaved rounds: each round runs hearth and llama-bench
+back to back on every model, so that each ratio compares runs seconds apart. Medians over the
+rounds, with their range.
 
 usage: bench/engine.py [--build build] [--models DIR] [--reps 5] [--threads 1,2]
                        [--types Q4_0,Q8_0,Q4_K_M] [--llama-bench PATH] [--rounds 5] [--rounds-only]
@@ -40,10 +46,10 @@ def decode_bytes(info):
     return total
 
 def decode_rounds(a, hearth, bandwidth, threads, paths):
-    """tg128 in interleaved rounds, each run bracketed by the roofline: membw (2 MiB pages) just
-    before and just after it, one tg128 pass in between.  The machine's bandwidth jumps between
-    phases (on a Zen 4 VM: ~31 and ~53 GB/s at 2 threads, a phase lasting tens of seconds), so a
-    run's fraction of the roofline is taken only when its two brackets agree within 10% (a
+    """tg128 in interleaved rounds, hearth and llama-bench back to back.  hearth's roofline is its
+    own same-seconds stream (hearth bench --roofline: the token's weights read once more after
+    every token).  llama-bench has none, so each of its runs is bracketed by membw (2 MiB pages)
+    just before and just after, and its fraction is taken only when the two agree within 10% (a
     "steady" run), against the higher of them; the tok/s and hearth / llama.cpp ratios use every
     run.  Prints a table of medians (ranges) and returns the raw figures."""
     raw = []
@@ -57,16 +63,17 @@ def decode_rounds(a, hearth, bandwidth, threads, paths):
     for rd in range(a.rounds):
         for t in threads:
             for ty, (path, dbytes) in paths.items():
-                h, hb0, hb1 = bracketed(t, [hearth, "bench", "-m", path, "-t", str(t), "-p", "0", "-n", "128", "-r", "1",
-                                         "--json"], lambda o: json.loads(o)[0]["tok_per_s"])
+                h = json.loads(run([hearth, "bench", "-m", path, "-t", str(t), "-p", "0", "-n", "128", "-r", "1",
+                                    "--roofline", "--json"]))[0]
                 p, pb0, pb1 = None, None, None
                 if a.llama_bench:
                     p, pb0, pb1 = bracketed(t, [a.llama_bench, "-m", path, "-t", str(t), "-p", "0", "-n", "128", "-r", "1",
                                              "-o", "json"], lambda o: json.loads(o)[0]["avg_ts"])
-                raw.append({"round": rd, "type": ty, "threads": t, "decode_bytes": dbytes, "hearth": h,
-                            "hearth_membw": [hb0, hb1], "llama_bench": p, "llama_bench_membw": [pb0, pb1]})
-                print("round %d %s t%d: hearth %.2f (membw %.1f / %.1f), llama.cpp %s" % (
-                    rd + 1, ty, t, h, hb0, hb1,
+                raw.append({"round": rd, "type": ty, "threads": t, "decode_bytes": dbytes, "hearth": h["tok_per_s"],
+                            "hearth_stream_gb_per_s": h["stream_gb_per_s"], "hearth_of_roofline": h["of_roofline"],
+                            "llama_bench": p, "llama_bench_membw": [pb0, pb1]})
+                print("round %d %s t%d: hearth %.2f (%.1f%% of a %.1f GB/s stream), llama.cpp %s" % (
+                    rd + 1, ty, t, h["tok_per_s"], 100 * h["of_roofline"], h["stream_gb_per_s"],
                     "%.2f (membw %.1f / %.1f)" % (p, pb0, pb1) if p else "-"), file=sys.stderr, flush=True)
 
     def med(xs):
@@ -82,21 +89,21 @@ def decode_rounds(a, hearth, bandwidth, threads, paths):
     def frac(tok, dbytes, b):
         return 100 * tok * dbytes / (max(b) * 1e9)
 
-    print("\ndecode tg128, %d interleaved rounds (medians, range); each run between two membw passes (2 MiB "
-          "pages); of roofline: runs whose two passes agree within 10%%, against the higher" % a.rounds)
-    print("| model | threads | hearth tok/s | llama.cpp tok/s | hearth / llama.cpp | steady runs | hearth of roofline "
-          "| llama.cpp of roofline |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\ndecode tg128, %d interleaved rounds (medians, range); hearth of roofline: its tokens against a "
+          "stream of their weights in the same seconds (hearth bench --roofline); llama.cpp of roofline: runs "
+          "whose two membw passes (2 MiB pages) agree within 10%%, against the higher" % a.rounds)
+    print("| model | threads | hearth tok/s | llama.cpp tok/s | hearth / llama.cpp | stream GB/s | hearth of roofline "
+          "| llama.cpp steady runs | llama.cpp of roofline |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for t in threads:
         for ty in paths:
             rs = [r for r in raw if r["type"] == ty and r["threads"] == t]
-            hs = [r for r in rs if steady(r["hearth_membw"])]
             ps = [r for r in rs if r["llama_bench"] and steady(r["llama_bench_membw"])]
             ratio = [r["hearth"] / r["llama_bench"] if r["llama_bench"] else None for r in rs]
-            print("| %s | %d | %s | %s | %s | %d / %d | %s | %s |" % (
+            print("| %s | %d | %s | %s | %s | %s | %s | %d / %d | %s |" % (
                 ty, t, fmt(med(r["hearth"] for r in rs)), fmt(med(r["llama_bench"] for r in rs)),
-                fmt(med(ratio), "%.2f"), len(hs), len(rs),
-                fmt(med(frac(r["hearth"], r["decode_bytes"], r["hearth_membw"]) for r in hs), "%.0f%%"),
+                fmt(med(ratio), "%.2f"), fmt(med(r["hearth_stream_gb_per_s"] for r in rs)),
+                fmt(med(100 * r["hearth_of_roofline"] for r in rs), "%.0f%%"), len(ps), len(rs),
                 fmt(med(frac(r["llama_bench"], r["decode_bytes"], r["llama_bench_membw"]) for r in ps), "%.0f%%")))
     return raw
 
@@ -136,7 +143,7 @@ def main():
         if a.rounds_only:
             continue
         out = json.loads(run([hearth, "bench", "-m", path, "-t", a.threads, "-p", "128,512", "-n", "128",
-                              "-r", str(a.reps), "--json"]))
+                              "-r", str(a.reps), "--roofline", "--json"]))
         peer = {}
         if a.llama_bench:
             lb = json.loads(run([a.llama_bench, "-m", path, "-t", a.threads, "-p", "128,512", "-n", "128",
@@ -150,9 +157,9 @@ def main():
               file=sys.stderr, flush=True)
         for r in out:
             t, test = r["threads"], r["test"]
-            roof = bw[t] * 1e9 / dbytes if test.startswith("tg") else None
             p = peer.get((test, t))
-            rows.append((ty, test, t, r["tok_per_s"], roof, p))
+            rows.append((ty, test, t, r["tok_per_s"], r.get("roofline_tok_per_s"), r.get("of_roofline"),
+                         r.get("stream_gb_per_s"), p))
 
     if not a.rounds_only:
         print_single_pass(a, threads, bw, rows)
@@ -163,18 +170,20 @@ def main():
             json.dump(results, f, indent=1)
 
 def print_single_pass(a, threads, bw, rows):
-    print("memory read bandwidth (membw, median, the better of 4 KiB and 2 MiB pages): " +
+    print("memory read bandwidth (membw, median, the better of 4 KiB and 2 MiB pages; for reference, the "
+          "roofline is each run's own stream): " +
           ", ".join("%d thread%s %.1f GB/s" % (t, "s" if t > 1 else "", bw[t]) for t in threads))
-    hdr = "| model | test | threads | hearth tok/s | roofline tok/s | of roofline |"
-    sep = "| --- | --- | ---: | ---: | ---: | ---: |"
+    hdr = "| model | test | threads | hearth tok/s | stream GB/s | roofline tok/s | of roofline |"
+    sep = "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
     if a.llama_bench:
         hdr += " llama.cpp tok/s | hearth / llama.cpp |"
         sep += " ---: | ---: |"
     print(hdr)
     print(sep)
-    for ty, test, t, ts, roof, p in rows:
-        line = "| llama-3.2-1b %s | %s | %d | %.1f | %s | %s |" % (
-            ty, test, t, ts, "%.1f" % roof if roof else "", "%.0f%%" % (100 * ts / roof) if roof else "")
+    for ty, test, t, ts, roof, frac, gbs, p in rows:
+        line = "| llama-3.2-1b %s | %s | %d | %.1f | %s | %s | %s |" % (
+            ty, test, t, ts, "%.1f" % gbs if gbs else "", "%.1f" % roof if roof else "",
+            "%.0f%%" % (100 * frac) if frac else "")
         if a.llama_bench:
             line += " %s | %s |" % ("%.1f" % p if p else "", "%.2f" % (ts / p) if p else "")
         print(line)
