@@ -8,22 +8,11 @@
  *
  * usage: membw [-t THREADS] [-s SIZE_MIB] [-r REPS] [--huge] [--json]
  */
-#include "base/base.h"
+#include "base/pool.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-
-typedef struct { const uint64_t *p; size_t n; uint64_t sum; } part;
-
-static void *reader(void *arg) {
-    part *w = arg;
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t i = 0; i + 4 <= w->n; i += 4) { s0 += w->p[i]; s1 += w->p[i + 1]; s2 += w->p[i + 2]; s3 += w->p[i + 3]; }
-    w->sum = s0 + s1 + s2 + s3;
-    return NULL;
-}
 
 static int cmpd(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 
@@ -54,17 +43,13 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < n; i++) buf[i] = i;
     double *gbs = calloc((size_t)reps, sizeof *gbs);
-    pthread_t th[256];
-    part parts[256];
-    uint64_t total = 0;
-    for (int r = -1; r < reps; r++) {
+    hr_err err = {0};
+    hr_pool *pool = hr_pool_create(threads, &err);
+    if (!gbs || !pool) { fprintf(stderr, "membw: %s\n", pool ? "out of memory" : err.msg); return 1; }
+    const hr_span span = {buf, n * 8};
+    for (int r = -1; r < reps; r++) { /* the same reader as hearth bench --roofline (hr_pool_read) */
         int64_t t0 = hr_time_ns();
-        for (int t = 0; t < threads; t++) {
-            size_t b = n / threads * t, e = t == threads - 1 ? n : n / threads * (t + 1);
-            parts[t] = (part){buf + b, e - b, 0};
-            pthread_create(&th[t], NULL, reader, &parts[t]);
-        }
-        for (int t = 0; t < threads; t++) { pthread_join(th[t], NULL); total += parts[t].sum; }
+        (void)hr_pool_read(pool, &span, 1);
         double s = (hr_time_ns() - t0) * 1e-9;
         if (r >= 0) gbs[r] = n * 8.0 / s / 1e9;
     }
@@ -76,7 +61,7 @@ int main(int argc, char **argv) {
     else
         printf("memory read bandwidth: %.2f GB/s (%d threads, %zu MiB, %s pages, median of %d)\n", med, threads, mib,
                huge ? "2 MiB" : "4 KiB", reps);
-    if (total == 42) fprintf(stderr, "\n"); /* keeps the sums alive */
+    hr_pool_free(pool);
     free(gbs);
     munmap(buf, n * 8);
     return 0;

@@ -175,7 +175,7 @@ int cmd_bench(int argc, char **argv) {
     hr_span *spans = NULL;
     double *roof = NULL;
     int n_spans = 0;
-    uint64_t roof_bytes = 0, roof_sum = 0;
+    uint64_t roof_bytes = 0;
     if (!(g = gguf_open(model, &err)) || !(m = hm_model_load(g, &err))) goto done;
     long max_len = 1;
     for (int i = 0; i < n_pp; i++) max_len = HR_MAX(max_len, pp[i]);
@@ -265,7 +265,7 @@ int cmd_bench(int argc, char **argv) {
                         i += nb;
                         if (roofline && kind == 1) { /* the same weights as one stream, not timed */
                             int64_t s0 = hr_time_ns();
-                            roof_sum += hr_pool_read(pool, spans, n_spans);
+                            (void)hr_pool_read(pool, spans, n_spans); /* a call through the pool: not elided */
                             roof_ns += hr_time_ns() - s0;
                         }
                         if (figures && mm) { /* per token (per batch for prompts), not timed */
@@ -366,7 +366,6 @@ int cmd_bench(int argc, char **argv) {
         hr_pool_free(pool);
         pool = NULL;
     }
-    if (roof_sum == 42) fprintf(stderr, "\n"); /* keeps the stream reads' sums alive */
     if (json) printf("\n]\n");
     rc = 0;
 done:
