@@ -477,55 +477,77 @@ static void test_q8_0_avx512(void) {
 
 /* Packed layouts (quant.h): where the dispatched family has one, pack then unpack gives the rows
    back byte for byte, and gemm_packed over the packed rows gives gemm's results bit for bit — decode
-   over whole shares (one pass: K up to 8192) and longer rows (the tiled path, 8320), prefill tiles of
-   1-5 columns, 4 to 36 rows.  hq_pack_ok refuses shapes the layout cannot hold.  Without a packed
-   kernel (generic table, NEON) nothing may be packed. */
-static void test_packed(void) {
-    const hq_traits *tr = hq_get_traits(HQ_TYPE_Q4_0), *vt = hq_get_traits(HQ_TYPE_Q8_0);
-    CHECK(!hq_pack_ok(HQ_TYPE_Q8_0, 64, 4) && !hq_pack_ok(HQ_TYPE_Q4_K, 256, 4));
+   over whole shares (one pass: K up to 8192) and longer rows (Q4_0's tiled path, 8320; Q4_K: 33
+   super-blocks, a short prefill chunk), prefill tiles of 1-5 columns, 4 to 36 rows.  Rows come from
+   the quantizer and, for Q4_K, also as random bytes (every 6-bit scale and min pattern, finite d and
+   dmin).  hq_pack_ok refuses shapes the layout cannot hold.  Without a packed kernel (generic table,
+   NEON) nothing may be packed. */
+static void test_packed_type(int type, const int *lens, size_t nlens, bool random_bytes) {
+    const hq_traits *tr = hq_get_traits(type), *vt = hq_get_traits(tr->vec_dot_type);
+    const int64_t blk = tr->blck_size;
     if (!tr->gemm_packed) {
-        printf("  Q4_0 packed: no packed kernel in the %s table\n", hq_simd_name());
-        CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 64, 4) && !tr->pack && !tr->unpack);
+        printf("  %s packed: no packed kernel in the %s table\n", tr->name, hq_simd_name());
+        CHECK(!hq_pack_ok(type, 2 * blk, 4) && !tr->pack && !tr->unpack);
         return;
     }
     CHECK(tr->pack && tr->unpack);
-    CHECK(hq_pack_ok(HQ_TYPE_Q4_0, 64, 4) && hq_pack_ok(HQ_TYPE_Q4_0, 2048, 36));
-    CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 96, 4));   /* an odd number of blocks */
-    CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 64, 6));   /* rows not whole groups */
-    CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 0, 4) && !hq_pack_ok(HQ_TYPE_Q4_0, 64, 0));
-    const int lens[] = {64, 1024, 8192, 8320}, rowss[] = {4, 8, 36};
+    CHECK(hq_pack_ok(type, 2 * blk, 4) && hq_pack_ok(type, 64 * blk, 36));
+    CHECK(!hq_pack_ok(type, 2 * blk, 6)); /* rows not whole groups */
+    CHECK(!hq_pack_ok(type, 0, 4) && !hq_pack_ok(type, 2 * blk, 0) && !hq_pack_ok(type, blk + 1, 4));
+    const int rowss[] = {4, 8, 36};
     int bad_rt = 0, bad_gemm = 0, cases = 0;
-    for (size_t li = 0; li < HR_ARRAY_LEN(lens); li++)
-        for (size_t ri = 0; ri < HR_ARRAY_LEN(rowss); ri++) {
-            const int n = lens[li], rows = rowss[ri], nc_max = 5;
-            const size_t bx = hq_row_size(HQ_TYPE_Q4_0, n), by = hq_row_size(HQ_TYPE_Q8_0, n);
-            uint8_t *x = malloc(bx * rows), *px = malloc(bx * rows), *back = malloc(bx), *y = malloc(by * nc_max);
-            float *f = malloc((size_t)n * sizeof(float)), *s0 = malloc(sizeof(float) * rows * nc_max),
-                  *s1 = malloc(sizeof(float) * rows * nc_max);
-            for (int r = 0; r < rows; r++) {
-                fill_uniform(f, n);
-                tr->from_float_ref(f, x + r * bx, n);
+    for (int src = 0; src < (random_bytes ? 2 : 1); src++)
+        for (size_t li = 0; li < nlens; li++)
+            for (size_t ri = 0; ri < HR_ARRAY_LEN(rowss); ri++) {
+                const int n = lens[li], rows = rowss[ri], nc_max = 5;
+                const size_t bx = hq_row_size(type, n), by = hq_row_size(tr->vec_dot_type, n);
+                uint8_t *x = malloc(bx * rows), *px = malloc(bx * rows), *back = malloc(bx), *y = malloc(by * nc_max);
+                float *f = malloc((size_t)n * sizeof(float)), *s0 = malloc(sizeof(float) * rows * nc_max),
+                      *s1 = malloc(sizeof(float) * rows * nc_max);
+                REQUIRE_V(x && px && back && y && f && s0 && s1);
+                for (int r = 0; r < rows; r++) {
+                    fill_uniform(f, n);
+                    tr->from_float_ref(f, x + r * bx, n);
+                }
+                if (src == 1) /* random bytes, the fp16 scales made finite */
+                    for (size_t i = 0; i < bx * rows; i++) x[i] = (uint8_t)rng_next();
+                for (int r = 0; src == 1 && r < rows; r++)
+                    for (int64_t b = 0; b < n / blk; b++) {
+                        /* Q6_K: d at the block's end; Q4_K: d, dmin at its start */
+                        const bool q6 = type == HQ_TYPE_Q6_K;
+                        hr_fp16 *d = (hr_fp16 *)(x + r * bx + b * tr->type_size + (q6 ? offsetof(block_q6_K, d) : 0));
+                        for (int k = 0; k < (q6 ? 1 : 2); k++) d[k] = (hr_fp16)(0x0400 + rng_next() % 0x3800);
+                    }
+                for (int j = 0; j < nc_max; j++) {
+                    fill_uniform(f, n);
+                    vt->from_float(f, y + j * by, n);
+                }
+                for (int r = 0; r < rows; r += HQ_PACK_ROWS) tr->pack(px + r * bx, x + r * bx, bx, n);
+                for (int r = 0; r < rows; r++) {
+                    tr->unpack(back, px + (r / HQ_PACK_ROWS) * HQ_PACK_ROWS * bx, r % HQ_PACK_ROWS, n);
+                    if (memcmp(back, x + r * bx, bx)) bad_rt++;
+                }
+                for (int nc = 1; nc <= nc_max; nc++) {
+                    tr->gemm(n, s0, rows, x, bx, rows, y, by, nc);
+                    tr->gemm_packed(n, s1, rows, px, bx, rows, y, by, nc);
+                    if (memcmp(s0, s1, sizeof(float) * rows * nc)) bad_gemm++;
+                    cases++;
+                }
+                free(x), free(px), free(back), free(y), free(f), free(s0), free(s1);
             }
-            for (int j = 0; j < nc_max; j++) {
-                fill_uniform(f, n);
-                vt->from_float(f, y + j * by, n);
-            }
-            for (int r = 0; r < rows; r += HQ_PACK_ROWS) tr->pack(px + r * bx, x + r * bx, bx, n);
-            for (int r = 0; r < rows; r++) {
-                tr->unpack(back, px + (r / HQ_PACK_ROWS) * HQ_PACK_ROWS * bx, r % HQ_PACK_ROWS, n);
-                if (memcmp(back, x + r * bx, bx)) bad_rt++;
-            }
-            for (int nc = 1; nc <= nc_max; nc++) {
-                tr->gemm(n, s0, rows, x, bx, rows, y, by, nc);
-                tr->gemm_packed(n, s1, rows, px, bx, rows, y, by, nc);
-                if (memcmp(s0, s1, sizeof(float) * rows * nc)) bad_gemm++;
-                cases++;
-            }
-            free(x), free(px), free(back), free(y), free(f), free(s0), free(s1);
-        }
-    printf("  Q4_0 packed (x4): %d gemm cases, pack/unpack and results bit-identical to the file layout's\n", cases);
-    CHECKF(bad_rt == 0, "%d rows did not survive pack + unpack", bad_rt);
-    CHECKF(bad_gemm == 0, "%d gemm_packed cases differ from gemm", bad_gemm);
+    printf("  %s packed (x4): %d gemm cases, %d differ from the file layout's; %d rows fail pack + unpack\n", tr->name,
+           cases, bad_gemm, bad_rt);
+    CHECKF(bad_rt == 0, "%s: %d rows did not survive pack + unpack", tr->name, bad_rt);
+    CHECKF(bad_gemm == 0, "%s: %d gemm_packed cases differ from gemm", tr->name, bad_gemm);
+}
+
+static void test_packed(void) {
+    CHECK(!hq_pack_ok(HQ_TYPE_Q8_0, 64, 4) && !hq_pack_ok(HQ_TYPE_Q5_K, 256, 4));
+    if (hq_get_traits(HQ_TYPE_Q4_0)->gemm_packed) CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 96, 4)); /* an odd number of blocks */
+    const int lens0[] = {64, 1024, 8192, 8320}, lensk[] = {256, 1024, 8192, 8448};
+    test_packed_type(HQ_TYPE_Q4_0, lens0, HR_ARRAY_LEN(lens0), false);
+    test_packed_type(HQ_TYPE_Q4_K, lensk, HR_ARRAY_LEN(lensk), true);
+    test_packed_type(HQ_TYPE_Q6_K, lensk, HR_ARRAY_LEN(lensk), true);
 }
 
 static void test_dispatch(void) {

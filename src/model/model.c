@@ -270,7 +270,9 @@ void hm_tensor_row_f32(const hm_tensor *t, int64_t r, float *out) {
     const uint8_t *g = (const uint8_t *)t->data + (size_t)(r / HQ_PACK_ROWS) * HQ_PACK_ROWS * t->row_bytes;
     for (int64_t e0 = 0; e0 < t->ne0; e0 += CHUNK) {
         const int64_t ne = HR_MIN(CHUNK, t->ne0 - e0);
-        static_assert(CHUNK % 64 == 0 && sizeof tmp >= CHUNK / 32 * sizeof(block_q4_0), "unpack chunk");
+        static_assert(CHUNK % QK_K == 0 && sizeof tmp >= CHUNK / 32 * sizeof(block_q4_0) &&
+                          sizeof tmp >= CHUNK / QK_K * sizeof(block_q6_K) && sizeof tmp >= CHUNK / QK_K * sizeof(block_q4_K),
+                      "unpack chunk");
         tr->unpack(tmp, g + (size_t)(e0 / tr->blck_size) * tr->type_size * HQ_PACK_ROWS, (int)(r % HQ_PACK_ROWS), ne);
         tr->to_float(tmp, out + e0, ne);
     }

@@ -29,6 +29,10 @@ HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_
     HQ_WEAK_GEMM(arch, bf16)                                                                            \
     __attribute__((weak)) void hq_gemm_packed_##arch##_q4_0(int, float *restrict, size_t, const void *restrict, \
                                                             size_t, int, const void *restrict, size_t, int);     \
+    __attribute__((weak)) void hq_gemm_packed_##arch##_q4_K(int, float *restrict, size_t, const void *restrict, \
+                                                            size_t, int, const void *restrict, size_t, int);     \
+    __attribute__((weak)) void hq_gemm_packed_##arch##_q6_K(int, float *restrict, size_t, const void *restrict, \
+                                                            size_t, int, const void *restrict, size_t, int);     \
     HQ_WEAK_SIMD(arch, f32) HQ_WEAK_SIMD(arch, f16) HQ_WEAK_SIMD(arch, bf16) HQ_WEAK_SIMD(arch, q4_0)   \
     HQ_WEAK_SIMD(arch, q4_1) HQ_WEAK_SIMD(arch, q5_0) HQ_WEAK_SIMD(arch, q5_1) HQ_WEAK_SIMD(arch, q8_0) \
     HQ_WEAK_SIMD(arch, q2_K) HQ_WEAK_SIMD(arch, q3_K) HQ_WEAK_SIMD(arch, q4_K) HQ_WEAK_SIMD(arch, q5_K) \
@@ -165,6 +169,93 @@ static void hq_unpack_q4_0_x4(void *restrict dst, const void *restrict group, in
     }
 }
 
+/* ---- Q4_K x4 (quant.h): entry b of a group = d, dmin of rows 0-3, their scale fields, then per
+   sub-block s the rows' 16 bytes, byte k holding quants k and k + 16 of s (the file pairs quant k of
+   sub-blocks 2j and 2j + 1 in qs[32j + k]) ---- */
+enum { HQ_K4_ENTRY = HQ_PACK_ROWS * sizeof(block_q4_K) };
+static void hq_pack_q4_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
+    uint8_t *d = dst;
+    for (int64_t b = 0; b < ne0 / QK_K; b++, d += HQ_K4_ENTRY)
+        for (int r = 0; r < HQ_PACK_ROWS; r++) {
+            const block_q4_K *x = (const block_q4_K *)((const uint8_t *)src + (size_t)r * bx) + b;
+            memcpy(d + 4 * r, &x->d, 2);
+            memcpy(d + 4 * r + 2, &x->dmin, 2);
+            memcpy(d + 16 + K_SCALE_SIZE * r, x->scales, K_SCALE_SIZE);
+            for (int s = 0; s < QK_K / 32; s++)
+                for (int k = 0; k < 16; k++) {
+                    const int sh = 4 * (s & 1), j = 32 * (s / 2);
+                    const int lo = (x->qs[j + k] >> sh) & 15, hi = (x->qs[j + k + 16] >> sh) & 15;
+                    d[64 + 64 * s + 16 * r + k] = (uint8_t)(lo | hi << 4);
+                }
+        }
+}
+static void hq_unpack_q4_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0) {
+    const uint8_t *e = group;
+    block_q4_K *x = dst;
+    for (int64_t b = 0; b < ne0 / QK_K; b++, e += HQ_K4_ENTRY, x++) {
+        memcpy(&x->d, e + 4 * r, 2);
+        memcpy(&x->dmin, e + 4 * r + 2, 2);
+        memcpy(x->scales, e + 16 + K_SCALE_SIZE * r, K_SCALE_SIZE);
+        memset(x->qs, 0, sizeof x->qs);
+        for (int s = 0; s < QK_K / 32; s++)
+            for (int k = 0; k < 16; k++) {
+                const int sh = 4 * (s & 1), j = 32 * (s / 2), v = e[64 + 64 * s + 16 * r + k];
+                x->qs[j + k] |= (uint8_t)((v & 15) << sh);
+                x->qs[j + k + 16] |= (uint8_t)((v >> 4) << sh);
+            }
+    }
+}
+
+/* ---- Q6_K x4 (quant.h): entry b of a group = d of rows 0-3, their 16 scales each, then per quad Q
+   of sub-blocks (4Q .. 4Q+3, 16 quants each) the rows' low nibbles of 4Q | 4Q+1 (byte k: quant k of
+   each), of 4Q+2 | 4Q+3, and the top two bits of all four (bits 2j: sub-block 4Q+j), 16 bytes per row
+   each.  In the file, quant e = 128h + 32p + l takes the nibble 4(p >> 1) of ql[64h + 32(p & 1) + l]
+   and bits 2p of qh[32h + l]. ---- */
+enum { HQ_K6_ENTRY = HQ_PACK_ROWS * sizeof(block_q6_K) };
+static int hq_q6_get(const block_q6_K *x, int e) {
+    const int h = e / 128, p = e % 128 / 32, l = e % 32;
+    return (x->ql[64 * h + 32 * (p & 1) + l] >> (4 * (p >> 1)) & 15) | (x->qh[32 * h + l] >> (2 * p) & 3) << 4;
+}
+static void hq_q6_set(block_q6_K *x, int e, int v) { /* into zeroed ql, qh */
+    const int h = e / 128, p = e % 128 / 32, l = e % 32;
+    x->ql[64 * h + 32 * (p & 1) + l] |= (uint8_t)((v & 15) << (4 * (p >> 1)));
+    x->qh[32 * h + l] |= (uint8_t)((v >> 4) << (2 * p));
+}
+static void hq_pack_q6_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
+    uint8_t *d = dst;
+    for (int64_t b = 0; b < ne0 / QK_K; b++, d += HQ_K6_ENTRY) {
+        memset(d, 0, HQ_K6_ENTRY);
+        for (int r = 0; r < HQ_PACK_ROWS; r++) {
+            const block_q6_K *x = (const block_q6_K *)((const uint8_t *)src + (size_t)r * bx) + b;
+            memcpy(d + 2 * r, &x->d, 2);
+            memcpy(d + 8 + 16 * r, x->scales, 16);
+            for (int s = 0; s < QK_K / 16; s++)
+                for (int k = 0; k < 16; k++) {
+                    const int v = hq_q6_get(x, 16 * s + k), j = s % 4;
+                    uint8_t *q = d + 72 + 192 * (s / 4) + 16 * r + k;
+                    q[64 * (j / 2)] |= (uint8_t)((v & 15) << (4 * (j % 2)));
+                    q[128] |= (uint8_t)((v >> 4) << (2 * j));
+                }
+        }
+    }
+}
+static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0) {
+    const uint8_t *e = group;
+    block_q6_K *x = dst;
+    for (int64_t b = 0; b < ne0 / QK_K; b++, e += HQ_K6_ENTRY, x++) {
+        memcpy(&x->d, e + 2 * r, 2);
+        memcpy(x->scales, e + 8 + 16 * r, 16);
+        memset(x->ql, 0, sizeof x->ql);
+        memset(x->qh, 0, sizeof x->qh);
+        for (int s = 0; s < QK_K / 16; s++)
+            for (int k = 0; k < 16; k++) {
+                const int j = s % 4;
+                const uint8_t *q = e + 72 + 192 * (s / 4) + 16 * r + k;
+                hq_q6_set(x, 16 * s + k, (q[64 * (j / 2)] >> (4 * (j % 2)) & 15) | (q[128] >> (2 * j) & 3) << 4);
+            }
+    }
+}
+
 #define HQ_ENTRY(T, t, nm, blk, sz, q, vdt)                                                     \
     hq_table[HQ_TYPE_##T] = (hq_traits){                                                        \
         .name = nm, .blck_size = blk, .type_size = sz, .is_quantized = q,                       \
@@ -197,6 +288,12 @@ static void hq_unpack_q4_0_x4(void *restrict dst, const void *restrict group, in
         if (hq_gemm_packed_##arch##_q4_0)                                                   \
             hq_table[HQ_TYPE_Q4_0].gemm_packed = hq_gemm_packed_##arch##_q4_0,              \
             hq_table[HQ_TYPE_Q4_0].pack = hq_pack_q4_0_x4, hq_table[HQ_TYPE_Q4_0].unpack = hq_unpack_q4_0_x4; \
+        if (hq_gemm_packed_##arch##_q4_K)                                                   \
+            hq_table[HQ_TYPE_Q4_K].gemm_packed = hq_gemm_packed_##arch##_q4_K,              \
+            hq_table[HQ_TYPE_Q4_K].pack = hq_pack_q4_K_x4, hq_table[HQ_TYPE_Q4_K].unpack = hq_unpack_q4_K_x4; \
+        if (hq_gemm_packed_##arch##_q6_K)                                                   \
+            hq_table[HQ_TYPE_Q6_K].gemm_packed = hq_gemm_packed_##arch##_q6_K,              \
+            hq_table[HQ_TYPE_Q6_K].pack = hq_pack_q6_K_x4, hq_table[HQ_TYPE_Q6_K].unpack = hq_unpack_q6_K_x4; \
     } while (0)
 
 /* an environment switch: set to anything but "" or "0" */
@@ -294,7 +391,9 @@ int hq_type_from_name(const char *s) {
 
 bool hq_pack_ok(int type, int64_t ne0, int64_t nrows) {
     const hq_traits *t = hq_get_traits(type);
-    return t && t->gemm_packed && ne0 > 0 && ne0 % (2 * t->blck_size) == 0 && nrows > 0 && nrows % HQ_PACK_ROWS == 0;
+    if (!t || !t->gemm_packed) return false;
+    const int64_t unit = type == HQ_TYPE_Q4_0 ? 2 * t->blck_size : t->blck_size; /* Q4_0: pairs of blocks */
+    return ne0 > 0 && ne0 % unit == 0 && nrows > 0 && nrows % HQ_PACK_ROWS == 0;
 }
 
 size_t hq_row_size(int type, int64_t ne0) {

@@ -105,11 +105,14 @@ typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *res
 /* Packed layouts.  A kernel family may run a type faster from its own arrangement of the bytes: rows
    in groups of HQ_PACK_ROWS, each group's rows rearranged among themselves, so that a group takes
    the same bytes at the same offset as in the file and a range of whole groups is still addressed
-   as rows (row i of a group of rows at x + i*bx).  The one layout so far is Q4_0's "x4": per pair of
-   blocks b, b+1 of the group's rows, 144 bytes: the 8 fp16 scales [rows 0-3 at b | rows 0-3 at b+1],
-   then each row's 32 code bytes [qs of b | qs of b+1] — what the AVX2 kernel uses per step, read in
-   one linear stream.  A type has a packed form when the dispatched family has its kernel
-   (gemm_packed != NULL); hq_pack_ok says whether a tensor's shape allows it. */
+   as rows (row i of a group of rows at x + i*bx).  The layouts ("x4"):
+   - Q4_0 (AVX2): per pair of blocks b, b+1 of the group's rows, 144 bytes: the 8 fp16 scales [rows
+     0-3 at b | rows 0-3 at b+1], then each row's 32 code bytes [qs of b | qs of b+1] — what the AVX2
+     kernel uses per step, read in one linear stream;
+   - Q4_K and Q6_K (AVX-512): per super-block, the 4 rows' scales together, then each sub-block's
+     codes of the 4 rows side by side, one 128-bit lane per row (quants-k512.c has the byte maps).
+   A type has a packed form when the dispatched family has its kernel (gemm_packed != NULL);
+   hq_pack_ok says whether a tensor's shape allows it. */
 enum { HQ_PACK_ROWS = 4 };
 /* dst = the packed form of HQ_PACK_ROWS consecutive rows of ne0 elements at src (row stride bx) */
 typedef void (*hq_pack_fn)(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0);
@@ -226,6 +229,10 @@ HQ_DECLARE_REF(q6_K) HQ_DECLARE_REF(q8_K)
     HQ_DECLARE_GEMM(arch, q3_K) HQ_DECLARE_GEMM(arch, f16) HQ_DECLARE_GEMM(arch, f32)      \
     HQ_DECLARE_GEMM(arch, bf16)                                                            \
     void hq_gemm_packed_##arch##_q4_0(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
+                                      int nr, const void *restrict y, size_t by, int nc);                   \
+    void hq_gemm_packed_##arch##_q4_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
+                                      int nr, const void *restrict y, size_t by, int nc);                   \
+    void hq_gemm_packed_##arch##_q6_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
                                       int nr, const void *restrict y, size_t by, int nc);                   \
     void hq_quantize_##arch##_q8_0(const float *restrict x, void *restrict y, int64_t k); \
     void hq_quantize_##arch##_q8_1(const float *restrict x, void *restrict y, int64_t k); \

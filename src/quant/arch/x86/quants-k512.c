@@ -1,6 +1,7 @@
 /* quant, x86 AVX-512 (F, BW, VNNI): the K-quant bodies of Q4_K, Q5_K and Q6_K on 512-bit vectors,
- * under the AVX2 file's driver (kq.h).  Chosen at run time where the CPU has those three
- * extensions; the other K types keep their AVX2 kernels.
+ * under the AVX2 file's driver (kq.h), and (below) Q4_K and Q6_K over their packed "x4" layouts,
+ * which decode and prefill use when the weights are loaded into memory.  Chosen at run time where
+ * the CPU has those three extensions; the other K types keep their AVX2 kernels.
  *
  * Why: at two threads each core must stream a K-quant row at 25-28 GB/s to keep up with memory,
  * and the AVX2 bodies top out about there (kbench hot: Q4_K 28, Q6_K 33 GB/s on Zen 5), so decode
@@ -135,3 +136,237 @@ KQ_KERNELS(q6_K, 0, 0)
 KQ_ENTRY(avx512, q4_K)
 KQ_ENTRY(avx512, q5_K)
 KQ_ENTRY(avx512, q6_K)
+
+/* ---- Q4_K in the x4 layout (quant.h): decode and prefill over groups of 4 rows --------------------
+ *
+ * An entry (super-block b of the group's 4 rows, 576 bytes) holds d and dmin of rows 0-3 (16 bytes:
+ * d0 m0 d1 m1 ..), their 12-byte scale fields as in the file (48 bytes), then sub-block s = 0..7 at
+ * 64 + 64 s: 16 bytes per row, byte k = quant k (low nibble) and quant k + 16 (high nibble).
+ *
+ * Why: the file-layout body above spends ~85 instructions per super-block of one row, of which the
+ * multiplies are 9; the rest is unpacking that row's 6-bit scales in scalar code and one row's float
+ * steps, so it streams ~23 GB/s hot on a Zen 4 core, below the 27-30 GB/s per core the memory gives.
+ * Four rows in one vector share all of that: one 128-bit lane per row, the scales of four rows
+ * unpacked by six vector operations, each sub-block's scale vector one pshufb, and the float steps
+ * done for four rows at once (~25 instructions per super-block and row).  Zen 4 VM, kbench 2048 x
+ * 8192: hot 23.7 -> 34.7 GB/s; Llama-3.2-1B Q4_K_M decode, fraction of a same-seconds stream, one
+ * thread 70-72 -> 84-86%, two threads 71-73 -> 81-84% where the machine gave ~60 GB/s and 92.5 ->
+ * ~91% where it gave ~37 (docs/benchmarks.md); pp128 at two threads +15%.
+ *
+ * Sums: lane m (0..3) of a row's low accumulator gets quants 4m..4m+3 of every sub-block, times its
+ * scale; the high accumulator quants 16+4m..19+4m: the integers the AVX2 body leaves in its lanes m
+ * and m + 4.  Each lane's float steps are that body's (d then dmin FMA per super-block), and kx_hsum4
+ * adds the lanes as kq_hsum does, so the results are the AVX2 kernel's bit for bit (test-quant). */
+enum { KX_ENTRY = 4 * sizeof(block_q4_K) };
+
+/* Decode prefetches 7 KiB ahead of the group stream, not kq.h's 8: Llama-3.2-1B Q4_K_M at 2 threads
+   on the Zen 4 VM, fraction of a same-seconds stream of its weights, alternating runs: where the
+   machine gave ~37 GB/s, 5 / 6 / 8 KiB 89.6 / 91.0 / 89.6%; where it gave ~58, 6 / 7 / 8 KiB medians
+   90.8 / 92.0 / 91.7%.  The nibble kinds' 4-row decode settled on 7 KiB the same way (quants.c). */
+#ifndef KX_DEC_PF
+#define KX_DEC_PF 7168
+#endif
+
+/* the scale fields of 4 rows (48 bytes at p, row r's dwords a0 a1 a2 at 3r..3r+2) as one 128-bit
+   lane per row: dwords [sc 0-3 | mn 0-3 | sc 4-7 | mn 4-7] (kq_k4_scales' formulas) */
+KQ_INLINE __m512i kx_scales(const uint8_t *p) {
+    const __m512i v = _mm512_maskz_loadu_epi32(0x0FFF, p);
+    const __m512i a = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11), v);
+    const __m512i b = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 0, 1, 3, 3, 3, 4, 6, 6, 6, 7, 9, 9, 9, 10), v);
+    /* [a0 & 3f | a1 & 3f | a2 & 0f | (a2 >> 4) & 0f], the top two bits from (a0 >> 2), (a1 >> 2) & 30 */
+    const __m512i lowbits = _mm512_and_si512(_mm512_srlv_epi32(a, _mm512_set4_epi32(4, 0, 0, 0)),
+                                             _mm512_set4_epi32(0x0f0f0f0f, 0x0f0f0f0f, 0x3f3f3f3f, 0x3f3f3f3f));
+    return kz_or_and(lowbits, _mm512_srli_epi32(b, 2), _mm512_set4_epi32(0x30303030, 0x30303030, 0, 0));
+}
+
+/* pshufb controls on kx_scales' lanes: scale s as 8 words; the mins of sub-blocks 0-3 (lo) and 4-7
+   (hi), each twice, as words */
+#define KX_W(b) (b), -128
+#define KX_S(s) KX_W(s), KX_W(s), KX_W(s), KX_W(s), KX_W(s), KX_W(s), KX_W(s), KX_W(s)
+#define KX_M(a, b, c, d) KX_W(a), KX_W(a), KX_W(b), KX_W(b), KX_W(c), KX_W(c), KX_W(d), KX_W(d)
+static const int8_t kx_ctl[10][16] __attribute__((aligned(16))) = {
+    {KX_S(0)}, {KX_S(1)}, {KX_S(2)}, {KX_S(3)}, {KX_S(8)}, {KX_S(9)}, {KX_S(10)}, {KX_S(11)},
+    {KX_M(4, 5, 6, 7)}, {KX_M(12, 13, 14, 15)}};
+KQ_INLINE __m512i kx_pick(__m512i sc, int k) {
+    return _mm512_shuffle_epi8(sc, _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)kx_ctl[k])));
+}
+KQ_INLINE __m512i kx_bcast16(const void *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
+
+/* one group (g: its entries) x NC activation rows over super-blocks i0 .. i1; t[2c], t[2c+1]: column
+   c's low and high accumulators (one 128-bit lane per row); pf > 0 prefetches pf bytes ahead */
+KQ_INLINE void kx_cols_q4_K(int i0, int i1, int NC, const uint8_t *g, const block_q8_K *const *y, __m512 *acc, int pf) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i pick_d = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    const __m512i pick_m = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+    const __m256 neg_m = _mm256_castsi256_ps(_mm256_set1_epi64x((long long)0x8000000000000000ull));
+    __m512 t[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) t[c] = acc[c];
+    for (int i = i0; i < i1; i++) {
+        const uint8_t *e = g + (size_t)i * KX_ENTRY;
+        if (pf) kq_prefetch_span((const char *)e + pf, KX_ENTRY);
+        const __m512i sc = kx_scales(e + 16);
+        __m512i Zl[4], Zh[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) Zl[c] = Zh[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            const __m512i q = _mm512_loadu_si512(e + 64 + 64 * s);
+            const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            const __m512i sv = kx_pick(sc, s);
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) {
+                const int8_t *a = y[c][i].qs + 32 * s;
+                Zl[c] = _mm512_dpwssd_epi32(Zl[c], _mm512_maddubs_epi16(lo, kx_bcast16(a)), sv);
+                Zh[c] = _mm512_dpwssd_epi32(Zh[c], _mm512_maddubs_epi16(hi, kx_bcast16(a + 16)), sv);
+            }
+        }
+        const __m512i ml = kx_pick(sc, 8), mh = kx_pick(sc, 9);
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e)); /* d0 m0 d1 m1 .. */
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            /* per row: dy * d and dy * -dmin, as the AVX2 body forms them */
+            const __m512 f = _mm512_castps256_ps512(_mm256_xor_ps(_mm256_mul_ps(dm, _mm256_set1_ps(y[c][i].d)), neg_m));
+            const __m512 fd = _mm512_permutexvar_ps(pick_d, f), fm = _mm512_permutexvar_ps(pick_m, f);
+            const __m512i bl = _mm512_madd_epi16(kx_bcast16(y[c][i].bsums), ml);
+            const __m512i bh = _mm512_madd_epi16(kx_bcast16(y[c][i].bsums + 8), mh);
+            t[2 * c] = _mm512_fmadd_ps(fm, _mm512_cvtepi32_ps(bl), _mm512_fmadd_ps(fd, _mm512_cvtepi32_ps(Zl[c]), t[2 * c]));
+            t[2 * c + 1] = _mm512_fmadd_ps(fm, _mm512_cvtepi32_ps(bh), _mm512_fmadd_ps(fd, _mm512_cvtepi32_ps(Zh[c]), t[2 * c + 1]));
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
+}
+
+/* the four rows' sums from a column's accumulators, added as kq_hsum adds a row's eight lanes:
+   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+KQ_INLINE __m128 kx_hsum4(__m512 lo, __m512 hi) {
+    __m512 u = _mm512_add_ps(lo, hi);
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0xB1));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u));
+}
+
+/* ---- Q6_K in the x4 layout (quant.h) ------------------------------------------------------------
+ *
+ * An entry (super-block b of the group's 4 rows, 840 bytes): d of rows 0-3 (8 bytes), their 16
+ * int8 scales (64 bytes), then per quad Q = 0..3 of sub-blocks (4Q .. 4Q+3, 16 quants each) at
+ * 72 + 192 Q three 64-byte vectors, 16 bytes per row: the low nibbles of sub-blocks 4Q and 4Q+1
+ * (byte k: quant k of each), of 4Q+2 and 4Q+3, and the top two bits of all four (bits 2j, 2j+1 of
+ * byte k: quant k of sub-block 4Q+j).
+ *
+ * One vector is a sub-block of four rows, so each row's 128-bit lane takes one scale: one pshufb
+ * from the rows' scales widened once per entry.  Even sub-blocks go to the low accumulator, odd
+ * ones to the high: lane m of a row's low accumulator then holds what the AVX2 body leaves in its
+ * lane m, the high one its lane m + 4 (the AVX2 body's vectors are pairs of sub-blocks), and the
+ * bias the same lanes' (32 * scale * bsum of sub-blocks 2m, 2m + 1 and 8 + 2m, 9 + 2m); float steps
+ * and the final sums as for Q4_K: the AVX2 kernel's bits.
+ * Measured (Zen 4 VM): kbench hot 33 -> 38.5 GB/s, but Llama-3.2-1B Q4_K_M decode (Q6_K: a third of
+ * its bytes, the tied head among them) the same with or without it at one and two threads, within
+ * the noise (+-1 point of the stream), and pp128 +1%: the stream, not this kernel, is the limit
+ * there.  Kept for the hot figure, which machines with more bandwidth per core will need. */
+enum { KX6_ENTRY = 4 * sizeof(block_q6_K) };
+
+/* pshufb controls: word w of each lane, 8 times */
+#define KX_WW(w) 2 * (w), 2 * (w) + 1
+#define KX_S6(w) KX_WW(w), KX_WW(w), KX_WW(w), KX_WW(w), KX_WW(w), KX_WW(w), KX_WW(w), KX_WW(w)
+static const int8_t kx_ctl6[8][16] __attribute__((aligned(16))) = {
+    {KX_S6(0)}, {KX_S6(1)}, {KX_S6(2)}, {KX_S6(3)}, {KX_S6(4)}, {KX_S6(5)}, {KX_S6(6)}, {KX_S6(7)}};
+
+KQ_INLINE void kx_cols_q6_K(int i0, int i1, int NC, const uint8_t *g, const block_q8_K *const *y, __m512 *acc, int pf) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i pick_d = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512 t[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) t[c] = acc[c];
+    for (int i = i0; i < i1; i++) {
+        const uint8_t *e = g + (size_t)i * KX6_ENTRY;
+        if (pf) kq_prefetch_span((const char *)e + pf, KX6_ENTRY);
+        /* each row's scales as words: 0-7 (slo) and 8-15 (shi) in its lane */
+        const __m512i sb = _mm512_loadu_si512(e + 8);
+        const __m512i slo = _mm512_srai_epi16(_mm512_unpacklo_epi8(sb, sb), 8);
+        const __m512i shi = _mm512_srai_epi16(_mm512_unpackhi_epi8(sb, sb), 8);
+        __m512i Zl[4], Zh[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) Zl[c] = Zh[c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int Q = 0; Q < 4; Q++) {
+            const uint8_t *qd = e + 72 + 192 * Q;
+            const __m512i a = _mm512_loadu_si512(qd), b = _mm512_loadu_si512(qd + 64), h = _mm512_loadu_si512(qd + 128);
+            const __m512i nib[4] = {_mm512_and_si512(a, m4), _mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
+                                    _mm512_and_si512(b, m4), _mm512_and_si512(_mm512_srli_epi16(b, 4), m4)};
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const int s = 4 * Q + j;
+                const __m512i q = kz_or_and(nib[j], kz_shift(h, 4 - 2 * j), m30);
+                const __m512i sv = _mm512_shuffle_epi8(s < 8 ? slo : shi,
+                                                       _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)kx_ctl6[s % 8])));
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) {
+                    const __m512i p = _mm512_maddubs_epi16(q, kx_bcast16(y[c][i].qs + 16 * s));
+                    if (s % 2) Zh[c] = _mm512_dpwssd_epi32(Zh[c], p, sv);
+                    else Zl[c] = _mm512_dpwssd_epi32(Zl[c], p, sv);
+                }
+            }
+        }
+        const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)e));
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            /* the quants went in biased by +32 */
+            const __m512i bl = _mm512_madd_epi16(kx_bcast16(y[c][i].bsums), slo);
+            const __m512i bh = _mm512_madd_epi16(kx_bcast16(y[c][i].bsums + 8), shi);
+            const __m512i al = _mm512_sub_epi32(Zl[c], _mm512_slli_epi32(bl, 5));
+            const __m512i ah = _mm512_sub_epi32(Zh[c], _mm512_slli_epi32(bh, 5));
+            const __m512 fd = _mm512_permutexvar_ps(pick_d, _mm512_castps128_ps512(_mm_mul_ps(d4, _mm_set1_ps(y[c][i].d))));
+            t[2 * c] = _mm512_fmadd_ps(fd, _mm512_cvtepi32_ps(al), t[2 * c]);
+            t[2 * c + 1] = _mm512_fmadd_ps(fd, _mm512_cvtepi32_ps(ah), t[2 * c + 1]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
+}
+
+/* nr a multiple of 4 and x a group's start (hq_pack_ok); prefill as the file-layout tiles: 16 rows
+   (4 groups) x 4 columns, K in chunks of KQ_KC super-blocks */
+#define KX_GEMM_PACKED(t)                                                                                                         \
+    void hq_gemm_packed_avx512_##t(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,               \
+                                   const void *restrict vy, size_t by, int nc) {                                                  \
+        const int nb = n / QK_K;                                                                                                  \
+        if (nc == 1) { /* decode: the groups one after another, one linear stream */                                              \
+            const block_q8_K *yc[1] = {vy};                                                                                       \
+            for (int r = 0; r < nr; r += 4) {                                                                                     \
+                __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                                       \
+                kx_cols_##t(0, nb, 1, (const uint8_t *)x + (size_t)r * bx, yc, acc, KX_DEC_PF);                                   \
+                _mm_storeu_ps(s + r, kx_hsum4(acc[0], acc[1]));                                                                   \
+            }                                                                                                                     \
+            return;                                                                                                               \
+        }                                                                                                                         \
+        for (int r0 = 0; r0 < nr; r0 += KQ_TR) {                                                                                  \
+            const int ng = (nr - r0 < KQ_TR ? nr - r0 : KQ_TR) / 4;                                                               \
+            for (int j0 = 0; j0 < nc; j0 += 4) {                                                                                  \
+                const int C = nc - j0 < 4 ? nc - j0 : 4;                                                                          \
+                const block_q8_K *yc[4];                                                                                          \
+                for (int c = 0; c < 4; c++) yc[c] = (const block_q8_K *)((const char *)vy + (size_t)(j0 + (c < C ? c : 0)) * by); \
+                __m512 acc[KQ_TR / 4][8];                                                                                         \
+                for (int g = 0; g < ng; g++)                                                                                      \
+                    for (int c = 0; c < 8; c++) acc[g][c] = _mm512_setzero_ps();                                                  \
+                for (int i0 = 0; i0 < nb; i0 += KQ_KC) {                                                                          \
+                    const int i1 = nb - i0 < KQ_KC ? nb : i0 + KQ_KC;                                                             \
+                    for (int g = 0; g < ng; g++) {                                                                                \
+                        const uint8_t *grp = (const uint8_t *)x + (size_t)(r0 + 4 * g) * bx;                                      \
+                        switch (C) {                                                                                              \
+                        case 4: kx_cols_##t(i0, i1, 4, grp, yc, acc[g], 0); break;                                                \
+                        case 3: kx_cols_##t(i0, i1, 3, grp, yc, acc[g], 0); break;                                                \
+                        case 2: kx_cols_##t(i0, i1, 2, grp, yc, acc[g], 0); break;                                                \
+                        default: kx_cols_##t(i0, i1, 1, grp, yc, acc[g], 0); break;                                               \
+                        }                                                                                                         \
+                    }                                                                                                             \
+                }                                                                                                                 \
+                for (int g = 0; g < ng; g++)                                                                                      \
+                    for (int c = 0; c < C; c++)                                                                                   \
+                        _mm_storeu_ps(s + (size_t)(j0 + c) * lds + r0 + 4 * g, kx_hsum4(acc[g][2 * c], acc[g][2 * c + 1]));       \
+            }                                                                                                                     \
+        }                                                                                                                         \
+    }
+KX_GEMM_PACKED(q4_K)
+KX_GEMM_PACKED(q6_K)
