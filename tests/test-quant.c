@@ -479,7 +479,7 @@ static void test_q8_0_avx512(void) {
    back byte for byte, and gemm_packed over the packed rows gives gemm's results bit for bit — decode
    over whole shares (one pass: K up to 8192) and longer rows (Q4_0's tiled path, 8320; Q4_K: 33
    super-blocks, a short prefill chunk), prefill tiles of 1-5 columns, 4 to 36 rows.  Rows come from
-   the quantizer and, for Q4_K, also as random bytes (every 6-bit scale and min pattern, finite d and
+   the quantizer and, for the K-quants, also as random bytes (every 6-bit scale and min pattern, finite d and
    dmin).  hq_pack_ok refuses shapes the layout cannot hold.  Without a packed kernel (generic table,
    NEON) nothing may be packed. */
 static void test_packed_type(int type, const int *lens, size_t nlens, bool random_bytes) {
@@ -513,7 +513,7 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
                     for (size_t i = 0; i < bx * rows; i++) x[i] = (uint8_t)rng_next();
                 for (int r = 0; src == 1 && r < rows; r++)
                     for (int64_t b = 0; b < n / blk; b++) {
-                        /* Q6_K: d at the block's end; Q4_K: d, dmin at its start */
+                        /* Q6_K: d at the block's end; Q4_K, Q5_K: d, dmin at its start */
                         const bool q6 = type == HQ_TYPE_Q6_K;
                         hr_fp16 *d = (hr_fp16 *)(x + r * bx + b * tr->type_size + (q6 ? offsetof(block_q6_K, d) : 0));
                         for (int k = 0; k < (q6 ? 1 : 2); k++) d[k] = (hr_fp16)(0x0400 + rng_next() % 0x3800);
@@ -542,11 +542,12 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
 }
 
 static void test_packed(void) {
-    CHECK(!hq_pack_ok(HQ_TYPE_Q8_0, 64, 4) && !hq_pack_ok(HQ_TYPE_Q5_K, 256, 4));
+    CHECK(!hq_pack_ok(HQ_TYPE_Q8_0, 64, 4) && !hq_pack_ok(HQ_TYPE_Q3_K, 256, 4));
     if (hq_get_traits(HQ_TYPE_Q4_0)->gemm_packed) CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 96, 4)); /* an odd number of blocks */
     const int lens0[] = {64, 1024, 8192, 8320}, lensk[] = {256, 1024, 8192, 8448};
     test_packed_type(HQ_TYPE_Q4_0, lens0, HR_ARRAY_LEN(lens0), false);
     test_packed_type(HQ_TYPE_Q4_K, lensk, HR_ARRAY_LEN(lensk), true);
+    test_packed_type(HQ_TYPE_Q5_K, lensk, HR_ARRAY_LEN(lensk), true);
     test_packed_type(HQ_TYPE_Q6_K, lensk, HR_ARRAY_LEN(lensk), true);
 }
 

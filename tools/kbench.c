@@ -6,7 +6,7 @@
  *                     (a fresh copy per pass, ~128 MiB in all, so every byte comes from DRAM)
  *   prefill (nc > 1): GOP/s (2 * rows * cols * nc / s) with the weights hot
  *
- * Weights are in the engine's layout (Q4_0, and with AVX-512 Q4_K and Q6_K, packed in groups of 4
+ * Weights are in the engine's layout (Q4_0, and with AVX-512 Q4_K, Q5_K and Q6_K, packed in groups of 4
  * rows, "Q4_0x4" etc., where the kernel table has a packed kernel) and are a few quantized random
  * rows repeated down the matrix (quantizing a whole K-quant matrix with the reference code takes
  * seconds); activations are quantized random rows.

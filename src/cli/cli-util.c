@@ -71,8 +71,8 @@ int cli_weights_flag(cli_weights *w, char **argv, int i) {
 const char cli_weights_help[] =
     "  --mmap                  run the weights from the file mapping instead of loading them into memory\n"
     "                          (the default loads them when they fit the memory budget: on some machines a\n"
-    "                          mapping streams at half the speed, and Q4_0 (and, with AVX-512, Q4_K and\n"
-    "                          Q6_K) is then repacked for the kernels; see --no-repack)\n"
+    "                          mapping streams at half the speed, and Q4_0 (and, with AVX-512, Q4_K, Q5_K\n"
+    "                          and Q6_K) is then repacked for the kernels; see --no-repack)\n"
     "  --no-mmap               load the weights into memory (the default when they fit)\n"
     "  -nr, --no-repack        load the weights in the file's layout, not the kernels' packed one\n";
 

@@ -31,6 +31,8 @@ HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_
                                                             size_t, int, const void *restrict, size_t, int);     \
     __attribute__((weak)) void hq_gemm_packed_##arch##_q4_K(int, float *restrict, size_t, const void *restrict, \
                                                             size_t, int, const void *restrict, size_t, int);     \
+    __attribute__((weak)) void hq_gemm_packed_##arch##_q5_K(int, float *restrict, size_t, const void *restrict, \
+                                                            size_t, int, const void *restrict, size_t, int);     \
     __attribute__((weak)) void hq_gemm_packed_##arch##_q6_K(int, float *restrict, size_t, const void *restrict, \
                                                             size_t, int, const void *restrict, size_t, int);     \
     HQ_WEAK_SIMD(arch, f32) HQ_WEAK_SIMD(arch, f16) HQ_WEAK_SIMD(arch, bf16) HQ_WEAK_SIMD(arch, q4_0)   \
@@ -173,35 +175,79 @@ static void hq_unpack_q4_0_x4(void *restrict dst, const void *restrict group, in
    sub-block s the rows' 16 bytes, byte k holding quants k and k + 16 of s (the file pairs quant k of
    sub-blocks 2j and 2j + 1 in qs[32j + k]) ---- */
 enum { HQ_K4_ENTRY = HQ_PACK_ROWS * sizeof(block_q4_K) };
+/* row r's block x into entry d (whose other rows' bytes are left as they are) */
+static void hq_pack_q4_K_x4_row(uint8_t *d, const block_q4_K *x, int r) {
+    memcpy(d + 4 * r, &x->d, 2);
+    memcpy(d + 4 * r + 2, &x->dmin, 2);
+    memcpy(d + 16 + K_SCALE_SIZE * r, x->scales, K_SCALE_SIZE);
+    for (int s = 0; s < QK_K / 32; s++)
+        for (int k = 0; k < 16; k++) {
+            const int sh = 4 * (s & 1), j = 32 * (s / 2);
+            const int lo = (x->qs[j + k] >> sh) & 15, hi = (x->qs[j + k + 16] >> sh) & 15;
+            d[64 + 64 * s + 16 * r + k] = (uint8_t)(lo | hi << 4);
+        }
+}
+static void hq_unpack_q4_K_x4_row(block_q4_K *x, const uint8_t *e, int r) {
+    memcpy(&x->d, e + 4 * r, 2);
+    memcpy(&x->dmin, e + 4 * r + 2, 2);
+    memcpy(x->scales, e + 16 + K_SCALE_SIZE * r, K_SCALE_SIZE);
+    memset(x->qs, 0, sizeof x->qs);
+    for (int s = 0; s < QK_K / 32; s++)
+        for (int k = 0; k < 16; k++) {
+            const int sh = 4 * (s & 1), j = 32 * (s / 2), v = e[64 + 64 * s + 16 * r + k];
+            x->qs[j + k] |= (uint8_t)((v & 15) << sh);
+            x->qs[j + k + 16] |= (uint8_t)((v >> 4) << sh);
+        }
+}
 static void hq_pack_q4_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
     uint8_t *d = dst;
     for (int64_t b = 0; b < ne0 / QK_K; b++, d += HQ_K4_ENTRY)
-        for (int r = 0; r < HQ_PACK_ROWS; r++) {
-            const block_q4_K *x = (const block_q4_K *)((const uint8_t *)src + (size_t)r * bx) + b;
-            memcpy(d + 4 * r, &x->d, 2);
-            memcpy(d + 4 * r + 2, &x->dmin, 2);
-            memcpy(d + 16 + K_SCALE_SIZE * r, x->scales, K_SCALE_SIZE);
-            for (int s = 0; s < QK_K / 32; s++)
-                for (int k = 0; k < 16; k++) {
-                    const int sh = 4 * (s & 1), j = 32 * (s / 2);
-                    const int lo = (x->qs[j + k] >> sh) & 15, hi = (x->qs[j + k + 16] >> sh) & 15;
-                    d[64 + 64 * s + 16 * r + k] = (uint8_t)(lo | hi << 4);
-                }
-        }
+        for (int r = 0; r < HQ_PACK_ROWS; r++)
+            hq_pack_q4_K_x4_row(d, (const block_q4_K *)((const uint8_t *)src + (size_t)r * bx) + b, r);
 }
 static void hq_unpack_q4_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0) {
     const uint8_t *e = group;
     block_q4_K *x = dst;
-    for (int64_t b = 0; b < ne0 / QK_K; b++, e += HQ_K4_ENTRY, x++) {
-        memcpy(&x->d, e + 4 * r, 2);
-        memcpy(&x->dmin, e + 4 * r + 2, 2);
-        memcpy(x->scales, e + 16 + K_SCALE_SIZE * r, K_SCALE_SIZE);
-        memset(x->qs, 0, sizeof x->qs);
+    for (int64_t b = 0; b < ne0 / QK_K; b++, e += HQ_K4_ENTRY, x++) hq_unpack_q4_K_x4_row(x, e, r);
+}
+
+/* ---- Q5_K x4 (quant.h): Q4_K's entry for the low four bits (the block's fields up to qs match), then
+   the fifth bits: two 64-byte vectors (sub-blocks 0-3, 4-7), 16 bytes per row, bits 2j and 2j + 1 of
+   byte k holding those of quants k and k + 16 of sub-block 4v + j.  In the file the fifth bit of
+   quant l of sub-block s is bit s of qh[l]. ---- */
+enum { HQ_K5_ENTRY = HQ_PACK_ROWS * sizeof(block_q5_K) };
+static void hq_pack_q5_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
+    uint8_t *d = dst;
+    for (int64_t b = 0; b < ne0 / QK_K; b++, d += HQ_K5_ENTRY) {
+        memset(d + HQ_K4_ENTRY, 0, HQ_K5_ENTRY - HQ_K4_ENTRY);
+        for (int r = 0; r < HQ_PACK_ROWS; r++) {
+            const block_q5_K *x = (const block_q5_K *)((const uint8_t *)src + (size_t)r * bx) + b;
+            block_q4_K low;
+            memcpy(&low.d, &x->d, 2), memcpy(&low.dmin, &x->dmin, 2);
+            memcpy(low.scales, x->scales, K_SCALE_SIZE), memcpy(low.qs, x->qs, sizeof low.qs);
+            hq_pack_q4_K_x4_row(d, &low, r);
+            for (int s = 0; s < QK_K / 32; s++)
+                for (int k = 0; k < 16; k++) {
+                    const int j = s % 4, b0 = x->qh[k] >> s & 1, b1 = x->qh[k + 16] >> s & 1;
+                    d[HQ_K4_ENTRY + 64 * (s / 4) + 16 * r + k] |= (uint8_t)(b0 << (2 * j) | b1 << (2 * j + 1));
+                }
+        }
+    }
+}
+static void hq_unpack_q5_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0) {
+    const uint8_t *e = group;
+    block_q5_K *x = dst;
+    for (int64_t b = 0; b < ne0 / QK_K; b++, e += HQ_K5_ENTRY, x++) {
+        block_q4_K low;
+        hq_unpack_q4_K_x4_row(&low, e, r);
+        memcpy(&x->d, &low.d, 2), memcpy(&x->dmin, &low.dmin, 2);
+        memcpy(x->scales, low.scales, K_SCALE_SIZE), memcpy(x->qs, low.qs, sizeof x->qs);
+        memset(x->qh, 0, sizeof x->qh);
         for (int s = 0; s < QK_K / 32; s++)
             for (int k = 0; k < 16; k++) {
-                const int sh = 4 * (s & 1), j = 32 * (s / 2), v = e[64 + 64 * s + 16 * r + k];
-                x->qs[j + k] |= (uint8_t)((v & 15) << sh);
-                x->qs[j + k + 16] |= (uint8_t)((v >> 4) << sh);
+                const int j = s % 4, v = e[HQ_K4_ENTRY + 64 * (s / 4) + 16 * r + k];
+                x->qh[k] |= (uint8_t)((v >> (2 * j) & 1) << s);
+                x->qh[k + 16] |= (uint8_t)((v >> (2 * j + 1) & 1) << s);
             }
     }
 }
@@ -291,6 +337,9 @@ static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict group, in
         if (hq_gemm_packed_##arch##_q4_K)                                                   \
             hq_table[HQ_TYPE_Q4_K].gemm_packed = hq_gemm_packed_##arch##_q4_K,              \
             hq_table[HQ_TYPE_Q4_K].pack = hq_pack_q4_K_x4, hq_table[HQ_TYPE_Q4_K].unpack = hq_unpack_q4_K_x4; \
+        if (hq_gemm_packed_##arch##_q5_K)                                                   \
+            hq_table[HQ_TYPE_Q5_K].gemm_packed = hq_gemm_packed_##arch##_q5_K,              \
+            hq_table[HQ_TYPE_Q5_K].pack = hq_pack_q5_K_x4, hq_table[HQ_TYPE_Q5_K].unpack = hq_unpack_q5_K_x4; \
         if (hq_gemm_packed_##arch##_q6_K)                                                   \
             hq_table[HQ_TYPE_Q6_K].gemm_packed = hq_gemm_packed_##arch##_q6_K,              \
             hq_table[HQ_TYPE_Q6_K].pack = hq_pack_q6_K_x4, hq_table[HQ_TYPE_Q6_K].unpack = hq_unpack_q6_K_x4; \

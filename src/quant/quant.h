@@ -109,7 +109,7 @@ typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *res
    - Q4_0 (AVX2): per pair of blocks b, b+1 of the group's rows, 144 bytes: the 8 fp16 scales [rows
      0-3 at b | rows 0-3 at b+1], then each row's 32 code bytes [qs of b | qs of b+1] — what the AVX2
      kernel uses per step, read in one linear stream;
-   - Q4_K and Q6_K (AVX-512): per super-block, the 4 rows' scales together, then each sub-block's
+   - Q4_K, Q5_K and Q6_K (AVX-512): per super-block, the 4 rows' scales together, then each sub-block's
      codes of the 4 rows side by side, one 128-bit lane per row (quants-k512.c has the byte maps).
    A type has a packed form when the dispatched family has its kernel (gemm_packed != NULL);
    hq_pack_ok says whether a tensor's shape allows it. */
@@ -231,6 +231,8 @@ HQ_DECLARE_REF(q6_K) HQ_DECLARE_REF(q8_K)
     void hq_gemm_packed_##arch##_q4_0(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
                                       int nr, const void *restrict y, size_t by, int nc);                   \
     void hq_gemm_packed_##arch##_q4_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
+                                      int nr, const void *restrict y, size_t by, int nc);                   \
+    void hq_gemm_packed_##arch##_q5_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
                                       int nr, const void *restrict y, size_t by, int nc);                   \
     void hq_gemm_packed_##arch##_q6_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
                                       int nr, const void *restrict y, size_t by, int nc);                   \
