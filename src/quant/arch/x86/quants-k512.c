@@ -151,7 +151,8 @@ KQ_ENTRY(avx512, q6_K)
  * done for four rows at once (~25 instructions per super-block and row).  Zen 4 VM, kbench 2048 x
  * 8192: hot 23.7 -> 34.7 GB/s; Llama-3.2-1B Q4_K_M decode, fraction of a same-seconds stream, one
  * thread 70-72 -> 84-86%, two threads 71-73 -> 81-84% where the machine gave ~60 GB/s and 92.5 ->
- * ~91% where it gave ~37 (docs/benchmarks.md); pp128 at two threads +15%.
+ * ~91% where it gave ~37 (docs/benchmarks.md; 7 KiB prefetch, and more without it: KX_DEC_PF_*);
+ * pp128 at two threads +15%.
  *
  * Sums: lane m (0..3) of a row's low accumulator gets quants 4m..4m+3 of every sub-block, times its
  * scale; the high accumulator quants 16+4m..19+4m: the integers the AVX2 body leaves in its lanes m
@@ -159,13 +160,17 @@ KQ_ENTRY(avx512, q6_K)
  * adds the lanes as kq_hsum does, so the results are the AVX2 kernel's bit for bit (test-quant). */
 enum { KX_ENTRY = 4 * sizeof(block_q4_K) };
 
-/* Decode prefetches 7 KiB ahead of the group stream, not kq.h's 8: Llama-3.2-1B Q4_K_M at 2 threads
-   on the Zen 4 VM, fraction of a same-seconds stream of its weights, alternating runs: where the
-   machine gave ~37 GB/s, 5 / 6 / 8 KiB 89.6 / 91.0 / 89.6%; where it gave ~58, 6 / 7 / 8 KiB medians
-   90.8 / 92.0 / 91.7%.  The nibble kinds' 4-row decode settled on 7 KiB the same way (quants.c). */
-#ifndef KX_DEC_PF
-#define KX_DEC_PF 7168
-#endif
+/* Decode's software prefetch, bytes ahead of the group stream (0: none, the hardware prefetchers
+   alone).  Packed Q4_K and Q6_K read best with none: Llama-3.2-1B Q4_K_M (both types) on the Zen 4
+   VM, fraction of a same-seconds stream, alternating runs, none against 7 KiB: one thread 86.8-87.8
+   vs 83.3-84.4%, two threads where the machine gave ~36 GB/s 96.1-96.4 vs 89.2-89.6% (the file
+   layout: 92.0-92.5), ~55-60 GB/s 87.4-89.4 vs 81.0-83.3%; 2 and 4 KiB were far worse (63-69%), 5-12
+   KiB in between.  Q5_K keeps 7 KiB: with none, Q5_K_M at one thread fell from 84.7-85.7 to 76.9-78.9%
+   (at two, ~36 GB/s, it gained: 91.6-93.0 vs 88.1%).  (Q4_0's packed AVX2 decode needs its prefetch:
+   without, 65-67 vs 84%.) */
+#define KX_DEC_PF_q4_K 0
+#define KX_DEC_PF_q5_K 7168
+#define KX_DEC_PF_q6_K 0
 
 /* the scale fields of 4 rows (48 bytes at p, row r's dwords a0 a1 a2 at 3r..3r+2) as one 128-bit
    lane per row: dwords [sc 0-3 | mn 0-3 | sc 4-7 | mn 4-7] (kq_k4_scales' formulas) */
@@ -358,7 +363,7 @@ KQ_INLINE void kx_cols_q6_K(int i0, int i1, int NC, const uint8_t *g, const bloc
             const block_q8_K *yc[1] = {vy};                                                                                       \
             for (int r = 0; r < nr; r += 4) {                                                                                     \
                 __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                                       \
-                kx_cols_##t(0, nb, 1, (const uint8_t *)x + (size_t)r * bx, yc, acc, KX_DEC_PF);                                   \
+                kx_cols_##t(0, nb, 1, (const uint8_t *)x + (size_t)r * bx, yc, acc, KX_DEC_PF_##t);                                   \
                 _mm_storeu_ps(s + r, kx_hsum4(acc[0], acc[1]));                                                                   \
             }                                                                                                                     \
             return;                                                                                                               \
