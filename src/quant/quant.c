@@ -22,19 +22,15 @@ HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_
 #define HQ_WEAK_GEMM(arch, t)                                                                          \
     __attribute__((weak)) void hq_gemm_##arch##_##t(int, float *restrict, size_t, const void *restrict,  \
                                                     size_t, int, const void *restrict, size_t, int);
+#define HQ_WEAK_PACKED(arch, t)                                                                          \
+    __attribute__((weak)) void hq_gemm_packed_##arch##_##t(int, float *restrict, size_t, const void *restrict, \
+                                                           size_t, int, const void *restrict, size_t, int);
 #define HQ_WEAK_SIMD_ALL(arch)                                                                          \
     HQ_WEAK_GEMM(arch, q4_0) HQ_WEAK_GEMM(arch, q8_0) HQ_WEAK_GEMM(arch, q4_K) HQ_WEAK_GEMM(arch, q5_K)  \
     HQ_WEAK_GEMM(arch, q6_K) HQ_WEAK_GEMM(arch, q4_1) HQ_WEAK_GEMM(arch, q5_0) HQ_WEAK_GEMM(arch, q5_1)  \
     HQ_WEAK_GEMM(arch, q2_K) HQ_WEAK_GEMM(arch, q3_K) HQ_WEAK_GEMM(arch, f16) HQ_WEAK_GEMM(arch, f32)    \
     HQ_WEAK_GEMM(arch, bf16)                                                                            \
-    __attribute__((weak)) void hq_gemm_packed_##arch##_q4_0(int, float *restrict, size_t, const void *restrict, \
-                                                            size_t, int, const void *restrict, size_t, int);     \
-    __attribute__((weak)) void hq_gemm_packed_##arch##_q4_K(int, float *restrict, size_t, const void *restrict, \
-                                                            size_t, int, const void *restrict, size_t, int);     \
-    __attribute__((weak)) void hq_gemm_packed_##arch##_q5_K(int, float *restrict, size_t, const void *restrict, \
-                                                            size_t, int, const void *restrict, size_t, int);     \
-    __attribute__((weak)) void hq_gemm_packed_##arch##_q6_K(int, float *restrict, size_t, const void *restrict, \
-                                                            size_t, int, const void *restrict, size_t, int);     \
+    HQ_WEAK_PACKED(arch, q4_0) HQ_WEAK_PACKED(arch, q4_K) HQ_WEAK_PACKED(arch, q5_K) HQ_WEAK_PACKED(arch, q6_K) \
     HQ_WEAK_SIMD(arch, f32) HQ_WEAK_SIMD(arch, f16) HQ_WEAK_SIMD(arch, bf16) HQ_WEAK_SIMD(arch, q4_0)   \
     HQ_WEAK_SIMD(arch, q4_1) HQ_WEAK_SIMD(arch, q5_0) HQ_WEAK_SIMD(arch, q5_1) HQ_WEAK_SIMD(arch, q8_0) \
     HQ_WEAK_SIMD(arch, q2_K) HQ_WEAK_SIMD(arch, q3_K) HQ_WEAK_SIMD(arch, q4_K) HQ_WEAK_SIMD(arch, q5_K) \
@@ -316,6 +312,11 @@ static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict group, in
 
 #define HQ_USE_GEMM(arch, T, t) \
     if (hq_gemm_##arch##_##t) hq_table[HQ_TYPE_##T].gemm = hq_gemm_##arch##_##t
+/* a packed layout: its kernel where the family has one, with the layout's pack / unpack */
+#define HQ_USE_PACKED(arch, T, t)                                                                  \
+    if (hq_gemm_packed_##arch##_##t)                                                               \
+    hq_table[HQ_TYPE_##T].gemm_packed = hq_gemm_packed_##arch##_##t, hq_table[HQ_TYPE_##T].pack = hq_pack_##t##_x4, \
+    hq_table[HQ_TYPE_##T].unpack = hq_unpack_##t##_x4
 #define HQ_USE_SIMD_ALL(arch)                                                               \
     do {                                                                                    \
         HQ_USE_GEMM(arch, Q4_0, q4_0); HQ_USE_GEMM(arch, Q8_0, q8_0); HQ_USE_GEMM(arch, Q4_K, q4_K); \
@@ -331,18 +332,8 @@ static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict group, in
         HQ_USE_SIMD(arch, Q5_K, q5_K); HQ_USE_SIMD(arch, Q6_K, q6_K);                       \
         HQ_USE_SIMD_Q(arch, Q8_0, q8_0); HQ_USE_SIMD_Q(arch, Q8_1, q8_1);                   \
         HQ_USE_SIMD_Q(arch, Q8_K, q8_K);                                                    \
-        if (hq_gemm_packed_##arch##_q4_0)                                                   \
-            hq_table[HQ_TYPE_Q4_0].gemm_packed = hq_gemm_packed_##arch##_q4_0,              \
-            hq_table[HQ_TYPE_Q4_0].pack = hq_pack_q4_0_x4, hq_table[HQ_TYPE_Q4_0].unpack = hq_unpack_q4_0_x4; \
-        if (hq_gemm_packed_##arch##_q4_K)                                                   \
-            hq_table[HQ_TYPE_Q4_K].gemm_packed = hq_gemm_packed_##arch##_q4_K,              \
-            hq_table[HQ_TYPE_Q4_K].pack = hq_pack_q4_K_x4, hq_table[HQ_TYPE_Q4_K].unpack = hq_unpack_q4_K_x4; \
-        if (hq_gemm_packed_##arch##_q5_K)                                                   \
-            hq_table[HQ_TYPE_Q5_K].gemm_packed = hq_gemm_packed_##arch##_q5_K,              \
-            hq_table[HQ_TYPE_Q5_K].pack = hq_pack_q5_K_x4, hq_table[HQ_TYPE_Q5_K].unpack = hq_unpack_q5_K_x4; \
-        if (hq_gemm_packed_##arch##_q6_K)                                                   \
-            hq_table[HQ_TYPE_Q6_K].gemm_packed = hq_gemm_packed_##arch##_q6_K,              \
-            hq_table[HQ_TYPE_Q6_K].pack = hq_pack_q6_K_x4, hq_table[HQ_TYPE_Q6_K].unpack = hq_unpack_q6_K_x4; \
+        HQ_USE_PACKED(arch, Q4_0, q4_0); HQ_USE_PACKED(arch, Q4_K, q4_K);                     \
+        HQ_USE_PACKED(arch, Q5_K, q5_K); HQ_USE_PACKED(arch, Q6_K, q6_K);                     \
     } while (0)
 
 /* an environment switch: set to anything but "" or "0" */

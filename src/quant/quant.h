@@ -217,6 +217,9 @@ HQ_DECLARE_REF(q6_K) HQ_DECLARE_REF(q8_K)
 #define HQ_DECLARE_GEMM(arch, t)                                                                 \
     void hq_gemm_##arch##_##t(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
                               int nr, const void *restrict y, size_t by, int nc);
+#define HQ_DECLARE_PACKED(arch, t)                                                                  \
+    void hq_gemm_packed_##arch##_##t(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
+                                     int nr, const void *restrict y, size_t by, int nc);
 #define HQ_DECLARE_SIMD_ALL(arch)                                                        \
     HQ_DECLARE_SIMD(arch, f32) HQ_DECLARE_SIMD(arch, f16) HQ_DECLARE_SIMD(arch, bf16)    \
     HQ_DECLARE_SIMD(arch, q4_0) HQ_DECLARE_SIMD(arch, q4_1) HQ_DECLARE_SIMD(arch, q5_0)  \
@@ -228,14 +231,8 @@ HQ_DECLARE_REF(q6_K) HQ_DECLARE_REF(q8_K)
     HQ_DECLARE_GEMM(arch, q5_0) HQ_DECLARE_GEMM(arch, q5_1) HQ_DECLARE_GEMM(arch, q2_K)    \
     HQ_DECLARE_GEMM(arch, q3_K) HQ_DECLARE_GEMM(arch, f16) HQ_DECLARE_GEMM(arch, f32)      \
     HQ_DECLARE_GEMM(arch, bf16)                                                            \
-    void hq_gemm_packed_##arch##_q4_0(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
-                                      int nr, const void *restrict y, size_t by, int nc);                   \
-    void hq_gemm_packed_##arch##_q4_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
-                                      int nr, const void *restrict y, size_t by, int nc);                   \
-    void hq_gemm_packed_##arch##_q5_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
-                                      int nr, const void *restrict y, size_t by, int nc);                   \
-    void hq_gemm_packed_##arch##_q6_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
-                                      int nr, const void *restrict y, size_t by, int nc);                   \
+    HQ_DECLARE_PACKED(arch, q4_0) HQ_DECLARE_PACKED(arch, q4_K) HQ_DECLARE_PACKED(arch, q5_K)    \
+    HQ_DECLARE_PACKED(arch, q6_K)                                                          \
     void hq_quantize_##arch##_q8_0(const float *restrict x, void *restrict y, int64_t k); \
     void hq_quantize_##arch##_q8_1(const float *restrict x, void *restrict y, int64_t k); \
     void hq_quantize_##arch##_q8_K(const float *restrict x, void *restrict y, int64_t k);
