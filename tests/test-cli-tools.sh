@@ -269,6 +269,21 @@ if not ok:
     print("  bench --roofline output: %s (want decode_bytes %d)" % (runs, want), file=sys.stderr)
 sys.exit(0 if ok else 1)
 EOF
+# -d: each test after that many tokens of context (positions depth .. depth + n - 1, so a context
+# sized for the test alone would refuse them); the roofline only where nothing but weights is read
+expect_rc 0 "bench -d" "$BIN" bench -m "$VOCAB" -t 1 -p 8 -n 4 -d 0,600 -b 256 -r 1 --roofline --json
+check "bench -d: one row per test and depth, n_depth given, the roofline at depth 0 only" python3 - "$TMP/out.txt" << 'EOF'
+import json, sys
+runs = json.load(open(sys.argv[1]))
+got = sorted((r["test"], r["n_depth"], "of_roofline" in r) for r in runs)
+want = [("pp8", 0, False), ("pp8", 600, False), ("tg4", 0, True), ("tg4", 600, False)]
+if got != want or not all(r["tok_per_s"] > 0 for r in runs):
+    print("  bench -d output: %s, want %s" % (got, want), file=sys.stderr)
+    sys.exit(1)
+EOF
+expect_rc 0 "bench -d table" "$BIN" bench -m "$VOCAB" -t 1 -p 0 -n 2 -d 16 -r 1
+check "the table names the depth as llama-bench does" grep -q "tg2 @ d16" "$TMP/out.txt"
+expect_rc 2 "bench -d with a negative depth" "$BIN" bench -m "$VOCAB" -p 0 -n 2 -d -5
 expect_rc 1 "bench --roofline refuses weights that stream" "$BIN" bench -m "$VOCAB" -p 0 -n 4 -r 1 --roofline --mem-budget 50%
 check "the message says why" grep -q "resident" "$TMP/err.txt"
 

@@ -14,13 +14,16 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: hearth bench -m MODEL [options]\n\n"
             "Measures prompt processing (ppN: N tokens in batches of -b) and text generation (tgN: N\n"
-            "tokens one at a time from an empty context), reporting the median tokens/s over -r runs\n"
-            "after one warm-up run, as llama-bench does.\n\n"
+            "tokens one at a time), each from an empty context or after -d tokens already in it,\n"
+            "reporting the median tokens/s over -r runs after one warm-up run, as llama-bench does.\n\n"
             "options:\n"
             "  -m, --model FILE      GGUF model (required)\n"
             "  -t, --threads LIST    thread counts, comma-separated (default: physical cores = %d)\n"
             "  -p, --n-prompt LIST   prompt lengths, comma-separated (default 512; 0 skips)\n"
             "  -n, --n-gen LIST      generation lengths, comma-separated (default 128; 0 skips)\n"
+            "  -d, --n-depth LIST    tokens already in the context when a test starts, comma-separated\n"
+            "                        (default 0): they are processed as a prompt once per test, untimed,\n"
+            "                        and the test's tokens attend to them (shown as \"tg128 @ d1024\")\n"
             "  -b, --batch-size N    prompt batch size (default 512)\n"
             "  -r, --repetitions N   runs per test (default 5)\n"
             "  --kv-type f16|f32     KV cache element type (default f16)\n"
@@ -37,6 +40,7 @@ static void usage(FILE *f) {
             "                        roofline measured in the same seconds as the token, so a machine\n"
             "                        whose bandwidth drifts still gives a true fraction. Adds roofline t/s\n"
             "                        (weights / stream time) and the fraction of it each tgN reached\n"
+            "                        (tests at -d 0 only: at depth the KV cache is read too)\n"
             "  --json                print a JSON list of {test, threads, tok_per_s, reps, ...}\n"
             "  -h, --help            this help\n",
             hr_physical_cores(), 100 * HMEM_DEFAULT_FRACTION, cli_weights_help);
@@ -106,8 +110,8 @@ static bool parse_percent(const char *v, double *pct) {
 
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *v;
-    long th[16], pp[16] = {512}, tg[16] = {128}, reps = 5, n_batch = 512, window = 2;
-    int n_th = 1, n_pp = 1, n_tg = 1;
+    long th[16], pp[16] = {512}, tg[16] = {128}, dp[16] = {0}, reps = 5, n_batch = 512, window = 2;
+    int n_th = 1, n_pp = 1, n_tg = 1, n_dp = 1;
     th[0] = hr_physical_cores();
     bool json = false, figures = false, mem_on = true, roofline = false;
     uint64_t mem_budget = 0;
@@ -125,6 +129,8 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value("bench", argc, argv, &i)) || (n_pp = parse_list(a, v, 0, 1 << 20, pp, 16)) < 1) return 2;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
             if (!(v = cli_value("bench", argc, argv, &i)) || (n_tg = parse_list(a, v, 0, 1 << 20, tg, 16)) < 1) return 2;
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) {
+            if (!(v = cli_value("bench", argc, argv, &i)) || (n_dp = parse_list(a, v, 0, 1 << 20, dp, 16)) < 1) return 2;
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
             if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1000, &reps)) return 2;
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
@@ -180,8 +186,10 @@ int cmd_bench(int argc, char **argv) {
     long max_len = 1;
     for (int i = 0; i < n_pp; i++) max_len = HR_MAX(max_len, pp[i]);
     for (int i = 0; i < n_tg; i++) max_len = HR_MAX(max_len, tg[i]);
+    long max_depth = 0;
+    for (int i = 0; i < n_dp; i++) max_depth = HR_MAX(max_depth, dp[i]);
     logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    toks = malloc((size_t)max_len * sizeof(int32_t));
+    toks = malloc((size_t)(max_depth + max_len) * sizeof(int32_t));
     runs = malloc((size_t)reps * sizeof(double));
     mruns = calloc((size_t)reps, sizeof *mruns);
     tmp = malloc((size_t)reps * sizeof(double));
@@ -189,7 +197,7 @@ int cmd_bench(int argc, char **argv) {
     roof = malloc((size_t)reps * sizeof *roof);
     if (!logits || !toks || !runs || !mruns || !tmp || !res || !roof) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
     uint64_t rng = 0x9e3779b97f4a7c15ULL;
-    for (long i = 0; i < max_len; i++) {
+    for (long i = 0; i < max_depth + max_len; i++) {
         rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
         toks[i] = (int32_t)(rng % (uint64_t)m->hp.n_vocab);
     }
@@ -207,7 +215,7 @@ int cmd_bench(int argc, char **argv) {
     int n_out = 0;
     for (int ti = 0; ti < n_th; ti++) {
         hm_ctx_params cp = hm_ctx_default_params();
-        cp.n_ctx = (int32_t)HR_MAX(max_len, 16);
+        cp.n_ctx = (int32_t)HR_MAX(max_depth + max_len, 16);
         cp.n_batch = (int32_t)n_batch;
         cp.n_threads = (int32_t)th[ti];
         cp.kv_type = kv_type;
@@ -250,9 +258,16 @@ int cmd_bench(int argc, char **argv) {
         for (int kind = 0; kind < 2; kind++) {
             long *lens = kind == 0 ? pp : tg;
             int nl = kind == 0 ? n_pp : n_tg;
-            for (int li = 0; li < nl; li++) {
-                long len = lens[li];
+            for (int li = 0; li < nl * n_dp; li++) {
+                const long len = lens[li / n_dp], depth = dp[li % n_dp];
                 if (len == 0) continue;
+                /* the context the test starts from: -d tokens as a prompt, untimed; every run's tokens
+                   go after them and overwrite only their own positions, so one fill serves all runs */
+                for (long i = 0; i < depth;) {
+                    const int nb = (int)HR_MIN(n_batch, depth - i);
+                    if (hm_eval(c, toks + i, NULL, nb, (int32_t)i, logits, false, NULL, &err)) goto done;
+                    i += nb;
+                }
                 for (long r = -1; r < reps; r++) { /* r = -1: warm-up */
                     int64_t blocked = 0, sample_ns = 0, roof_ns = 0, read0 = hmem_proc_read_bytes();
                     uint64_t load0 = mm ? hmem_get_stats(mm).loaded_bytes : 0;
@@ -260,10 +275,11 @@ int cmd_bench(int argc, char **argv) {
                     int64_t t0 = hr_time_ns();
                     for (long i = 0; i < len;) {
                         int nb = kind == 0 ? (int)HR_MIN(n_batch, len - i) : 1;
-                        if (hm_eval(c, toks + i, NULL, nb, (int32_t)i, logits, false, NULL, &err)) goto done;
+                        if (hm_eval(c, toks + depth + i, NULL, nb, (int32_t)(depth + i), logits, false, NULL, &err))
+                            goto done;
                         blocked += hm_ctx_timings(c).weights_ns;
                         i += nb;
-                        if (roofline && kind == 1) { /* the same weights as one stream, not timed */
+                        if (roofline && kind == 1 && depth == 0) { /* the same weights as one stream, not timed */
                             int64_t s0 = hr_time_ns();
                             (void)hr_pool_read(pool, spans, n_spans); /* a call through the pool: not elided */
                             roof_ns += hr_time_ns() - s0;
@@ -290,7 +306,7 @@ int cmd_bench(int argc, char **argv) {
                 }
                 double med = median(memcpy(tmp, runs, (size_t)reps * sizeof *tmp), reps);
                 /* --roofline: medians of each run's stream rate and of its fraction */
-                bool has_roof = roofline && kind == 1;
+                bool has_roof = roofline && kind == 1 && depth == 0;
                 double roof_med = 0, frac_med = 0;
                 if (has_roof) {
                     roof_med = median(memcpy(tmp, roof, (size_t)reps * sizeof *tmp), reps);
@@ -313,15 +329,17 @@ int cmd_bench(int argc, char **argv) {
                 hmem_stats ms = mm ? hmem_get_stats(mm) : (hmem_stats){0};
                 const hmem_plan *pl = mm ? hmem_get_plan(mm) : NULL;
                 const char *mode = pl ? hmem_mode_name(pl->mode) : "none";
-                char test[32];
+                char test[32], shown[48];
                 snprintf(test, sizeof test, "%s%ld", kind == 0 ? "pp" : "tg", len);
+                if (depth) snprintf(shown, sizeof shown, "%s @ d%ld", test, depth);
+                else snprintf(shown, sizeof shown, "%s", test);
                 if (json) {
                     printf("%s\n  {\"test\": \"%s\", \"threads\": %ld, \"tok_per_s\": %.3f, \"reps\": %ld, "
                            "\"stddev\": %.3f, \"model\": \"%s\", \"model_bytes\": %llu, \"kernels\": \"%s\", "
-                           "\"weights\": \"%s\"",
+                           "\"weights\": \"%s\", \"n_depth\": %ld",
                            n_out ? "," : "", test, th[ti], med, reps, sd, m->hp.arch_name,
                            (unsigned long long)hm_model_weight_bytes(m), hq_simd_name(),
-                           m->loaded ? "memory" : "mmap");
+                           m->loaded ? "memory" : "mmap", depth);
                     if (figures && pl)
                         printf(", \"mem_mode\": \"%s\", \"mem_budget\": %llu, \"ctx_bytes\": %llu, \"window\": %d, "
                                "\"pinned_bytes\": %llu, \"stream_bytes\": %llu, \"ms_per_tok\": %.3f, "
@@ -344,12 +362,12 @@ int cmd_bench(int argc, char **argv) {
                     printf("}");
                 } else if (figures)
                     printf("| %s %s | %.2f GiB | %ld | %s | %s | %.2f ± %.2f | %s | %.1f | %.1f | %.1f | %.0f | %.2f%% |%s\n",
-                           m->hp.arch_name, m->hp.name[0] ? m->hp.name : "", size_gib, th[ti], hq_simd_name(), test,
+                           m->hp.arch_name, m->hp.name[0] ? m->hp.name : "", size_gib, th[ti], hq_simd_name(), shown,
                            med, sd, mode, 1e3 / med, mf.disk_per_tok / 1048576.0, mf.blocked_ms_per_tok,
                            mf.resident_med / 1048576.0, 100.0 * ms.pressure, roof_cells);
                 else
                     printf("| %s %s | %.2f GiB | %ld | %s | %s | %.2f ± %.2f |%s\n", m->hp.arch_name,
-                           m->hp.name[0] ? m->hp.name : "", size_gib, th[ti], hq_simd_name(), test, med, sd, roof_cells);
+                           m->hp.name[0] ? m->hp.name : "", size_gib, th[ti], hq_simd_name(), shown, med, sd, roof_cells);
                 fflush(stdout);
                 n_out++;
             }
