@@ -284,6 +284,15 @@ EOF
 expect_rc 0 "bench -d table" "$BIN" bench -m "$VOCAB" -t 1 -p 0 -n 2 -d 16 -r 1
 check "the table names the depth as llama-bench does" grep -q "tg2 @ d16" "$TMP/out.txt"
 expect_rc 2 "bench -d with a negative depth" "$BIN" bench -m "$VOCAB" -p 0 -n 2 -d -5
+# a context whose KV cache cannot fit the memory there is: refused before it is allocated, not
+# met by the OOM killer partway through (TESTBED_MEM_LIMIT stands for a small device's memory)
+TESTBED_MEM_LIMIT=1M expect_rc 1 "bench -d past the memory" "$BIN" bench -m "$VOCAB" -p 0 -n 4 -d 60000 -r 1
+check "the message gives the context's need and the memory" grep -q "KV cache and scratch need 40.0 MiB, more than the 1.0 MiB" "$TMP/err.txt"
+TESTBED_MEM_LIMIT=1M expect_rc 1 "run -c past the memory" "$BIN" run -m "$VOCAB" -p hi -n 2 -c 60000
+check "run says why" grep -q "use a shorter context" "$TMP/err.txt"
+TESTBED_MEM_LIMIT=1M expect_rc 1 "eval of more tokens than the memory holds" "$BIN" eval -m "$VOCAB" --tokens "$(python3 -c 'print(",".join(["5"] * 20000))')" --logits "$TMP/big.f32"
+check "eval says why" grep -q "use a shorter context" "$TMP/err.txt"
+check "eval wrote no logits" test ! -e "$TMP/big.f32"
 expect_rc 1 "bench --roofline refuses weights that stream" "$BIN" bench -m "$VOCAB" -p 0 -n 4 -r 1 --roofline --mem-budget 50%
 check "the message says why" grep -q "resident" "$TMP/err.txt"
 

@@ -225,6 +225,7 @@ int cmd_bench(int argc, char **argv) {
         /* the residency manager (observing only with --mem-budget off, for the figures) */
         hmem_params mp = hmem_default_params();
         mp.ctx_bytes = hm_ctx_bytes_estimate(&m->hp, &cp);
+        if (hmem_check_ctx(mp.ctx_bytes, &err)) goto done;
         mp.window = (int32_t)window;
         mp.pin = pin;
         mp.mode = mem_on ? HMEM_AUTO : HMEM_OBSERVE;

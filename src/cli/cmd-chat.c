@@ -456,6 +456,7 @@ int cmd_chat(int argc, char **argv) {
     cp.n_threads = (int32_t)threads;
     cp.kv_type = kv_type;
     hm_shard sh = hm_shard_full(m);
+    if (hmem_check_ctx(hm_ctx_bytes_estimate(&m->hp, &cp), &err)) goto done;
     if (hmem_load_weights(NULL, m, &sh, wf.use_mmap, wf.no_repack, &err)) goto done;
     /* SIGINT is for this thread only (the pool's workers start with it blocked and keep it so), and
        here it stays blocked except while an answer is generated and inside read_line's pselect */

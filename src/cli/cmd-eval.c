@@ -96,6 +96,7 @@ int cmd_eval(int argc, char **argv) {
     cp.n_threads = (int32_t)threads;
     cp.kv_type = kv_type;
     hm_shard sh = hm_shard_full(m);
+    if (hmem_check_ctx(hm_ctx_bytes_estimate(&m->hp, &cp), &err)) goto done;
     if (hmem_load_weights(NULL, m, &sh, wf.use_mmap, wf.no_repack, &err)) goto done;
     if (!(c = hm_ctx_create(m, &sh, &cp, &err))) goto done;
     logits = malloc(n * (size_t)m->hp.n_vocab * sizeof(float));

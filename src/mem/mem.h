@@ -65,6 +65,13 @@ int hmem_parse_meminfo(const char *text, uint64_t *total, uint64_t *available);
    TESTBED_MEM_LIMIT (/proc/meminfo shows the whole machine inside a cgroup). */
 uint64_t hmem_default_budget(const hmem_sysmem *s);
 
+/* A context's KV cache and scratch are written, not paged in from the model file, so they must fit
+   the memory there is: HR_ENOMEM, with the figures, when ctx_bytes exceed the smallest of
+   MemAvailable, the cgroup limit and TESTBED_MEM_LIMIT (what an -c or -d that cannot be met would
+   otherwise meet as the OOM killer, partway through zeroing the cache); 0 when they fit or the
+   figures cannot be read. */
+int hmem_check_ctx(uint64_t ctx_bytes, hr_err *err);
+
 /* Bytes this process has caused to be read from storage (/proc/self/io read_bytes); -1 if unknown. */
 int64_t hmem_proc_read_bytes(void);
 

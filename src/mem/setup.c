@@ -23,6 +23,7 @@ int hmem_load_weights(const hmem *h, hm_model *m, const hm_shard *shard, bool us
 int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
                bool prefetch, uint64_t ctx_bytes, hmem **out, hr_err *err) {
     *out = NULL;
+    if (hmem_check_ctx(ctx_bytes, err)) return err->code;
     bool enabled = true;
     uint64_t budget = 0;
     if (budget_flag && hmem_parse_budget(budget_flag, &enabled, &budget))

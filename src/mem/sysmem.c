@@ -164,11 +164,26 @@ int hmem_sysmem_read(hmem_sysmem *out, hr_err *err) {
     return 0;
 }
 
-uint64_t hmem_default_budget(const hmem_sysmem *s) {
+/* the smallest of MemAvailable (MemTotal if unknown), the cgroup limit and TESTBED_MEM_LIMIT */
+static uint64_t sysmem_base(const hmem_sysmem *s) {
     uint64_t base = s->mem_available ? s->mem_available : s->mem_total;
     if (s->cgroup_limit && s->cgroup_limit < base) base = s->cgroup_limit;
     if (s->env_limit && s->env_limit < base) base = s->env_limit;
-    return (uint64_t)((double)base * HMEM_DEFAULT_FRACTION);
+    return base;
+}
+
+uint64_t hmem_default_budget(const hmem_sysmem *s) { return (uint64_t)((double)sysmem_base(s) * HMEM_DEFAULT_FRACTION); }
+
+int hmem_check_ctx(uint64_t ctx_bytes, hr_err *err) {
+    hmem_sysmem s;
+    hr_err e = {0};
+    if (hmem_sysmem_read(&s, &e)) return 0; /* no figures: the allocation will tell */
+    const uint64_t base = sysmem_base(&s);
+    if (ctx_bytes <= base) return 0;
+    return hr_fail(err, HR_ENOMEM,
+                   "the context's KV cache and scratch need %.1f MiB, more than the %.1f MiB of memory available "
+                   "(MemAvailable, cgroup limit): use a shorter context",
+                   ctx_bytes / 1048576.0, base / 1048576.0);
 }
 
 int64_t hmem_proc_read_bytes(void) {
