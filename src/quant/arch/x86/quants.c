@@ -729,9 +729,10 @@ HQ_INLINE void hq_kq16_body(int n, int hd, int nq, const hr_fp16 *restrict q, si
 }
 
 /* the common head sizes get a body of their own, whose loops over d the compiler unrolls and whose
-   chains stay in registers; with hd a variable they went through the stack.  Share of decode
-   samples at one thread (perf): Llama-3.2-1B (hd 64) at depth 1024 14.8 -> 7.3%, a 2-layer
-   Llama-3-8B shape (hd 128) at depth 2048 3.1 -> 1.7% */
+   chains stay in registers; with hd a variable they went through the stack.  This kernel's share
+   of perf samples at one thread: Llama-3.2-1B (hd 64), decode at depth 1024, 14.8 -> 7.3%; a
+   2-layer Llama-3-8B shape (hd 128), a whole bench -d 2048 -n 128 run (the fill included), 3.1 ->
+   1.7% */
 void hq_att_kq16_avx2(int n, int hd, int nq, const hr_fp16 *restrict q, size_t qs, const uint8_t *restrict k,
                       size_t row, float *restrict s, size_t ss) {
     if (hd > 256 || hd % 8) {
