@@ -256,19 +256,23 @@ int cmd_bench(int argc, char **argv) {
             spans = NULL;
             if ((n_spans = decode_spans(m, &spans, &roof_bytes, &err)) < 0) goto done;
         }
+        /* every eval writes position p's KV from toks[p], so positions [0, filled) hold that prefix,
+           whichever test wrote them: a test at depth d needs only [filled, d) filled first (its runs
+           then write d .. d + len - 1 and overwrite nothing below) */
+        long filled = 0;
         for (int kind = 0; kind < 2; kind++) {
             long *lens = kind == 0 ? pp : tg;
             int nl = kind == 0 ? n_pp : n_tg;
             for (int li = 0; li < nl * n_dp; li++) {
                 const long len = lens[li / n_dp], depth = dp[li % n_dp];
                 if (len == 0) continue;
-                /* the context the test starts from: -d tokens as a prompt, untimed; every run's tokens
-                   go after them and overwrite only their own positions, so one fill serves all runs */
-                for (long i = 0; i < depth;) {
+                /* the context the test starts from: -d tokens as a prompt, untimed */
+                for (long i = filled; i < depth;) {
                     const int nb = (int)HR_MIN(n_batch, depth - i);
                     if (hm_eval(c, toks + i, NULL, nb, (int32_t)i, logits, false, NULL, &err)) goto done;
                     i += nb;
                 }
+                filled = HR_MAX(filled, depth + len);
                 for (long r = -1; r < reps; r++) { /* r = -1: warm-up */
                     int64_t blocked = 0, sample_ns = 0, roof_ns = 0, read0 = hmem_proc_read_bytes();
                     uint64_t load0 = mm ? hmem_get_stats(mm).loaded_bytes : 0;
