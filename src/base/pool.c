@@ -77,10 +77,9 @@ hr_pool *hr_pool_create(int n, hr_err *err) {
     if (!pool->threads) goto err;
     for (int i = 1; i < n; i++) {
         struct hr_pool_worker *w = malloc(sizeof *w);
-        if (!w) goto err;
-        w->pool = pool;
-        w->ith = i;
-        if (pthread_create(&pool->threads[i], NULL, hr_pool_main, w) != 0) {
+        if (w) w->pool = pool, w->ith = i;
+        /* threads 1..i-1 already run: a failure here stops them (hr_pool_free), not only frees */
+        if (!w || pthread_create(&pool->threads[i], NULL, hr_pool_main, w) != 0) {
             free(w);
             pool->n = i; /* threads 1..i-1 exist */
             hr_fail(err, HR_ENOMEM, "cannot create thread %d of %d", i, n);
