@@ -786,6 +786,55 @@ static void test_attention(void) {
         }
 }
 
+/* The softmax's exponential: the dispatched kernel gives hq_expf's bits (in place too, any length, the
+   lanes that fall back to expf among the others); hq_expf is within 1 ulp of e^x; and where the C library
+   is glibc on an x86-64 CPU with FMA (the build of expf it then runs), it is expf bit for bit. */
+static void test_att_exp(void) {
+    const hq_att_kernels *fast = hq_get_att(false), *gen = hq_get_att(true);
+    if (!is_simd_disabled() && strncmp(hq_simd_name(), "avx", 3) == 0) CHECK(fast->exp != gen->exp);
+    enum { N = 1 << 16 };
+    static float x[N], y1[N], y2[N];
+    const float edge[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-45f, 87.99f, -87.99f, 88.0f, -88.0f, 88.72f, 88.73f,
+                          -103.2f, -103.9f, -104.0f, -150.0f, INFINITY, -INFINITY, NAN, -0.5f, -1.0f, -20.0f};
+    int n_edge = (int)HR_ARRAY_LEN(edge), bad_kernel = 0, bad_ulp = 0, bad_libc = 0;
+    long checked = 0;
+    uint64_t rng = 99;
+    for (uint64_t u0 = 0; u0 < (1ull << 32); u0 += (uint64_t)N * 61) { /* every 61st bit pattern, in runs */
+        for (int i = 0; i < N; i++) {
+            const uint32_t b = (uint32_t)(u0 + (uint64_t)i * 61);
+            memcpy(&x[i], &b, 4);
+        }
+        for (int i = 0; i < N / 4; i++) { /* and softmax arguments: (-30, 0], with the edges among them */
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            x[4 * i] = i % 97 < n_edge ? edge[i % 97] : -(float)((double)(rng >> 40) / (double)(1 << 24)) * 30.0f;
+        }
+        const int n = N - (int)(u0 % 7); /* lengths that leave a tail */
+        fast->exp(n, x, y1);
+        gen->exp(n, x, y2);
+        memcpy(y2 + n, x + n, (size_t)(N - n) * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            bad_kernel += isnan(y2[i]) ? !isnan(y1[i]) : memcmp(&y1[i], &y2[i], 4) != 0;
+            if (fabsf(x[i]) < 87.0f) { /* a normal result: within one ulp of e^x */
+                const double e = exp((double)x[i]);
+                bad_ulp += fabs((double)y2[i] - e) > (double)(nextafterf((float)e, INFINITY) - (float)e);
+            }
+#if defined(__GLIBC__) && defined(__x86_64__)
+            if (__builtin_cpu_supports("fma")) {
+                const float l = expf(x[i]);
+                bad_libc += isnan(l) ? !isnan(y2[i]) : memcmp(&l, &y2[i], 4) != 0;
+            }
+#endif
+            checked++;
+        }
+        memcpy(y1, x, sizeof x); /* in place */
+        fast->exp(n, y1, y1);
+        for (int i = 0; i < n; i++) bad_kernel += isnan(y2[i]) ? !isnan(y1[i]) : memcmp(&y1[i], &y2[i], 4) != 0;
+    }
+    CHECKF(checked > 70000000 && bad_kernel == 0, "dispatched exp differs from hq_expf at %d of %ld", bad_kernel, checked);
+    CHECKF(bad_ulp == 0, "hq_expf more than 1 ulp from e^x at %d of %ld", bad_ulp, checked);
+    CHECKF(bad_libc == 0, "hq_expf differs from glibc's expf at %d of %ld", bad_libc, checked);
+}
+
 /* The FFN gate: the dispatched silu(g) * u against expf's, over the range gates take and its edges. */
 static void test_silu_mul(void) {
     hq_silu_mul_fn fast = hq_get_silu_mul(false), gen = hq_get_silu_mul(true);
@@ -835,6 +884,7 @@ int main(int argc, char **argv) {
     test_gemm_large();
     test_packed();
     test_attention();
+    test_att_exp();
     test_silu_mul();
     if (do_bench) {
         const double min_s = short_bench ? 0.05 : 1.0;

@@ -547,16 +547,15 @@ static void hm_att_f32(const hq_att_kernels *ak, int nq, const float *q, const u
                 tmax = scj[i] > tmax ? scj[i] : tmax;
             }
             if (tmax > M[j]) {
-                float ms = expf(M[j] - tmax);
+                float ms = hq_expf(M[j] - tmax);
                 for (int d = 0; d < hd; d++) accj[d] *= ms;
                 S[j] *= ms;
                 M[j] = tmax;
             }
+            for (int i = 0; i < nt; i++) scj[i] -= M[j];
+            ak->exp(nt, scj, scj);
             double sum = 0;
-            for (int i = 0; i < nt; i++) {
-                scj[i] = expf(scj[i] - M[j]);
-                sum += scj[i];
-            }
+            for (int i = 0; i < nt; i++) sum += scj[i];
             S[j] += (float)sum;
         }
         ak->kv(nt, hd, nq, sc, HM_KV_TILE, vbase + (size_t)p0 * row, row, f16, acc, (size_t)hd);
@@ -584,16 +583,20 @@ static void hm_att_f16(const hq_att_kernels *ak, int nq, const float *q, const u
         const int nt = HR_MIN(HM_KV_TILE, npos - p0);
         ak->kq16(nt, hd, nq, q16, (size_t)hd, kbase + (size_t)p0 * row, row, w, HM_KV_TILE);
         for (int j = 0; j < nq; j++) {
+            /* the running maximum's steps first, each position's one exponential's argument in wj
+               (rises[i]: it is the rescale's), then all the exponentials in one call */
             float *mj = m + j * HM_KV_TILE, *wj = w + j * HM_KV_TILE;
+            bool rises[HM_KV_TILE];
             for (int i = 0; i < nt; i++) {
                 const float s = wj[i] * scale;
-                mj[i] = 1.0f, wj[i] = 1.0f;
-                if (s > M[j]) {
-                    mj[i] = expf(M[j] - s);
-                    M[j] = s;
-                } else {
-                    wj[i] = expf(s - M[j]);
-                }
+                rises[i] = s > M[j];
+                wj[i] = rises[i] ? M[j] - s : s - M[j];
+                M[j] = rises[i] ? s : M[j];
+            }
+            ak->exp(nt, wj, wj);
+            for (int i = 0; i < nt; i++) {
+                mj[i] = rises[i] ? wj[i] : 1.0f;
+                wj[i] = rises[i] ? 1.0f : wj[i];
                 S[j] = S[j] * mj[i] + wj[i];
             }
         }

@@ -51,6 +51,7 @@ __attribute__((weak)) void hq_att_acc16_avx512(int, int, int, hr_fp16 *restrict,
                                                size_t, const float *restrict, const float *restrict, size_t);
 __attribute__((weak)) void hq_att_kq16_avx2(int, int, int, const hr_fp16 *restrict, size_t, const uint8_t *restrict,
                                             size_t, float *restrict, size_t);
+__attribute__((weak)) void hq_att_exp_avx2(int, const float *, float *);
 __attribute__((weak)) void hq_silu_mul_avx2(int64_t, float *restrict, const float *restrict);
 __attribute__((weak)) void hq_att_kq_neon(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
                                           size_t, bool, float *restrict, size_t);
@@ -107,6 +108,43 @@ static void hq_att_acc16_generic(int n, int hd, int nq, hr_fp16 *restrict acc, s
         }
     }
 }
+/* hq_expf's data: tab[i] = the bits of 2^(i/32) rounded to double, less i << 47 (so that adding k << 47
+   for k = i mod 32 puts k/32's integer part in the exponent); the cubic's coefficients for r = x*32/ln2
+   - k in [-1/2, 1/2] (those of glibc, the minimax fit of 2^(r/32)); shift = 1.5 * 2^52 rounds to an
+   integer in the low bits of a double */
+const uint64_t hq_exp_tab[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+};
+const double hq_exp_c[6] = {
+    0x1.c6af84b912394p-5 / 32 / 32 / 32, 0x1.ebfce50fac4f3p-3 / 32 / 32, 0x1.62e42ff0c52d6p-1 / 32,
+    0x1.71547652b82fep+0 * 32, /* 32 / ln 2 */
+    0x1.8p+52,                 /* shift */
+    1.0,
+};
+
+float hq_expf(float x) {
+    if (!(fabsf(x) < 88.0f)) return expf(x); /* overflow, underflow to subnormals, inf, NaN */
+    const double xd = x, kd = fma(hq_exp_c[3], xd, hq_exp_c[4]);
+    uint64_t ki;
+    memcpy(&ki, &kd, sizeof ki);
+    const double k = kd - hq_exp_c[4], r = fma(hq_exp_c[3], xd, -k);
+    const uint64_t t = hq_exp_tab[ki % 32] + (ki << 47);
+    double s;
+    memcpy(&s, &t, sizeof s);
+    const double z = fma(hq_exp_c[0], r, hq_exp_c[1]), r2 = r * r, y = fma(z, r2, fma(hq_exp_c[2], r, 1.0));
+    return (float)(y * s);
+}
+
+static void hq_att_exp_generic(int n, const float *x, float *y) {
+    for (int i = 0; i < n; i++) y[i] = hq_expf(x[i]);
+}
+
 static hq_traits hq_table[HQ_TYPE_COUNT];
 /* one vec_dot call per score: the definition the SIMD kernels reproduce */
 static void hq_att_kq16_generic(int n, int hd, int nq, const hr_fp16 *restrict q, size_t qs, const uint8_t *restrict k,
@@ -119,9 +157,10 @@ static void hq_silu_mul_generic(int64_t n, float *restrict g, const float *restr
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 static hq_silu_mul_fn hq_silu_mul = hq_silu_mul_generic;
-static hq_att_kernels hq_att = {hq_att_kq_generic, hq_att_kv_generic, hq_att_acc16_generic, hq_att_kq16_generic};
+static hq_att_kernels hq_att = {hq_att_kq_generic, hq_att_kv_generic, hq_att_acc16_generic, hq_att_kq16_generic,
+                                hq_att_exp_generic};
 static const hq_att_kernels hq_att_generic = {hq_att_kq_generic, hq_att_kv_generic, hq_att_acc16_generic,
-                                              hq_att_kq16_generic};
+                                              hq_att_kq16_generic, hq_att_exp_generic};
 
 /* The generic tile: one vec_dot per (row, column). Each type's entry gets its own instance so the
    indirect call goes to that type's dispatched vec_dot. */
@@ -365,8 +404,9 @@ static void hq_init_once(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         HQ_USE_SIMD_ALL(avx2);
-        if (hq_att_kq_avx2 && hq_att_kv_avx2 && hq_att_acc16_avx2 && hq_att_kq16_avx2)
-            hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2, hq_att_acc16_avx2, hq_att_kq16_avx2};
+        if (hq_att_kq_avx2 && hq_att_kv_avx2 && hq_att_acc16_avx2 && hq_att_kq16_avx2 && hq_att_exp_avx2)
+            hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2, hq_att_acc16_avx2, hq_att_kq16_avx2,
+                                      hq_att_exp_avx2};
         if (hq_silu_mul_avx2) hq_silu_mul = hq_silu_mul_avx2;
         hq_simd = "avx2";
         if (!hq_env_set("HEARTH_NO_AVX512") && __builtin_cpu_supports("avx512f") &&
@@ -379,7 +419,8 @@ static void hq_init_once(void) {
 #elif defined(HEARTH_ARCH_ARM)
     HQ_USE_SIMD_ALL(neon); /* NEON is mandatory on AArch64 */
     if (hq_att_kq_neon && hq_att_kv_neon && hq_att_acc16_neon)
-        hq_att = (hq_att_kernels){hq_att_kq_neon, hq_att_kv_neon, hq_att_acc16_neon, hq_att_kq16_generic};
+        hq_att = (hq_att_kernels){hq_att_kq_neon, hq_att_kv_neon, hq_att_acc16_neon, hq_att_kq16_generic,
+                                  hq_att_exp_generic};
     hq_simd = "neon";
 #endif
 }

@@ -167,12 +167,24 @@ typedef void (*hq_att_acc16_fn)(int n, int hd, int nq, hr_fp16 *restrict acc, si
    heads, each sum the vec_dot's bit for bit. */
 typedef void (*hq_att_kq16_fn)(int n, int hd, int nq, const hr_fp16 *restrict q, size_t qs,
                                const uint8_t *restrict k, size_t row, float *restrict s, size_t ss);
+/* The online softmax's exponential: y[i] = hq_expf(x[i]) for i < n, bit for bit (x == y allowed). */
+typedef void (*hq_att_exp_fn)(int n, const float *x, float *y);
 typedef struct hq_att_kernels {
     hq_att_kq_fn kq;
     hq_att_kv_fn kv;
     hq_att_acc16_fn acc16;
     hq_att_kq16_fn kq16;
+    hq_att_exp_fn exp;
 } hq_att_kernels;
+/* e^x as glibc's expf computes it where the CPU has FMA (x86-64 glibc picks that build of it; llama.cpp's
+   flash attention calls expf): for |x| < 88 its algorithm step for step — x/ln2 split into k/32 + r,
+   2^(k/32) from a 32-entry table, a cubic in r, all in double, the same four fused multiply-adds, one
+   rounding to float — and for the rest (|x| >= 88, NaN) the C library's expf itself.  On such a
+   machine it equals expf for every float (checked for all 2^32 once, and on a sample by test-quant);
+   elsewhere it is still one fixed function (< 1 ulp), which the SIMD kernels reproduce exactly. */
+float hq_expf(float x);
+extern const uint64_t hq_exp_tab[32]; /* hq_expf's table and constants, for its SIMD forms (quant.c) */
+extern const double hq_exp_c[6];
 /* The dispatched attention kernels (SIMD where the CPU has it); `generic` the portable ones. */
 const hq_att_kernels *hq_get_att(bool generic);
 

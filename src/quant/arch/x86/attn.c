@@ -193,3 +193,43 @@ void hq_att_acc16_avx2(int n, int hd, int nq, hr_fp16 *restrict acc, size_t as, 
         for (int j = 0; j < g; j++) hq_acc16_tail(d0, n, hd, acc + j * as, v, row, m + j * ps, p + j * ps);
     }
 }
+
+/* ---- the softmax's exponential (hq_att_exp_fn): hq_expf four lanes at a time ---------------------- */
+
+/* hq_expf's steps on four doubles (the floats widened exactly); |x| < 88 in every lane */
+static inline __m128 hq_exp4(__m128 x) {
+    const __m256d xd = _mm256_cvtps_pd(x), inv = _mm256_set1_pd(hq_exp_c[3]), sh = _mm256_set1_pd(hq_exp_c[4]);
+    const __m256d kd = _mm256_fmadd_pd(inv, xd, sh);
+    const __m256i ki = _mm256_castpd_si256(kd);
+    const __m256d r = _mm256_fmsub_pd(inv, xd, _mm256_sub_pd(kd, sh)); /* fma(inv, xd, -k) */
+    const __m256i t = _mm256_add_epi64(
+        _mm256_i64gather_epi64((const long long *)hq_exp_tab, _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8),
+        _mm256_slli_epi64(ki, 47));
+    const __m256d z = _mm256_fmadd_pd(_mm256_set1_pd(hq_exp_c[0]), r, _mm256_set1_pd(hq_exp_c[1]));
+    const __m256d y = _mm256_fmadd_pd(z, _mm256_mul_pd(r, r),
+                                      _mm256_fmadd_pd(_mm256_set1_pd(hq_exp_c[2]), r, _mm256_set1_pd(1.0)));
+    return _mm256_cvtpd_ps(_mm256_mul_pd(y, _mm256_castsi256_pd(t)));
+}
+
+/* Eight at a time; a group with a lane at |x| >= 88 or NaN (a large gap between scores, the first
+   position's -inf) takes those lanes from hq_expf, which hands them to expf.  The tail goes to
+   hq_expf too. */
+void hq_att_exp_avx2(int n, const float *x, float *y) {
+    const __m256i big = _mm256_set1_epi32(0x42afffff), abs = _mm256_set1_epi32(0x7fffffff); /* 88.0f - 1 ulp */
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256i special = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(v), abs), big);
+        const __m256 e = _mm256_set_m128(hq_exp4(_mm256_extractf128_ps(v, 1)), hq_exp4(_mm256_castps256_ps128(v)));
+        const int m = _mm256_movemask_ps(_mm256_castsi256_ps(special));
+        if (m == 0) {
+            _mm256_storeu_ps(y + i, e);
+            continue;
+        }
+        float tmp[8], in[8];
+        _mm256_storeu_ps(tmp, e);
+        _mm256_storeu_ps(in, v);
+        for (int k = 0; k < 8; k++) y[i + k] = m >> k & 1 ? hq_expf(in[k]) : tmp[k];
+    }
+    for (; i < n; i++) y[i] = hq_expf(x[i]);
+}
