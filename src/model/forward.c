@@ -552,12 +552,16 @@ static void hm_att_f32(const hq_att_kernels *ak, int nq, const float *q, const u
                 S[j] *= ms;
                 M[j] = tmax;
             }
-            for (int i = 0; i < nt; i++) scj[i] -= M[j];
+            const float mj = M[j];
+            for (int i = 0; i < nt; i++) scj[i] -= mj;
             ak->exp(nt, scj, scj);
-            double sum = 0;
-            for (int i = 0; i < nt; i++) sum += scj[i];
-            S[j] += (float)sum;
         }
+        /* each head's weights summed in order in double, the heads' sums side by side: one chain of
+           dependent additions per head, not one after another */
+        double sum[HM_ATT_NQ] = {0};
+        for (int i = 0; i < nt; i++)
+            for (int j = 0; j < nq; j++) sum[j] += sc[j * HM_KV_TILE + i];
+        for (int j = 0; j < nq; j++) S[j] += (float)sum[j];
         ak->kv(nt, hd, nq, sc, HM_KV_TILE, vbase + (size_t)p0 * row, row, f16, acc, (size_t)hd);
     }
     for (int j = 0; j < nq; j++) {
@@ -582,24 +586,26 @@ static void hm_att_f16(const hq_att_kernels *ak, int nq, const float *q, const u
     for (int32_t p0 = 0; p0 < npos; p0 += HM_KV_TILE) {
         const int nt = HR_MIN(HM_KV_TILE, npos - p0);
         ak->kq16(nt, hd, nq, q16, (size_t)hd, kbase + (size_t)p0 * row, row, w, HM_KV_TILE);
-        for (int j = 0; j < nq; j++) {
-            /* the running maximum's steps first, each position's one exponential's argument in wj
-               (rises[i]: it is the rescale's), then all the exponentials in one call */
-            float *mj = m + j * HM_KV_TILE, *wj = w + j * HM_KV_TILE;
-            bool rises[HM_KV_TILE];
-            for (int i = 0; i < nt; i++) {
+        /* the running maxima's steps first, each position's one exponential's argument in w (rises:
+           it is the rescale's), then the exponentials in one call per head, then the running sums;
+           the heads side by side, so that each step waits on its own head's previous one only */
+        bool rises[HM_ATT_NQ][HM_KV_TILE];
+        for (int i = 0; i < nt; i++)
+            for (int j = 0; j < nq; j++) {
+                float *wj = w + j * HM_KV_TILE;
                 const float s = wj[i] * scale;
-                rises[i] = s > M[j];
-                wj[i] = rises[i] ? M[j] - s : s - M[j];
-                M[j] = rises[i] ? s : M[j];
+                rises[j][i] = s > M[j];
+                wj[i] = rises[j][i] ? M[j] - s : s - M[j];
+                M[j] = rises[j][i] ? s : M[j];
             }
-            ak->exp(nt, wj, wj);
-            for (int i = 0; i < nt; i++) {
-                mj[i] = rises[i] ? wj[i] : 1.0f;
-                wj[i] = rises[i] ? 1.0f : wj[i];
+        for (int j = 0; j < nq; j++) ak->exp(nt, w + j * HM_KV_TILE, w + j * HM_KV_TILE);
+        for (int i = 0; i < nt; i++)
+            for (int j = 0; j < nq; j++) {
+                float *mj = m + j * HM_KV_TILE, *wj = w + j * HM_KV_TILE;
+                mj[i] = rises[j][i] ? wj[i] : 1.0f;
+                wj[i] = rises[j][i] ? 1.0f : wj[i];
                 S[j] = S[j] * mj[i] + wj[i];
             }
-        }
         ak->acc16(nt, hd, nq, acc16, (size_t)hd, vbase + (size_t)p0 * row, row, m, w, HM_KV_TILE);
     }
     for (int j = 0; j < nq; j++) {
