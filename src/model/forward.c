@@ -536,31 +536,41 @@ static void hm_att_f32(const hq_att_kernels *ak, int nq, const float *q, const u
     float M[HM_ATT_NQ], S[HM_ATT_NQ];
     for (int j = 0; j < nq; j++) M[j] = -INFINITY, S[j] = 0.0f;
     memset(acc, 0, (size_t)nq * hd * sizeof(float));
+    /* the loops over a tile's positions below run the HM_ATT_NQ heads' chains side by side (each
+       head's running maximum and its double-precision sum, each in its own order as one head alone
+       would), so that a step waits on its own head's previous step only; a group of fewer heads runs
+       the missing ones over a tile of zeros */
+    float pad[HM_ATT_NQ - 1][HM_KV_TILE];
+    float *r[HM_ATT_NQ];
+    for (int j = 0; j < HM_ATT_NQ; j++) r[j] = j < nq ? sc + j * HM_KV_TILE : pad[j - 1];
+    if (nq < HM_ATT_NQ) memset(pad, 0, sizeof pad);
     for (int32_t p0 = 0; p0 < npos; p0 += HM_KV_TILE) {
         int nt = HR_MIN(HM_KV_TILE, npos - p0);
         ak->kq(nt, hd, nq, q, (size_t)hd, kbase + (size_t)p0 * row, row, f16, sc, HM_KV_TILE); /* sequential sums over d */
+        float tmax[HM_ATT_NQ];
+        for (int j = 0; j < HM_ATT_NQ; j++) tmax[j] = -INFINITY;
+        for (int i = 0; i < nt; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < HM_ATT_NQ; j++) {
+                r[j][i] *= scale;
+                tmax[j] = r[j][i] > tmax[j] ? r[j][i] : tmax[j];
+            }
         for (int j = 0; j < nq; j++) {
             float *scj = sc + j * HM_KV_TILE, *accj = acc + (size_t)j * hd;
-            float tmax = -INFINITY;
-            for (int i = 0; i < nt; i++) {
-                scj[i] *= scale;
-                tmax = scj[i] > tmax ? scj[i] : tmax;
-            }
-            if (tmax > M[j]) {
-                float ms = hq_expf(M[j] - tmax);
+            if (tmax[j] > M[j]) {
+                float ms = hq_expf(M[j] - tmax[j]);
                 for (int d = 0; d < hd; d++) accj[d] *= ms;
                 S[j] *= ms;
-                M[j] = tmax;
+                M[j] = tmax[j];
             }
             const float mj = M[j];
             for (int i = 0; i < nt; i++) scj[i] -= mj;
             ak->exp(nt, scj, scj);
         }
-        /* each head's weights summed in order in double, the heads' sums side by side: one chain of
-           dependent additions per head, not one after another */
         double sum[HM_ATT_NQ] = {0};
         for (int i = 0; i < nt; i++)
-            for (int j = 0; j < nq; j++) sum[j] += sc[j * HM_KV_TILE + i];
+#pragma GCC unroll 4
+            for (int j = 0; j < HM_ATT_NQ; j++) sum[j] += r[j][i];
         for (int j = 0; j < nq; j++) S[j] += (float)sum[j];
         ak->kv(nt, hd, nq, sc, HM_KV_TILE, vbase + (size_t)p0 * row, row, f16, acc, (size_t)hd);
     }
