@@ -688,7 +688,7 @@ static void test_attention(void) {
         CHECK(fast->kq != gen->kq && fast->kv != gen->kv && fast->acc16 != gen->acc16);
     if (!is_simd_disabled() && strncmp(hq_simd_name(), "avx", 3) == 0) CHECK(fast->kq16 != gen->kq16);
     uint64_t rng = 12345;
-    const int hds[] = {48, 64, 128, 36};
+    const int hds[] = {48, 64, 128, 36, 40}; /* 40: chunks of 16, then one of 8 */
     for (size_t h = 0; h < HR_ARRAY_LEN(hds); h++)
         for (int f16 = 0; f16 < 2; f16++) {
             int hd = hds[h], n = 75;
