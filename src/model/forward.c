@@ -540,9 +540,9 @@ static void hm_att_f32(const hq_att_kernels *ak, int nq, const float *q, const u
        head's running maximum and its double-precision sum, each in its own order as one head alone
        would), so that a step waits on its own head's previous step only; a group of fewer heads runs
        the missing ones over a tile of zeros */
-    float pad[HM_ATT_NQ - 1][HM_KV_TILE];
+    float pad[HM_ATT_NQ][HM_KV_TILE]; /* row j stands in for a missing head j */
     float *r[HM_ATT_NQ];
-    for (int j = 0; j < HM_ATT_NQ; j++) r[j] = j < nq ? sc + j * HM_KV_TILE : pad[j - 1];
+    for (int j = 0; j < HM_ATT_NQ; j++) r[j] = j < nq ? sc + j * HM_KV_TILE : pad[j];
     if (nq < HM_ATT_NQ) memset(pad, 0, sizeof pad);
     for (int32_t p0 = 0; p0 < npos; p0 += HM_KV_TILE) {
         int nt = HR_MIN(HM_KV_TILE, npos - p0);
