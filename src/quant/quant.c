@@ -52,6 +52,8 @@ __attribute__((weak)) void hq_att_acc16_avx512(int, int, int, hr_fp16 *restrict,
 __attribute__((weak)) void hq_att_kq16_avx2(int, int, int, const hr_fp16 *restrict, size_t, const uint8_t *restrict,
                                             size_t, float *restrict, size_t);
 __attribute__((weak)) void hq_att_exp_avx2(int, const float *, float *);
+__attribute__((weak)) void hq_att_kq_avx512(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
+                                            size_t, bool, float *restrict, size_t);
 __attribute__((weak)) void hq_silu_mul_avx2(int64_t, float *restrict, const float *restrict);
 __attribute__((weak)) void hq_att_kq_neon(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
                                           size_t, bool, float *restrict, size_t);
@@ -413,6 +415,7 @@ static void hq_init_once(void) {
             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") && hq_vec_dot_avx512_q4_K) {
             HQ_USE_SIMD_ALL(avx512);
             if (hq_att_acc16_avx512 && hq_att.acc16 == hq_att_acc16_avx2) hq_att.acc16 = hq_att_acc16_avx512;
+            if (hq_att_kq_avx512 && hq_att.kq == hq_att_kq_avx2) hq_att.kq = hq_att_kq_avx512;
             hq_simd = "avx512";
         }
     }
