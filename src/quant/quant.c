@@ -123,11 +123,10 @@ const uint64_t hq_exp_tab[32] = {
     0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
     0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
 };
-const double hq_exp_c[6] = {
-    0x1.c6af84b912394p-5 / 32 / 32 / 32, 0x1.ebfce50fac4f3p-3 / 32 / 32, 0x1.62e42ff0c52d6p-1 / 32,
+const double hq_exp_c[5] = {
+    0x1.c6af84b912394p-5 / 32 / 32 / 32, 0x1.ebfce50fac4f3p-3 / 32 / 32, 0x1.62e42ff0c52d6p-1 / 32, /* cubic */
     0x1.71547652b82fep+0 * 32, /* 32 / ln 2 */
     0x1.8p+52,                 /* shift */
-    1.0,
 };
 
 float hq_expf(float x) {

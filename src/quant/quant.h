@@ -184,7 +184,7 @@ typedef struct hq_att_kernels {
    elsewhere it is still one fixed function (< 1 ulp), which the SIMD kernels reproduce exactly. */
 float hq_expf(float x);
 extern const uint64_t hq_exp_tab[32]; /* hq_expf's table and constants, for its SIMD forms (quant.c) */
-extern const double hq_exp_c[6];
+extern const double hq_exp_c[5];
 /* The dispatched attention kernels (SIMD where the CPU has it); `generic` the portable ones. */
 const hq_att_kernels *hq_get_att(bool generic);
 

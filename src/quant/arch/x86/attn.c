@@ -9,13 +9,8 @@
  * F16 path: eight elements at a time through F16C, which rounds to nearest even as hr_fp32_to_fp16,
  * the accumulator held in registers across a tile of positions.
  */
-#include "quant/quant.h"
+#include "attn.h"
 
-#include <immintrin.h>
-
-static inline __m256 hq_load8(const uint8_t *p, bool f16) {
-    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)) : _mm256_loadu_ps((const float *)p);
-}
 
 /* r[0..8) rows -> columns */
 static inline void hq_transpose8(__m256 r[8]) {
@@ -71,12 +66,7 @@ void hq_att_kq_avx2(int n, int hd, int nq, const float *restrict q, size_t qs, c
                 const uint8_t *k0 = k + (size_t)i * row;
                 const float *qj = q + (size_t)j0 * qs;
                 float *sj = s + (size_t)j0 * ss + i;
-                switch (m) { /* constant query counts, so the accumulators stay in registers */
-                case 1: hq_kq8(1, hd, qj, qs, k0, row, es, f16, sj, ss); break;
-                case 2: hq_kq8(2, hd, qj, qs, k0, row, es, f16, sj, ss); break;
-                case 3: hq_kq8(3, hd, qj, qs, k0, row, es, f16, sj, ss); break;
-                default: hq_kq8(4, hd, qj, qs, k0, row, es, f16, sj, ss); break;
-                }
+                HQ_BY_NQ(m, hq_kq8, hd, qj, qs, k0, row, es, f16, sj, ss);
             }
     for (; i < n; i++) {
         const uint8_t *kr = k + (size_t)i * row;
@@ -135,21 +125,11 @@ void hq_att_kv_avx2(int n, int hd, int nq, const float *restrict p, size_t ps, c
         int d0 = 0;
         for (; d0 + 16 <= hd; d0 += 16) {
             const uint8_t *vd = v + (size_t)d0 * es;
-            switch (m) {
-            case 1: hq_kv16(1, n, pj, ps, vd, row, f16, aj + d0, as); break;
-            case 2: hq_kv16(2, n, pj, ps, vd, row, f16, aj + d0, as); break;
-            case 3: hq_kv16(3, n, pj, ps, vd, row, f16, aj + d0, as); break;
-            default: hq_kv16(4, n, pj, ps, vd, row, f16, aj + d0, as); break;
-            }
+            HQ_BY_NQ(m, hq_kv16, n, pj, ps, vd, row, f16, aj + d0, as);
         }
         for (; d0 + 8 <= hd; d0 += 8) {
             const uint8_t *vd = v + (size_t)d0 * es;
-            switch (m) {
-            case 1: hq_kv8(1, n, pj, ps, vd, row, f16, aj + d0, as); break;
-            case 2: hq_kv8(2, n, pj, ps, vd, row, f16, aj + d0, as); break;
-            case 3: hq_kv8(3, n, pj, ps, vd, row, f16, aj + d0, as); break;
-            default: hq_kv8(4, n, pj, ps, vd, row, f16, aj + d0, as); break;
-            }
+            HQ_BY_NQ(m, hq_kv8, n, pj, ps, vd, row, f16, aj + d0, as);
         }
         for (; d0 < hd; d0++)
             for (int j = 0; j < m; j++)

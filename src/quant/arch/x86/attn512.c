@@ -6,9 +6,7 @@
  * steps, their order and their roundings are the AVX2 kernel's, element by element, so the bits are
  * the same (tests/test-quant.c).  Like attn.c this file is compiled with -ffp-contract=off
  * (CMakeLists.txt): the product and the sum are rounded separately. */
-#include "quant/quant.h"
-
-#include <immintrin.h>
+#include "attn.h"
 
 void hq_att_acc16_avx2(int n, int hd, int nq, hr_fp16 *restrict acc, size_t as, const uint8_t *restrict v,
                        size_t row, const float *restrict m, const float *restrict p, size_t ps);
@@ -66,10 +64,6 @@ void hq_att_acc16_avx512(int n, int hd, int nq, hr_fp16 *restrict acc, size_t as
 void hq_att_kq_avx2(int n, int hd, int nq, const float *restrict q, size_t qs, const uint8_t *restrict k, size_t row,
                     bool f16, float *restrict s, size_t ss);
 
-static inline __m256 hq_load8z(const uint8_t *p, bool f16) {
-    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)) : _mm256_loadu_ps((const float *)p);
-}
-
 /* up to 4 queries against 16 positions: rows j and 8 + j of a 16 x 8 tile of K side by side in one
    register, each half transposed as attn.c's 8x8 tile (in-lane unpacks and shuffles, then one
    two-source permute per register for the step that crosses 128-bit lanes), so register dd holds
@@ -84,8 +78,8 @@ static inline __attribute__((always_inline)) void hq_kqz(int nq, int hd, const f
     for (int d0 = 0; d0 < hd; d0 += 8) {
         __m512 r[8];
         for (int j = 0; j < 8; j++) {
-            const __m256 a = hq_load8z(k0 + (size_t)j * row + (size_t)d0 * es, f16);
-            const __m256 b = hq_load8z(k0 + (size_t)(8 + j) * row + (size_t)d0 * es, f16);
+            const __m256 a = hq_load8(k0 + (size_t)j * row + (size_t)d0 * es, f16);
+            const __m256 b = hq_load8(k0 + (size_t)(8 + j) * row + (size_t)d0 * es, f16);
             r[j] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1));
         }
         const __m512 t0 = _mm512_unpacklo_ps(r[0], r[1]), t1 = _mm512_unpackhi_ps(r[0], r[1]);
@@ -124,12 +118,7 @@ void hq_att_kq_avx512(int n, int hd, int nq, const float *restrict q, size_t qs,
                 const uint8_t *k0 = k + (size_t)i * row;
                 const float *qj = q + (size_t)j0 * qs;
                 float *sj = s + (size_t)j0 * ss + i;
-                switch (m) { /* constant query counts, so the accumulators stay in registers */
-                case 1: hq_kqz(1, hd, qj, qs, k0, row, es, f16, sj, ss); break;
-                case 2: hq_kqz(2, hd, qj, qs, k0, row, es, f16, sj, ss); break;
-                case 3: hq_kqz(3, hd, qj, qs, k0, row, es, f16, sj, ss); break;
-                default: hq_kqz(4, hd, qj, qs, k0, row, es, f16, sj, ss); break;
-                }
+                HQ_BY_NQ(m, hq_kqz, hd, qj, qs, k0, row, es, f16, sj, ss);
             }
     if (i < n) hq_att_kq_avx2(n - i, hd, nq, q, qs, k + (size_t)i * row, row, f16, s + i, ss);
 }
