@@ -490,10 +490,13 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
         CHECK(!hq_pack_ok(type, 2 * blk, 4) && !tr->pack && !tr->unpack);
         return;
     }
-    CHECK(tr->pack && tr->unpack);
-    CHECK(hq_pack_ok(type, 2 * blk, 4) && hq_pack_ok(type, 64 * blk, 36));
-    CHECK(!hq_pack_ok(type, 2 * blk, 6)); /* rows not whole groups */
-    CHECK(!hq_pack_ok(type, 0, 4) && !hq_pack_ok(type, 2 * blk, 0) && !hq_pack_ok(type, blk + 1, 4));
+    CHECK(tr->pack && tr->unpack && tr->pack_blocks >= 1);
+    const int64_t unit = tr->pack_blocks * blk;
+    CHECK(hq_pack_ok(type, unit, 4) && hq_pack_ok(type, 64 * unit, 36));
+    CHECK(!hq_pack_ok(type, unit, 6)); /* rows not whole groups */
+    CHECK(!hq_pack_ok(type, 0, 4) && !hq_pack_ok(type, unit, 0) && !hq_pack_ok(type, blk + 1, 4));
+    if (tr->pack_blocks > 1) CHECK(!hq_pack_ok(type, unit + blk, 4)); /* not whole units */
+    if (tr->pack_max_ne0) CHECK(hq_pack_ok(type, tr->pack_max_ne0, 4) && !hq_pack_ok(type, tr->pack_max_ne0 + unit, 4));
     const int rowss[] = {4, 8, 36};
     int bad_rt = 0, bad_gemm = 0, cases = 0;
     for (int src = 0; src < (random_bytes ? 2 : 1); src++)
@@ -535,8 +538,8 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
                 }
                 free(x), free(px), free(back), free(y), free(f), free(s0), free(s1);
             }
-    printf("  %s packed (x4): %d gemm cases, %d differ from the file layout's; %d rows fail pack + unpack\n", tr->name,
-           cases, bad_gemm, bad_rt);
+    printf("  %s packed (%d blocks per unit): %d gemm cases, %d differ from the file layout's; %d rows fail pack + unpack\n", tr->name,
+           tr->pack_blocks, cases, bad_gemm, bad_rt);
     CHECKF(bad_rt == 0, "%s: %d rows did not survive pack + unpack", tr->name, bad_rt);
     CHECKF(bad_gemm == 0, "%s: %d gemm_packed cases differ from gemm", tr->name, bad_gemm);
 }
@@ -544,7 +547,8 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
 static void test_packed(void) {
     CHECK(!hq_pack_ok(HQ_TYPE_Q8_0, 64, 4) && !hq_pack_ok(HQ_TYPE_Q3_K, 256, 4));
     if (hq_get_traits(HQ_TYPE_Q4_0)->gemm_packed) CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 96, 4)); /* an odd number of blocks */
-    const int lens0[] = {64, 1024, 8192, 8320}, lensk[] = {256, 1024, 8192, 8448};
+    /* Q4_0: whole units of either layout (x4: 2 blocks, x4v: 4), up to and past x4's one-pass decode */
+    const int lens0[] = {128, 1024, 8192, 8320}, lensk[] = {256, 1024, 8192, 8448};
     test_packed_type(HQ_TYPE_Q4_0, lens0, HR_ARRAY_LEN(lens0), false);
     test_packed_type(HQ_TYPE_Q4_K, lensk, HR_ARRAY_LEN(lensk), true);
     test_packed_type(HQ_TYPE_Q5_K, lensk, HR_ARRAY_LEN(lensk), true);

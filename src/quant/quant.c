@@ -207,6 +207,32 @@ static void hq_unpack_q4_0_x4(void *restrict dst, const void *restrict group, in
     }
 }
 
+#if defined(HEARTH_ARCH_X86)
+/* ---- Q4_0 x4v (quant.h, AVX-512): unit u of a group = blocks 4u .. 4u+3 of rows 0-3: the scale of
+   row r's block j at fp16 4r + j, then vector i (64 bytes) with bytes 4i .. 4i+3 of that block's
+   qs at 16r + 4j ---- */
+enum { HQ_X4V_UNIT = 16 * sizeof(block_q4_0) };
+static void hq_pack_q4_0_x4v(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
+    uint8_t *d = dst;
+    for (int64_t u = 0; u < ne0 / (4 * QK4_0); u++, d += HQ_X4V_UNIT)
+        for (int r = 0; r < HQ_PACK_ROWS; r++)
+            for (int j = 0; j < 4; j++) {
+                const block_q4_0 *b = (const block_q4_0 *)((const uint8_t *)src + (size_t)r * bx) + 4 * u + j;
+                memcpy(d + 2 * (4 * r + j), &b->d, 2);
+                for (int i = 0; i < 4; i++) memcpy(d + 32 + 64 * i + 16 * r + 4 * j, b->qs + 4 * i, 4);
+            }
+}
+static void hq_unpack_q4_0_x4v(void *restrict dst, const void *restrict group, int r, int64_t ne0) {
+    const uint8_t *d = group;
+    block_q4_0 *b = dst;
+    for (int64_t u = 0; u < ne0 / (4 * QK4_0); u++, d += HQ_X4V_UNIT)
+        for (int j = 0; j < 4; j++, b++) {
+            memcpy(&b->d, d + 2 * (4 * r + j), 2);
+            for (int i = 0; i < 4; i++) memcpy(b->qs + 4 * i, d + 32 + 64 * i + 16 * r + 4 * j, 4);
+        }
+}
+#endif
+
 /* ---- Q4_K x4 (quant.h): entry b of a group = d, dmin of rows 0-3, their scale fields, then per
    sub-block s the rows' 16 bytes, byte k holding quants k and k + 16 of s (the file pairs quant k of
    sub-blocks 2j and 2j + 1 in qs[32j + k]) ---- */
@@ -356,7 +382,8 @@ static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict group, in
 #define HQ_USE_PACKED(arch, T, t)                                                                  \
     if (hq_gemm_packed_##arch##_##t)                                                               \
     hq_table[HQ_TYPE_##T].gemm_packed = hq_gemm_packed_##arch##_##t, hq_table[HQ_TYPE_##T].pack = hq_pack_##t##_x4, \
-    hq_table[HQ_TYPE_##T].unpack = hq_unpack_##t##_x4
+    hq_table[HQ_TYPE_##T].unpack = hq_unpack_##t##_x4,                                             \
+    hq_table[HQ_TYPE_##T].pack_blocks = HQ_TYPE_##T == HQ_TYPE_Q4_0 ? 2 : 1, hq_table[HQ_TYPE_##T].pack_max_ne0 = 0
 #define HQ_USE_SIMD_ALL(arch)                                                               \
     do {                                                                                    \
         HQ_USE_GEMM(arch, Q4_0, q4_0); HQ_USE_GEMM(arch, Q8_0, q8_0); HQ_USE_GEMM(arch, Q4_K, q4_K); \
@@ -413,6 +440,11 @@ static void hq_init_once(void) {
         if (!hq_env_set("HEARTH_NO_AVX512") && __builtin_cpu_supports("avx512f") &&
             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") && hq_vec_dot_avx512_q4_K) {
             HQ_USE_SIMD_ALL(avx512);
+            if (hq_gemm_packed_avx512_q4_0) { /* Q4_0's AVX-512 kernel reads its own layout */
+                hq_traits *t = &hq_table[HQ_TYPE_Q4_0];
+                t->pack = hq_pack_q4_0_x4v, t->unpack = hq_unpack_q4_0_x4v;
+                t->pack_blocks = 4, t->pack_max_ne0 = HQ_X4V_MAX_NE0;
+            }
             if (hq_att_acc16_avx512 && hq_att.acc16 == hq_att_acc16_avx2) hq_att.acc16 = hq_att_acc16_avx512;
             if (hq_att_kq_avx512 && hq_att.kq == hq_att_kq_avx2) hq_att.kq = hq_att_kq_avx512;
             hq_simd = "avx512";
@@ -475,8 +507,9 @@ int hq_type_from_name(const char *s) {
 bool hq_pack_ok(int type, int64_t ne0, int64_t nrows) {
     const hq_traits *t = hq_get_traits(type);
     if (!t || !t->gemm_packed) return false;
-    const int64_t unit = type == HQ_TYPE_Q4_0 ? 2 * t->blck_size : t->blck_size; /* Q4_0: pairs of blocks */
-    return ne0 > 0 && ne0 % unit == 0 && nrows > 0 && nrows % HQ_PACK_ROWS == 0;
+    const int64_t unit = t->pack_blocks * t->blck_size;
+    return ne0 > 0 && ne0 % unit == 0 && (!t->pack_max_ne0 || ne0 <= t->pack_max_ne0) && nrows > 0 &&
+           nrows % HQ_PACK_ROWS == 0;
 }
 
 size_t hq_row_size(int type, int64_t ne0) {

@@ -109,11 +109,18 @@ typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *res
    - Q4_0 (AVX2): per pair of blocks b, b+1 of the group's rows, 144 bytes: the 8 fp16 scales [rows
      0-3 at b | rows 0-3 at b+1], then each row's 32 code bytes [qs of b | qs of b+1] — what the AVX2
      kernel uses per step, read in one linear stream;
+   - Q4_0 (AVX-512, "x4v"): per unit of 4 blocks of the group's rows, 288 bytes: the 16 fp16 scales
+     [row r, block j] at 4r + j, then 4 vectors of 64 bytes whose 4-byte lane 4r + j holds bytes
+     4i .. 4i+3 of the qs of row r's block j (vector i) — one block of one row per int32 lane of a
+     vpdpbusd (quants512.c);
    - Q4_K, Q5_K and Q6_K (AVX-512): per super-block, the 4 rows' scales together, then each sub-block's
      codes of the 4 rows side by side, one 128-bit lane per row (quants-k512.c has the byte maps).
    A type has a packed form when the dispatched family has its kernel (gemm_packed != NULL);
-   hq_pack_ok says whether a tensor's shape allows it. */
+   hq_pack_ok says whether a tensor's shape allows it (whole groups of rows, whole units of
+   pack_blocks blocks along a row, rows no longer than pack_max_ne0 where that is set). */
 enum { HQ_PACK_ROWS = 4 };
+/* x4v's decode prepares a whole activation row on the stack: rows up to this many elements */
+enum { HQ_X4V_MAX_NE0 = 32768 };
 /* dst = the packed form of HQ_PACK_ROWS consecutive rows of ne0 elements at src (row stride bx) */
 typedef void (*hq_pack_fn)(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0);
 /* dst = row i (< HQ_PACK_ROWS) of a packed group, in the file layout */
@@ -135,6 +142,8 @@ typedef struct hq_traits {
                                        multiple of HQ_PACK_ROWS); NULL: the type is never packed */
     hq_pack_fn       pack;          /* set with gemm_packed */
     hq_unpack_fn     unpack;
+    int              pack_blocks;   /* blocks per unit of the packed layout along a row */
+    int64_t          pack_max_ne0;  /* the longest row it packs; 0: any */
 } hq_traits;
 
 /* Whether a tensor of `type` with rows of ne0 elements and nrows rows can be packed for the

@@ -1,112 +1,189 @@
-/* quant, x86 AVX-512 (F, BW, VNNI): prefill tiles of Q4_0 in the x4 layout (quant.h).
+/* quant, x86 AVX-512 (F, BW, VNNI): Q4_0 decode and prefill over its "x4v" packed layout (quant.h),
+ * and the Q8_0 prefill tiles.
  *
- * Decode (one activation row) stays with the AVX2 kernel, which streams at the memory roofline;
- * prefill is arithmetic, and there the AVX2 tile spends ~25 instructions per entry (2 blocks x 4
- * rows) and column.  Here one 512-bit vector holds two rows' codes of an entry, and VNNI's vpdpbusd
- * multiplies the unsigned codes by the signed activations and sums four products per int32 lane:
- * two vpdpbusd per pair of rows (low nibbles, high nibbles), a reduction of each 4-lane group
- * (two unpacks, a shuffle, a vpermd) to the AVX2 tile's [rows 0-3 of block b | of block b+1]
- * lanes, then its zero-point correction and FMA, ~14 per entry and column.
+ * Q4_0.  A unit of the layout is 4 consecutive blocks of a group's 4 rows: their 16 scales, then 4
+ * vectors of 64 bytes in which int32 lane 4r + j holds 4 code bytes of row r's block j (vector i:
+ * bytes 4i .. 4i+3 of the block's qs, i.e. codes 4i .. 4i+3 in the low nibbles and 16+4i .. in the
+ * high ones).  So every lane of a vpdpbusd belongs to one block of one row: 8 of them (low nibbles
+ * against activation step i, high nibbles against step i+4, each step the 4 blocks' 4 bytes
+ * broadcast to the 4 rows) leave each lane holding its block's whole integer dot product, with no
+ * reduction across lanes; the zero point (-8 * the block's activation sum) is the low chain's
+ * starting value.  The high nibbles are masked in place (x & 0xF0 = 16 * code: one AND, no shift)
+ * and their chain's sum divided by 16 at the end (exact: every product is a multiple of 16).  Per
+ * unit that is 4 loads, 8 ANDs, 8 vpdpbusd and one conversion, multiply and FMA pair for 16
+ * (row, block) sums; the 4-row x4 kernels need ~2x the instructions for the same bytes.
  *
- * The integer sums are exact, the float steps the AVX2 tile's, in its order (entries along K, one
- * FMA per entry and column), so the results are its bits: test-quant's packed checks compare this
- * kernel with the file-layout AVX2 one wherever the CPU has AVX-512. */
+ * Float steps keep the AVX2 kernel's order, so the results are its bits: each row accumulates its
+ * even blocks in one chain and its odd blocks in another (lanes 4r and 4r+1 here: blocks j = 0, 1
+ * by a first FMA, then j = 2, 3 moved onto them by an in-lane permute and a second FMA), and the two
+ * chains are added at the end.  test-quant compares this kernel with the file-layout AVX2 one bit
+ * for bit wherever the CPU has AVX-512.
+ *
+ * Why decode has its own kernel here (it had none until session 13): the prepared activations must
+ * stay in L1 while each group's weights stream through it.  The AVX2 kernel's prepared entry takes
+ * 160 bytes per 64 activations (20 KiB for K = 8192, beside an 18 KiB group of weights, in a 32 KiB
+ * L1); a unit here takes 160 bytes per 128 (10 KiB), and the kernel needs no software prefetch:
+ * with it, or with the same prepared activations spread to 64-byte vectors (40 KiB), the same
+ * arithmetic reached only 63-70% of the stream at one thread, without it 93-94% (docs/benchmarks.md). */
 #include "quant/quant.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 #define QZ_INLINE static inline __attribute__((always_inline))
 
-/* an entry of a prepared activation row: activation blocks b, b+1 as [b 0-15 | b+1 0-15] (lo) and
-   [b 16-31 | b+1 16-31] (hi), their scales [d_b x4 | d_b+1 x4], and 8 * their sums (the zero point's
-   share) [x4 | x4] */
-typedef struct { __m256i lo, hi, z; __m256 d; } qz_a;
+/* a prepared unit of an activation row: step i (< 8) = bytes 4i .. 4i+3 of each of the unit's 4
+   blocks (16 bytes, broadcast to the 4 rows' lanes), the 4 scales, -8 * the 4 blocks' sums */
+typedef struct {
+    uint8_t a[8][16];
+    float d[4];
+    int32_t z[4];
+} qv_a;
 
-enum { QZ_KC = 16, QZ_TC = 4, QZ_TR = 16 }; /* entries per chunk, columns and rows per tile */
-
-QZ_INLINE void qz_prep(const block_q8_0 *y, int k0, int kc, qz_a *a) {
-    for (int k = 0; k < kc; k++, a++) {
-        const block_q8_0 *yb = y + 2 * (k0 + k);
-        const __m256i a0 = _mm256_loadu_si256((const __m256i *)yb[0].qs);
-        const __m256i a1 = _mm256_loadu_si256((const __m256i *)yb[1].qs);
-        a->lo = _mm256_permute2x128_si256(a0, a1, 0x20);
-        a->hi = _mm256_permute2x128_si256(a0, a1, 0x31);
-        a->d = _mm256_blend_ps(_mm256_set1_ps(_cvtsh_ss(yb[0].d)), _mm256_set1_ps(_cvtsh_ss(yb[1].d)), 0xF0);
-        const __m256i eight = _mm256_set1_epi8(8);
-        __m256i z = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(eight, a->lo), _mm256_maddubs_epi16(eight, a->hi)),
-                                      _mm256_set1_epi16(1));
-        z = _mm256_add_epi32(z, _mm256_shuffle_epi32(z, 0x4E));
-        a->z = _mm256_add_epi32(z, _mm256_shuffle_epi32(z, 0xB1));
+/* units u0 .. u0+nu of Q8_0 row y, prepared */
+QZ_INLINE void qv_prep(const block_q8_0 *y, int u0, int nu, qv_a *buf) {
+    const __m256i eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
+    for (int u = 0; u < nu; u++) {
+        const block_q8_0 *yb = y + 4 * (size_t)(u0 + u);
+        qv_a *a = buf + u;
+        __m256i b[4];
+        for (int j = 0; j < 4; j++) b[j] = _mm256_loadu_si256((const __m256i *)yb[j].qs), a->d[j] = _cvtsh_ss(yb[j].d);
+        /* a 4 x 8 transpose of 4-byte words: t* pair blocks (0, 1) and (2, 3), s* hold steps [i | i+4] */
+        const __m256i t0 = _mm256_unpacklo_epi32(b[0], b[1]), t1 = _mm256_unpacklo_epi32(b[2], b[3]);
+        const __m256i t2 = _mm256_unpackhi_epi32(b[0], b[1]), t3 = _mm256_unpackhi_epi32(b[2], b[3]);
+        const __m256i s0 = _mm256_unpacklo_epi64(t0, t1), s1 = _mm256_unpackhi_epi64(t0, t1);
+        const __m256i s2 = _mm256_unpacklo_epi64(t2, t3), s3 = _mm256_unpackhi_epi64(t2, t3);
+        const __m256i p0 = _mm256_permute2x128_si256(s0, s1, 0x20), p1 = _mm256_permute2x128_si256(s2, s3, 0x20);
+        const __m256i p2 = _mm256_permute2x128_si256(s0, s1, 0x31), p3 = _mm256_permute2x128_si256(s2, s3, 0x31);
+        _mm256_storeu_si256((__m256i *)a->a[0], p0);
+        _mm256_storeu_si256((__m256i *)a->a[2], p1);
+        _mm256_storeu_si256((__m256i *)a->a[4], p2);
+        _mm256_storeu_si256((__m256i *)a->a[6], p3);
+        /* dword j of every step is block j's: 8 * the sums over the steps, 16-bit pairs first (at most
+           8 * 8 * 128 in magnitude), then the two halves */
+        const __m256i h = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(eight, p0), _mm256_maddubs_epi16(eight, p1)),
+                                           _mm256_add_epi16(_mm256_maddubs_epi16(eight, p2), _mm256_maddubs_epi16(eight, p3)));
+        const __m256i w = _mm256_madd_epi16(h, ones);
+        const __m128i z = _mm_add_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storeu_si128((__m128i *)a->z, _mm_sub_epi32(_mm_setzero_si128(), z));
     }
 }
 
-/* one group of 4 rows (grp: its x4 entries) x C prepared columns over entries k0 .. k0+kc */
-QZ_INLINE void qz_rows(int C, const char *grp, int k0, int kc, const qz_a *buf, __m256 *acc) {
+/* the 16 (row, block) integer dot products of a unit's split codes with prepared unit a */
+QZ_INLINE __m512i qv_dots(const __m512i *lo, const __m512i *hi, const qv_a *a) {
+    __m512i l = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)a->z)), h = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        l = _mm512_dpbusd_epi32(l, lo[i], _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)a->a[i])));
+        h = _mm512_dpbusd_epi32(h, hi[i], _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)a->a[i + 4])));
+    }
+    return _mm512_add_epi32(l, _mm512_srai_epi32(h, 4));
+}
+
+/* unit e's codes, split: lo[i] the low nibbles, hi[i] the high ones in place (16 * code) */
+QZ_INLINE void qv_codes(const char *e, __m512i *lo, __m512i *hi) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    /* per 128-bit chunk c, lane 0 holds rows 0/1's sum and lane 1 rows 2/3's (see below) */
-    const __m512i pick = _mm512_setr_epi32(0, 8, 1, 9, 4, 12, 5, 13, 0, 0, 0, 0, 0, 0, 0, 0);
-    __m256 t[QZ_TC];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512i q = _mm512_loadu_si512(e + 32 + 64 * i);
+        lo[i] = _mm512_and_si512(q, m4);
+        hi[i] = _mm512_andnot_si512(m4, q);
+    }
+}
+
+/* t += the unit's scaled sums in the AVX2 order: lanes 4r, 4r+1 take blocks 0, 1, then 2, 3 */
+QZ_INLINE __m512 qv_acc(__m512 t, __m512 dx, const qv_a *a, __m512i p) {
+    const __m512 sc = _mm512_mul_ps(dx, _mm512_broadcast_f32x4(_mm_loadu_ps(a->d)));
+    const __m512 f = _mm512_cvtepi32_ps(p);
+    t = _mm512_fmadd_ps(sc, f, t);
+    return _mm512_fmadd_ps(_mm512_permute_ps(sc, 0x0E), _mm512_permute_ps(f, 0x0E), t);
+}
+
+/* row r's result: its even-block chain + its odd-block chain, as the AVX2 kernel's last step */
+QZ_INLINE void qv_store(__m512 t, float *s, size_t stride) {
+    float v[16];
+    _mm512_storeu_ps(v, t);
+    for (int r = 0; r < 4; r++) s[r * stride] = v[4 * r] + v[4 * r + 1];
+}
+
+enum {
+    QV_UNIT = 16 * sizeof(block_q4_0), /* bytes of a unit */
+    QV_DEC = HQ_X4V_MAX_NE0 / 128,     /* decode: the whole row prepared at once (at most 40 KiB) */
+    QV_KC = 8, QV_TC = 4, QV_TR = 16,  /* prefill: units per chunk, columns and rows per tile */
+};
+
+/* decode: the activation row prepared once, then each group of 4 rows over the whole of K */
+static void qv_matvec(int nu, float *restrict s, const char *restrict x, size_t bx, int nr, const block_q8_0 *y) {
+    qv_a buf[QV_DEC];
+    qv_prep(y, 0, nu, buf);
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const char *e = x + (size_t)r0 * bx;
+        __m512 t = _mm512_setzero_ps();
+        for (int u = 0; u < nu; u++, e += QV_UNIT) {
+            __m512i lo[4], hi[4];
+            qv_codes(e, lo, hi);
+            const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)e));
+            t = qv_acc(t, dx, buf + u, qv_dots(lo, hi, buf + u));
+        }
+        qv_store(t, s + r0, 1);
+    }
+}
+
+/* prefill: one group's units k0 .. k0+kc against C prepared columns (column c's unit k at
+   buf[c * QV_KC + k]), accumulating into acc[c] */
+QZ_INLINE void qv_rows(int C, const char *grp, int k0, int kc, const qv_a *buf, __m512 *acc) {
+    __m512 t[QV_TC];
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) t[c] = acc[c];
     for (int k = 0; k < kc; k++) {
-        const char *e = grp + (size_t)(k0 + k) * 8 * sizeof(block_q4_0);
-        const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e));
-        const __m512i q01 = _mm512_loadu_si512(e + 16), q23 = _mm512_loadu_si512(e + 80);
-        const __m512i lo01 = _mm512_and_si512(q01, m4), hi01 = _mm512_and_si512(_mm512_srli_epi16(q01, 4), m4);
-        const __m512i lo23 = _mm512_and_si512(q23, m4), hi23 = _mm512_and_si512(_mm512_srli_epi16(q23, 4), m4);
+        const char *e = grp + (size_t)(k0 + k) * QV_UNIT;
+        __m512i lo[4], hi[4];
+        qv_codes(e, lo, hi);
+        const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)e));
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
-            const qz_a *a = buf + c * QZ_KC + k;
-            const __m512i alo = _mm512_broadcast_i64x4(a->lo), ahi = _mm512_broadcast_i64x4(a->hi);
-            /* 128-bit chunks: [row0 b | row0 b+1 | row1 b | row1 b+1] and the same for rows 2, 3 */
-            const __m512i p01 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo01, alo), hi01, ahi);
-            const __m512i p23 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo23, alo), hi23, ahi);
-            /* each chunk's 4 lanes summed: lane 0 from p01, lane 1 from p23 */
-            __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi32(p01, p23), _mm512_unpackhi_epi32(p01, p23));
-            u = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, (_MM_PERM_ENUM)0x4E));
-            const __m256i d32 = _mm256_sub_epi32(_mm512_castsi512_si256(_mm512_permutexvar_epi32(pick, u)), a->z);
-            t[c] = _mm256_fmadd_ps(_mm256_mul_ps(dx, a->d), _mm256_cvtepi32_ps(d32), t[c]);
+            const qv_a *a = buf + c * QV_KC + k;
+            t[c] = qv_acc(t[c], dx, a, qv_dots(lo, hi, a));
         }
     }
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) acc[c] = t[c];
 }
 
-/* tiles of 16 rows x 4 columns, K in chunks of QZ_KC entries whose prepared columns (8 KiB) stay in
-   L1 while the rows pass; nr is a multiple of 4, x a group's start, K a multiple of 64 (hq_pack_ok) */
+/* nr a multiple of 4, x a group's start, K a multiple of 128 and at most HQ_X4V_MAX_NE0 (hq_pack_ok).
+   Prefill: tiles of 16 rows x 4 columns, K in chunks of QV_KC units whose prepared columns (5 KiB)
+   stay in L1 while the tile's rows pass. */
 void hq_gemm_packed_avx512_q4_0(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,
                                 const void *restrict y, size_t by, int nc) {
-    if (nc == 1) { /* decode */
-        hq_gemm_packed_avx2_q4_0(n, s, lds, x, bx, nr, y, by, nc);
+    const int nu = n / (4 * QK4_0);
+    if (nc == 1) {
+        qv_matvec(nu, s, x, bx, nr, y);
         return;
     }
-    const int nk = n / (2 * QK4_0);
-    qz_a buf[QZ_TC * QZ_KC];
-    for (int r0 = 0; r0 < nr; r0 += QZ_TR) {
-        const int ng = (nr - r0 < QZ_TR ? nr - r0 : QZ_TR) / 4;
-        for (int j = 0; j < nc; j += QZ_TC) {
-            const int C = nc - j < QZ_TC ? nc - j : QZ_TC;
-            __m256 acc[QZ_TR / 4][QZ_TC];
+    qv_a buf[QV_TC * QV_KC];
+    for (int r0 = 0; r0 < nr; r0 += QV_TR) {
+        const int ng = (nr - r0 < QV_TR ? nr - r0 : QV_TR) / 4;
+        for (int j = 0; j < nc; j += QV_TC) {
+            const int C = nc - j < QV_TC ? nc - j : QV_TC;
+            __m512 acc[QV_TR / 4][QV_TC];
             for (int g = 0; g < ng; g++)
-                for (int c = 0; c < QZ_TC; c++) acc[g][c] = _mm256_setzero_ps();
-            for (int k0 = 0; k0 < nk; k0 += QZ_KC) {
-                const int kc = nk - k0 < QZ_KC ? nk - k0 : QZ_KC;
+                for (int c = 0; c < QV_TC; c++) acc[g][c] = _mm512_setzero_ps();
+            for (int k0 = 0; k0 < nu; k0 += QV_KC) {
+                const int kc = nu - k0 < QV_KC ? nu - k0 : QV_KC;
                 for (int c = 0; c < C; c++)
-                    qz_prep((const block_q8_0 *)((const char *)y + (size_t)(j + c) * by), k0, kc, buf + c * QZ_KC);
+                    qv_prep((const block_q8_0 *)((const char *)y + (size_t)(j + c) * by), k0, kc, buf + c * QV_KC);
                 for (int g = 0; g < ng; g++) {
                     const char *grp = (const char *)x + (size_t)(r0 + 4 * g) * bx;
                     switch (C) {
-                    case 1: qz_rows(1, grp, k0, kc, buf, acc[g]); break;
-                    case 2: qz_rows(2, grp, k0, kc, buf, acc[g]); break;
-                    case 3: qz_rows(3, grp, k0, kc, buf, acc[g]); break;
-                    default: qz_rows(4, grp, k0, kc, buf, acc[g]); break;
+                    case 1: qv_rows(1, grp, k0, kc, buf, acc[g]); break;
+                    case 2: qv_rows(2, grp, k0, kc, buf, acc[g]); break;
+                    case 3: qv_rows(3, grp, k0, kc, buf, acc[g]); break;
+                    default: qv_rows(4, grp, k0, kc, buf, acc[g]); break;
                     }
                 }
             }
             for (int g = 0; g < ng; g++)
-                for (int c = 0; c < C; c++)
-                    _mm_storeu_ps(s + (size_t)(j + c) * lds + r0 + 4 * g,
-                                  _mm_add_ps(_mm256_castps256_ps128(acc[g][c]), _mm256_extractf128_ps(acc[g][c], 1)));
+                for (int c = 0; c < C; c++) qv_store(acc[g][c], s + (size_t)(j + c) * lds + r0 + 4 * g, 1);
         }
     }
 }
@@ -127,7 +204,7 @@ void hq_gemm_packed_avx512_q4_0(int n, float *restrict s, size_t lds, const void
    vpdpbusd's sum, which takes the offset back out as it goes), its scale */
 typedef struct { __m256i a, corr; float d; } qz_b;
 
-enum { QZ_KB = 16 }; /* blocks per chunk */
+enum { QZ_KB = 16, QZ_TC = 4, QZ_TR = 16 }; /* blocks per chunk, columns and rows per tile */
 
 QZ_INLINE void qz_prep8(const block_q8_0 *y, int k0, int kc, qz_b *a) {
     const __m256i c128 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
