@@ -547,8 +547,9 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
 static void test_packed(void) {
     CHECK(!hq_pack_ok(HQ_TYPE_Q8_0, 64, 4) && !hq_pack_ok(HQ_TYPE_Q3_K, 256, 4));
     if (hq_get_traits(HQ_TYPE_Q4_0)->gemm_packed) CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 96, 4)); /* an odd number of blocks */
-    /* Q4_0: whole units of either layout (x4: 2 blocks, x4v: 4), up to and past x4's one-pass decode */
-    const int lens0[] = {128, 1024, 8192, 8320}, lensk[] = {256, 1024, 8192, 8448};
+    /* Q4_0: whole units of either layout (x4: 2 blocks, x4v: 4), up to and past x4's one-pass decode,
+       and the longest row x4v packs (its decode's prepared row at full size) */
+    const int lens0[] = {128, 1024, 8192, 8320, HQ_X4V_MAX_NE0}, lensk[] = {256, 1024, 8192, 8448};
     test_packed_type(HQ_TYPE_Q4_0, lens0, HR_ARRAY_LEN(lens0), false);
     test_packed_type(HQ_TYPE_Q4_K, lensk, HR_ARRAY_LEN(lensk), true);
     test_packed_type(HQ_TYPE_Q5_K, lensk, HR_ARRAY_LEN(lensk), true);
