@@ -496,7 +496,6 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
     CHECK(!hq_pack_ok(type, unit, 6)); /* rows not whole groups */
     CHECK(!hq_pack_ok(type, 0, 4) && !hq_pack_ok(type, unit, 0) && !hq_pack_ok(type, blk + 1, 4));
     if (tr->pack_blocks > 1) CHECK(!hq_pack_ok(type, unit + blk, 4)); /* not whole units */
-    if (tr->pack_max_ne0) CHECK(hq_pack_ok(type, tr->pack_max_ne0, 4) && !hq_pack_ok(type, tr->pack_max_ne0 + unit, 4));
     const int rowss[] = {4, 8, 36};
     int bad_rt = 0, bad_gemm = 0, cases = 0;
     for (int src = 0; src < (random_bytes ? 2 : 1); src++)
@@ -544,12 +543,48 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
     CHECKF(bad_gemm == 0, "%s: %d gemm_packed cases differ from gemm", tr->name, bad_gemm);
 }
 
+/* Which Q4_0 layout a table packs into (quant.h): on AVX-512 x4v for rows of whole 4-block units
+   (each (row r, block j)'s scale at fp16 4r + j, bytes 4i .. 4i+3 of its qs at 32 + 64i + 16r + 4j),
+   x4 otherwise and on AVX2 (per block pair: 8 scales, then each row's two qs) */
+static void test_q4_0_layouts(void) {
+    const hq_traits *tr = hq_get_traits(HQ_TYPE_Q4_0);
+    if (!tr->pack) return;
+    const bool x4v = strcmp(hq_simd_name(), "avx512") == 0;
+    enum { NB = 6 }; /* rows of 4 blocks (128 elements) and of 6 (192) */
+    block_q4_0 rows[4][NB];
+    uint8_t packed[sizeof rows];
+    for (int r = 0; r < 4; r++)
+        for (int b = 0; b < NB; b++) {
+            rows[r][b].d = (hr_fp16)(0x3C00 + 16 * r + b);
+            for (int k = 0; k < 16; k++) rows[r][b].qs[k] = (uint8_t)(16 * r + 4 * b + k);
+        }
+    int bad = 0;
+    for (int nb = 4; nb <= NB; nb += 2) {
+        tr->pack(packed, rows, sizeof rows[0], 32 * nb); /* the first nb blocks of each row */
+        const bool v = x4v && nb == 4;
+        for (int r = 0; r < 4; r++)
+            for (int b = 0; b < 2; b++) { /* the first blocks of each row, where both layouts have them */
+                hr_fp16 d;
+                memcpy(&d, packed + (v ? 2 * (4 * r + b) : 2 * r + 8 * b), 2);
+                bad += d != rows[r][b].d;
+                for (int k = 0; k < 16; k++)
+                    bad += packed[v ? 32 + 64 * (k / 4) + 16 * r + 4 * b + k % 4 : 16 + 32 * r + 16 * b + k] != rows[r][b].qs[k];
+            }
+    }
+    printf("  Q4_0 packed layouts (%s: %s): %d bytes misplaced\n", hq_simd_name(),
+           x4v ? "x4v for rows of 4-block units, x4 otherwise" : "x4", bad);
+    CHECKF(bad == 0, "Q4_0: %d packed bytes not where the %s layout puts them", bad, x4v ? "x4v" : "x4");
+}
+
 static void test_packed(void) {
+    test_q4_0_layouts();
     CHECK(!hq_pack_ok(HQ_TYPE_Q8_0, 64, 4) && !hq_pack_ok(HQ_TYPE_Q3_K, 256, 4));
     if (hq_get_traits(HQ_TYPE_Q4_0)->gemm_packed) CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 96, 4)); /* an odd number of blocks */
-    /* Q4_0: whole units of either layout (x4: 2 blocks, x4v: 4), up to and past x4's one-pass decode,
-       and the longest row x4v packs (its decode's prepared row at full size) */
-    const int lens0[] = {128, 1024, 8192, 8320, HQ_X4V_MAX_NE0}, lensk[] = {256, 1024, 8192, 8448};
+    /* Q4_0: rows of whole 4-block units (x4v on AVX-512), up to and past x4's one-pass decode, the
+       longest row x4v packs (its decode's prepared row at full size), and rows an AVX-512 table keeps
+       in x4 (an odd number of block pairs; past that longest row) */
+    const int lens0[] = {128, 1024, 8192, 8320, HQ_X4V_MAX_NE0, 192, 8256, HQ_X4V_MAX_NE0 + 128},
+              lensk[] = {256, 1024, 8192, 8448};
     test_packed_type(HQ_TYPE_Q4_0, lens0, HR_ARRAY_LEN(lens0), false);
     test_packed_type(HQ_TYPE_Q4_K, lensk, HR_ARRAY_LEN(lensk), true);
     test_packed_type(HQ_TYPE_Q5_K, lensk, HR_ARRAY_LEN(lensk), true);

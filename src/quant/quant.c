@@ -213,6 +213,10 @@ static void hq_unpack_q4_0_x4(void *restrict dst, const void *restrict group, in
    qs at 16r + 4j ---- */
 enum { HQ_X4V_UNIT = 16 * sizeof(block_q4_0) };
 static void hq_pack_q4_0_x4v(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
+    if (!hq_x4v_fits(ne0)) {
+        hq_pack_q4_0_x4(dst, src, bx, ne0);
+        return;
+    }
     uint8_t *d = dst;
     for (int64_t u = 0; u < ne0 / (4 * QK4_0); u++, d += HQ_X4V_UNIT)
         for (int r = 0; r < HQ_PACK_ROWS; r++)
@@ -223,6 +227,10 @@ static void hq_pack_q4_0_x4v(void *restrict dst, const void *restrict src, size_
             }
 }
 static void hq_unpack_q4_0_x4v(void *restrict dst, const void *restrict group, int r, int64_t ne0) {
+    if (!hq_x4v_fits(ne0)) {
+        hq_unpack_q4_0_x4(dst, group, r, ne0);
+        return;
+    }
     const uint8_t *d = group;
     block_q4_0 *b = dst;
     for (int64_t u = 0; u < ne0 / (4 * QK4_0); u++, d += HQ_X4V_UNIT)
@@ -383,7 +391,7 @@ static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict group, in
     if (hq_gemm_packed_##arch##_##t)                                                               \
     hq_table[HQ_TYPE_##T].gemm_packed = hq_gemm_packed_##arch##_##t, hq_table[HQ_TYPE_##T].pack = hq_pack_##t##_x4, \
     hq_table[HQ_TYPE_##T].unpack = hq_unpack_##t##_x4,                                             \
-    hq_table[HQ_TYPE_##T].pack_blocks = HQ_TYPE_##T == HQ_TYPE_Q4_0 ? 2 : 1, hq_table[HQ_TYPE_##T].pack_max_ne0 = 0
+    hq_table[HQ_TYPE_##T].pack_blocks = HQ_TYPE_##T == HQ_TYPE_Q4_0 ? 2 : 1
 #define HQ_USE_SIMD_ALL(arch)                                                               \
     do {                                                                                    \
         HQ_USE_GEMM(arch, Q4_0, q4_0); HQ_USE_GEMM(arch, Q8_0, q8_0); HQ_USE_GEMM(arch, Q4_K, q4_K); \
@@ -440,10 +448,9 @@ static void hq_init_once(void) {
         if (!hq_env_set("HEARTH_NO_AVX512") && __builtin_cpu_supports("avx512f") &&
             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") && hq_vec_dot_avx512_q4_K) {
             HQ_USE_SIMD_ALL(avx512);
-            if (hq_gemm_packed_avx512_q4_0) { /* Q4_0's AVX-512 kernel reads its own layout */
+            if (hq_gemm_packed_avx512_q4_0) { /* Q4_0's AVX-512 kernel reads x4v, or x4 (hq_x4v_fits) */
                 hq_traits *t = &hq_table[HQ_TYPE_Q4_0];
                 t->pack = hq_pack_q4_0_x4v, t->unpack = hq_unpack_q4_0_x4v;
-                t->pack_blocks = 4, t->pack_max_ne0 = HQ_X4V_MAX_NE0;
             }
             if (hq_att_acc16_avx512 && hq_att.acc16 == hq_att_acc16_avx2) hq_att.acc16 = hq_att_acc16_avx512;
             if (hq_att_kq_avx512 && hq_att.kq == hq_att_kq_avx2) hq_att.kq = hq_att_kq_avx512;
@@ -508,8 +515,7 @@ bool hq_pack_ok(int type, int64_t ne0, int64_t nrows) {
     const hq_traits *t = hq_get_traits(type);
     if (!t || !t->gemm_packed) return false;
     const int64_t unit = t->pack_blocks * t->blck_size;
-    return ne0 > 0 && ne0 % unit == 0 && (!t->pack_max_ne0 || ne0 <= t->pack_max_ne0) && nrows > 0 &&
-           nrows % HQ_PACK_ROWS == 0;
+    return ne0 > 0 && ne0 % unit == 0 && nrows > 0 && nrows % HQ_PACK_ROWS == 0;
 }
 
 size_t hq_row_size(int type, int64_t ne0) {

@@ -117,10 +117,14 @@ typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *res
      codes of the 4 rows side by side, one 128-bit lane per row (quants-k512.c has the byte maps).
    A type has a packed form when the dispatched family has its kernel (gemm_packed != NULL);
    hq_pack_ok says whether a tensor's shape allows it (whole groups of rows, whole units of
-   pack_blocks blocks along a row, rows no longer than pack_max_ne0 where that is set). */
+   pack_blocks blocks along a row). */
 enum { HQ_PACK_ROWS = 4 };
-/* x4v's decode prepares a whole activation row on the stack: rows up to this many elements */
+/* Which of Q4_0's two layouts an AVX-512 table packs a row into: x4v where the row is whole units of
+   4 blocks and no longer than its decode's prepared row (on the stack) can be, x4 otherwise (with the
+   AVX2 kernel: a tensor-parallel slice of, say, 86 blocks keeps a packed layout).  pack, unpack and
+   gemm_packed all decide by this, from the row length alone. */
 enum { HQ_X4V_MAX_NE0 = 32768 };
+static inline bool hq_x4v_fits(int64_t ne0) { return ne0 % 128 == 0 && ne0 <= HQ_X4V_MAX_NE0; }
 /* dst = the packed form of HQ_PACK_ROWS consecutive rows of ne0 elements at src (row stride bx) */
 typedef void (*hq_pack_fn)(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0);
 /* dst = row i (< HQ_PACK_ROWS) of a packed group, in the file layout */
@@ -143,7 +147,6 @@ typedef struct hq_traits {
     hq_pack_fn       pack;          /* set with gemm_packed */
     hq_unpack_fn     unpack;
     int              pack_blocks;   /* blocks per unit of the packed layout along a row */
-    int64_t          pack_max_ne0;  /* the longest row it packs; 0: any */
 } hq_traits;
 
 /* Whether a tensor of `type` with rows of ne0 elements and nrows rows can be packed for the

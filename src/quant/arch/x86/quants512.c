@@ -150,11 +150,15 @@ QZ_INLINE void qv_rows(int C, const char *grp, int k0, int kc, const qv_a *buf, 
     for (int c = 0; c < C; c++) acc[c] = t[c];
 }
 
-/* nr a multiple of 4, x a group's start, K a multiple of 128 and at most HQ_X4V_MAX_NE0 (hq_pack_ok).
-   Prefill: tiles of 16 rows x 4 columns, K in chunks of QV_KC units whose prepared columns (5 KiB)
-   stay in L1 while the tile's rows pass. */
+/* nr a multiple of 4, x a group's start (hq_pack_ok); rows that x4v does not fit are in the x4 layout,
+   which the AVX2 kernel reads (hq_x4v_fits).  Prefill: tiles of 16 rows x 4 columns, K in chunks of
+   QV_KC units whose prepared columns (5 KiB) stay in L1 while the tile's rows pass. */
 void hq_gemm_packed_avx512_q4_0(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,
                                 const void *restrict y, size_t by, int nc) {
+    if (!hq_x4v_fits(n)) {
+        hq_gemm_packed_avx2_q4_0(n, s, lds, x, bx, nr, y, by, nc);
+        return;
+    }
     const int nu = n / (4 * QK4_0);
     if (nc == 1) {
         qv_matvec(nu, s, x, bx, nr, y);
