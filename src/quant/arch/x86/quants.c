@@ -371,6 +371,17 @@ HQ_INLINE void hq_store4(const __m256 *acc, float *s) {
 
 enum { HQ_TC = 4 /* most activation rows per tile */ };
 
+/* element i (< 4) of each 128-bit lane of v in all four places: a switch, so that the permute's
+   immediate is a constant at any optimization level (unrolled loops fold it) */
+HQ_INLINE __m256 hq_dup_elem(__m256 v, int i) {
+    switch (i) {
+    case 0: return _mm256_permute_ps(v, 0x00);
+    case 1: return _mm256_permute_ps(v, 0x55);
+    case 2: return _mm256_permute_ps(v, 0xAA);
+    default: return _mm256_permute_ps(v, 0xFF);
+    }
+}
+
 /* Q8_0: R weight rows xr[0..R) x C prepared columns; acc[c * 4 + r] */
 HQ_INLINE void hq_rows_q8(int R, int C, int k0, int kc, const char *const *xr, const void *buf, int stride,
                           __m256 *acc, const char *pf) {
@@ -395,7 +406,7 @@ HQ_INLINE void hq_rows_q8(int R, int C, int k0, int kc, const char *const *xr, c
             const block_q8_0 *xb = (const block_q8_0 *)(xr[i] + o);
             w[i] = _mm256_loadu_si256((const __m256i *)xb->qs);
             aw[i] = _mm256_sign_epi8(w[i], w[i]);
-            dx[i] = R == 4 ? _mm256_permute_ps(d4, 0x55 * i) : hq_h2v(xb->d);
+            dx[i] = R == 4 ? hq_dup_elem(d4, i) : hq_h2v(xb->d);
         }
         #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
