@@ -490,12 +490,12 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
         CHECK(!hq_pack_ok(type, 2 * blk, 4) && !tr->pack && !tr->unpack);
         return;
     }
-    CHECK(tr->pack && tr->unpack && tr->pack_blocks >= 1);
-    const int64_t unit = tr->pack_blocks * blk;
+    CHECK(tr->pack && tr->unpack);
+    const int64_t unit = type == HQ_TYPE_Q4_0 ? 2 * blk : blk; /* Q4_0's x4 and x4v take pairs of blocks */
     CHECK(hq_pack_ok(type, unit, 4) && hq_pack_ok(type, 64 * unit, 36));
     CHECK(!hq_pack_ok(type, unit, 6)); /* rows not whole groups */
     CHECK(!hq_pack_ok(type, 0, 4) && !hq_pack_ok(type, unit, 0) && !hq_pack_ok(type, blk + 1, 4));
-    if (tr->pack_blocks > 1) CHECK(!hq_pack_ok(type, unit + blk, 4)); /* not whole units */
+    if (unit > blk) CHECK(!hq_pack_ok(type, unit + blk, 4)); /* not whole units */
     const int rowss[] = {4, 8, 36};
     int bad_rt = 0, bad_gemm = 0, cases = 0;
     for (int src = 0; src < (random_bytes ? 2 : 1); src++)
@@ -537,8 +537,8 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
                 }
                 free(x), free(px), free(back), free(y), free(f), free(s0), free(s1);
             }
-    printf("  %s packed (%d blocks per unit): %d gemm cases, %d differ from the file layout's; %d rows fail pack + unpack\n", tr->name,
-           tr->pack_blocks, cases, bad_gemm, bad_rt);
+    printf("  %s packed: %d gemm cases, %d differ from the file layout's; %d rows fail pack + unpack\n", tr->name,
+           cases, bad_gemm, bad_rt);
     CHECKF(bad_rt == 0, "%s: %d rows did not survive pack + unpack", tr->name, bad_rt);
     CHECKF(bad_gemm == 0, "%s: %d gemm_packed cases differ from gemm", tr->name, bad_gemm);
 }

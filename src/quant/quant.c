@@ -390,8 +390,7 @@ static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict group, in
 #define HQ_USE_PACKED(arch, T, t)                                                                  \
     if (hq_gemm_packed_##arch##_##t)                                                               \
     hq_table[HQ_TYPE_##T].gemm_packed = hq_gemm_packed_##arch##_##t, hq_table[HQ_TYPE_##T].pack = hq_pack_##t##_x4, \
-    hq_table[HQ_TYPE_##T].unpack = hq_unpack_##t##_x4,                                             \
-    hq_table[HQ_TYPE_##T].pack_blocks = HQ_TYPE_##T == HQ_TYPE_Q4_0 ? 2 : 1
+    hq_table[HQ_TYPE_##T].unpack = hq_unpack_##t##_x4
 #define HQ_USE_SIMD_ALL(arch)                                                               \
     do {                                                                                    \
         HQ_USE_GEMM(arch, Q4_0, q4_0); HQ_USE_GEMM(arch, Q8_0, q8_0); HQ_USE_GEMM(arch, Q4_K, q4_K); \
@@ -514,7 +513,7 @@ int hq_type_from_name(const char *s) {
 bool hq_pack_ok(int type, int64_t ne0, int64_t nrows) {
     const hq_traits *t = hq_get_traits(type);
     if (!t || !t->gemm_packed) return false;
-    const int64_t unit = t->pack_blocks * t->blck_size;
+    const int64_t unit = type == HQ_TYPE_Q4_0 ? 2 * t->blck_size : t->blck_size; /* Q4_0: pairs of blocks */
     return ne0 > 0 && ne0 % unit == 0 && nrows > 0 && nrows % HQ_PACK_ROWS == 0;
 }
 

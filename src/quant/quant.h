@@ -116,8 +116,7 @@ typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *res
    - Q4_K, Q5_K and Q6_K (AVX-512): per super-block, the 4 rows' scales together, then each sub-block's
      codes of the 4 rows side by side, one 128-bit lane per row (quants-k512.c has the byte maps).
    A type has a packed form when the dispatched family has its kernel (gemm_packed != NULL);
-   hq_pack_ok says whether a tensor's shape allows it (whole groups of rows, whole units of
-   pack_blocks blocks along a row). */
+   hq_pack_ok says whether a tensor's shape allows it. */
 enum { HQ_PACK_ROWS = 4 };
 /* Which of Q4_0's two layouts an AVX-512 table packs a row into: x4v where the row is whole units of
    4 blocks and no longer than its decode's prepared row (on the stack) can be, x4 otherwise (with the
@@ -146,7 +145,6 @@ typedef struct hq_traits {
                                        multiple of HQ_PACK_ROWS); NULL: the type is never packed */
     hq_pack_fn       pack;          /* set with gemm_packed */
     hq_unpack_fn     unpack;
-    int              pack_blocks;   /* blocks per unit of the packed layout along a row */
 } hq_traits;
 
 /* Whether a tensor of `type` with rows of ne0 elements and nrows rows can be packed for the

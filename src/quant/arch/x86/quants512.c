@@ -28,7 +28,6 @@
 #include "quant/quant.h"
 
 #include <immintrin.h>
-#include <string.h>
 
 #define QZ_INLINE static inline __attribute__((always_inline))
 
@@ -100,10 +99,10 @@ QZ_INLINE __m512 qv_acc(__m512 t, __m512 dx, const qv_a *a, __m512i p) {
 }
 
 /* row r's result: its even-block chain + its odd-block chain, as the AVX2 kernel's last step */
-QZ_INLINE void qv_store(__m512 t, float *s, size_t stride) {
+QZ_INLINE void qv_store(__m512 t, float *s) {
     float v[16];
     _mm512_storeu_ps(v, t);
-    for (int r = 0; r < 4; r++) s[r * stride] = v[4 * r] + v[4 * r + 1];
+    for (int r = 0; r < 4; r++) s[r] = v[4 * r] + v[4 * r + 1];
 }
 
 enum {
@@ -125,7 +124,7 @@ static void qv_matvec(int nu, float *restrict s, const char *restrict x, size_t 
             const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)e));
             t = qv_acc(t, dx, buf + u, qv_dots(lo, hi, buf + u));
         }
-        qv_store(t, s + r0, 1);
+        qv_store(t, s + r0);
     }
 }
 
@@ -187,7 +186,7 @@ void hq_gemm_packed_avx512_q4_0(int n, float *restrict s, size_t lds, const void
                 }
             }
             for (int g = 0; g < ng; g++)
-                for (int c = 0; c < C; c++) qv_store(acc[g][c], s + (size_t)(j + c) * lds + r0 + 4 * g, 1);
+                for (int c = 0; c < C; c++) qv_store(acc[g][c], s + (size_t)(j + c) * lds + r0 + 4 * g);
         }
     }
 }
