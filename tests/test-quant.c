@@ -477,8 +477,9 @@ static void test_q8_0_avx512(void) {
 
 /* Packed layouts (quant.h): where the dispatched family has one, pack then unpack gives the rows
    back byte for byte, and gemm_packed over the packed rows gives gemm's results bit for bit — decode
-   over whole shares (one pass: K up to 8192) and longer rows (Q4_0's tiled path, 8320; Q4_K: 33
-   super-blocks, a short prefill chunk), prefill tiles of 1-5 columns, 4 to 36 rows.  Rows come from
+   over whole shares (one pass: K up to 8192) and longer rows (Q4_0's tiled path, 8320; the K-quants:
+   33 super-blocks, a short prefill chunk; the longest rows Q4_0's and Q4_K's x4v take), prefill tiles
+   of 1-5 columns, 4 to 36 rows.  Rows come from
    the quantizer and, for the K-quants, also as random bytes (every 6-bit scale and min pattern, finite d and
    dmin).  hq_pack_ok refuses shapes the layout cannot hold.  Without a packed kernel (generic table,
    NEON) nothing may be packed. */
@@ -584,9 +585,12 @@ static void test_packed(void) {
        longest row x4v packs (its decode's prepared row at full size), and rows an AVX-512 table keeps
        in x4 (an odd number of block pairs; past that longest row) */
     const int lens0[] = {128, 1024, 8192, 8320, HQ_X4V_MAX_NE0, 192, 8256, HQ_X4V_MAX_NE0 + 128},
-              lensk[] = {256, 1024, 8192, 8448};
+              lensk[] = {256, 1024, 8192, 8448}, lensk4[] = {256, 1024, 8192, 8448, HQ_K4V_MAX_NE0};
     test_packed_type(HQ_TYPE_Q4_0, lens0, HR_ARRAY_LEN(lens0), false);
-    test_packed_type(HQ_TYPE_Q4_K, lensk, HR_ARRAY_LEN(lensk), true);
+    /* Q4_K: x4v up to the longest row its decode prepares; longer rows stay in the file layout */
+    if (hq_get_traits(HQ_TYPE_Q4_K)->gemm_packed)
+        CHECK(hq_pack_ok(HQ_TYPE_Q4_K, HQ_K4V_MAX_NE0, 4) && !hq_pack_ok(HQ_TYPE_Q4_K, HQ_K4V_MAX_NE0 + QK_K, 4));
+    test_packed_type(HQ_TYPE_Q4_K, lensk4, HR_ARRAY_LEN(lensk4), true);
     test_packed_type(HQ_TYPE_Q5_K, lensk, HR_ARRAY_LEN(lensk), true);
     test_packed_type(HQ_TYPE_Q6_K, lensk, HR_ARRAY_LEN(lensk), true);
 }

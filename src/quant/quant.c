@@ -241,12 +241,17 @@ static void hq_unpack_q4_0_x4v(void *restrict dst, const void *restrict group, i
 }
 #endif
 
-/* ---- Q4_K x4 (quant.h): entry b of a group = d, dmin of rows 0-3, their scale fields, then per
-   sub-block s the rows' 16 bytes, byte k holding quants k and k + 16 of s (the file pairs quant k of
-   sub-blocks 2j and 2j + 1 in qs[32j + k]) ---- */
+/* ---- Q4_K x4 and x4v (quant.h): entry b of a group = d, dmin of rows 0-3, their scale fields, then
+   the codes: per sub-block s 16 bytes of each row, byte k holding quants k and k + 16 of s (the file
+   pairs quant k of sub-blocks 2j and 2j + 1 in qs[32j + k]).  x4 (Q5_K's low bits) puts row r's 16 at
+   64 + 64s + 16r; x4v (Q4_K) cuts them into 4-byte pieces, piece i in vector 4(s / 4) + i at lane
+   4r + s % 4. ---- */
 enum { HQ_K4_ENTRY = HQ_PACK_ROWS * sizeof(block_q4_K) };
+static int hq_k4_pos(bool v, int s, int r, int k) {
+    return v ? 64 + 64 * (4 * (s / 4) + k / 4) + 16 * r + 4 * (s % 4) + k % 4 : 64 + 64 * s + 16 * r + k;
+}
 /* row r's block x into entry d (whose other rows' bytes are left as they are) */
-static void hq_pack_q4_K_x4_row(uint8_t *d, const block_q4_K *x, int r) {
+static void hq_pack_q4_K_row(uint8_t *d, const block_q4_K *x, int r, bool v) {
     memcpy(d + 4 * r, &x->d, 2);
     memcpy(d + 4 * r + 2, &x->dmin, 2);
     memcpy(d + 16 + K_SCALE_SIZE * r, x->scales, K_SCALE_SIZE);
@@ -254,31 +259,31 @@ static void hq_pack_q4_K_x4_row(uint8_t *d, const block_q4_K *x, int r) {
         for (int k = 0; k < 16; k++) {
             const int sh = 4 * (s & 1), j = 32 * (s / 2);
             const int lo = (x->qs[j + k] >> sh) & 15, hi = (x->qs[j + k + 16] >> sh) & 15;
-            d[64 + 64 * s + 16 * r + k] = (uint8_t)(lo | hi << 4);
+            d[hq_k4_pos(v, s, r, k)] = (uint8_t)(lo | hi << 4);
         }
 }
-static void hq_unpack_q4_K_x4_row(block_q4_K *x, const uint8_t *e, int r) {
+static void hq_unpack_q4_K_row(block_q4_K *x, const uint8_t *e, int r, bool v) {
     memcpy(&x->d, e + 4 * r, 2);
     memcpy(&x->dmin, e + 4 * r + 2, 2);
     memcpy(x->scales, e + 16 + K_SCALE_SIZE * r, K_SCALE_SIZE);
     memset(x->qs, 0, sizeof x->qs);
     for (int s = 0; s < QK_K / 32; s++)
         for (int k = 0; k < 16; k++) {
-            const int sh = 4 * (s & 1), j = 32 * (s / 2), v = e[64 + 64 * s + 16 * r + k];
-            x->qs[j + k] |= (uint8_t)((v & 15) << sh);
-            x->qs[j + k + 16] |= (uint8_t)((v >> 4) << sh);
+            const int sh = 4 * (s & 1), j = 32 * (s / 2), c = e[hq_k4_pos(v, s, r, k)];
+            x->qs[j + k] |= (uint8_t)((c & 15) << sh);
+            x->qs[j + k + 16] |= (uint8_t)((c >> 4) << sh);
         }
 }
 static void hq_pack_q4_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
     uint8_t *d = dst;
     for (int64_t b = 0; b < ne0 / QK_K; b++, d += HQ_K4_ENTRY)
         for (int r = 0; r < HQ_PACK_ROWS; r++)
-            hq_pack_q4_K_x4_row(d, (const block_q4_K *)((const uint8_t *)src + (size_t)r * bx) + b, r);
+            hq_pack_q4_K_row(d, (const block_q4_K *)((const uint8_t *)src + (size_t)r * bx) + b, r, true);
 }
 static void hq_unpack_q4_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0) {
     const uint8_t *e = group;
     block_q4_K *x = dst;
-    for (int64_t b = 0; b < ne0 / QK_K; b++, e += HQ_K4_ENTRY, x++) hq_unpack_q4_K_x4_row(x, e, r);
+    for (int64_t b = 0; b < ne0 / QK_K; b++, e += HQ_K4_ENTRY, x++) hq_unpack_q4_K_row(x, e, r, true);
 }
 
 /* ---- Q5_K x4 (quant.h): Q4_K's entry for the low four bits (the block's fields up to qs match), then
@@ -295,7 +300,7 @@ static void hq_pack_q5_K_x4(void *restrict dst, const void *restrict src, size_t
             block_q4_K low;
             memcpy(&low.d, &x->d, 2), memcpy(&low.dmin, &x->dmin, 2);
             memcpy(low.scales, x->scales, K_SCALE_SIZE), memcpy(low.qs, x->qs, sizeof low.qs);
-            hq_pack_q4_K_x4_row(d, &low, r);
+            hq_pack_q4_K_row(d, &low, r, false);
             for (int s = 0; s < QK_K / 32; s++)
                 for (int k = 0; k < 16; k++) {
                     const int j = s % 4, b0 = x->qh[k] >> s & 1, b1 = x->qh[k + 16] >> s & 1;
@@ -309,7 +314,7 @@ static void hq_unpack_q5_K_x4(void *restrict dst, const void *restrict group, in
     block_q5_K *x = dst;
     for (int64_t b = 0; b < ne0 / QK_K; b++, e += HQ_K5_ENTRY, x++) {
         block_q4_K low;
-        hq_unpack_q4_K_x4_row(&low, e, r);
+        hq_unpack_q4_K_row(&low, e, r, false);
         memcpy(&x->d, &low.d, 2), memcpy(&x->dmin, &low.dmin, 2);
         memcpy(x->scales, low.scales, K_SCALE_SIZE), memcpy(x->qs, low.qs, sizeof x->qs);
         memset(x->qh, 0, sizeof x->qh);
@@ -514,6 +519,7 @@ bool hq_pack_ok(int type, int64_t ne0, int64_t nrows) {
     const hq_traits *t = hq_get_traits(type);
     if (!t || !t->gemm_packed) return false;
     const int64_t unit = type == HQ_TYPE_Q4_0 ? 2 * t->blck_size : t->blck_size; /* Q4_0: pairs of blocks */
+    if (type == HQ_TYPE_Q4_K && ne0 > HQ_K4V_MAX_NE0) return false;
     return ne0 > 0 && ne0 % unit == 0 && nrows > 0 && nrows % HQ_PACK_ROWS == 0;
 }
 

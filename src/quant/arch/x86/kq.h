@@ -39,6 +39,16 @@ KQ_INLINE void kq_k4_scales(const uint8_t *s, __m128i *sc, __m128i *mn) {
     *mn = _mm_cvtsi64_si128((long long)((uint64_t)mn_hi << 32 | mn_lo));
 }
 
+/* Q4_K's lanes.  Lane l < 4 of A holds sub-blocks l and l + 4's first halves (quants 0-15), each
+   times its scale, lane l + 4 their second halves (quants 16-31): the sums the AVX-512 packed kernel
+   (quants-k512.c) makes with one sub-block of one row per int32 lane, and the integers each lane
+   holds are what makes two kernels' floats agree bit for bit.  The file-layout bodies reach them from
+   W[s] = the scaled partial sums of sub-blocks s and s + 4 (s < 4; 8 lanes, the first half in lanes
+   0-3) by three in-lane hadds. */
+KQ_INLINE __m256i kq_fold_k4(__m256i w0, __m256i w1, __m256i w2, __m256i w3) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(w0, w1), _mm256_hadd_epi32(w2, w3));
+}
+
 /* ---- one row x NC columns: vec_dot, prefill tiles, decode ---------------------------------------- */
 
 /* The decode kernels' software prefetch goes to L2 (prefetcht1), not L1: in L1 the prefetched lines

@@ -69,7 +69,9 @@ KQ_INLINE __m128i kq_k3_scales(const uint8_t *s) {
    A[c] (8 lanes; scaled by d, biases already taken out) and, for the types with mins, B[c] (scaled
    by dmin, subtracted). */
 
-/* ---- Q4_K ------------------------------------------------------------------------------------------ */
+/* ---- Q4_K ------------------------------------------------------------------------------------------
+ * Its lanes are those of kq_fold_k4 (kq.h), not a share of every sub-block as the other types': step j
+ * (sub-blocks 2j and 2j + 1) goes into W[2j mod 4] and W[2j + 1 mod 4], three hadds fold them. */
 
 KQ_INLINE void kq_sb_q4_K(int NC, const block_q4_K *x, const block_q8_K *const *y, int i, __m256i *A, __m256i *B) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -77,23 +79,27 @@ KQ_INLINE void kq_sb_q4_K(int NC, const block_q4_K *x, const block_q8_K *const *
     kq_k4_scales(x->scales, &sc, &mn);
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn)); /* m0 m0 m1 m1 .. */
     const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) A[c] = _mm256_setzero_si256();
+    __m256i W[4][4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         const __m256i q = kq_load(x->qs + 32 * j);
         const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         const __m256i slo = kq_pick(sc16, kq_pick32[2 * j]), shi = kq_pick(sc16, kq_pick32[2 * j + 1]);
+        const int w = 2 * (j % 2);
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) {
             const int8_t *a = y[c][i].qs + 64 * j;
             const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, kq_load(a)), slo);
             const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, kq_load(a + 32)), shi);
-            A[c] = _mm256_add_epi32(A[c], _mm256_add_epi32(plo, phi));
+            W[c][w] = j < 2 ? plo : _mm256_add_epi32(W[c][w], plo);
+            W[c][w + 1] = j < 2 ? phi : _mm256_add_epi32(W[c][w + 1], phi);
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) B[c] = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
+    for (int c = 0; c < NC; c++) {
+        A[c] = kq_fold_k4(W[c][0], W[c][1], W[c][2], W[c][3]);
+        B[c] = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
+    }
 }
 
 /* ---- Q5_K ------------------------------------------------------------------------------------------ */

@@ -90,8 +90,38 @@ KQ_INLINE __m256i kz_fold(__m512i z) {
             B[c] = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);                                           \
         }                                                                                                     \
     }
-KZ_SB_K45(q4_K, 0)
 KZ_SB_K45(q5_K, 1)
+
+/* Q4_K: the lanes of kq_fold_k4 (kq.h).  Step j's 16 lanes hold sub-block 2j's partial sums in the
+   lower half and 2j + 1's in the upper: steps 0 and 2 accumulate into one vector ([W0 | W1]), steps 1
+   and 3 into another ([W2 | W3]). */
+KQ_INLINE void kq_sb_q4_K(int NC, const block_q4_K *x, const block_q8_K *const *y, int i, __m256i *A, __m256i *B) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m128i sc, mn;
+    kq_k4_scales(x->scales, &sc, &mn);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sc));
+    __m512i Z[4][2];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) Z[c][0] = Z[c][1] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i q = kz_bcast(x->qs + 32 * j);
+        const __m512i w = _mm512_and_si512(_mm512_mask_srli_epi16(q, KZ_HI, q, 4), m4);
+        const __m512i sv = kz_pick(sc16, kz_pick32[j]);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const __m512i p = _mm512_maddubs_epi16(w, kz_load(y[c][i].qs + 64 * j));
+            Z[c][j % 2] = _mm512_dpwssd_epi32(Z[c][j % 2], p, sv);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) {
+        A[c] = kq_fold_k4(_mm512_castsi512_si256(Z[c][0]), _mm512_extracti64x4_epi64(Z[c][0], 1),
+                          _mm512_castsi512_si256(Z[c][1]), _mm512_extracti64x4_epi64(Z[c][1], 1));
+        B[c] = _mm256_madd_epi16(kq_load(y[c][i].bsums), mins);
+    }
+}
 
 /* ---- Q6_K: half h (128 quants), step s = 2h + e: e = 0 the low nibbles of ql[64h..64h+63] (quants
    0-31 and 32-63 of the half), e = 1 their high nibbles (64-95, 96-127); the top two bits of quant
@@ -168,7 +198,6 @@ enum { KX_ENTRY = 4 * sizeof(block_q4_K) };
    KiB in between.  Q5_K keeps 7 KiB: with none, Q5_K_M at one thread fell from 84.7-85.7 to 76.9-78.9%
    (at two, ~36 GB/s, it gained: 91.6-93.0 vs 88.1%).  (Q4_0's packed AVX2 decode needs its prefetch:
    without, 65-67 vs 84%.) */
-#define KX_DEC_PF_q4_K 0
 #define KX_DEC_PF_q5_K 7168
 #define KX_DEC_PF_q6_K 0
 
@@ -257,9 +286,6 @@ KQ_INLINE void kx_cols_k45(bool five, int i0, int i1, int NC, const uint8_t *g, 
     }
 #pragma GCC unroll 8
     for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
-}
-KQ_INLINE void kx_cols_q4_K(int i0, int i1, int NC, const uint8_t *g, const block_q8_K *const *y, __m512 *acc, int pf) {
-    kx_cols_k45(false, i0, i1, NC, g, y, acc, pf);
 }
 KQ_INLINE void kx_cols_q5_K(int i0, int i1, int NC, const uint8_t *g, const block_q8_K *const *y, __m512 *acc, int pf) {
     kx_cols_k45(true, i0, i1, NC, g, y, acc, pf);
@@ -395,6 +421,141 @@ KQ_INLINE void kx_cols_q6_K(int i0, int i1, int NC, const uint8_t *g, const bloc
             }                                                                                                                     \
         }                                                                                                                         \
     }
-KX_GEMM_PACKED(q4_K)
 KX_GEMM_PACKED(q5_K)
 KX_GEMM_PACKED(q6_K)
+
+/* ---- Q4_K in the x4v layout (quant.h): one sub-block of one row per int32 lane --------------------
+ *
+ * An entry (super-block b of the group's 4 rows, 576 bytes) holds d and dmin of rows 0-3 and their
+ * scale fields as x4 does (64 bytes), then 8 vectors: vector 4h + i, lane 4r + s = code bytes 4i ..
+ * 4i+3 of row r's sub-block 4h + s, byte k of a sub-block holding quants k (low nibble) and k + 16
+ * (high nibble).  The activation row is prepared once per call in the same order (kv_prep: per
+ * half h and step i, the 16 bytes that meet the low nibbles, then the 16 that meet the high ones), so
+ * each vector takes two vpdpbusd, the high nibbles masked in place (x & 0xF0: that sum is 16 times
+ * the true one, divided out exactly at the end), and after 8 vectors every lane holds a whole half
+ * sub-block's dot product: its scale is applied once per super-block (vpmulld), not per step, where
+ * the x4 kernel (Q5_K's, above) needs maddubs and vpdpwssd for every 64 quants.
+ *
+ * Sums: the lanes of kq_fold_k4 (kq.h): AVX2 lane l < 4 of a row = sub-blocks l and l + 4's first
+ * halves (the low-nibble sums of lane l of h = 0 and h = 1, each times its scale), lane l + 4 their
+ * second halves; the mins' lanes are the AVX2 body's (sub-block l's min times its activation sum).
+ * Float steps and the final sums as x4's, so results are the AVX2 kernel's bit for bit (test-quant).
+ * Zen 4 VM: see docs/benchmarks.md (session 14). */
+enum { KV_MAX_NB = HQ_K4V_MAX_NE0 / QK_K };
+
+/* super-blocks y[0 .. n) into p[0 .. n) with qs in x4v's order (d and bsums as they are): half h
+   (sub-blocks 4h .. 4h+3, 128 bytes) is a 4 x 8 transpose of dwords: dword 8i + 4p + s of the result
+   = dword 8s + 4p + i of the half (quants 4i .. 4i+3 of sub-block 4h + s, p = 1: 16 further) */
+KQ_INLINE void kv_prep(const block_q8_K *y, block_q8_K *p, int n) {
+    const __m512i t0 = _mm512_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28, 1, 9, 17, 25, 5, 13, 21, 29);
+    const __m512i t1 = _mm512_setr_epi32(2, 10, 18, 26, 6, 14, 22, 30, 3, 11, 19, 27, 7, 15, 23, 31);
+    for (int b = 0; b < n; b++) {
+        p[b].d = y[b].d;
+        memcpy(p[b].bsums, y[b].bsums, sizeof p[b].bsums);
+        for (int h = 0; h < 2; h++) {
+            const __m512i a = _mm512_loadu_si512(y[b].qs + 128 * h), c = _mm512_loadu_si512(y[b].qs + 128 * h + 64);
+            _mm512_storeu_si512(p[b].qs + 128 * h, _mm512_permutex2var_epi32(a, t0, c));
+            _mm512_storeu_si512(p[b].qs + 128 * h + 64, _mm512_permutex2var_epi32(a, t1, c));
+        }
+    }
+}
+
+/* one group (g: its entries) x NC prepared activation rows over super-blocks i0 .. i1 (y[c][i - yo]);
+   acc[2c], acc[2c + 1]: column c's AVX2 lanes 0-3 and 4-7, one 128-bit lane per row */
+KQ_INLINE void kv_cols_q4_K(int i0, int i1, int yo, int NC, const uint8_t *g, const block_q8_K *const *y, __m512 *acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i pick_d = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    const __m512i pick_m = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+    const __m256 neg_m = _mm256_castsi256_ps(_mm256_set1_epi64x((long long)0x8000000000000000ull));
+    /* the scales of sub-blocks 4h .. 4h+3 as one dword per lane, from kx_scales' [sc 0-3 | mn 0-3 | sc 4-7 | ..] */
+    const __m512i sc_h0 = _mm512_set4_epi32(0xFFFFFF03, 0xFFFFFF02, 0xFFFFFF01, 0xFFFFFF00);
+    const __m512i sc_h1 = _mm512_set4_epi32(0xFFFFFF0B, 0xFFFFFF0A, 0xFFFFFF09, 0xFFFFFF08);
+    __m512 t[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) t[c] = acc[c];
+    for (int i = i0; i < i1; i++) {
+        const uint8_t *e = g + (size_t)i * KX_ENTRY;
+        __m512i Zl[4][2], Zh[4][2];
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) Zl[c][0] = Zl[c][1] = Zh[c][0] = Zh[c][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) {
+            const __m512i q = _mm512_loadu_si512(e + 64 + 64 * v);
+            const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_andnot_si512(m4, q);
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) {
+                const int8_t *a = y[c][i - yo].qs + 32 * v;
+                Zl[c][v / 4] = _mm512_dpbusd_epi32(Zl[c][v / 4], lo, kx_bcast16(a));
+                Zh[c][v / 4] = _mm512_dpbusd_epi32(Zh[c][v / 4], hi, kx_bcast16(a + 16));
+            }
+        }
+        const __m512i sc = kx_scales(e + 16);
+        const __m512i s0 = _mm512_shuffle_epi8(sc, sc_h0), s1 = _mm512_shuffle_epi8(sc, sc_h1);
+        const __m512i ml = kx_pick(sc, 8), mh = kx_pick(sc, 9);
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e)); /* d0 m0 d1 m1 .. */
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const block_q8_K *yc = &y[c][i - yo];
+            const __m512i al = _mm512_add_epi32(_mm512_mullo_epi32(Zl[c][0], s0), _mm512_mullo_epi32(Zl[c][1], s1));
+            const __m512i ah = _mm512_srai_epi32(
+                _mm512_add_epi32(_mm512_mullo_epi32(Zh[c][0], s0), _mm512_mullo_epi32(Zh[c][1], s1)), 4);
+            /* per row: dy * d and dy * -dmin, as the AVX2 body forms them */
+            const __m512 f = _mm512_castps256_ps512(_mm256_xor_ps(_mm256_mul_ps(dm, _mm256_set1_ps(yc->d)), neg_m));
+            const __m512 fd = _mm512_permutexvar_ps(pick_d, f), fm = _mm512_permutexvar_ps(pick_m, f);
+            const __m512i bl = _mm512_madd_epi16(kx_bcast16(yc->bsums), ml);
+            const __m512i bh = _mm512_madd_epi16(kx_bcast16(yc->bsums + 8), mh);
+            t[2 * c] = _mm512_fmadd_ps(fm, _mm512_cvtepi32_ps(bl), _mm512_fmadd_ps(fd, _mm512_cvtepi32_ps(al), t[2 * c]));
+            t[2 * c + 1] = _mm512_fmadd_ps(fm, _mm512_cvtepi32_ps(bh), _mm512_fmadd_ps(fd, _mm512_cvtepi32_ps(ah), t[2 * c + 1]));
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
+}
+
+/* nr a multiple of 4, x a group's start and n <= HQ_K4V_MAX_NE0 (hq_pack_ok).  Decode prepares the
+   activation row once and walks the groups one after another (one linear stream, no software
+   prefetch); prefill: tiles of 16 rows (4 groups) x 4 columns, K in chunks of KQ_KC super-blocks, each
+   chunk of the 4 columns prepared once per tile */
+void hq_gemm_packed_avx512_q4_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,
+                                const void *restrict vy, size_t by, int nc) {
+    const int nb = n / QK_K;
+    if (nc == 1) {
+        block_q8_K p[KV_MAX_NB];
+        kv_prep(vy, p, nb);
+        const block_q8_K *yc[1] = {p};
+        for (int r = 0; r < nr; r += 4) {
+            __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+            kv_cols_q4_K(0, nb, 0, 1, (const uint8_t *)x + (size_t)r * bx, yc, acc);
+            _mm_storeu_ps(s + r, kx_hsum4(acc[0], acc[1]));
+        }
+        return;
+    }
+    block_q8_K p[4][KQ_KC];
+    for (int r0 = 0; r0 < nr; r0 += KQ_TR) {
+        const int ng = (nr - r0 < KQ_TR ? nr - r0 : KQ_TR) / 4;
+        for (int j0 = 0; j0 < nc; j0 += 4) {
+            const int C = nc - j0 < 4 ? nc - j0 : 4;
+            const block_q8_K *yc[4] = {p[0], p[1], p[2], p[3]};
+            __m512 acc[KQ_TR / 4][8];
+            for (int g = 0; g < ng; g++)
+                for (int c = 0; c < 8; c++) acc[g][c] = _mm512_setzero_ps();
+            for (int i0 = 0; i0 < nb; i0 += KQ_KC) {
+                const int i1 = nb - i0 < KQ_KC ? nb : i0 + KQ_KC;
+                for (int c = 0; c < C; c++)
+                    kv_prep((const block_q8_K *)((const char *)vy + (size_t)(j0 + c) * by) + i0, p[c], i1 - i0);
+                for (int g = 0; g < ng; g++) {
+                    const uint8_t *grp = (const uint8_t *)x + (size_t)(r0 + 4 * g) * bx;
+                    switch (C) {
+                    case 4: kv_cols_q4_K(i0, i1, i0, 4, grp, yc, acc[g]); break;
+                    case 3: kv_cols_q4_K(i0, i1, i0, 3, grp, yc, acc[g]); break;
+                    case 2: kv_cols_q4_K(i0, i1, i0, 2, grp, yc, acc[g]); break;
+                    default: kv_cols_q4_K(i0, i1, i0, 1, grp, yc, acc[g]); break;
+                    }
+                }
+            }
+            for (int g = 0; g < ng; g++)
+                for (int c = 0; c < C; c++)
+                    _mm_storeu_ps(s + (size_t)(j0 + c) * lds + r0 + 4 * g, kx_hsum4(acc[g][2 * c], acc[g][2 * c + 1]));
+        }
+    }
+}
