@@ -156,4 +156,40 @@ enum { KQ_KC = 8, KQ_TR = 16 };
         }                                                                                                  \
     }
 
+/* Prefill tiles over Q4_K's x4v layout, whose kernels read the activations prepared in its order:
+   16 weight rows x 4 activation rows, K in chunks of KQ_KC super-blocks, each activation row's chunk
+   prepared once per tile (PREP(src, dst, n)).  A group of 4 rows is NSUB sub-groups (256-bit kernels:
+   2 of 2 rows) with 8 accumulators of type VT each (2 per column), run by COLS(sub, i0, i1, yo, NC,
+   group, y, acc) and stored by STORE(dst, acc_lo, acc_hi).  Declares the locals it needs; nb, nr, nc,
+   x, bx, vy, by, s and lds are the gemm's. */
+#define KQ_PREP_TILES(PREP, COLS, VT, ZERO, STORE, NSUB)                                                          \
+    block_q8_K p_[4][KQ_KC];                                                                                    \
+    for (int r0 = 0; r0 < nr; r0 += KQ_TR) {                                                                    \
+        const int ns = (nr - r0 < KQ_TR ? nr - r0 : KQ_TR) / 4 * (NSUB);                                        \
+        for (int j0 = 0; j0 < nc; j0 += 4) {                                                                    \
+            const int C = nc - j0 < 4 ? nc - j0 : 4;                                                            \
+            const block_q8_K *yc[4] = {p_[0], p_[1], p_[2], p_[3]};                                             \
+            VT acc[KQ_TR / 4 * (NSUB)][8];                                                                      \
+            for (int g = 0; g < ns; g++)                                                                        \
+                for (int c = 0; c < 8; c++) acc[g][c] = ZERO();                                                 \
+            for (int i0 = 0; i0 < nb; i0 += KQ_KC) {                                                            \
+                const int i1 = nb - i0 < KQ_KC ? nb : i0 + KQ_KC;                                               \
+                for (int c = 0; c < C; c++)                                                                     \
+                    PREP((const block_q8_K *)((const char *)vy + (size_t)(j0 + c) * by) + i0, p_[c], i1 - i0);  \
+                for (int g = 0; g < ns; g++) {                                                                  \
+                    const uint8_t *grp = (const uint8_t *)x + (size_t)(r0 + 4 * (g / (NSUB))) * bx;              \
+                    switch (C) {                                                                                \
+                    case 4: COLS(g % (NSUB), i0, i1, i0, 4, grp, yc, acc[g]); break;                            \
+                    case 3: COLS(g % (NSUB), i0, i1, i0, 3, grp, yc, acc[g]); break;                            \
+                    case 2: COLS(g % (NSUB), i0, i1, i0, 2, grp, yc, acc[g]); break;                            \
+                    default: COLS(g % (NSUB), i0, i1, i0, 1, grp, yc, acc[g]); break;                           \
+                    }                                                                                           \
+                }                                                                                               \
+            }                                                                                                   \
+            for (int g = 0; g < ns; g++)                                                                        \
+                for (int c = 0; c < C; c++)                                                                     \
+                    STORE(s + (size_t)(j0 + c) * lds + r0 + 4 / (NSUB) * g, acc[g][2 * c], acc[g][2 * c + 1]);  \
+        }                                                                                                       \
+    }
+
 #endif

@@ -246,6 +246,154 @@ KQ_ENTRY(avx2, q4_K)
 KQ_ENTRY(avx2, q5_K)
 KQ_ENTRY(avx2, q6_K)
 
+/* ---- Q4_K in the x4v layout (quant.h) on 256-bit vectors -------------------------------------------
+ *
+ * The AVX-512 kernel's layout and sums (quants-k512.c has the byte map): a 64-byte vector is two of
+ * 32 bytes here, rows 0-1 and rows 2-3, each 128-bit lane one row and each int32 lane one sub-block
+ * of it.  Without vpdpbusd the dot products are maddubs (pairs of quant x activation in int16: at
+ * most 2 * 15 * 127), added in int16 over the 4 vectors of a half (at most 15240), then one madd with
+ * ones per half to int32: 2 operations per 32 bytes and column instead of the file-layout body's 3,
+ * and the 6-bit scales, the mins and the float steps done for two rows at once instead of per row.
+ * The AVX2 body's lanes (kq_fold_k4) and float steps, so results are its bits (test-quant).
+ * Zen 4 VM, HEARTH_NO_AVX512=1: docs/benchmarks.md (session 14). */
+enum { KV2_ENTRY = HQ_PACK_ROWS * sizeof(block_q4_K), KV2_MAX_NB = HQ_K4V_MAX_NE0 / QK_K, KV2_DC = 8 };
+
+/* super-blocks y[0 .. n) into p[0 .. n) with qs in x4v's order (the AVX-512 kv_prep's): per half of
+   128 bytes a 4 x 4 transpose of dwords in each 128-bit lane */
+KQ_INLINE void kv2_prep(const block_q8_K *y, block_q8_K *p, int n) {
+    for (int b = 0; b < n; b++) {
+        p[b].d = y[b].d;
+        memcpy(p[b].bsums, y[b].bsums, sizeof p[b].bsums);
+        for (int h = 0; h < 2; h++) {
+            const int8_t *src = y[b].qs + 128 * h;
+            const __m256i s0 = kq_load(src), s1 = kq_load(src + 32), s2 = kq_load(src + 64), s3 = kq_load(src + 96);
+            const __m256i t0 = _mm256_unpacklo_epi32(s0, s1), t1 = _mm256_unpackhi_epi32(s0, s1);
+            const __m256i t2 = _mm256_unpacklo_epi32(s2, s3), t3 = _mm256_unpackhi_epi32(s2, s3);
+            int8_t *dst = p[b].qs + 128 * h;
+            _mm256_storeu_si256((__m256i *)dst, _mm256_unpacklo_epi64(t0, t2));
+            _mm256_storeu_si256((__m256i *)(dst + 32), _mm256_unpackhi_epi64(t0, t2));
+            _mm256_storeu_si256((__m256i *)(dst + 64), _mm256_unpacklo_epi64(t1, t3));
+            _mm256_storeu_si256((__m256i *)(dst + 96), _mm256_unpackhi_epi64(t1, t3));
+        }
+    }
+}
+
+/* the scale fields of 2 rows (24 bytes at p) as one 128-bit lane per row: dwords [sc 0-3 | mn 0-3 |
+   sc 4-7 | mn 4-7] (kq_k4_scales' formulas) */
+KQ_INLINE __m256i kv2_scales(const uint8_t *p) {
+    const __m256i v = _mm256_setr_m128i(_mm_loadu_si128((const __m128i *)p), _mm_loadu_si128((const __m128i *)(p + 12)));
+    const __m256i a = _mm256_shuffle_epi32(v, 0xA4), b = _mm256_shuffle_epi32(v, 0x40); /* [a0 a1 a2 a2], [a0 a0 a0 a1] */
+    const __m256i lowbits = _mm256_and_si256(_mm256_srlv_epi32(a, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                                             _mm256_setr_epi32(0x3f3f3f3f, 0x3f3f3f3f, 0x0f0f0f0f, 0x0f0f0f0f,
+                                                               0x3f3f3f3f, 0x3f3f3f3f, 0x0f0f0f0f, 0x0f0f0f0f));
+    return _mm256_or_si256(lowbits, _mm256_and_si256(_mm256_srli_epi32(b, 2), _mm256_setr_epi32(0, 0, 0x30303030, 0x30303030,
+                                                                                                0, 0, 0x30303030, 0x30303030)));
+}
+
+/* pshufb controls on kv2_scales' lanes: the scales of sub-blocks 0-3 and 4-7 as dwords; the mins of
+   0-3 and 4-7, each twice, as words (what madd with the activation sums in pairs needs) */
+#define KV2_D(b) (b), -128, -128, -128
+#define KV2_W(b) (b), -128, (b), -128
+static const int8_t kv2_ctl[4][32] __attribute__((aligned(32))) = {
+    {KV2_D(0), KV2_D(1), KV2_D(2), KV2_D(3), KV2_D(0), KV2_D(1), KV2_D(2), KV2_D(3)},
+    {KV2_D(8), KV2_D(9), KV2_D(10), KV2_D(11), KV2_D(8), KV2_D(9), KV2_D(10), KV2_D(11)},
+    {KV2_W(4), KV2_W(5), KV2_W(6), KV2_W(7), KV2_W(4), KV2_W(5), KV2_W(6), KV2_W(7)},
+    {KV2_W(12), KV2_W(13), KV2_W(14), KV2_W(15), KV2_W(12), KV2_W(13), KV2_W(14), KV2_W(15)}};
+
+/* rows 2R, 2R + 1 of one group (g: its entries) x NC prepared activation rows over super-blocks
+   i0 .. i1 (y[c][i - yo]); acc[2c], acc[2c + 1]: column c's AVX2 lanes 0-3 and 4-7, one 128-bit lane
+   per row */
+KQ_INLINE void kv2_cols_q4_K(int R, int i0, int i1, int yo, int NC, const uint8_t *g, const block_q8_K *const *y,
+                             __m256 *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i pick_d = _mm256_setr_epi32(4 * R, 4 * R, 4 * R, 4 * R, 4 * R + 2, 4 * R + 2, 4 * R + 2, 4 * R + 2);
+    const __m256i pick_m = _mm256_add_epi32(pick_d, _mm256_set1_epi32(1));
+    const __m256 neg_m = _mm256_castsi256_ps(_mm256_set1_epi64x((long long)0x8000000000000000ull));
+    __m256 t[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) t[c] = acc[c];
+    for (int i = i0; i < i1; i++) {
+        const uint8_t *e = g + (size_t)i * KV2_ENTRY;
+        const __m256i sc = kv2_scales(e + 16 + 2 * K_SCALE_SIZE * R);
+        __m256i Al[4], Ah[4];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i Wl[4], Wh[4];
+#pragma GCC unroll 4
+            for (int v = 4 * h; v < 4 * h + 4; v++) {
+                const __m256i q = kq_load(e + 64 + 64 * v + 32 * R);
+                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) {
+                    const int8_t *a = y[c][i - yo].qs + 32 * v;
+                    const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)a)));
+                    const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(a + 16))));
+                    Wl[c] = v == 4 * h ? pl : _mm256_add_epi16(Wl[c], pl);
+                    Wh[c] = v == 4 * h ? ph : _mm256_add_epi16(Wh[c], ph);
+                }
+            }
+            const __m256i sh = kq_pick(sc, (const uint8_t *)kv2_ctl[h]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) {
+                const __m256i l = _mm256_mullo_epi32(_mm256_madd_epi16(Wl[c], ones), sh);
+                const __m256i u = _mm256_mullo_epi32(_mm256_madd_epi16(Wh[c], ones), sh);
+                Al[c] = h ? _mm256_add_epi32(Al[c], l) : l;
+                Ah[c] = h ? _mm256_add_epi32(Ah[c], u) : u;
+            }
+        }
+        const __m256i ml = kq_pick(sc, (const uint8_t *)kv2_ctl[2]), mh = kq_pick(sc, (const uint8_t *)kv2_ctl[3]);
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e)); /* d0 m0 d1 m1 .. */
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const block_q8_K *yc = &y[c][i - yo];
+            /* per row: dy * d and dy * -dmin, as the file-layout body forms them */
+            const __m256 f = _mm256_xor_ps(_mm256_mul_ps(dm, _mm256_set1_ps(yc->d)), neg_m);
+            const __m256 fd = _mm256_permutevar8x32_ps(f, pick_d), fm = _mm256_permutevar8x32_ps(f, pick_m);
+            const __m256i bl = _mm256_madd_epi16(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)yc->bsums)), ml);
+            const __m256i bh = _mm256_madd_epi16(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(yc->bsums + 8))), mh);
+            t[2 * c] = _mm256_fmadd_ps(fm, _mm256_cvtepi32_ps(bl), _mm256_fmadd_ps(fd, _mm256_cvtepi32_ps(Al[c]), t[2 * c]));
+            t[2 * c + 1] = _mm256_fmadd_ps(fm, _mm256_cvtepi32_ps(bh), _mm256_fmadd_ps(fd, _mm256_cvtepi32_ps(Ah[c]), t[2 * c + 1]));
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
+}
+
+/* the two rows' sums from a column's accumulators, added as kq_hsum adds a row's eight lanes:
+   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+KQ_INLINE void kv2_store2(float *s, __m256 lo, __m256 hi) {
+    __m256 u = _mm256_add_ps(lo, hi);
+    u = _mm256_add_ps(u, _mm256_permute_ps(u, 0x4E));
+    u = _mm256_add_ps(u, _mm256_permute_ps(u, 0xB1));
+    s[0] = _mm256_cvtss_f32(u);
+    s[1] = _mm_cvtss_f32(_mm256_extractf128_ps(u, 1));
+}
+
+/* the AVX-512 kernel's entry, on 256-bit vectors: decode prepares the activation row once and walks
+   the groups one after another; prefill tiles of 16 rows x 4 columns, K in chunks of KQ_KC super-blocks */
+void hq_gemm_packed_avx2_q4_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,
+                              const void *restrict vy, size_t by, int nc) {
+    const int nb = n / QK_K;
+    if (nc == 1) {
+        block_q8_K p[KV2_MAX_NB];
+        kv2_prep(vy, p, nb);
+        const block_q8_K *yc[1] = {p};
+        for (int r = 0; r < nr; r += 4) { /* a group's halves KV2_DC entries at a time: the second reads L1 */
+            const uint8_t *grp = (const uint8_t *)x + (size_t)r * bx;
+            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int i0 = 0; i0 < nb; i0 += KV2_DC) {
+                const int i1 = nb - i0 < KV2_DC ? nb : i0 + KV2_DC;
+                kv2_cols_q4_K(0, i0, i1, 0, 1, grp, yc, acc);
+                kv2_cols_q4_K(1, i0, i1, 0, 1, grp, yc, acc + 2);
+            }
+            kv2_store2(s + r, acc[0], acc[1]);
+            kv2_store2(s + r + 2, acc[2], acc[3]);
+        }
+        return;
+    }
+    KQ_PREP_TILES(kv2_prep, kv2_cols_q4_K, __m256, _mm256_setzero_ps, kv2_store2, 2)
+}
+
 /* ---- Q8_K activations: the reference's bytes, eight lanes at a time ------------------------------ */
 
 void hq_quantize_avx2_q8_K(const float *restrict x, void *restrict vy, int64_t k) {

@@ -512,6 +512,10 @@ KQ_INLINE void kv_cols_q4_K(int i0, int i1, int yo, int NC, const uint8_t *g, co
     for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
 }
 
+/* KQ_PREP_TILES' hooks: a group is one sub-group here */
+#define kv_tile_cols(sub, i0, i1, yo, NC, grp, y, acc) kv_cols_q4_K(i0, i1, yo, NC, grp, y, acc)
+KQ_INLINE void kv_store4(float *s, __m512 lo, __m512 hi) { _mm_storeu_ps(s, kx_hsum4(lo, hi)); }
+
 /* nr a multiple of 4, x a group's start and n <= HQ_K4V_MAX_NE0 (hq_pack_ok).  Decode prepares the
    activation row once and walks the groups one after another (one linear stream, no software
    prefetch); prefill: tiles of 16 rows (4 groups) x 4 columns, K in chunks of KQ_KC super-blocks, each
@@ -530,32 +534,5 @@ void hq_gemm_packed_avx512_q4_K(int n, float *restrict s, size_t lds, const void
         }
         return;
     }
-    block_q8_K p[4][KQ_KC];
-    for (int r0 = 0; r0 < nr; r0 += KQ_TR) {
-        const int ng = (nr - r0 < KQ_TR ? nr - r0 : KQ_TR) / 4;
-        for (int j0 = 0; j0 < nc; j0 += 4) {
-            const int C = nc - j0 < 4 ? nc - j0 : 4;
-            const block_q8_K *yc[4] = {p[0], p[1], p[2], p[3]};
-            __m512 acc[KQ_TR / 4][8];
-            for (int g = 0; g < ng; g++)
-                for (int c = 0; c < 8; c++) acc[g][c] = _mm512_setzero_ps();
-            for (int i0 = 0; i0 < nb; i0 += KQ_KC) {
-                const int i1 = nb - i0 < KQ_KC ? nb : i0 + KQ_KC;
-                for (int c = 0; c < C; c++)
-                    kv_prep((const block_q8_K *)((const char *)vy + (size_t)(j0 + c) * by) + i0, p[c], i1 - i0);
-                for (int g = 0; g < ng; g++) {
-                    const uint8_t *grp = (const uint8_t *)x + (size_t)(r0 + 4 * g) * bx;
-                    switch (C) {
-                    case 4: kv_cols_q4_K(i0, i1, i0, 4, grp, yc, acc[g]); break;
-                    case 3: kv_cols_q4_K(i0, i1, i0, 3, grp, yc, acc[g]); break;
-                    case 2: kv_cols_q4_K(i0, i1, i0, 2, grp, yc, acc[g]); break;
-                    default: kv_cols_q4_K(i0, i1, i0, 1, grp, yc, acc[g]); break;
-                    }
-                }
-            }
-            for (int g = 0; g < ng; g++)
-                for (int c = 0; c < C; c++)
-                    _mm_storeu_ps(s + (size_t)(j0 + c) * lds + r0 + 4 * g, kx_hsum4(acc[g][2 * c], acc[g][2 * c + 1]));
-        }
-    }
+    KQ_PREP_TILES(kv_prep, kv_tile_cols, __m512, _mm512_setzero_ps, kv_store4, 1)
 }
