@@ -481,7 +481,8 @@ static void test_q8_0_avx512(void) {
    33 super-blocks, a short prefill chunk; the longest rows Q4_0's and Q4_K's x4v take), prefill tiles
    of 1-5 columns, 4 to 36 rows.  Rows come from
    the quantizer and, for the K-quants, also as random bytes (every 6-bit scale and min pattern, finite d and
-   dmin).  hq_pack_ok refuses shapes the layout cannot hold.  Without a packed kernel (generic table,
+   dmin); unpack is checked whole and in stretches of HQ_UNPACK_STEP.  hq_pack_ok refuses shapes the
+   layout cannot hold.  Without a packed kernel (generic table,
    NEON) nothing may be packed. */
 static void test_packed_type(int type, const int *lens, size_t nlens, bool random_bytes) {
     const hq_traits *tr = hq_get_traits(type), *vt = hq_get_traits(tr->vec_dot_type);
@@ -526,8 +527,15 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
                     vt->from_float(f, y + j * by, n);
                 }
                 for (int r = 0; r < rows; r += HQ_PACK_ROWS) tr->pack(px + r * bx, x + r * bx, bx, n);
-                for (int r = 0; r < rows; r++) {
-                    tr->unpack(back, px + (r / HQ_PACK_ROWS) * HQ_PACK_ROWS * bx, r % HQ_PACK_ROWS, n);
+                for (int r = 0; r < rows; r++) { /* whole, and in the stretches hm_tensor_row_f32 takes */
+                    const uint8_t *grp = px + (r / HQ_PACK_ROWS) * HQ_PACK_ROWS * bx;
+                    tr->unpack(back, grp, r % HQ_PACK_ROWS, n, 0, n);
+                    if (memcmp(back, x + r * bx, bx)) bad_rt++;
+                    memset(back, 0, bx);
+                    for (int e0 = 0; e0 < n; e0 += HQ_UNPACK_STEP) {
+                        const int ne = n - e0 < HQ_UNPACK_STEP ? n - e0 : HQ_UNPACK_STEP;
+                        tr->unpack(back + hq_row_size(type, e0), grp, r % HQ_PACK_ROWS, n, e0, ne);
+                    }
                     if (memcmp(back, x + r * bx, bx)) bad_rt++;
                 }
                 for (int nc = 1; nc <= nc_max; nc++) {
@@ -585,14 +593,16 @@ static void test_packed(void) {
        longest row x4v packs (its decode's prepared row at full size), and rows an AVX-512 table keeps
        in x4 (an odd number of block pairs; past that longest row) */
     const int lens0[] = {128, 1024, 8192, 8320, HQ_X4V_MAX_NE0, 192, 8256, HQ_X4V_MAX_NE0 + 128},
-              lensk[] = {256, 1024, 8192, 8448}, lensk4[] = {256, 1024, 8192, 8448, HQ_K4V_MAX_NE0};
+              lensk[] = {256, 1024, 8192, 8448}, lensk4[] = {256, 1024, 8192, 8448, HQ_KV_MAX_NE0};
     test_packed_type(HQ_TYPE_Q4_0, lens0, HR_ARRAY_LEN(lens0), false);
-    /* Q4_K: x4v up to the longest row its decode prepares; longer rows stay in the file layout */
+    /* Q4_K, Q6_K: x4v up to the longest row its decode prepares; longer rows stay in the file layout */
     if (hq_get_traits(HQ_TYPE_Q4_K)->gemm_packed)
-        CHECK(hq_pack_ok(HQ_TYPE_Q4_K, HQ_K4V_MAX_NE0, 4) && !hq_pack_ok(HQ_TYPE_Q4_K, HQ_K4V_MAX_NE0 + QK_K, 4));
+        CHECK(hq_pack_ok(HQ_TYPE_Q4_K, HQ_KV_MAX_NE0, 4) && !hq_pack_ok(HQ_TYPE_Q4_K, HQ_KV_MAX_NE0 + QK_K, 4));
     test_packed_type(HQ_TYPE_Q4_K, lensk4, HR_ARRAY_LEN(lensk4), true);
     test_packed_type(HQ_TYPE_Q5_K, lensk, HR_ARRAY_LEN(lensk), true);
-    test_packed_type(HQ_TYPE_Q6_K, lensk, HR_ARRAY_LEN(lensk), true);
+    if (hq_get_traits(HQ_TYPE_Q6_K)->gemm_packed)
+        CHECK(hq_pack_ok(HQ_TYPE_Q6_K, HQ_KV_MAX_NE0, 4) && !hq_pack_ok(HQ_TYPE_Q6_K, HQ_KV_MAX_NE0 + QK_K, 4));
+    test_packed_type(HQ_TYPE_Q6_K, lensk4, HR_ARRAY_LEN(lensk4), true);
 }
 
 static void test_dispatch(void) {

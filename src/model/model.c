@@ -263,9 +263,8 @@ void hm_tensor_row_f32(const hm_tensor *t, int64_t r, float *out) {
         tr->to_float((const uint8_t *)t->data + (size_t)r * t->row_bytes, out, t->ne0);
         return;
     }
-    /* a packed group keeps the pieces of its rows in element order, HQ_PACK_ROWS rows' worth of bytes
-       per stretch of elements: unpack and convert a stretch at a time */
-    enum { CHUNK = 1024 };
+    /* unpack and convert a stretch of the row at a time */
+    enum { CHUNK = HQ_UNPACK_STEP };
     uint8_t tmp[CHUNK / 32 * 64];
     const uint8_t *g = (const uint8_t *)t->data + (size_t)(r / HQ_PACK_ROWS) * HQ_PACK_ROWS * t->row_bytes;
     for (int64_t e0 = 0; e0 < t->ne0; e0 += CHUNK) {
@@ -273,7 +272,7 @@ void hm_tensor_row_f32(const hm_tensor *t, int64_t r, float *out) {
         static_assert(CHUNK % QK_K == 0 && sizeof tmp >= CHUNK / 32 * sizeof(block_q4_0) &&
                           sizeof tmp >= CHUNK / QK_K * sizeof(block_q6_K) && sizeof tmp >= CHUNK / QK_K * sizeof(block_q4_K),
                       "unpack chunk");
-        tr->unpack(tmp, g + (size_t)(e0 / tr->blck_size) * tr->type_size * HQ_PACK_ROWS, (int)(r % HQ_PACK_ROWS), ne);
+        tr->unpack(tmp, g, (int)(r % HQ_PACK_ROWS), t->ne0, e0, ne);
         tr->to_float(tmp, out + e0, ne);
     }
 }

@@ -196,10 +196,11 @@ static void hq_pack_q4_0_x4(void *restrict dst, const void *restrict src, size_t
             memcpy(d + 32 + 32 * i, b[1].qs, 16);
         }
 }
-static void hq_unpack_q4_0_x4(void *restrict dst, const void *restrict group, int i, int64_t ne0) {
-    const uint8_t *e = group;
+static void hq_unpack_q4_0_x4(void *restrict dst, const void *restrict group, int i, int64_t ne0, int64_t e0, int64_t ne) {
+    (void)ne0;
     block_q4_0 *b = dst;
-    for (int64_t k = 0; k < ne0 / (2 * QK4_0); k++, e += HQ_X4_ENTRY, b += 2) {
+    for (int64_t k = e0 / (2 * QK4_0); k < (e0 + ne) / (2 * QK4_0); k++, b += 2) {
+        const uint8_t *e = (const uint8_t *)group + k * HQ_X4_ENTRY;
         memcpy(&b[0].d, e + 2 * i, 2);
         memcpy(&b[1].d, e + 8 + 2 * i, 2);
         memcpy(b[0].qs, e + 16 + 32 * i, 16);
@@ -226,18 +227,19 @@ static void hq_pack_q4_0_x4v(void *restrict dst, const void *restrict src, size_
                 for (int i = 0; i < 4; i++) memcpy(d + 32 + 64 * i + 16 * r + 4 * j, b->qs + 4 * i, 4);
             }
 }
-static void hq_unpack_q4_0_x4v(void *restrict dst, const void *restrict group, int r, int64_t ne0) {
+static void hq_unpack_q4_0_x4v(void *restrict dst, const void *restrict group, int r, int64_t ne0, int64_t e0, int64_t ne) {
     if (!hq_x4v_fits(ne0)) {
-        hq_unpack_q4_0_x4(dst, group, r, ne0);
+        hq_unpack_q4_0_x4(dst, group, r, ne0, e0, ne);
         return;
     }
-    const uint8_t *d = group;
     block_q4_0 *b = dst;
-    for (int64_t u = 0; u < ne0 / (4 * QK4_0); u++, d += HQ_X4V_UNIT)
+    for (int64_t u = e0 / (4 * QK4_0); u < (e0 + ne) / (4 * QK4_0); u++) {
+        const uint8_t *d = (const uint8_t *)group + u * HQ_X4V_UNIT;
         for (int j = 0; j < 4; j++, b++) {
             memcpy(&b->d, d + 2 * (4 * r + j), 2);
             for (int i = 0; i < 4; i++) memcpy(b->qs + 4 * i, d + 32 + 64 * i + 16 * r + 4 * j, 4);
         }
+    }
 }
 #endif
 
@@ -280,10 +282,11 @@ static void hq_pack_q4_K_x4(void *restrict dst, const void *restrict src, size_t
         for (int r = 0; r < HQ_PACK_ROWS; r++)
             hq_pack_q4_K_row(d, (const block_q4_K *)((const uint8_t *)src + (size_t)r * bx) + b, r, true);
 }
-static void hq_unpack_q4_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0) {
-    const uint8_t *e = group;
+static void hq_unpack_q4_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0, int64_t e0, int64_t ne) {
+    (void)ne0;
     block_q4_K *x = dst;
-    for (int64_t b = 0; b < ne0 / QK_K; b++, e += HQ_K4_ENTRY, x++) hq_unpack_q4_K_row(x, e, r, true);
+    for (int64_t b = e0 / QK_K; b < (e0 + ne) / QK_K; b++, x++)
+        hq_unpack_q4_K_row(x, (const uint8_t *)group + b * HQ_K4_ENTRY, r, true);
 }
 
 /* ---- Q5_K x4 (quant.h): Q4_K's entry for the low four bits (the block's fields up to qs match), then
@@ -309,10 +312,11 @@ static void hq_pack_q5_K_x4(void *restrict dst, const void *restrict src, size_t
         }
     }
 }
-static void hq_unpack_q5_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0) {
-    const uint8_t *e = group;
+static void hq_unpack_q5_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0, int64_t e0, int64_t ne) {
+    (void)ne0;
     block_q5_K *x = dst;
-    for (int64_t b = 0; b < ne0 / QK_K; b++, e += HQ_K5_ENTRY, x++) {
+    for (int64_t b = e0 / QK_K; b < (e0 + ne) / QK_K; b++, x++) {
+        const uint8_t *e = (const uint8_t *)group + b * HQ_K5_ENTRY;
         block_q4_K low;
         hq_unpack_q4_K_row(&low, e, r, false);
         memcpy(&x->d, &low.d, 2), memcpy(&x->dmin, &low.dmin, 2);
@@ -327,12 +331,13 @@ static void hq_unpack_q5_K_x4(void *restrict dst, const void *restrict group, in
     }
 }
 
-/* ---- Q6_K x4 (quant.h): entry b of a group = d of rows 0-3, their 16 scales each, then per quad Q
-   of sub-blocks (4Q .. 4Q+3, 16 quants each) the rows' low nibbles of 4Q | 4Q+1 (byte k: quant k of
-   each), of 4Q+2 | 4Q+3, and the top two bits of all four (bits 2j: sub-block 4Q+j), 16 bytes per row
-   each.  In the file, quant e = 128h + 32p + l takes the nibble 4(p >> 1) of ql[64h + 32(p & 1) + l]
-   and bits 2p of qh[32h + l]. ---- */
-enum { HQ_K6_ENTRY = HQ_PACK_ROWS * sizeof(block_q6_K) };
+/* ---- Q6_K x4v (quant.h): entry b of a group = the rows' scales (64 bytes: byte 16L + 4r + s = row r's
+   scale of sub-block hq_q6v_sub(L, s)), their d (8 bytes: row r at 64 + 2r), then the codes: lane set
+   L (sub-blocks hq_q6v_sub(L, s), s < 4) takes 3 vectors at 72 + 192L, lane 4r + s of each = 4 bytes
+   of row r's sub-block: byte t of vector w holds quant 4w + t in its low 6 bits and 2 bits of quant
+   12 + t in its top 2 (bits 2w, 2w + 1 of it).  In the file, quant e = 128h + 32p + l takes the
+   nibble 4(p >> 1) of ql[64h + 32(p & 1) + l] and bits 2p of qh[32h + l]. ---- */
+enum { HQ_K6_ENTRY = HQ_PACK_ROWS * sizeof(block_q6_K), HQ_K6_TAIL = 72 };
 static int hq_q6_get(const block_q6_K *x, int e) {
     const int h = e / 128, p = e % 128 / 32, l = e % 32;
     return (x->ql[64 * h + 32 * (p & 1) + l] >> (4 * (p >> 1)) & 15) | (x->qh[32 * h + l] >> (2 * p) & 3) << 4;
@@ -342,37 +347,51 @@ static void hq_q6_set(block_q6_K *x, int e, int v) { /* into zeroed ql, qh */
     x->ql[64 * h + 32 * (p & 1) + l] |= (uint8_t)((v & 15) << (4 * (p >> 1)));
     x->qh[32 * h + l] |= (uint8_t)((v >> 4) << (2 * p));
 }
+static int hq_q6v_sub(int L, int s) { return 8 * (L / 2) + 2 * s + L % 2; }
 static void hq_pack_q6_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
-    uint8_t *d = dst;
-    for (int64_t b = 0; b < ne0 / QK_K; b++, d += HQ_K6_ENTRY) {
-        memset(d, 0, HQ_K6_ENTRY);
+    const int64_t nb = ne0 / QK_K;
+    uint8_t *g = dst;
+    memset(g, 0, (size_t)nb * HQ_K6_ENTRY);
+    for (int64_t b = 0; b < nb; b++)
         for (int r = 0; r < HQ_PACK_ROWS; r++) {
             const block_q6_K *x = (const block_q6_K *)((const uint8_t *)src + (size_t)r * bx) + b;
-            memcpy(d + 2 * r, &x->d, 2);
-            memcpy(d + 8 + 16 * r, x->scales, 16);
-            for (int s = 0; s < QK_K / 16; s++)
-                for (int k = 0; k < 16; k++) {
-                    const int v = hq_q6_get(x, 16 * s + k), j = s % 4;
-                    uint8_t *q = d + 72 + 192 * (s / 4) + 16 * r + k;
-                    q[64 * (j / 2)] |= (uint8_t)((v & 15) << (4 * (j % 2)));
-                    q[128] |= (uint8_t)((v >> 4) << (2 * j));
+            uint8_t *tail = g + HQ_K6_ENTRY * b, *code = tail + HQ_K6_TAIL;
+            memcpy(tail + 64 + 2 * r, &x->d, 2);
+            for (int L = 0; L < 4; L++)
+                for (int k = 0; k < 4; k++) {
+                    const int sb = hq_q6v_sub(L, k);
+                    tail[16 * L + 4 * r + k] = (uint8_t)x->scales[sb];
+                    for (int t = 0; t < 4; t++) {
+                        const int top = hq_q6_get(x, 16 * sb + 12 + t);
+                        for (int w = 0; w < 3; w++)
+                            code[192 * L + 64 * w + 16 * r + 4 * k + t] =
+                                (uint8_t)(hq_q6_get(x, 16 * sb + 4 * w + t) | (top >> (2 * w) & 3) << 6);
+                    }
                 }
         }
-    }
 }
-static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0) {
-    const uint8_t *e = group;
+static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0, int64_t e0, int64_t ne) {
+    (void)ne0;
+    const uint8_t *g = group;
     block_q6_K *x = dst;
-    for (int64_t b = 0; b < ne0 / QK_K; b++, e += HQ_K6_ENTRY, x++) {
-        memcpy(&x->d, e + 2 * r, 2);
-        memcpy(x->scales, e + 8 + 16 * r, 16);
+    for (int64_t b = e0 / QK_K; b < (e0 + ne) / QK_K; b++, x++) {
+        const uint8_t *tail = g + HQ_K6_ENTRY * b, *code = tail + HQ_K6_TAIL;
+        memcpy(&x->d, tail + 64 + 2 * r, 2);
         memset(x->ql, 0, sizeof x->ql);
         memset(x->qh, 0, sizeof x->qh);
-        for (int s = 0; s < QK_K / 16; s++)
-            for (int k = 0; k < 16; k++) {
-                const int j = s % 4;
-                const uint8_t *q = e + 72 + 192 * (s / 4) + 16 * r + k;
-                hq_q6_set(x, 16 * s + k, (q[64 * (j / 2)] >> (4 * (j % 2)) & 15) | (q[128] >> (2 * j) & 3) << 4);
+        for (int L = 0; L < 4; L++)
+            for (int k = 0; k < 4; k++) {
+                const int sb = hq_q6v_sub(L, k);
+                x->scales[sb] = (int8_t)tail[16 * L + 4 * r + k];
+                for (int t = 0; t < 4; t++) {
+                    int top = 0;
+                    for (int w = 0; w < 3; w++) {
+                        const int c = code[192 * L + 64 * w + 16 * r + 4 * k + t];
+                        hq_q6_set(x, 16 * sb + 4 * w + t, c & 63);
+                        top |= (c >> 6) << (2 * w);
+                    }
+                    hq_q6_set(x, 16 * sb + 12 + t, top);
+                }
             }
     }
 }
@@ -519,7 +538,7 @@ bool hq_pack_ok(int type, int64_t ne0, int64_t nrows) {
     const hq_traits *t = hq_get_traits(type);
     if (!t || !t->gemm_packed) return false;
     const int64_t unit = type == HQ_TYPE_Q4_0 ? 2 * t->blck_size : t->blck_size; /* Q4_0: pairs of blocks */
-    if (type == HQ_TYPE_Q4_K && ne0 > HQ_K4V_MAX_NE0) return false;
+    if ((type == HQ_TYPE_Q4_K || type == HQ_TYPE_Q6_K) && ne0 > HQ_KV_MAX_NE0) return false;
     return ne0 > 0 && ne0 % unit == 0 && nrows > 0 && nrows % HQ_PACK_ROWS == 0;
 }
 

@@ -113,11 +113,13 @@ typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *res
      [row r, block j] at 4r + j, then 4 vectors of 64 bytes whose 4-byte lane 4r + j holds bytes
      4i .. 4i+3 of the qs of row r's block j (vector i) — one block of one row per int32 lane of a
      vpdpbusd (quants512.c);
-   - Q4_K (AVX-512, "x4v"): per super-block, the 4 rows' d, dmin and scale fields together, then 8
-     vectors of 64 bytes whose 4-byte lane 4r + s holds 4 code bytes of row r's sub-block 4h + s
-     (vector 4h + i: its bytes 4i .. 4i+3) — one sub-block of one row per int32 lane of a vpdpbusd;
-   - Q5_K and Q6_K (AVX-512): per super-block, the 4 rows' scales together, then each sub-block's
-     codes of the 4 rows side by side, one 128-bit lane per row (quants-k512.c has the byte maps).
+   - Q4_K and Q6_K ("x4v", AVX2 and AVX-512 alike): per super-block, the 4 rows' d (dmin) and scales
+     together, then vectors of 64 bytes whose 4-byte lane 4r + s holds 4 code bytes of row r's
+     sub-block s of a set of 4 — one sub-block of one row per int32 lane of a vpdpbusd (Q4_K: 8
+     vectors, 4 nibble bytes each; Q6_K: 12, a 6-bit quant per byte and 2 bits of a fourth on top;
+     quant.c and quants-k512.c have the byte maps).  AVX2 reads a vector as two of 32 bytes (2 rows);
+   - Q5_K (AVX-512, "x4"): per super-block, the 4 rows' scales together, then each sub-block's codes
+     of the 4 rows side by side, one 128-bit lane per row.
    A type has a packed form when the dispatched family has its kernel (gemm_packed != NULL);
    hq_pack_ok says whether a tensor's shape allows it. */
 enum { HQ_PACK_ROWS = 4 };
@@ -127,13 +129,15 @@ enum { HQ_PACK_ROWS = 4 };
    gemm_packed all decide by this, from the row length alone. */
 enum { HQ_X4V_MAX_NE0 = 32768 };
 static inline bool hq_x4v_fits(int64_t ne0) { return ne0 % 128 == 0 && ne0 <= HQ_X4V_MAX_NE0; }
-/* The longest Q4_K row x4v packs: its decode prepares the activation row on the stack.  Longer rows
-   stay in the file layout. */
-enum { HQ_K4V_MAX_NE0 = 32768 };
+/* The longest Q4_K or Q6_K row x4v packs: its decode prepares the activation row on the stack.  Longer
+   rows stay in the file layout. */
+enum { HQ_KV_MAX_NE0 = 32768 };
 /* dst = the packed form of HQ_PACK_ROWS consecutive rows of ne0 elements at src (row stride bx) */
 typedef void (*hq_pack_fn)(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0);
-/* dst = row i (< HQ_PACK_ROWS) of a packed group, in the file layout */
-typedef void (*hq_unpack_fn)(void *restrict dst, const void *restrict group, int i, int64_t ne0);
+/* dst = elements [e0, e0 + ne) of row i (< HQ_PACK_ROWS) of a packed group of rows of ne0 elements, in
+   the file layout; e0 a multiple of HQ_UNPACK_STEP, e0 + ne a multiple of it or ne0 */
+enum { HQ_UNPACK_STEP = 1024 };
+typedef void (*hq_unpack_fn)(void *restrict dst, const void *restrict group, int i, int64_t ne0, int64_t e0, int64_t ne);
 
 typedef struct hq_traits {
     const char      *name;          /* "Q4_K" */

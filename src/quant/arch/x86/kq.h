@@ -49,6 +49,15 @@ KQ_INLINE __m256i kq_fold_k4(__m256i w0, __m256i w1, __m256i w2, __m256i w3) {
     return _mm256_hadd_epi32(_mm256_hadd_epi32(w0, w1), _mm256_hadd_epi32(w2, w3));
 }
 
+/* Q6_K's lanes: lane k of A holds sub-blocks 2k and 2k + 1 whole (each times its scale, the bias
+   taken out), again what the AVX-512 packed kernel sums.  The file-layout bodies have P[k] = the
+   scaled partial sums of sub-blocks 2k (lanes 0-3) and 2k + 1 (lanes 4-7); X[m] = hadd(P[2m],
+   P[2m+1]), Y[n] = hadd(X[2n], X[2n+1]) = [P[4n] .. P[4n+3] over their lanes 0-3 | over lanes 4-7];
+   kq_fold_y adds the halves: [P[0] .. P[7] whole]. */
+KQ_INLINE __m256i kq_fold_y(__m256i y0, __m256i y1) {
+    return _mm256_add_epi32(_mm256_permute2x128_si256(y0, y1, 0x20), _mm256_permute2x128_si256(y0, y1, 0x31));
+}
+
 /* ---- one row x NC columns: vec_dot, prefill tiles, decode ---------------------------------------- */
 
 /* The decode kernels' software prefetch goes to L2 (prefetcht1), not L1: in L1 the prefetched lines
@@ -156,19 +165,45 @@ enum { KQ_KC = 8, KQ_TR = 16 };
         }                                                                                                  \
     }
 
-/* Prefill tiles over Q4_K's x4v layout, whose kernels read the activations prepared in its order:
-   16 weight rows x 4 activation rows, K in chunks of KQ_KC super-blocks, each activation row's chunk
-   prepared once per tile (PREP(src, dst, n)).  A group of 4 rows is NSUB sub-groups (256-bit kernels:
+/* Prefill tiles over the x4v layouts (Q4_K, Q6_K), whose kernels read the activations prepared in
+   their order (type PT): 16 weight rows x 4 activation rows, K in chunks of KQ_KC super-blocks, each
+   activation row's chunk prepared once per tile (PREP(src, dst, n)).  A group of 4 rows is NSUB sub-groups (256-bit kernels:
    2 of 2 rows) with 8 accumulators of type VT each (2 per column), run by COLS(sub, i0, i1, yo, NC,
    group, y, acc) and stored by STORE(dst, acc_lo, acc_hi).  Declares the locals it needs; nb, nr, nc,
    x, bx, vy, by, s and lds are the gemm's. */
-#define KQ_PREP_TILES(PREP, COLS, VT, ZERO, STORE, NSUB)                                                          \
-    block_q8_K p_[4][KQ_KC];                                                                                    \
+/* Q6_K's x4v activations: per super-block d, 32 times each sub-block's sum in the order of the lanes
+   (sets 0-3: sub-blocks 0 2 4 6 | 1 3 5 7 | 8 10 12 14 | 9 11 13 15), and the quants in the order of
+   the code vectors (quants-k512.c) */
+typedef struct { float d; int32_t bs32[QK_K / 16]; int8_t qs[QK_K]; } kq_q6p;
+
+/* Decode over the x4v layouts: the activation row prepared once (on the stack: n <= HQ_KV_MAX_NE0,
+   hq_pack_ok), then the groups one after another, one linear stream: GROUP(group, y, s + r) computes
+   rows r .. r+3.  Returns from the gemm when nc == 1. */
+#define KQ_PREP_DECODE(PT, PREP, GROUP)                                                                         \
+    if (nc == 1) {                                                                                              \
+        PT p1_[HQ_KV_MAX_NE0 / QK_K];                                                                           \
+        PREP((const block_q8_K *)vy, p1_, nb);                                                                  \
+        const PT *y1_[1] = {p1_};                                                                               \
+        for (int r = 0; r < nr; r += 4) GROUP((const uint8_t *)x + (size_t)r * bx, y1_, nb, s + r);             \
+        return;                                                                                                 \
+    }
+
+/* the packed gemm (hq_gemm_fn) of type t over an x4v layout: decode and prefill as above */
+#define KQ_PREP_GEMM(arch, t, PT, PREP, GROUP, COLS, VT, ZERO, STORE, NSUB)                                      \
+    void hq_gemm_packed_##arch##_##t(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx,     \
+                                     int nr, const void *restrict vy, size_t by, int nc) {                       \
+        const int nb = n / QK_K;                                                                                \
+        KQ_PREP_DECODE(PT, PREP, GROUP)                                                                         \
+        KQ_PREP_TILES(PT, PREP, COLS, VT, ZERO, STORE, NSUB)                                                    \
+    }
+
+#define KQ_PREP_TILES(PT, PREP, COLS, VT, ZERO, STORE, NSUB)                                                      \
+    PT p_[4][KQ_KC];                                                                                            \
     for (int r0 = 0; r0 < nr; r0 += KQ_TR) {                                                                    \
         const int ns = (nr - r0 < KQ_TR ? nr - r0 : KQ_TR) / 4 * (NSUB);                                        \
         for (int j0 = 0; j0 < nc; j0 += 4) {                                                                    \
             const int C = nc - j0 < 4 ? nc - j0 : 4;                                                            \
-            const block_q8_K *yc[4] = {p_[0], p_[1], p_[2], p_[3]};                                             \
+            const PT *yc[4] = {p_[0], p_[1], p_[2], p_[3]};                                                     \
             VT acc[KQ_TR / 4 * (NSUB)][8];                                                                      \
             for (int g = 0; g < ns; g++)                                                                        \
                 for (int c = 0; c < 8; c++) acc[g][c] = ZERO();                                                 \

@@ -137,10 +137,8 @@ KQ_INLINE void kq_sb_q5_K(int NC, const block_q5_K *x, const block_q8_K *const *
 
 KQ_INLINE void kq_sb_q6_K(int NC, const block_q6_K *x, const block_q8_K *const *y, int i, __m256i *A, __m256i *B) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256i sc16, slo, shi;
+    __m256i sc16, slo, shi, X[4], Y[4][2];
     kq_widen16(_mm_loadu_si128((const __m128i *)x->scales), &sc16, &slo, &shi);
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) A[c] = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         const __m256i l0 = kq_load(x->ql + 64 * h), l1 = kq_load(x->ql + 64 * h + 32);
@@ -155,16 +153,21 @@ KQ_INLINE void kq_sb_q6_K(int NC, const block_q6_K *x, const block_q8_K *const *
             const __m256i sv = kq_pick(h ? shi : slo, kq_pick16[p]);
 #pragma GCC unroll 4
             for (int c = 0; c < NC; c++) {
+                /* P[4h + p]: sub-blocks 8h + 2p, 8h + 2p + 1 (kq.h, Q6_K's lanes) */
                 const __m256i pr = _mm256_maddubs_epi16(q, kq_load(y[c][i].qs + 128 * h + 32 * p));
-                A[c] = _mm256_add_epi32(A[c], _mm256_madd_epi16(pr, sv));
+                const __m256i P = _mm256_madd_epi16(pr, sv);
+                if (p % 2 == 0) X[c] = P;
+                else if (p == 1) Y[c][h] = _mm256_hadd_epi32(X[c], P);
+                else Y[c][h] = _mm256_hadd_epi32(Y[c][h], _mm256_hadd_epi32(X[c], P));
             }
         }
     }
-    /* the quants went in biased by +32: take 32 * sum_j scale_j * bsum_j back out */
+    /* the quants went in biased by +32: take 32 * sum_j scale_j * bsum_j back out (lane k: sub-blocks
+       2k, 2k + 1, as A's) */
 #pragma GCC unroll 4
     for (int c = 0; c < NC; c++) {
         const __m256i bias = _mm256_madd_epi16(kq_load(y[c][i].bsums), sc16);
-        A[c] = _mm256_sub_epi32(A[c], _mm256_slli_epi32(bias, 5));
+        A[c] = _mm256_sub_epi32(kq_fold_y(Y[c][0], Y[c][1]), _mm256_slli_epi32(bias, 5));
     }
     (void)B;
 }
@@ -256,7 +259,7 @@ KQ_ENTRY(avx2, q6_K)
  * and the 6-bit scales, the mins and the float steps done for two rows at once instead of per row.
  * The AVX2 body's lanes (kq_fold_k4) and float steps, so results are its bits (test-quant).
  * Zen 4 VM, HEARTH_NO_AVX512=1: docs/benchmarks.md (session 14). */
-enum { KV2_ENTRY = HQ_PACK_ROWS * sizeof(block_q4_K), KV2_MAX_NB = HQ_K4V_MAX_NE0 / QK_K, KV2_DC = 8 };
+enum { KV2_ENTRY = HQ_PACK_ROWS * sizeof(block_q4_K), KV2_DC = 8 };
 
 /* super-blocks y[0 .. n) into p[0 .. n) with qs in x4v's order (the AVX-512 kv_prep's): per half of
    128 bytes a 4 x 4 transpose of dwords in each 128-bit lane */
@@ -369,30 +372,105 @@ KQ_INLINE void kv2_store2(float *s, __m256 lo, __m256 hi) {
     s[1] = _mm_cvtss_f32(_mm256_extractf128_ps(u, 1));
 }
 
-/* the AVX-512 kernel's entry, on 256-bit vectors: decode prepares the activation row once and walks
-   the groups one after another; prefill tiles of 16 rows x 4 columns, K in chunks of KQ_KC super-blocks */
-void hq_gemm_packed_avx2_q4_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,
-                              const void *restrict vy, size_t by, int nc) {
-    const int nb = n / QK_K;
-    if (nc == 1) {
-        block_q8_K p[KV2_MAX_NB];
-        kv2_prep(vy, p, nb);
-        const block_q8_K *yc[1] = {p};
-        for (int r = 0; r < nr; r += 4) { /* a group's halves KV2_DC entries at a time: the second reads L1 */
-            const uint8_t *grp = (const uint8_t *)x + (size_t)r * bx;
-            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (int i0 = 0; i0 < nb; i0 += KV2_DC) {
-                const int i1 = nb - i0 < KV2_DC ? nb : i0 + KV2_DC;
-                kv2_cols_q4_K(0, i0, i1, 0, 1, grp, yc, acc);
-                kv2_cols_q4_K(1, i0, i1, 0, 1, grp, yc, acc + 2);
-            }
-            kv2_store2(s + r, acc[0], acc[1]);
-            kv2_store2(s + r + 2, acc[2], acc[3]);
+/* decode: a group's row pairs KV2_DC entries at a time, so that the second reads L1 (one pass per
+   pair over the whole row read each line twice from afar: kbench cold 14 against 21 GB/s) */
+#define KV2_DECODE_GROUP(COLS)                                                                         \
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+    for (int i0 = 0; i0 < nb; i0 += KV2_DC) {                                                          \
+        const int i1 = nb - i0 < KV2_DC ? nb : i0 + KV2_DC;                                            \
+        COLS(0, i0, i1, 0, 1, g, y, acc);                                                              \
+        COLS(1, i0, i1, 0, 1, g, y, acc + 2);                                                          \
+    }                                                                                                  \
+    kv2_store2(s, acc[0], acc[1]);                                                                     \
+    kv2_store2(s + 2, acc[2], acc[3]);
+KQ_INLINE void kv2_group_q4_K(const uint8_t *g, const block_q8_K *const *y, int nb, float *s) { KV2_DECODE_GROUP(kv2_cols_q4_K) }
+
+/* the AVX-512 kernel's entry (quants-k512.c), on 256-bit vectors */
+KQ_PREP_GEMM(avx2, q4_K, block_q8_K, kv2_prep, kv2_group_q4_K, kv2_cols_q4_K, __m256, _mm256_setzero_ps, kv2_store2, 2)
+
+/* ---- Q6_K in the x4v layout (quant.h) on 256-bit vectors -------------------------------------------
+ * The AVX-512 kernel's layout and sums (quants-k512.c), two rows per vector as for Q4_K above: the
+ * 6-bit quants' products in int16 two vectors at a time (at most 2 * 2 * 63 * 127 = 32004), then madd
+ * with ones; bits: the file-layout body's (test-quant). */
+enum { K62_ENTRY = HQ_PACK_ROWS * sizeof(block_q6_K), K62_TAIL = 72 };
+
+/* super-blocks y[0 .. n) prepared as for the AVX-512 kernel (kq.h, kq_q6p): per half of 128 bytes an
+   in-lane 4 x 4 transpose of dwords, the lower lanes giving set 2H, the upper set 2H + 1 */
+KQ_INLINE void k62_prep(const block_q8_K *y, kq_q6p *p, int n) {
+    const __m256i bo = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    for (int b = 0; b < n; b++) {
+        p[b].d = y[b].d;
+        for (int k = 0; k < 2; k++) {
+            const __m256i bs = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(y[b].bsums + 8 * k)));
+            _mm256_storeu_si256((__m256i *)(p[b].bs32 + 8 * k), _mm256_slli_epi32(_mm256_permutevar8x32_epi32(bs, bo), 5));
         }
-        return;
+        for (int h = 0; h < 2; h++) {
+            const int8_t *src = y[b].qs + 128 * h;
+            const __m256i s0 = kq_load(src), s1 = kq_load(src + 32), s2 = kq_load(src + 64), s3 = kq_load(src + 96);
+            const __m256i t0 = _mm256_unpacklo_epi32(s0, s1), t1 = _mm256_unpackhi_epi32(s0, s1);
+            const __m256i t2 = _mm256_unpacklo_epi32(s2, s3), t3 = _mm256_unpackhi_epi32(s2, s3);
+            const __m256i r0 = _mm256_unpacklo_epi64(t0, t2), r1 = _mm256_unpackhi_epi64(t0, t2);
+            const __m256i r2 = _mm256_unpacklo_epi64(t1, t3), r3 = _mm256_unpackhi_epi64(t1, t3);
+            int8_t *dst = p[b].qs + 128 * h;
+            _mm256_storeu_si256((__m256i *)dst, _mm256_permute2x128_si256(r0, r1, 0x20));
+            _mm256_storeu_si256((__m256i *)(dst + 32), _mm256_permute2x128_si256(r2, r3, 0x20));
+            _mm256_storeu_si256((__m256i *)(dst + 64), _mm256_permute2x128_si256(r0, r1, 0x31));
+            _mm256_storeu_si256((__m256i *)(dst + 96), _mm256_permute2x128_si256(r2, r3, 0x31));
+        }
     }
-    KQ_PREP_TILES(kv2_prep, kv2_cols_q4_K, __m256, _mm256_setzero_ps, kv2_store2, 2)
 }
+
+/* rows 2R, 2R + 1 of one group (g: its entries) x NC prepared activation rows over super-blocks
+   i0 .. i1 (y[c][i - yo]); acc[2c], acc[2c + 1]: column c's lanes 0-3 and 4-7, one 128-bit lane per row */
+KQ_INLINE void k62_cols(int R, int i0, int i1, int yo, int NC, const uint8_t *g, const kq_q6p *const *y, __m256 *acc) {
+    const __m256i m3f = _mm256_set1_epi8(0x3F), m03 = _mm256_set1_epi8(0x03), m0c = _mm256_set1_epi8(0x0C),
+                  m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    const __m256i pick_d = _mm256_setr_epi32(2 * R, 2 * R, 2 * R, 2 * R, 2 * R + 1, 2 * R + 1, 2 * R + 1, 2 * R + 1);
+    __m256 t[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) t[c] = acc[c];
+    for (int i = i0; i < i1; i++) {
+        const uint8_t *sd = g + (size_t)i * K62_ENTRY, *e = sd + K62_TAIL + 32 * R;
+        __m256i A[4][2];
+#pragma GCC unroll 4
+        for (int L = 0; L < 4; L++) {
+            const __m256i a = kq_load(e + 192 * L), b = kq_load(e + 192 * L + 64), c2 = kq_load(e + 192 * L + 128);
+            const __m256i v3 = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 6), m03),
+                                                               _mm256_and_si256(_mm256_srli_epi16(b, 4), m0c)),
+                                               _mm256_and_si256(_mm256_srli_epi16(c2, 2), m30));
+            const __m256i v[4] = {_mm256_and_si256(a, m3f), _mm256_and_si256(b, m3f), _mm256_and_si256(c2, m3f), v3};
+            const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sd + 16 * L + 8 * R)));
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) {
+                const kq_q6p *yc = &y[c][i - yo];
+                const int8_t *q = yc->qs + 64 * L;
+                __m256i w[2];
+#pragma GCC unroll 2
+                for (int k = 0; k < 2; k++)
+                    w[k] = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(v[2 * k], _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(q + 32 * k)))),
+                        _mm256_maddubs_epi16(v[2 * k + 1], _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(q + 32 * k + 16)))));
+                const __m256i z = _mm256_add_epi32(_mm256_madd_epi16(w[0], ones), _mm256_madd_epi16(w[1], ones));
+                const __m256i bias = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(yc->bs32 + 4 * L)));
+                const __m256i sz = _mm256_mullo_epi32(_mm256_sub_epi32(z, bias), sc);
+                A[c][L / 2] = L % 2 ? _mm256_add_epi32(A[c][L / 2], sz) : sz;
+            }
+        }
+        const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(sd + 64)));
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const __m256 fd = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(d4, _mm_set1_ps(y[c][i - yo].d))), pick_d);
+            t[2 * c] = _mm256_fmadd_ps(fd, _mm256_cvtepi32_ps(A[c][0]), t[2 * c]);
+            t[2 * c + 1] = _mm256_fmadd_ps(fd, _mm256_cvtepi32_ps(A[c][1]), t[2 * c + 1]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
+}
+
+KQ_INLINE void k62_group(const uint8_t *g, const kq_q6p *const *y, int nb, float *s) { KV2_DECODE_GROUP(k62_cols) }
+
+KQ_PREP_GEMM(avx2, q6_K, kq_q6p, k62_prep, k62_group, k62_cols, __m256, _mm256_setzero_ps, kv2_store2, 2)
 
 /* ---- Q8_K activations: the reference's bytes, eight lanes at a time ------------------------------ */
 

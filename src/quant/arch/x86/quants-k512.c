@@ -1,6 +1,6 @@
 /* quant, x86 AVX-512 (F, BW, VNNI): the K-quant bodies of Q4_K, Q5_K and Q6_K on 512-bit vectors,
- * under the AVX2 file's driver (kq.h), and (below) Q4_K, Q5_K and Q6_K over their packed "x4" layouts,
- * which decode and prefill use when the weights are loaded into memory.  Chosen at run time where
+ * under the AVX2 file's driver (kq.h), and (below) the kernels over their packed layouts (Q5_K: "x4";
+ * Q4_K, Q6_K: "x4v"), which decode and prefill use when the weights are loaded into memory.  Chosen at run time where
  * the CPU has those three extensions; the other K types keep their AVX2 kernels.
  *
  * Why: at two threads each core must stream a K-quant row at 25-28 GB/s to keep up with memory,
@@ -23,6 +23,9 @@ KQ_INLINE __m512i kz_load(const void *p) { return _mm512_loadu_si512(p); }
 KQ_INLINE __m512i kz_bcast(const void *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
 /* word-lane mask of the upper 256 bits */
 #define KZ_HI ((__mmask32)0xFFFF0000u)
+
+/* (Q4_K's and Q6_K's bodies below fold their lanes differently, kq.h: each lane holds whole
+   sub-blocks, the sums their x4v kernels make.) */
 
 /* vpermw indices: words 0..15 take scale a, words 16..31 scale b (sub-blocks of 32: Q4_K, Q5_K) */
 #define KZ_X16(a) a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a
@@ -131,9 +134,7 @@ KQ_INLINE void kq_sb_q6_K(int NC, const block_q6_K *x, const block_q8_K *const *
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
     const __m512i scz = _mm512_castsi256_si512(sc16);
-    __m512i Z[4];
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) Z[c] = _mm512_setzero_si512();
+    __m256i X[4], Y[4][2];
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         const __m512i ql = kz_load(x->ql + 64 * h), qh = kz_bcast(x->qh + 32 * h);
@@ -145,8 +146,11 @@ KQ_INLINE void kq_sb_q6_K(int NC, const block_q6_K *x, const block_q8_K *const *
             const __m512i sv = kz_pick(scz, kz_pick16[2 * h + e]);
 #pragma GCC unroll 4
             for (int c = 0; c < NC; c++) {
-                const __m512i p = _mm512_maddubs_epi16(q, kz_load(y[c][i].qs + 128 * h + 64 * e));
-                Z[c] = _mm512_dpwssd_epi32(Z[c], p, sv);
+                /* the AVX2 body's P[4h + 2e] (lower half) and P[4h + 2e + 1] (upper): kq.h, Q6_K's lanes */
+                const __m512i P = _mm512_madd_epi16(_mm512_maddubs_epi16(q, kz_load(y[c][i].qs + 128 * h + 64 * e)), sv);
+                const __m256i x = _mm256_hadd_epi32(_mm512_castsi512_si256(P), _mm512_extracti64x4_epi64(P, 1));
+                if (e == 0) X[c] = x;
+                else Y[c][h] = _mm256_hadd_epi32(X[c], x);
             }
         }
     }
@@ -154,7 +158,7 @@ KQ_INLINE void kq_sb_q6_K(int NC, const block_q6_K *x, const block_q8_K *const *
 #pragma GCC unroll 4
     for (int c = 0; c < NC; c++) {
         const __m256i bias = _mm256_madd_epi16(kq_load(y[c][i].bsums), sc16);
-        A[c] = _mm256_sub_epi32(kz_fold(Z[c]), _mm256_slli_epi32(bias, 5));
+        A[c] = _mm256_sub_epi32(kq_fold_y(Y[c][0], Y[c][1]), _mm256_slli_epi32(bias, 5));
     }
     (void)B;
 }
@@ -167,22 +171,23 @@ KQ_ENTRY(avx512, q4_K)
 KQ_ENTRY(avx512, q5_K)
 KQ_ENTRY(avx512, q6_K)
 
-/* ---- Q4_K in the x4 layout (quant.h): decode and prefill over groups of 4 rows --------------------
+/* ---- the x4 layout (quant.h): Q5_K's packed form, decode and prefill over groups of 4 rows --------
  *
- * An entry (super-block b of the group's 4 rows, 576 bytes) holds d and dmin of rows 0-3 (16 bytes:
- * d0 m0 d1 m1 ..), their 12-byte scale fields as in the file (48 bytes), then sub-block s = 0..7 at
- * 64 + 64 s: 16 bytes per row, byte k = quant k (low nibble) and quant k + 16 (high nibble).
+ * An entry (super-block b of the group's 4 rows) holds d and dmin of rows 0-3 (16 bytes: d0 m0 d1 m1
+ * ..), their 12-byte scale fields as in the file (48 bytes), then sub-block s = 0..7 at 64 + 64 s: 16
+ * bytes per row, byte k = the low four bits of quant k (low nibble) and of quant k + 16 (high nibble);
+ * Q5_K's fifth bits follow (below).
  *
  * Why: the file-layout body above spends ~85 instructions per super-block of one row, of which the
  * multiplies are 9; the rest is unpacking that row's 6-bit scales in scalar code and one row's float
  * steps, so it streams ~23 GB/s hot on a Zen 4 core, below the 27-30 GB/s per core the memory gives.
  * Four rows in one vector share all of that: one 128-bit lane per row, the scales of four rows
  * unpacked by six vector operations, each sub-block's scale vector one pshufb, and the float steps
- * done for four rows at once (~25 instructions per super-block and row).  Zen 4 VM, kbench 2048 x
- * 8192: hot 23.7 -> 34.7 GB/s; Llama-3.2-1B Q4_K_M decode, fraction of a same-seconds stream, one
- * thread 70-72 -> 84-86%, two threads 71-73 -> 81-84% where the machine gave ~60 GB/s and 92.5 ->
- * ~91% where it gave ~37 (docs/benchmarks.md; 7 KiB prefetch, and more without it: KX_DEC_PF_*);
- * pp128 at two threads +15%.
+ * done for four rows at once (~25 instructions per super-block and row).  Zen 4 VM, for Q4_K (which
+ * used this layout until session 14, x4v below since), kbench 2048 x 8192: hot 23.7 -> 34.7 GB/s;
+ * Llama-3.2-1B Q4_K_M decode, fraction of a same-seconds stream, one thread 70-72 -> 84-86%, two
+ * threads 71-73 -> 81-84% where the machine gave ~60 GB/s and 92.5 -> ~91% where it gave ~37
+ * (docs/benchmarks.md); pp128 at two threads +15%.
  *
  * Sums: lane m (0..3) of a row's low accumulator gets quants 4m..4m+3 of every sub-block, times its
  * scale; the high accumulator quants 16+4m..19+4m: the integers the AVX2 body leaves in its lanes m
@@ -191,15 +196,12 @@ KQ_ENTRY(avx512, q6_K)
 enum { KX_ENTRY = 4 * sizeof(block_q4_K) };
 
 /* Decode's software prefetch, bytes ahead of the group stream (0: none, the hardware prefetchers
-   alone).  Packed Q4_K and Q6_K read best with none: Llama-3.2-1B Q4_K_M (both types) on the Zen 4
-   VM, fraction of a same-seconds stream, alternating runs, none against 7 KiB: one thread 86.8-87.8
-   vs 83.3-84.4%, two threads where the machine gave ~36 GB/s 96.1-96.4 vs 89.2-89.6% (the file
-   layout: 92.0-92.5), ~55-60 GB/s 87.4-89.4 vs 81.0-83.3%; 2 and 4 KiB were far worse (63-69%), 5-12
-   KiB in between.  Q5_K keeps 7 KiB: with none, Q5_K_M at one thread fell from 84.7-85.7 to 76.9-78.9%
-   (at two, ~36 GB/s, it gained: 91.6-93.0 vs 88.1%).  (Q4_0's packed AVX2 decode needs its prefetch:
-   without, 65-67 vs 84%.) */
+   alone).  Q5_K keeps 7 KiB: with none, Q5_K_M at one thread fell from 84.7-85.7 to 76.9-78.9% (at
+   two, ~36 GB/s, it gained: 91.6-93.0 vs 88.1%).  The x4 Q4_K and Q6_K kernels read best with none
+   (Llama-3.2-1B Q4_K_M, one thread 86.8-87.8 vs 83.3-84.4% of the stream against 7 KiB; 2 and 4 KiB
+   far worse), as do their x4v kernels (no prefetch tried there).  (Q4_0's packed AVX2 decode needs
+   its prefetch: without, 65-67 vs 84%.) */
 #define KX_DEC_PF_q5_K 7168
-#define KX_DEC_PF_q6_K 0
 
 /* the scale fields of 4 rows (48 bytes at p, row r's dwords a0 a1 a2 at 3r..3r+2) as one 128-bit
    lane per row: dwords [sc 0-3 | mn 0-3 | sc 4-7 | mn 4-7] (kq_k4_scales' formulas) */
@@ -300,85 +302,6 @@ KQ_INLINE __m128 kx_hsum4(__m512 lo, __m512 hi) {
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u));
 }
 
-/* ---- Q6_K in the x4 layout (quant.h) ------------------------------------------------------------
- *
- * An entry (super-block b of the group's 4 rows, 840 bytes): d of rows 0-3 (8 bytes), their 16
- * int8 scales (64 bytes), then per quad Q = 0..3 of sub-blocks (4Q .. 4Q+3, 16 quants each) at
- * 72 + 192 Q three 64-byte vectors, 16 bytes per row: the low nibbles of sub-blocks 4Q and 4Q+1
- * (byte k: quant k of each), of 4Q+2 and 4Q+3, and the top two bits of all four (bits 2j, 2j+1 of
- * byte k: quant k of sub-block 4Q+j).
- *
- * One vector is a sub-block of four rows, so each row's 128-bit lane takes one scale: one pshufb
- * from the rows' scales widened once per entry.  Even sub-blocks go to the low accumulator, odd
- * ones to the high: lane m of a row's low accumulator then holds what the AVX2 body leaves in its
- * lane m, the high one its lane m + 4 (the AVX2 body's vectors are pairs of sub-blocks), and the
- * bias the same lanes' (32 * scale * bsum of sub-blocks 2m, 2m + 1 and 8 + 2m, 9 + 2m); float steps
- * and the final sums as for Q4_K: the AVX2 kernel's bits.
- * Measured (Zen 4 VM): kbench hot 33 -> 38.5 GB/s, but Llama-3.2-1B Q4_K_M decode (Q6_K: a third of
- * its bytes, the tied head among them) the same with or without it at one and two threads, within
- * the noise (+-1 point of the stream), and pp128 +1%: the stream, not this kernel, is the limit
- * there.  Kept for the hot figure, which machines with more bandwidth per core will need. */
-enum { KX6_ENTRY = 4 * sizeof(block_q6_K) };
-
-/* pshufb controls: word w of each lane, 8 times */
-#define KX_WW(w) 2 * (w), 2 * (w) + 1
-#define KX_S6(w) KX_WW(w), KX_WW(w), KX_WW(w), KX_WW(w), KX_WW(w), KX_WW(w), KX_WW(w), KX_WW(w)
-static const int8_t kx_ctl6[8][16] __attribute__((aligned(16))) = {
-    {KX_S6(0)}, {KX_S6(1)}, {KX_S6(2)}, {KX_S6(3)}, {KX_S6(4)}, {KX_S6(5)}, {KX_S6(6)}, {KX_S6(7)}};
-
-KQ_INLINE void kx_cols_q6_K(int i0, int i1, int NC, const uint8_t *g, const block_q8_K *const *y, __m512 *acc, int pf) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    const __m512i pick_d = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    __m512 t[8];
-#pragma GCC unroll 8
-    for (int c = 0; c < 2 * NC; c++) t[c] = acc[c];
-    for (int i = i0; i < i1; i++) {
-        const uint8_t *e = g + (size_t)i * KX6_ENTRY;
-        if (pf) kq_prefetch_span((const char *)e + pf, KX6_ENTRY);
-        /* each row's scales as words: 0-7 (slo) and 8-15 (shi) in its lane */
-        const __m512i sb = _mm512_loadu_si512(e + 8);
-        const __m512i slo = _mm512_srai_epi16(_mm512_unpacklo_epi8(sb, sb), 8);
-        const __m512i shi = _mm512_srai_epi16(_mm512_unpackhi_epi8(sb, sb), 8);
-        __m512i Zl[4], Zh[4];
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) Zl[c] = Zh[c] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int Q = 0; Q < 4; Q++) {
-            const uint8_t *qd = e + 72 + 192 * Q;
-            const __m512i a = _mm512_loadu_si512(qd), b = _mm512_loadu_si512(qd + 64), h = _mm512_loadu_si512(qd + 128);
-            const __m512i nib[4] = {_mm512_and_si512(a, m4), _mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
-                                    _mm512_and_si512(b, m4), _mm512_and_si512(_mm512_srli_epi16(b, 4), m4)};
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                const int s = 4 * Q + j;
-                const __m512i q = kz_or_and(nib[j], kz_shift(h, 4 - 2 * j), m30);
-                const __m512i sv = _mm512_shuffle_epi8(s < 8 ? slo : shi,
-                                                       _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)kx_ctl6[s % 8])));
-#pragma GCC unroll 4
-                for (int c = 0; c < NC; c++) {
-                    const __m512i p = _mm512_maddubs_epi16(q, kx_bcast16(y[c][i].qs + 16 * s));
-                    if (s % 2) Zh[c] = _mm512_dpwssd_epi32(Zh[c], p, sv);
-                    else Zl[c] = _mm512_dpwssd_epi32(Zl[c], p, sv);
-                }
-            }
-        }
-        const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)e));
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            /* the quants went in biased by +32 */
-            const __m512i bl = _mm512_madd_epi16(kx_bcast16(y[c][i].bsums), slo);
-            const __m512i bh = _mm512_madd_epi16(kx_bcast16(y[c][i].bsums + 8), shi);
-            const __m512i al = _mm512_sub_epi32(Zl[c], _mm512_slli_epi32(bl, 5));
-            const __m512i ah = _mm512_sub_epi32(Zh[c], _mm512_slli_epi32(bh, 5));
-            const __m512 fd = _mm512_permutexvar_ps(pick_d, _mm512_castps128_ps512(_mm_mul_ps(d4, _mm_set1_ps(y[c][i].d))));
-            t[2 * c] = _mm512_fmadd_ps(fd, _mm512_cvtepi32_ps(al), t[2 * c]);
-            t[2 * c + 1] = _mm512_fmadd_ps(fd, _mm512_cvtepi32_ps(ah), t[2 * c + 1]);
-        }
-    }
-#pragma GCC unroll 8
-    for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
-}
-
 /* nr a multiple of 4 and x a group's start (hq_pack_ok); prefill as the file-layout tiles: 16 rows
    (4 groups) x 4 columns, K in chunks of KQ_KC super-blocks */
 #define KX_GEMM_PACKED(t)                                                                                                         \
@@ -422,7 +345,6 @@ KQ_INLINE void kx_cols_q6_K(int i0, int i1, int NC, const uint8_t *g, const bloc
         }                                                                                                                         \
     }
 KX_GEMM_PACKED(q5_K)
-KX_GEMM_PACKED(q6_K)
 
 /* ---- Q4_K in the x4v layout (quant.h): one sub-block of one row per int32 lane --------------------
  *
@@ -441,7 +363,16 @@ KX_GEMM_PACKED(q6_K)
  * second halves; the mins' lanes are the AVX2 body's (sub-block l's min times its activation sum).
  * Float steps and the final sums as x4's, so results are the AVX2 kernel's bit for bit (test-quant).
  * Zen 4 VM: see docs/benchmarks.md (session 14). */
-enum { KV_MAX_NB = HQ_K4V_MAX_NE0 / QK_K };
+
+/* each half (128 bytes) of a super-block's quants q, dwords permuted by t0 (the first 64 bytes of d)
+   and t1 (the next 64) from the half's 32 */
+KQ_INLINE void kv_perm_qs(const int8_t *q, int8_t *d, __m512i t0, __m512i t1) {
+    for (int h = 0; h < 2; h++) {
+        const __m512i a = _mm512_loadu_si512(q + 128 * h), c = _mm512_loadu_si512(q + 128 * h + 64);
+        _mm512_storeu_si512(d + 128 * h, _mm512_permutex2var_epi32(a, t0, c));
+        _mm512_storeu_si512(d + 128 * h + 64, _mm512_permutex2var_epi32(a, t1, c));
+    }
+}
 
 /* super-blocks y[0 .. n) into p[0 .. n) with qs in x4v's order (d and bsums as they are): half h
    (sub-blocks 4h .. 4h+3, 128 bytes) is a 4 x 8 transpose of dwords: dword 8i + 4p + s of the result
@@ -452,11 +383,7 @@ KQ_INLINE void kv_prep(const block_q8_K *y, block_q8_K *p, int n) {
     for (int b = 0; b < n; b++) {
         p[b].d = y[b].d;
         memcpy(p[b].bsums, y[b].bsums, sizeof p[b].bsums);
-        for (int h = 0; h < 2; h++) {
-            const __m512i a = _mm512_loadu_si512(y[b].qs + 128 * h), c = _mm512_loadu_si512(y[b].qs + 128 * h + 64);
-            _mm512_storeu_si512(p[b].qs + 128 * h, _mm512_permutex2var_epi32(a, t0, c));
-            _mm512_storeu_si512(p[b].qs + 128 * h + 64, _mm512_permutex2var_epi32(a, t1, c));
-        }
+        kv_perm_qs(y[b].qs, p[b].qs, t0, t1);
     }
 }
 
@@ -516,23 +443,102 @@ KQ_INLINE void kv_cols_q4_K(int i0, int i1, int yo, int NC, const uint8_t *g, co
 #define kv_tile_cols(sub, i0, i1, yo, NC, grp, y, acc) kv_cols_q4_K(i0, i1, yo, NC, grp, y, acc)
 KQ_INLINE void kv_store4(float *s, __m512 lo, __m512 hi) { _mm_storeu_ps(s, kx_hsum4(lo, hi)); }
 
-/* nr a multiple of 4, x a group's start and n <= HQ_K4V_MAX_NE0 (hq_pack_ok).  Decode prepares the
+KQ_INLINE void kv_group_q4_K(const uint8_t *g, const block_q8_K *const *y, int nb, float *s) {
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    kv_cols_q4_K(0, nb, 0, 1, g, y, acc);
+    kv_store4(s, acc[0], acc[1]);
+}
+
+/* nr a multiple of 4, x a group's start and n <= HQ_KV_MAX_NE0 (hq_pack_ok).  Decode prepares the
    activation row once and walks the groups one after another (one linear stream, no software
    prefetch); prefill: tiles of 16 rows (4 groups) x 4 columns, K in chunks of KQ_KC super-blocks, each
-   chunk of the 4 columns prepared once per tile */
-void hq_gemm_packed_avx512_q4_K(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,
-                                const void *restrict vy, size_t by, int nc) {
-    const int nb = n / QK_K;
-    if (nc == 1) {
-        block_q8_K p[KV_MAX_NB];
-        kv_prep(vy, p, nb);
-        const block_q8_K *yc[1] = {p};
-        for (int r = 0; r < nr; r += 4) {
-            __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-            kv_cols_q4_K(0, nb, 0, 1, (const uint8_t *)x + (size_t)r * bx, yc, acc);
-            _mm_storeu_ps(s + r, kx_hsum4(acc[0], acc[1]));
-        }
-        return;
+   chunk of the 4 columns prepared once per tile (kq.h) */
+KQ_PREP_GEMM(avx512, q4_K, block_q8_K, kv_prep, kv_group_q4_K, kv_tile_cols, __m512, _mm512_setzero_ps, kv_store4, 1)
+
+/* ---- Q6_K in the x4v layout (quant.h): one sub-block of one row per int32 lane ---------------------
+ *
+ * An entry (super-block b of the group's 4 rows, 840 bytes) holds the rows' scales and d (72 bytes),
+ * then 4 lane sets of 3 vectors: set L holds sub-blocks (0 2 4 6 | 1 3 5 7 | 8 10 12 14 | 9 11 13 15)[L],
+ * lane 4r + s one sub-block of row r, byte t of vector w its quant 4w + t (6 bits) plus 2 bits of
+ * quant 12 + t on top.  So quants 0-11 are one mask each, quants 12-15 three shifts and three merges,
+ * and each of the four 64-quant vectors is one vpdpbusd against the activations prepared in the same
+ * order (k6_prep); the scale is applied once per super-block (vpmulld), the +32 bias through 32 times
+ * the activation sums, taken from each lane before.  Where the x4 kernel spent per 64 quants a mask,
+ * a shift and a merge for the top bits, a pshufb for the scale, maddubs and vpdpwssd.  (The codes
+ * of all of a group's super-blocks first, so that the vectors sit on cache lines, read slower from
+ * memory: kbench cold 14-16 against 19 GB/s, the tails a second stream.)
+ *
+ * Sums: Q6_K's lanes of kq.h (lane k of a row: sub-blocks 2k and 2k + 1 whole) = lane k of set 0 plus
+ * set 1 (k < 4), of set 2 plus set 3 (k >= 4); float steps and the final sums as x4's: the AVX2
+ * kernel's bits (test-quant).  Zen 4 VM: docs/benchmarks.md (session 14). */
+enum { K6_ENTRY = 4 * sizeof(block_q6_K), K6_TAIL = 72 };
+
+/* super-blocks y[0 .. n) prepared: quants of set L at 64L, its 4 vectors' 16 bytes each (lane s:
+   quants 4t .. 4t+3 of its sub-block), and 32 x the sub-block sums in lane order */
+KQ_INLINE void k6_prep(const block_q8_K *y, kq_q6p *p, int n) {
+    /* within a half (sub-blocks 8H .. 8H+7, dwords 4j + t of sub-block j): set 2H + L', vector t, lane s
+       = dword 4(2s + L') + t */
+    const __m512i t0 = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+    const __m512i t1 = _mm512_add_epi32(t0, _mm512_set1_epi32(4));
+    const __m512i bo = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+    for (int b = 0; b < n; b++) {
+        p[b].d = y[b].d;
+        const __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)y[b].bsums));
+        _mm512_storeu_si512(p[b].bs32, _mm512_slli_epi32(_mm512_permutexvar_epi32(bo, bs), 5));
+        kv_perm_qs(y[b].qs, p[b].qs, t0, t1);
     }
-    KQ_PREP_TILES(kv_prep, kv_tile_cols, __m512, _mm512_setzero_ps, kv_store4, 1)
 }
+
+/* one group (g: its entries) x NC prepared activation rows over super-blocks i0 .. i1 (y[c][i - yo]);
+   acc[2c], acc[2c + 1]: column c's AVX2 lanes 0-3 and 4-7, one 128-bit lane per row */
+KQ_INLINE void k6_cols(int i0, int i1, int yo, int NC, const uint8_t *g, const kq_q6p *const *y, __m512 *acc) {
+    const __m512i m3f = _mm512_set1_epi8(0x3F), m03 = _mm512_set1_epi8(0x03), m0f = _mm512_set1_epi8(0x0F);
+    const __m512i pick_d = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512 t[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) t[c] = acc[c];
+    for (int i = i0; i < i1; i++) {
+        const uint8_t *sd = g + (size_t)i * K6_ENTRY, *e = sd + K6_TAIL;
+        __m512i A[4][2];
+#pragma GCC unroll 4
+        for (int L = 0; L < 4; L++) {
+            const __m512i a = _mm512_loadu_si512(e + 192 * L), b = _mm512_loadu_si512(e + 192 * L + 64),
+                          c2 = _mm512_loadu_si512(e + 192 * L + 128);
+            /* quants 12-15: bits 6-7 of a, b, c to bits 0-1, 2-3, 4-5 (select, then clear 6-7) */
+            const __m512i u = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 6), _mm512_srli_epi16(b, 4), m03, 0xE4);
+            const __m512i v3 = _mm512_and_si512(_mm512_ternarylogic_epi32(u, _mm512_srli_epi16(c2, 2), m0f, 0xE4), m3f);
+            const __m512i v[4] = {_mm512_and_si512(a, m3f), _mm512_and_si512(b, m3f), _mm512_and_si512(c2, m3f), v3};
+            const __m512i s = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sd + 16 * L)));
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) {
+                const kq_q6p *yc = &y[c][i - yo];
+                __m512i z = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int w = 0; w < 4; w++) z = _mm512_dpbusd_epi32(z, v[w], kx_bcast16(yc->qs + 64 * L + 16 * w));
+                const __m512i sz = _mm512_mullo_epi32(_mm512_sub_epi32(z, kx_bcast16(yc->bs32 + 4 * L)), s);
+                A[c][L / 2] = L % 2 ? _mm512_add_epi32(A[c][L / 2], sz) : sz;
+            }
+        }
+        const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(sd + 64)));
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const __m512 fd = _mm512_permutexvar_ps(pick_d, _mm512_castps128_ps512(_mm_mul_ps(d4, _mm_set1_ps(y[c][i - yo].d))));
+            t[2 * c] = _mm512_fmadd_ps(fd, _mm512_cvtepi32_ps(A[c][0]), t[2 * c]);
+            t[2 * c + 1] = _mm512_fmadd_ps(fd, _mm512_cvtepi32_ps(A[c][1]), t[2 * c + 1]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
+}
+
+/* KQ_PREP_TILES' hook: a group is one sub-group here */
+#define k6_tile_cols(sub, i0, i1, yo, NC, grp, y, acc) k6_cols(i0, i1, yo, NC, grp, y, acc)
+
+KQ_INLINE void k6_group(const uint8_t *g, const kq_q6p *const *y, int nb, float *s) {
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    k6_cols(0, nb, 0, 1, g, y, acc);
+    kv_store4(s, acc[0], acc[1]);
+}
+
+/* nr a multiple of 4, x a group's start and n <= HQ_KV_MAX_NE0 (hq_pack_ok); as Q4_K's */
+KQ_PREP_GEMM(avx512, q6_K, kq_q6p, k6_prep, k6_group, k6_tile_cols, __m512, _mm512_setzero_ps, kv_store4, 1)
