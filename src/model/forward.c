@@ -324,8 +324,15 @@ void hm_kv_truncate(hm_ctx *c, int32_t pos) { (void)c; (void)pos; /* positions >
 
 /* y = x / rms(x) * w, the sum in double as ggml does */
 static void hm_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    /* the sum of squares in double over 8 interleaved chains (one chain of adds waited ~4 cycles per
+       element: ~2.5 us per 2048, 33 times a token); the double sum's order moves it by ~1e-16
+       relative, far below the float scale's rounding */
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += (double)x[i + k] * x[i + k];
+    double sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for (; i < n; i++) sum += (double)x[i] * x[i];
     float scale = 1.0f / sqrtf((float)(sum / n) + eps);
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
 }
