@@ -158,7 +158,8 @@ typedef struct hq_traits {
 } hq_traits;
 
 /* Whether a tensor of `type` with rows of ne0 elements and nrows rows can be packed for the
-   dispatched kernels (the type has gemm_packed, whole groups of rows, whole pairs of blocks). */
+   dispatched kernels (the type has gemm_packed, whole groups of rows, whole pairs of blocks for Q4_0,
+   rows of at most HQ_KV_MAX_NE0 for Q4_K and Q6_K). */
 bool hq_pack_ok(int type, int64_t ne0, int64_t nrows);
 
 /* ---- attention kernels (the F32 path of flash attention, src/model) ------------------------------ */
