@@ -236,11 +236,10 @@ enum { KX5_ENTRY = 4 * sizeof(block_q5_K) };
    one thread 70-75 -> 85-86%, two threads (~38 GB/s) 91.6-92.4 -> 88.3-89.2%; pp128 t2 +22%. */
 
 /* one group (g: its entries) x NC activation rows over super-blocks i0 .. i1; t[2c], t[2c+1]: column
-   c's low and high accumulators (one 128-bit lane per row); pf > 0 prefetches pf bytes ahead.
-   five: Q5_K (entries of KX5_ENTRY), else Q4_K. */
-KQ_INLINE void kx_cols_k45(bool five, int i0, int i1, int NC, const uint8_t *g, const block_q8_K *const *y, __m512 *acc,
-                           int pf) {
-    const size_t es = five ? KX5_ENTRY : KX_ENTRY;
+   c's low and high accumulators (one 128-bit lane per row); pf > 0 prefetches pf bytes ahead (Q5_K:
+   entries of KX5_ENTRY, its fifth bits after the x4 bytes) */
+KQ_INLINE void kx_cols_q5_K(int i0, int i1, int NC, const uint8_t *g, const block_q8_K *const *y, __m512 *acc, int pf) {
+    const size_t es = KX5_ENTRY;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m16 = _mm512_set1_epi8(0x10);
     const __m512i pick_d = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
     const __m512i pick_m = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
@@ -252,19 +251,17 @@ KQ_INLINE void kx_cols_k45(bool five, int i0, int i1, int NC, const uint8_t *g, 
         const uint8_t *e = g + (size_t)i * es;
         if (pf) kq_prefetch_span((const char *)e + pf, (int)es);
         const __m512i sc = kx_scales(e + 16);
-        __m512i Zl[4], Zh[4], h[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-        if (five) h[0] = _mm512_loadu_si512(e + KX_ENTRY), h[1] = _mm512_loadu_si512(e + KX_ENTRY + 64);
+        __m512i Zl[4], Zh[4];
+        const __m512i h[2] = {_mm512_loadu_si512(e + KX_ENTRY), _mm512_loadu_si512(e + KX_ENTRY + 64)};
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) Zl[c] = Zh[c] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int s = 0; s < 8; s++) {
             const __m512i q = _mm512_loadu_si512(e + 64 + 64 * s);
-            __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            if (five) { /* bits 2j, 2j + 1 to bit 4 */
-                const int j = s % 4;
-                lo = kz_or_and(lo, kz_shift(h[s / 4], 4 - 2 * j), m16);
-                hi = kz_or_and(hi, kz_shift(h[s / 4], 3 - 2 * j), m16);
-            }
+            /* the fifth bits: 2j, 2j + 1 of the bit vector to bit 4 */
+            const int j = s % 4;
+            const __m512i lo = kz_or_and(_mm512_and_si512(q, m4), kz_shift(h[s / 4], 4 - 2 * j), m16);
+            const __m512i hi = kz_or_and(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), kz_shift(h[s / 4], 3 - 2 * j), m16);
             const __m512i sv = kx_pick(sc, s);
 #pragma GCC unroll 4
             for (int c = 0; c < NC; c++) {
@@ -288,9 +285,6 @@ KQ_INLINE void kx_cols_k45(bool five, int i0, int i1, int NC, const uint8_t *g, 
     }
 #pragma GCC unroll 8
     for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
-}
-KQ_INLINE void kx_cols_q5_K(int i0, int i1, int NC, const uint8_t *g, const block_q8_K *const *y, __m512 *acc, int pf) {
-    kx_cols_k45(true, i0, i1, NC, g, y, acc, pf);
 }
 
 /* the four rows' sums from a column's accumulators, added as kq_hsum adds a row's eight lanes:
