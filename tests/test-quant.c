@@ -477,9 +477,9 @@ static void test_q8_0_avx512(void) {
 
 /* Packed layouts (quant.h): where the dispatched family has one, pack then unpack gives the rows
    back byte for byte, and gemm_packed over the packed rows gives gemm's results bit for bit — decode
-   over whole shares (one pass: K up to 8192) and longer rows (Q4_0's tiled path, 8320; the K-quants:
-   33 super-blocks, a short prefill chunk; the longest rows Q4_0's and Q4_K's x4v take), prefill tiles
-   of 1-5 columns, 4 to 36 rows.  Rows come from
+   over whole shares and longer rows (x4v's K-panels: 8192 = two, 8320 = Q4_0's two and a unit, the
+   K-quants' 33 super-blocks = two and one, a short prefill chunk; the longest rows x4v takes),
+   prefill tiles of 1-5 columns, 4 to 36 rows (36: two bands and a short one).  Rows come from
    the quantizer and, for the K-quants, also as random bytes (every 6-bit scale and min pattern, finite d and
    dmin); unpack is checked whole and in stretches of HQ_UNPACK_STEP.  hq_pack_ok refuses shapes the
    layout cannot hold.  Without a packed kernel (generic table,
@@ -526,15 +526,15 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
                     fill_uniform(f, n);
                     vt->from_float(f, y + j * by, n);
                 }
-                for (int r = 0; r < rows; r += HQ_PACK_ROWS) tr->pack(px + r * bx, x + r * bx, bx, n);
+                for (int r = 0; r < rows; r += HQ_BAND)
+                    tr->pack(px + r * bx, x + r * bx, bx, n, rows - r < HQ_BAND ? rows - r : HQ_BAND);
                 for (int r = 0; r < rows; r++) { /* whole, and in the stretches hm_tensor_row_f32 takes */
-                    const uint8_t *grp = px + (r / HQ_PACK_ROWS) * HQ_PACK_ROWS * bx;
-                    tr->unpack(back, grp, r % HQ_PACK_ROWS, n, 0, n);
+                    tr->unpack(back, px, n, rows, r, 0, n);
                     if (memcmp(back, x + r * bx, bx)) bad_rt++;
                     memset(back, 0, bx);
                     for (int e0 = 0; e0 < n; e0 += HQ_UNPACK_STEP) {
                         const int ne = n - e0 < HQ_UNPACK_STEP ? n - e0 : HQ_UNPACK_STEP;
-                        tr->unpack(back + hq_row_size(type, e0), grp, r % HQ_PACK_ROWS, n, e0, ne);
+                        tr->unpack(back + hq_row_size(type, e0), px, n, rows, r, e0, ne);
                     }
                     if (memcmp(back, x + r * bx, bx)) bad_rt++;
                 }
@@ -569,7 +569,7 @@ static void test_q4_0_layouts(void) {
         }
     int bad = 0;
     for (int nb = 4; nb <= NB; nb += 2) {
-        tr->pack(packed, rows, sizeof rows[0], 32 * nb); /* the first nb blocks of each row */
+        tr->pack(packed, rows, sizeof rows[0], 32 * nb, 4); /* the first nb blocks of each row */
         const bool v = x4v && nb == 4;
         for (int r = 0; r < 4; r++)
             for (int b = 0; b < 2; b++) { /* the first blocks of each row, where both layouts have them */
@@ -585,8 +585,42 @@ static void test_q4_0_layouts(void) {
     CHECKF(bad == 0, "Q4_0: %d packed bytes not where the %s layout puts them", bad, x4v ? "x4v" : "x4");
 }
 
+/* x4v's K-panels (quant.h): in a band of 16 rows of 8192 Q4_K / Q6_K elements (two panels of 16
+   super-blocks), group g's entry for super-block b at 576 / 840 * (64 * (b / 16) + 16 * g + b % 16):
+   checked through each row's d, which the entry keeps at 4r (Q4_K) / 64 + 2r (Q6_K) */
+static void test_x4v_panels(void) {
+    enum { K = 8192, NB = K / QK_K, R = 16 };
+    int bad = 0, checked = 0;
+    for (int q6 = 0; q6 < 2; q6++) {
+        const int type = q6 ? HQ_TYPE_Q6_K : HQ_TYPE_Q4_K;
+        const hq_traits *tr = hq_get_traits(type);
+        if (!tr->pack || strcmp(hq_simd_name(), "generic") == 0) continue;
+        const size_t bs = tr->type_size, bx = NB * bs, E = 4 * bs, doff = q6 ? offsetof(block_q6_K, d) : 0;
+        uint8_t *x = calloc(R, bx), *px = malloc(R * bx);
+        REQUIRE_V(x && px);
+        for (int r = 0; r < R; r++)
+            for (int b = 0; b < NB; b++) {
+                const hr_fp16 d = (hr_fp16)(0x3C00 + NB * r + b);
+                memcpy(x + r * bx + b * bs + doff, &d, 2);
+            }
+        tr->pack(px, x, bx, K, R);
+        for (int r = 0; r < R; r++)
+            for (int b = 0; b < NB; b++) {
+                const size_t e = E * (size_t)(64 * (b / 16) + 16 * (r / 4) + b % 16);
+                hr_fp16 d;
+                memcpy(&d, px + e + (q6 ? 64 + 2 * (r % 4) : 4 * (r % 4)), 2);
+                bad += d != (hr_fp16)(0x3C00 + NB * r + b);
+                checked++;
+            }
+        free(x), free(px);
+    }
+    printf("  x4v K-panels (Q4_K, Q6_K, 16 x 8192): %d of %d entries misplaced\n", bad, checked);
+    CHECKF(bad == 0, "x4v: %d entries not where the K-panels put them", bad);
+}
+
 static void test_packed(void) {
     test_q4_0_layouts();
+    test_x4v_panels();
     CHECK(!hq_pack_ok(HQ_TYPE_Q8_0, 64, 4) && !hq_pack_ok(HQ_TYPE_Q3_K, 256, 4));
     if (hq_get_traits(HQ_TYPE_Q4_0)->gemm_packed) CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 96, 4)); /* an odd number of blocks */
     /* Q4_0: rows of whole 4-block units (x4v on AVX-512), up to and past x4's one-pass decode, the

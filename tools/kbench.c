@@ -98,7 +98,7 @@ static int kb_run(int type, int rows, int K, int nc, int reps, bool check) {
     snprintf(name, sizeof name, "%s%s", tr->name, packed ? "x4" : "");
     if (packed) {
         uint8_t *tmp = w + mat; /* the second copy's room, filled below */
-        for (int r = 0; r < rows; r += HQ_PACK_ROWS) tr->pack(tmp + (size_t)r * rs, w + (size_t)r * rs, rs, K);
+        for (int r = 0; r < rows; r += HQ_BAND) tr->pack(tmp + (size_t)r * rs, w + (size_t)r * rs, rs, K, HQ_BAND);
         memcpy(w, tmp, mat);
     }
     for (int c = 1; c < copies; c++) memcpy(w + mat * c, w, mat);

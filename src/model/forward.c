@@ -21,8 +21,9 @@
 #include <stdlib.h>
 
 #define HM_ALIGN 64
-#define HM_ROW_CHUNK 16   /* rows per work unit: a multiple of every tile kernel's row step */
+#define HM_ROW_CHUNK 16   /* rows per work unit: a multiple of every tile kernel's row step, whole bands */
 #define HM_MAX_SPLIT 64   /* decode splits rows by measured speed up to this many threads (evenly above) */
+static_assert(HM_ROW_CHUNK % HQ_BAND == 0, "a work unit of a packed weight is whole bands (quant.h)");
 #define HM_KV_TILE 64     /* attention positions per online-softmax step (llama.cpp's CPU flash-attention tile) */
 #define HM_ATT_NQ 4       /* heads of one token on one KV head (GQA) scored and accumulated together */
 
@@ -104,7 +105,7 @@ static size_t hm_kv_layer_bytes(const hm_hparams *hp, int32_t n_ctx, int kv_type
 static hm_tensor hm_rows_view(const hm_tensor *t, int64_t r0, int64_t r1) {
     hm_tensor v = *t;
     if (!t->data) return v;
-    HR_ASSERT(!t->packed || (r0 % HQ_PACK_ROWS == 0 && (r1 - r0) % HQ_PACK_ROWS == 0));
+    HR_ASSERT(!t->packed || (r0 % HQ_BAND == 0 && (r1 % HQ_BAND == 0 || r1 == t->ne1))); /* whole bands */
     v.map = (const uint8_t *)t->map + (size_t)r0 * t->row_bytes;
     v.data = (const uint8_t *)t->data + (size_t)r0 * t->row_bytes;
     v.ne1 = r1 - r0;

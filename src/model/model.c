@@ -266,13 +266,12 @@ void hm_tensor_row_f32(const hm_tensor *t, int64_t r, float *out) {
     /* unpack and convert a stretch of the row at a time */
     enum { CHUNK = HQ_UNPACK_STEP };
     uint8_t tmp[CHUNK / 32 * 64];
-    const uint8_t *g = (const uint8_t *)t->data + (size_t)(r / HQ_PACK_ROWS) * HQ_PACK_ROWS * t->row_bytes;
     for (int64_t e0 = 0; e0 < t->ne0; e0 += CHUNK) {
         const int64_t ne = HR_MIN(CHUNK, t->ne0 - e0);
         static_assert(CHUNK % QK_K == 0 && sizeof tmp >= CHUNK / 32 * sizeof(block_q4_0) &&
                           sizeof tmp >= CHUNK / QK_K * sizeof(block_q6_K) && sizeof tmp >= CHUNK / QK_K * sizeof(block_q4_K),
                       "unpack chunk");
-        tr->unpack(tmp, g, (int)(r % HQ_PACK_ROWS), t->ne0, e0, ne);
+        tr->unpack(tmp, t->data, t->ne0, t->ne1, r, e0, ne);
         tr->to_float(tmp, out + e0, ne);
     }
 }
@@ -300,7 +299,7 @@ static int hm_load_list(hm_model *m, const hm_shard *shard, hm_tensor **out) {
     return n;
 }
 
-/* the copy: each tensor's rows split over the pool's threads (whole groups where it is packed), so
+/* the copy: each tensor's rows split over the pool's threads (whole bands where it is packed), so
    that the kernel's zeroing of the fresh pages (half the time of a load) and the packing run on
    every core */
 typedef struct hm_load_job {
@@ -315,7 +314,7 @@ static void hm_load_worker(void *arg, int ith, int nth) {
         const hm_tensor *t = j->list[i];
         const bool pk = t->packed;
         int64_t r0, r1;
-        hr_split(t->ne1, ith, nth, pk ? HQ_PACK_ROWS : 1, &r0, &r1);
+        hr_split(t->ne1, ith, nth, pk ? HQ_BAND : 1, &r0, &r1);
         const uint8_t *src = (const uint8_t *)t->map + (size_t)r0 * t->row_bytes;
         uint8_t *dst = j->dst[i] + (size_t)r0 * t->row_bytes;
         if (!pk) {
@@ -323,8 +322,8 @@ static void hm_load_worker(void *arg, int ith, int nth) {
             continue;
         }
         const hq_traits *tr = hq_get_traits(t->type);
-        for (int64_t r = r0; r < r1; r += HQ_PACK_ROWS, src += HQ_PACK_ROWS * t->row_bytes, dst += HQ_PACK_ROWS * t->row_bytes)
-            tr->pack(dst, src, t->row_bytes, t->ne0);
+        for (int64_t r = r0; r < r1; r += HQ_BAND, src += HQ_BAND * t->row_bytes, dst += HQ_BAND * t->row_bytes)
+            tr->pack(dst, src, t->row_bytes, t->ne0, (int)HR_MIN(HQ_BAND, r1 - r));
     }
 }
 

@@ -69,7 +69,7 @@ typedef struct hm_tensor {
     size_t      row_bytes;
     const void *data;      /* what the kernels read: the file mapping, or the model's copy */
     const void *map;       /* where the bytes lie in the file mapping (= data until loaded) */
-    bool        packed;    /* data is in the type's packed layout (quant.h), groups of HQ_PACK_ROWS rows */
+    bool        packed;    /* data is in the type's packed layout (quant.h), bands of HQ_BAND rows */
 } hm_tensor;
 
 typedef struct hm_layer {

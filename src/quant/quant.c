@@ -182,10 +182,35 @@ HQ_GEMM_GENERIC(Q8_1) HQ_GEMM_GENERIC(Q2_K) HQ_GEMM_GENERIC(Q3_K) HQ_GEMM_GENERI
 HQ_GEMM_GENERIC(Q5_K) HQ_GEMM_GENERIC(Q6_K) HQ_GEMM_GENERIC(Q8_K)
 static const char *hq_simd = "generic";
 
+/* the band holding row r of a packed matrix of nrows rows of bx bytes: its start, and its number of
+   groups */
+static const uint8_t *hq_band_of(const void *x, int64_t nrows, int64_t r, size_t bx, int *ng) {
+    const int64_t b0 = r / HQ_BAND * HQ_BAND;
+    *ng = (int)((nrows - b0 < HQ_BAND ? nrows - b0 : HQ_BAND) / HQ_PACK_ROWS);
+    return (const uint8_t *)x + (size_t)b0 * bx;
+}
+
+/* A band of a layout without K-panels (quant.h) is its groups one after another: pack and unpack
+   (hq_pack_fn, hq_unpack_fn) over the layout's functions for one group (_grp), whose rows take
+   blocks of BS bytes per BLK elements. */
+#define HQ_GROUPS_BAND(t, L, BLK, BS)                                                                        \
+    static void hq_pack_##t##_##L(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows) { \
+        for (int g = 0; g < nrows / HQ_PACK_ROWS; g++)                                                       \
+            hq_pack_##t##_##L##_grp((uint8_t *)dst + (size_t)g * HQ_PACK_ROWS * bx,                         \
+                                   (const uint8_t *)src + (size_t)g * HQ_PACK_ROWS * bx, bx, ne0);           \
+    }                                                                                                        \
+    static void hq_unpack_##t##_##L(void *restrict dst, const void *restrict x, int64_t ne0, int64_t nrows,  \
+                                    int64_t r, int64_t e0, int64_t ne) {                                     \
+        (void)nrows;                                                                                         \
+        const size_t bx = (size_t)(ne0 / (BLK)) * (BS);                                                      \
+        hq_unpack_##t##_##L##_grp(dst, (const uint8_t *)x + (size_t)(r / HQ_PACK_ROWS) * HQ_PACK_ROWS * bx,  \
+                                  (int)(r % HQ_PACK_ROWS), ne0, e0, ne);                                     \
+    }
+
 /* ---- Q4_0 x4 (quant.h): entry k of a group = scales of blocks 2k, 2k+1 of rows 0-3, then each row's
    codes of the two blocks ---- */
 enum { HQ_X4_ENTRY = 8 * sizeof(block_q4_0) };
-static void hq_pack_q4_0_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
+static void hq_pack_q4_0_x4_grp(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
     uint8_t *d = dst;
     for (int64_t k = 0; k < ne0 / (2 * QK4_0); k++, d += HQ_X4_ENTRY)
         for (int i = 0; i < HQ_PACK_ROWS; i++) {
@@ -196,7 +221,7 @@ static void hq_pack_q4_0_x4(void *restrict dst, const void *restrict src, size_t
             memcpy(d + 32 + 32 * i, b[1].qs, 16);
         }
 }
-static void hq_unpack_q4_0_x4(void *restrict dst, const void *restrict group, int i, int64_t ne0, int64_t e0, int64_t ne) {
+static void hq_unpack_q4_0_x4_grp(void *restrict dst, const void *restrict group, int i, int64_t ne0, int64_t e0, int64_t ne) {
     (void)ne0;
     block_q4_0 *b = dst;
     for (int64_t k = e0 / (2 * QK4_0); k < (e0 + ne) / (2 * QK4_0); k++, b += 2) {
@@ -207,34 +232,46 @@ static void hq_unpack_q4_0_x4(void *restrict dst, const void *restrict group, in
         memcpy(b[1].qs, e + 32 + 32 * i, 16);
     }
 }
+HQ_GROUPS_BAND(q4_0, x4, QK4_0, sizeof(block_q4_0))
 
 #if defined(HEARTH_ARCH_X86)
 /* ---- Q4_0 x4v (quant.h, AVX-512): unit u of a group = blocks 4u .. 4u+3 of rows 0-3: the scale of
    row r's block j at fp16 4r + j, then vector i (64 bytes) with bytes 4i .. 4i+3 of that block's
-   qs at 16r + 4j ---- */
+   qs at 16r + 4j; a band's groups in K-panels (hq_panel_at) ---- */
 enum { HQ_X4V_UNIT = 16 * sizeof(block_q4_0) };
-static void hq_pack_q4_0_x4v(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
+enum { HQ_X4V_PU = HQ_PANEL / (4 * QK4_0) }; /* units per K-panel (quant.h) */
+static void hq_pack_q4_0_x4v(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows) {
     if (!hq_x4v_fits(ne0)) {
-        hq_pack_q4_0_x4(dst, src, bx, ne0);
+        hq_pack_q4_0_x4(dst, src, bx, ne0, nrows);
         return;
     }
-    uint8_t *d = dst;
-    for (int64_t u = 0; u < ne0 / (4 * QK4_0); u++, d += HQ_X4V_UNIT)
-        for (int r = 0; r < HQ_PACK_ROWS; r++)
-            for (int j = 0; j < 4; j++) {
-                const block_q4_0 *b = (const block_q4_0 *)((const uint8_t *)src + (size_t)r * bx) + 4 * u + j;
-                memcpy(d + 2 * (4 * r + j), &b->d, 2);
-                for (int i = 0; i < 4; i++) memcpy(d + 32 + 64 * i + 16 * r + 4 * j, b->qs + 4 * i, 4);
-            }
+    const int64_t nu = ne0 / (4 * QK4_0);
+    const int ng = nrows / HQ_PACK_ROWS;
+    for (int g = 0; g < ng; g++)
+        for (int64_t u = 0; u < nu; u++) {
+            uint8_t *d = (uint8_t *)dst + hq_panel_at(ng, g, nu, u, HQ_X4V_PU, HQ_X4V_UNIT);
+            for (int r = 0; r < HQ_PACK_ROWS; r++)
+                for (int j = 0; j < 4; j++) {
+                    const block_q4_0 *b =
+                        (const block_q4_0 *)((const uint8_t *)src + (size_t)(HQ_PACK_ROWS * g + r) * bx) + 4 * u + j;
+                    memcpy(d + 2 * (4 * r + j), &b->d, 2);
+                    for (int i = 0; i < 4; i++) memcpy(d + 32 + 64 * i + 16 * r + 4 * j, b->qs + 4 * i, 4);
+                }
+        }
 }
-static void hq_unpack_q4_0_x4v(void *restrict dst, const void *restrict group, int r, int64_t ne0, int64_t e0, int64_t ne) {
+static void hq_unpack_q4_0_x4v(void *restrict dst, const void *restrict x, int64_t ne0, int64_t nrows, int64_t r0,
+                               int64_t e0, int64_t ne) {
     if (!hq_x4v_fits(ne0)) {
-        hq_unpack_q4_0_x4(dst, group, r, ne0, e0, ne);
+        hq_unpack_q4_0_x4(dst, x, ne0, nrows, r0, e0, ne);
         return;
     }
+    const int64_t nu = ne0 / (4 * QK4_0);
+    int ng;
+    const uint8_t *band = hq_band_of(x, nrows, r0, (size_t)(ne0 / QK4_0) * sizeof(block_q4_0), &ng);
+    const int g = (int)(r0 % HQ_BAND / HQ_PACK_ROWS), r = (int)(r0 % HQ_PACK_ROWS);
     block_q4_0 *b = dst;
     for (int64_t u = e0 / (4 * QK4_0); u < (e0 + ne) / (4 * QK4_0); u++) {
-        const uint8_t *d = (const uint8_t *)group + u * HQ_X4V_UNIT;
+        const uint8_t *d = band + hq_panel_at(ng, g, nu, u, HQ_X4V_PU, HQ_X4V_UNIT);
         for (int j = 0; j < 4; j++, b++) {
             memcpy(&b->d, d + 2 * (4 * r + j), 2);
             for (int i = 0; i < 4; i++) memcpy(b->qs + 4 * i, d + 32 + 64 * i + 16 * r + 4 * j, 4);
@@ -276,17 +313,25 @@ static void hq_unpack_q4_K_row(block_q4_K *x, const uint8_t *e, int r, bool v) {
             x->qs[j + k + 16] |= (uint8_t)((c >> 4) << sh);
         }
 }
-static void hq_pack_q4_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
-    uint8_t *d = dst;
-    for (int64_t b = 0; b < ne0 / QK_K; b++, d += HQ_K4_ENTRY)
-        for (int r = 0; r < HQ_PACK_ROWS; r++)
-            hq_pack_q4_K_row(d, (const block_q4_K *)((const uint8_t *)src + (size_t)r * bx) + b, r, true);
+/* x4v's bands hold K-panels (quant.h, hq_panel_at) */
+static void hq_pack_q4_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows) {
+    const int64_t nb = ne0 / QK_K;
+    const int ng = nrows / HQ_PACK_ROWS;
+    for (int g = 0; g < ng; g++)
+        for (int64_t b = 0; b < nb; b++)
+            for (int r = 0; r < HQ_PACK_ROWS; r++)
+                hq_pack_q4_K_row((uint8_t *)dst + hq_panel_at(ng, g, nb, b, HQ_PANEL / QK_K, HQ_K4_ENTRY),
+                                 (const block_q4_K *)((const uint8_t *)src + (size_t)(HQ_PACK_ROWS * g + r) * bx) + b, r, true);
 }
-static void hq_unpack_q4_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0, int64_t e0, int64_t ne) {
-    (void)ne0;
-    block_q4_K *x = dst;
-    for (int64_t b = e0 / QK_K; b < (e0 + ne) / QK_K; b++, x++)
-        hq_unpack_q4_K_row(x, (const uint8_t *)group + b * HQ_K4_ENTRY, r, true);
+static void hq_unpack_q4_K_x4(void *restrict dst, const void *restrict x, int64_t ne0, int64_t nrows, int64_t r,
+                              int64_t e0, int64_t ne) {
+    const int64_t nb = ne0 / QK_K;
+    int ng;
+    const uint8_t *band = hq_band_of(x, nrows, r, (size_t)nb * sizeof(block_q4_K), &ng);
+    block_q4_K *o = dst;
+    for (int64_t b = e0 / QK_K; b < (e0 + ne) / QK_K; b++, o++)
+        hq_unpack_q4_K_row(o, band + hq_panel_at(ng, (int)(r % HQ_BAND / HQ_PACK_ROWS), nb, b, HQ_PANEL / QK_K, HQ_K4_ENTRY),
+                           (int)(r % HQ_PACK_ROWS), true);
 }
 
 /* ---- Q5_K x4 (quant.h): Q4_K's entry for the low four bits (the block's fields up to qs match), then
@@ -294,7 +339,7 @@ static void hq_unpack_q4_K_x4(void *restrict dst, const void *restrict group, in
    byte k holding those of quants k and k + 16 of sub-block 4v + j.  In the file the fifth bit of
    quant l of sub-block s is bit s of qh[l]. ---- */
 enum { HQ_K5_ENTRY = HQ_PACK_ROWS * sizeof(block_q5_K) };
-static void hq_pack_q5_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
+static void hq_pack_q5_K_x4_grp(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
     uint8_t *d = dst;
     for (int64_t b = 0; b < ne0 / QK_K; b++, d += HQ_K5_ENTRY) {
         memset(d + HQ_K4_ENTRY, 0, HQ_K5_ENTRY - HQ_K4_ENTRY);
@@ -312,7 +357,7 @@ static void hq_pack_q5_K_x4(void *restrict dst, const void *restrict src, size_t
         }
     }
 }
-static void hq_unpack_q5_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0, int64_t e0, int64_t ne) {
+static void hq_unpack_q5_K_x4_grp(void *restrict dst, const void *restrict group, int r, int64_t ne0, int64_t e0, int64_t ne) {
     (void)ne0;
     block_q5_K *x = dst;
     for (int64_t b = e0 / QK_K; b < (e0 + ne) / QK_K; b++, x++) {
@@ -330,6 +375,7 @@ static void hq_unpack_q5_K_x4(void *restrict dst, const void *restrict group, in
             }
     }
 }
+HQ_GROUPS_BAND(q5_K, x4, QK_K, sizeof(block_q5_K))
 
 /* ---- Q6_K x4v (quant.h): entry b of a group = the rows' scales (64 bytes: byte 16L + 4r + s = row r's
    scale of sub-block hq_q6v_sub(L, s)), their d (8 bytes: row r at 64 + 2r), then the codes: lane set
@@ -348,34 +394,38 @@ static void hq_q6_set(block_q6_K *x, int e, int v) { /* into zeroed ql, qh */
     x->qh[32 * h + l] |= (uint8_t)((v >> 4) << (2 * p));
 }
 static int hq_q6v_sub(int L, int s) { return 8 * (L / 2) + 2 * s + L % 2; }
-static void hq_pack_q6_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
+static void hq_pack_q6_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows) {
     const int64_t nb = ne0 / QK_K;
-    uint8_t *g = dst;
-    memset(g, 0, (size_t)nb * HQ_K6_ENTRY);
-    for (int64_t b = 0; b < nb; b++)
-        for (int r = 0; r < HQ_PACK_ROWS; r++) {
-            const block_q6_K *x = (const block_q6_K *)((const uint8_t *)src + (size_t)r * bx) + b;
-            uint8_t *tail = g + HQ_K6_ENTRY * b, *code = tail + HQ_K6_TAIL;
-            memcpy(tail + 64 + 2 * r, &x->d, 2);
-            for (int L = 0; L < 4; L++)
-                for (int k = 0; k < 4; k++) {
-                    const int sb = hq_q6v_sub(L, k);
-                    tail[16 * L + 4 * r + k] = (uint8_t)x->scales[sb];
-                    for (int t = 0; t < 4; t++) {
-                        const int top = hq_q6_get(x, 16 * sb + 12 + t);
-                        for (int w = 0; w < 3; w++)
-                            code[192 * L + 64 * w + 16 * r + 4 * k + t] =
-                                (uint8_t)(hq_q6_get(x, 16 * sb + 4 * w + t) | (top >> (2 * w) & 3) << 6);
+    const int ng = nrows / HQ_PACK_ROWS;
+    memset(dst, 0, (size_t)nrows * (size_t)nb * sizeof(block_q6_K));
+    for (int g = 0; g < ng; g++)
+        for (int64_t b = 0; b < nb; b++)
+            for (int r = 0; r < HQ_PACK_ROWS; r++) {
+                const block_q6_K *x = (const block_q6_K *)((const uint8_t *)src + (size_t)(HQ_PACK_ROWS * g + r) * bx) + b;
+                uint8_t *tail = (uint8_t *)dst + hq_panel_at(ng, g, nb, b, HQ_PANEL / QK_K, HQ_K6_ENTRY), *code = tail + HQ_K6_TAIL;
+                memcpy(tail + 64 + 2 * r, &x->d, 2);
+                for (int L = 0; L < 4; L++)
+                    for (int k = 0; k < 4; k++) {
+                        const int sb = hq_q6v_sub(L, k);
+                        tail[16 * L + 4 * r + k] = (uint8_t)x->scales[sb];
+                        for (int t = 0; t < 4; t++) {
+                            const int top = hq_q6_get(x, 16 * sb + 12 + t);
+                            for (int w = 0; w < 3; w++)
+                                code[192 * L + 64 * w + 16 * r + 4 * k + t] =
+                                    (uint8_t)(hq_q6_get(x, 16 * sb + 4 * w + t) | (top >> (2 * w) & 3) << 6);
+                        }
                     }
-                }
-        }
+            }
 }
-static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict group, int r, int64_t ne0, int64_t e0, int64_t ne) {
-    (void)ne0;
-    const uint8_t *g = group;
+static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict x0, int64_t ne0, int64_t nrows, int64_t r0,
+                              int64_t e0, int64_t ne) {
+    const int64_t nb = ne0 / QK_K;
+    int ng;
+    const uint8_t *band = hq_band_of(x0, nrows, r0, (size_t)nb * sizeof(block_q6_K), &ng);
+    const int g = (int)(r0 % HQ_BAND / HQ_PACK_ROWS), r = (int)(r0 % HQ_PACK_ROWS);
     block_q6_K *x = dst;
     for (int64_t b = e0 / QK_K; b < (e0 + ne) / QK_K; b++, x++) {
-        const uint8_t *tail = g + HQ_K6_ENTRY * b, *code = tail + HQ_K6_TAIL;
+        const uint8_t *tail = band + hq_panel_at(ng, g, nb, b, HQ_PANEL / QK_K, HQ_K6_ENTRY), *code = tail + HQ_K6_TAIL;
         memcpy(&x->d, tail + 64 + 2 * r, 2);
         memset(x->ql, 0, sizeof x->ql);
         memset(x->qh, 0, sizeof x->qh);

@@ -103,9 +103,10 @@ typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *res
                            const void *restrict y, size_t by, int nc);
 
 /* Packed layouts.  A kernel family may run a type faster from its own arrangement of the bytes: rows
-   in groups of HQ_PACK_ROWS, each group's rows rearranged among themselves, so that a group takes
-   the same bytes at the same offset as in the file and a range of whole groups is still addressed
-   as rows (row i of a group of rows at x + i*bx).  The layouts ("x4"):
+   in groups of HQ_PACK_ROWS, each group's rows rearranged among themselves, and groups in bands of
+   HQ_BAND rows (a matrix's last band may be shorter, whole groups), so that a band takes the same
+   bytes at the same offset as in the file and a range of whole bands is still addressed as rows (row
+   i at x + i*bx).  The layouts ("x4"):
    - Q4_0 (AVX2): per pair of blocks b, b+1 of the group's rows, 144 bytes: the 8 fp16 scales [rows
      0-3 at b | rows 0-3 at b+1], then each row's 32 code bytes [qs of b | qs of b+1] — what the AVX2
      kernel uses per step, read in one linear stream;
@@ -117,12 +118,28 @@ typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *res
      together, then vectors of 64 bytes whose 4-byte lane 4r + s holds 4 code bytes of row r's
      sub-block s of a set of 4 — one sub-block of one row per int32 lane of a vpdpbusd (Q4_K: 8
      vectors, 4 nibble bytes each; Q6_K: 12, a 6-bit quant per byte and 2 bits of a fourth on top;
-     quant.c and quants-k512.c have the byte maps).  AVX2 reads a vector as two of 32 bytes (2 rows);
+     quant.c and quants-k512.c have the byte maps).  AVX2 reads a vector as two of 32 bytes (2 rows).
+     Rows longer than a panel (HQ_PANEL elements) are cut into K-panels: a band holds panel 0 of its
+     groups (each group's entries for those elements in order), then panel 1, ... (the last panel
+     narrower); hq_panel_at gives the offsets.  So a decode, still one linear stream, reuses
+     each panel's prepared activations (<= 5.2 KiB) while they are in L1: over whole rows of 8192 the
+     activations (10 KiB) and one group's weights (26 KiB, Q6_K) overflowed the 32 KiB L1 between
+     two uses (docs/design.md);
    - Q5_K (AVX-512, "x4"): per super-block, the 4 rows' scales together, then each sub-block's codes
      of the 4 rows side by side, one 128-bit lane per row.
-   A type has a packed form when the dispatched family has its kernel (gemm_packed != NULL);
-   hq_pack_ok says whether a tensor's shape allows it. */
-enum { HQ_PACK_ROWS = 4 };
+   Without panels a band is simply its groups one after another.  A type has a packed form when the
+   dispatched family has its kernel (gemm_packed != NULL); hq_pack_ok says whether a tensor's shape
+   allows it.  gemm_packed takes whole bands: x at a band's start, and nr rows ending at a band's end
+   or at the matrix's last row (its last band the matrix's). */
+enum { HQ_PACK_ROWS = 4, HQ_BAND = 16, HQ_PANEL = 4096 };
+/* The byte offset, in a band of ng groups whose rows hold nu units (a layout's step along K: a
+   super-block; Q4_0 x4v: 4 blocks) of entries of E bytes (a unit of the group's 4 rows), in K-panels
+   of pu units (HQ_PANEL elements), of group g's entry for unit u.  A panel's entries of one group are
+   consecutive, so the offset for u = a panel's first unit starts a run of them. */
+static inline size_t hq_panel_at(int ng, int g, int64_t nu, int64_t u, int64_t pu, size_t E) {
+    const int64_t p0 = u / pu * pu, w = nu - p0 < pu ? nu - p0 : pu;
+    return E * (size_t)(ng * p0 + g * w + (u - p0));
+}
 /* Which of Q4_0's two layouts an AVX-512 table packs a row into: x4v where the row is whole units of
    4 blocks and no longer than its decode's prepared row (on the stack) can be, x4 otherwise (with the
    AVX2 kernel: a tensor-parallel slice of, say, 86 blocks keeps a packed layout).  pack, unpack and
@@ -132,12 +149,15 @@ static inline bool hq_x4v_fits(int64_t ne0) { return ne0 % 128 == 0 && ne0 <= HQ
 /* The longest Q4_K or Q6_K row x4v packs: its decode prepares the activation row on the stack.  Longer
    rows stay in the file layout. */
 enum { HQ_KV_MAX_NE0 = 32768 };
-/* dst = the packed form of HQ_PACK_ROWS consecutive rows of ne0 elements at src (row stride bx) */
-typedef void (*hq_pack_fn)(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0);
-/* dst = elements [e0, e0 + ne) of row i (< HQ_PACK_ROWS) of a packed group of rows of ne0 elements, in
-   the file layout; e0 a multiple of HQ_UNPACK_STEP, e0 + ne a multiple of it or ne0 */
+/* dst = the packed form of the band of nrows (a multiple of HQ_PACK_ROWS, <= HQ_BAND) consecutive
+   rows of ne0 elements at src (row stride bx) */
+typedef void (*hq_pack_fn)(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows);
+/* dst = elements [e0, e0 + ne) of row r of a packed matrix x of nrows rows of ne0 elements, in the file
+   layout; e0 a multiple of HQ_UNPACK_STEP, e0 + ne a multiple of it or ne0 */
 enum { HQ_UNPACK_STEP = 1024 };
-typedef void (*hq_unpack_fn)(void *restrict dst, const void *restrict group, int i, int64_t ne0, int64_t e0, int64_t ne);
+static_assert(HQ_PANEL % HQ_UNPACK_STEP == 0, "a stretch to unpack lies within one K-panel");
+typedef void (*hq_unpack_fn)(void *restrict dst, const void *restrict x, int64_t ne0, int64_t nrows, int64_t r,
+                             int64_t e0, int64_t ne);
 
 typedef struct hq_traits {
     const char      *name;          /* "Q4_K" */
@@ -151,8 +171,8 @@ typedef struct hq_traits {
     hq_vec_dot_fn    vec_dot;       /* dispatched kernel */
     hq_vec_dot_fn    vec_dot_ref;   /* portable reference kernel (tests compare against it) */
     hq_gemm_fn       gemm;          /* tile kernel; a generic loop over vec_dot where no SIMD one exists */
-    hq_gemm_fn       gemm_packed;   /* the tile kernel over packed rows (nr, and a tile's first row, a
-                                       multiple of HQ_PACK_ROWS); NULL: the type is never packed */
+    hq_gemm_fn       gemm_packed;   /* the tile kernel over packed rows (whole bands, see above); NULL:
+                                       the type is never packed */
     hq_pack_fn       pack;          /* set with gemm_packed */
     hq_unpack_fn     unpack;
 } hq_traits;

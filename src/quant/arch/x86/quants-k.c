@@ -372,21 +372,10 @@ KQ_INLINE void kv2_store2(float *s, __m256 lo, __m256 hi) {
     s[1] = _mm_cvtss_f32(_mm256_extractf128_ps(u, 1));
 }
 
-/* decode: a group's row pairs KV2_DC entries at a time, so that the second reads L1 (one pass per
-   pair over the whole row read each line twice from afar: kbench cold 14 against 21 GB/s) */
-#define KV2_DECODE_GROUP(COLS)                                                                         \
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
-    for (int i0 = 0; i0 < nb; i0 += KV2_DC) {                                                          \
-        const int i1 = nb - i0 < KV2_DC ? nb : i0 + KV2_DC;                                            \
-        COLS(0, i0, i1, 0, 1, g, y, acc);                                                              \
-        COLS(1, i0, i1, 0, 1, g, y, acc + 2);                                                          \
-    }                                                                                                  \
-    kv2_store2(s, acc[0], acc[1]);                                                                     \
-    kv2_store2(s + 2, acc[2], acc[3]);
-KQ_INLINE void kv2_group_q4_K(const uint8_t *g, const block_q8_K *const *y, int nb, float *s) { KV2_DECODE_GROUP(kv2_cols_q4_K) }
-
 /* the AVX-512 kernel's entry (quants-k512.c), on 256-bit vectors */
-KQ_PREP_GEMM(avx2, q4_K, block_q8_K, kv2_prep, kv2_group_q4_K, kv2_cols_q4_K, __m256, _mm256_setzero_ps, kv2_store2, 2)
+/* decode: a group's row pairs KV2_DC entries at a time, so that the second pair reads them from L1 (one
+   pass per pair over a whole panel read each line twice from afar: kbench cold 14 against 21 GB/s) */
+KQ_PREP_GEMM(avx2, q4_K, block_q8_K, kv2_prep, kv2_cols_q4_K, __m256, _mm256_setzero_ps, kv2_store2, 2, KV2_ENTRY, KV2_DC)
 
 /* ---- Q6_K in the x4v layout (quant.h) on 256-bit vectors -------------------------------------------
  * The AVX-512 kernel's layout and sums (quants-k512.c), two rows per vector as for Q4_K above: the
@@ -468,9 +457,7 @@ KQ_INLINE void k62_cols(int R, int i0, int i1, int yo, int NC, const uint8_t *g,
     for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
 }
 
-KQ_INLINE void k62_group(const uint8_t *g, const kq_q6p *const *y, int nb, float *s) { KV2_DECODE_GROUP(k62_cols) }
-
-KQ_PREP_GEMM(avx2, q6_K, kq_q6p, k62_prep, k62_group, k62_cols, __m256, _mm256_setzero_ps, kv2_store2, 2)
+KQ_PREP_GEMM(avx2, q6_K, kq_q6p, k62_prep, k62_cols, __m256, _mm256_setzero_ps, kv2_store2, 2, K62_ENTRY, KV2_DC)
 
 /* ---- Q8_K activations: the reference's bytes, eight lanes at a time ------------------------------ */
 

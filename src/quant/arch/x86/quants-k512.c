@@ -433,21 +433,15 @@ KQ_INLINE void kv_cols_q4_K(int i0, int i1, int yo, int NC, const uint8_t *g, co
     for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
 }
 
-/* KQ_PREP_TILES' hooks: a group is one sub-group here */
+/* KQ_PREP_GEMM's hooks: a group is one sub-group here */
 #define kv_tile_cols(sub, i0, i1, yo, NC, grp, y, acc) kv_cols_q4_K(i0, i1, yo, NC, grp, y, acc)
 KQ_INLINE void kv_store4(float *s, __m512 lo, __m512 hi) { _mm_storeu_ps(s, kx_hsum4(lo, hi)); }
 
-KQ_INLINE void kv_group_q4_K(const uint8_t *g, const block_q8_K *const *y, int nb, float *s) {
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    kv_cols_q4_K(0, nb, 0, 1, g, y, acc);
-    kv_store4(s, acc[0], acc[1]);
-}
-
-/* nr a multiple of 4, x a group's start and n <= HQ_KV_MAX_NE0 (hq_pack_ok).  Decode prepares the
-   activation row once and walks the groups one after another (one linear stream, no software
-   prefetch); prefill: tiles of 16 rows (4 groups) x 4 columns, K in chunks of KQ_KC super-blocks, each
-   chunk of the 4 columns prepared once per tile (kq.h) */
-KQ_PREP_GEMM(avx512, q4_K, block_q8_K, kv_prep, kv_group_q4_K, kv_tile_cols, __m512, _mm512_setzero_ps, kv_store4, 1)
+/* whole bands (quant.h), n <= HQ_KV_MAX_NE0 (hq_pack_ok).  Decode prepares the activation row once
+   and walks the bands, each K-panel's groups one after another (one linear stream, no software
+   prefetch); prefill: tiles of one band (4 groups) x 4 columns, K in chunks of KQ_KC super-blocks,
+   each chunk of the 4 columns prepared once per tile (kq.h) */
+KQ_PREP_GEMM(avx512, q4_K, block_q8_K, kv_prep, kv_tile_cols, __m512, _mm512_setzero_ps, kv_store4, 1, KX_ENTRY, KQ_PU)
 
 /* ---- Q6_K in the x4v layout (quant.h): one sub-block of one row per int32 lane ---------------------
  *
@@ -525,14 +519,8 @@ KQ_INLINE void k6_cols(int i0, int i1, int yo, int NC, const uint8_t *g, const k
     for (int c = 0; c < 2 * NC; c++) acc[c] = t[c];
 }
 
-/* KQ_PREP_TILES' hook: a group is one sub-group here */
+/* KQ_PREP_GEMM's hook: a group is one sub-group here */
 #define k6_tile_cols(sub, i0, i1, yo, NC, grp, y, acc) k6_cols(i0, i1, yo, NC, grp, y, acc)
 
-KQ_INLINE void k6_group(const uint8_t *g, const kq_q6p *const *y, int nb, float *s) {
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    k6_cols(0, nb, 0, 1, g, y, acc);
-    kv_store4(s, acc[0], acc[1]);
-}
-
-/* nr a multiple of 4, x a group's start and n <= HQ_KV_MAX_NE0 (hq_pack_ok); as Q4_K's */
-KQ_PREP_GEMM(avx512, q6_K, kq_q6p, k6_prep, k6_group, k6_tile_cols, __m512, _mm512_setzero_ps, kv_store4, 1)
+/* whole bands, n <= HQ_KV_MAX_NE0 (hq_pack_ok); as Q4_K's */
+KQ_PREP_GEMM(avx512, q6_K, kq_q6p, k6_prep, k6_tile_cols, __m512, _mm512_setzero_ps, kv_store4, 1, K6_ENTRY, KQ_PU)

@@ -109,22 +109,35 @@ enum {
     QV_UNIT = 16 * sizeof(block_q4_0), /* bytes of a unit */
     QV_DEC = HQ_X4V_MAX_NE0 / 128,     /* decode: the whole row prepared at once (at most 40 KiB) */
     QV_KC = 8, QV_TC = 4, QV_TR = 16,  /* prefill: units per chunk, columns and rows per tile */
+    QV_PU = HQ_PANEL / 128,            /* units per K-panel (quant.h) */
 };
+static_assert((int)QV_TR == (int)HQ_BAND && (int)QV_PU % (int)QV_KC == 0, "prefill tiles: one band, chunks within a panel");
 
-/* decode: the activation row prepared once, then each group of 4 rows over the whole of K */
+/* decode: the activation row prepared once, then band by band (quant.h) K-panel by K-panel, each
+   panel's groups one after another, each group's accumulator carried from panel to panel */
 static void qv_matvec(int nu, float *restrict s, const char *restrict x, size_t bx, int nr, const block_q8_0 *y) {
     qv_a buf[QV_DEC];
     qv_prep(y, 0, nu, buf);
-    for (int r0 = 0; r0 < nr; r0 += 4) {
-        const char *e = x + (size_t)r0 * bx;
-        __m512 t = _mm512_setzero_ps();
-        for (int u = 0; u < nu; u++, e += QV_UNIT) {
-            __m512i lo[4], hi[4];
-            qv_codes(e, lo, hi);
-            const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)e));
-            t = qv_acc(t, dx, buf + u, qv_dots(lo, hi, buf + u));
+    for (int b0 = 0; b0 < nr; b0 += HQ_BAND) {
+        const int ng = (nr - b0 < HQ_BAND ? nr - b0 : HQ_BAND) / 4;
+        const char *band = x + (size_t)b0 * bx;
+        __m512 acc[HQ_BAND / 4];
+        for (int g = 0; g < ng; g++) acc[g] = _mm512_setzero_ps();
+        for (int p0 = 0; p0 < nu; p0 += QV_PU) {
+            const int w = nu - p0 < QV_PU ? nu - p0 : QV_PU;
+            for (int g = 0; g < ng; g++) {
+                const char *e = band + hq_panel_at(ng, g, nu, p0, QV_PU, QV_UNIT);
+                __m512 t = acc[g];
+                for (int u = p0; u < p0 + w; u++, e += QV_UNIT) {
+                    __m512i lo[4], hi[4];
+                    qv_codes(e, lo, hi);
+                    const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)e));
+                    t = qv_acc(t, dx, buf + u, qv_dots(lo, hi, buf + u));
+                }
+                acc[g] = t;
+            }
         }
-        qv_store(t, s + r0);
+        for (int g = 0; g < ng; g++) qv_store(acc[g], s + b0 + 4 * g);
     }
 }
 
@@ -149,9 +162,9 @@ QZ_INLINE void qv_rows(int C, const char *grp, int k0, int kc, const qv_a *buf, 
     for (int c = 0; c < C; c++) acc[c] = t[c];
 }
 
-/* nr a multiple of 4, x a group's start (hq_pack_ok); rows that x4v does not fit are in the x4 layout,
-   which the AVX2 kernel reads (hq_x4v_fits).  Prefill: tiles of 16 rows x 4 columns, K in chunks of
-   QV_KC units whose prepared columns (5 KiB) stay in L1 while the tile's rows pass. */
+/* whole bands (quant.h, hq_pack_ok); rows that x4v does not fit are in the x4 layout, which the AVX2
+   kernel reads (hq_x4v_fits).  Prefill: tiles of one band (16 rows) x 4 columns, K in chunks of QV_KC
+   units (within one K-panel) whose prepared columns (5 KiB) stay in L1 while the tile's rows pass. */
 void hq_gemm_packed_avx512_q4_0(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,
                                 const void *restrict y, size_t by, int nc) {
     if (!hq_x4v_fits(n)) {
@@ -166,22 +179,23 @@ void hq_gemm_packed_avx512_q4_0(int n, float *restrict s, size_t lds, const void
     qv_a buf[QV_TC * QV_KC];
     for (int r0 = 0; r0 < nr; r0 += QV_TR) {
         const int ng = (nr - r0 < QV_TR ? nr - r0 : QV_TR) / 4;
+        const char *band = (const char *)x + (size_t)r0 * bx;
         for (int j = 0; j < nc; j += QV_TC) {
             const int C = nc - j < QV_TC ? nc - j : QV_TC;
             __m512 acc[QV_TR / 4][QV_TC];
             for (int g = 0; g < ng; g++)
                 for (int c = 0; c < QV_TC; c++) acc[g][c] = _mm512_setzero_ps();
             for (int k0 = 0; k0 < nu; k0 += QV_KC) {
-                const int kc = nu - k0 < QV_KC ? nu - k0 : QV_KC;
+                const int kc = nu - k0 < QV_KC ? nu - k0 : QV_KC, p0 = k0 / QV_PU * QV_PU;
                 for (int c = 0; c < C; c++)
                     qv_prep((const block_q8_0 *)((const char *)y + (size_t)(j + c) * by), k0, kc, buf + c * QV_KC);
                 for (int g = 0; g < ng; g++) {
-                    const char *grp = (const char *)x + (size_t)(r0 + 4 * g) * bx;
+                    const char *grp = band + hq_panel_at(ng, g, nu, p0, QV_PU, QV_UNIT);
                     switch (C) {
-                    case 1: qv_rows(1, grp, k0, kc, buf, acc[g]); break;
-                    case 2: qv_rows(2, grp, k0, kc, buf, acc[g]); break;
-                    case 3: qv_rows(3, grp, k0, kc, buf, acc[g]); break;
-                    default: qv_rows(4, grp, k0, kc, buf, acc[g]); break;
+                    case 1: qv_rows(1, grp, k0 - p0, kc, buf, acc[g]); break;
+                    case 2: qv_rows(2, grp, k0 - p0, kc, buf, acc[g]); break;
+                    case 3: qv_rows(3, grp, k0 - p0, kc, buf, acc[g]); break;
+                    default: qv_rows(4, grp, k0 - p0, kc, buf, acc[g]); break;
                     }
                 }
             }
