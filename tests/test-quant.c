@@ -489,7 +489,7 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
     const int64_t blk = tr->blck_size;
     if (!tr->gemm_packed) {
         printf("  %s packed: no packed kernel in the %s table\n", tr->name, hq_simd_name());
-        CHECK(!hq_pack_ok(type, 2 * blk, 4) && !tr->pack && !tr->unpack);
+        CHECK(!hq_pack_ok(type, 2 * blk, 4) && !tr->pack && !tr->unpack && !tr->prep);
         return;
     }
     CHECK(tr->pack && tr->unpack);
@@ -538,12 +538,18 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
                     }
                     if (memcmp(back, x + r * bx, bx)) bad_rt++;
                 }
+                /* the packed kernel's activation rows, prepared as the engine prepares them (quant.h) */
+                const size_t pys = tr->prep ? tr->prep_size(n) : by;
+                uint8_t *py = tr->prep ? malloc(pys * nc_max) : y;
+                REQUIRE_V(py);
+                for (int j = 0; tr->prep && j < nc_max; j++) tr->prep(py + j * pys, y + j * by, n);
                 for (int nc = 1; nc <= nc_max; nc++) {
                     tr->gemm(n, s0, rows, x, bx, rows, y, by, nc);
-                    tr->gemm_packed(n, s1, rows, px, bx, rows, y, by, nc);
+                    tr->gemm_packed(n, s1, rows, px, bx, rows, py, pys, nc);
                     if (memcmp(s0, s1, sizeof(float) * rows * nc)) bad_gemm++;
                     cases++;
                 }
+                if (py != y) free(py);
                 free(x), free(px), free(back), free(y), free(f), free(s0), free(s1);
             }
     printf("  %s packed: %d gemm cases, %d differ from the file layout's; %d rows fail pack + unpack\n", tr->name,

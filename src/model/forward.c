@@ -34,21 +34,38 @@ typedef struct hm_mm_span {
     _Alignas(HM_ALIGN) _Atomic uint64_t part[3];
 } hm_mm_span;
 
-/* activation types a weight can ask for (its vec_dot_type) */
-enum { HM_ACT_F32, HM_ACT_F16, HM_ACT_BF16, HM_ACT_Q8_0, HM_ACT_Q8_1, HM_ACT_Q8_K, HM_ACT_COUNT };
-static const int hm_act_types[HM_ACT_COUNT] = {HQ_TYPE_F32, HQ_TYPE_F16, HQ_TYPE_BF16,
-                                               HQ_TYPE_Q8_0, HQ_TYPE_Q8_1, HQ_TYPE_Q8_K};
+/* activation forms a weight can ask for: its vec_dot_type, or, packed where its kernel reads prepared
+   rows (quant.h, hq_prep_fn), that form, made from the vec_dot_type copy (hm_act_types: the weight's
+   type for those) */
+enum {
+    HM_ACT_F32, HM_ACT_F16, HM_ACT_BF16, HM_ACT_Q8_0, HM_ACT_Q8_1, HM_ACT_Q8_K,
+    HM_ACT_PREP, HM_ACT_P_Q4_0 = HM_ACT_PREP, HM_ACT_P_Q4_K, HM_ACT_P_Q6_K, HM_ACT_COUNT
+};
+static const int hm_act_types[HM_ACT_COUNT] = {HQ_TYPE_F32,  HQ_TYPE_F16,  HQ_TYPE_BF16, HQ_TYPE_Q8_0, HQ_TYPE_Q8_1,
+                                               HQ_TYPE_Q8_K, HQ_TYPE_Q4_0, HQ_TYPE_Q4_K, HQ_TYPE_Q6_K};
 static int hm_act_index(int type) {
-    for (int i = 0; i < HM_ACT_COUNT; i++)
+    for (int i = 0; i < HM_ACT_PREP; i++)
         if (hm_act_types[i] == type) return i;
     return -1;
 }
+/* the prepared form for weights of `type` when packed (-1: none, its packed kernel reads vec_dot_type) */
+static int hm_act_prep_index(int type) {
+    if (!hq_get_traits(type)->prep) return -1;
+    for (int i = HM_ACT_PREP; i < HM_ACT_COUNT; i++)
+        if (hm_act_types[i] == type) return i;
+    return -1;
+}
+/* the form weight w reads */
+static int hm_act_for(const hm_tensor *w) {
+    const int p = w->packed ? hm_act_prep_index(w->type) : -1;
+    return p >= 0 ? p : hm_act_index(hq_get_traits(w->type)->vec_dot_type);
+}
 
-/* An activation matrix [n][dim] in F32 plus lazily made copies in each vec_dot_type. */
+/* An activation matrix [n][dim] in F32 plus lazily made copies in each form the weights read. */
 typedef struct hm_act {
     float   *f32;                   /* borrowed: [n][dim] */
     int      n, dim;
-    uint8_t *q[HM_ACT_COUNT];       /* owned buffers, [n_batch][row_size(max_dim)] */
+    uint8_t *q[HM_ACT_COUNT];       /* owned buffers, [n_batch][the form's row size for dim] */
     size_t   q_row[HM_ACT_COUNT];   /* row stride of the current conversion */
     bool     valid[HM_ACT_COUNT];
 } hm_act;
@@ -162,7 +179,7 @@ static uint64_t hm_ctx_bytes_need(const hm_hparams *hp, int64_t n_layers, int64_
                   (uint64_t)n_kv;
     int64_t Dq = (int64_t)hp->n_head * hp->head_dim, Dkv = (int64_t)hp->n_head_kv * hp->head_dim;
     uint64_t scratch = (uint64_t)B * (3 * hp->n_embd + 2 * Dq + 2 * Dkv + 2 * hp->n_ff + hp->head_dim) * 4;
-    scratch += (uint64_t)B * hm_max_dim(hp) * 4 * 3;   /* quantized copies (upper bound) */
+    scratch += (uint64_t)B * hm_max_dim(hp) * 4 * 3;   /* quantized and prepared copies (upper bound) */
     int nt = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
     scratch += (uint64_t)nt * ((uint64_t)n_ctx * 8 + hp->head_dim * 4 + 256);
     return kv + scratch;
@@ -201,18 +218,23 @@ void hm_ctx_free(hm_ctx *c) {
     free(c);
 }
 
-/* allocates one quantized-copy buffer per activation type some weight of the shard needs */
+/* allocates one buffer per activation form some weight of the shard needs: its vec_dot_type, and the
+   prepared form where the weight can be packed (whether it is may be decided after this) */
 static int hm_act_init(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, int nw, int64_t dim) {
     if (dim == 0) return 0; /* an empty share: the block is skipped */
     for (int i = 0; i < nw; i++) {
         const hq_traits *tr = hq_get_traits(ws[i]->type);
-        int ai = hm_act_index(tr->vec_dot_type);
-        HR_ASSERT(ai >= 0);
-        if (ai == HM_ACT_F32 || a->q[ai]) continue;
-        size_t row = hq_row_size(hm_act_types[ai], dim);
-        HR_ASSERT(row > 0);
-        a->q[ai] = hm_ctx_alloc(c, row * (size_t)c->p.n_batch);
-        if (!a->q[ai]) return HR_ENOMEM;
+        const int pi = hq_pack_ok(ws[i]->type, dim, ws[i]->ne1) ? hm_act_prep_index(ws[i]->type) : -1;
+        const int forms[2] = {hm_act_index(tr->vec_dot_type), pi};
+        HR_ASSERT(forms[0] >= 0);
+        for (int f = 0; f < 2; f++) {
+            const int ai = forms[f];
+            if (ai < 0 || ai == HM_ACT_F32 || a->q[ai]) continue;
+            const size_t row = ai >= HM_ACT_PREP ? tr->prep_size(dim) : hq_row_size(hm_act_types[ai], dim);
+            HR_ASSERT(row > 0);
+            a->q[ai] = hm_ctx_alloc(c, row * (size_t)c->p.n_batch);
+            if (!a->q[ai]) return HR_ENOMEM;
+        }
     }
     return 0;
 }
@@ -346,16 +368,30 @@ static void hm_conv_worker(void *arg, int ith, int nth) {
     hm_act *a = j->a;
     int64_t r0, r1;
     hr_split(a->n, ith, nth, 1, &r0, &r1);
-    const hq_traits *tr = hq_get_traits(hm_act_types[j->ai]);
+    const int ai = j->ai;
+    if (ai >= HM_ACT_PREP) { /* a packed kernel's form, from the vec_dot_type copy */
+        const hq_traits *tr = hq_get_traits(hm_act_types[ai]);
+        const int src = hm_act_index(tr->vec_dot_type);
+        for (int64_t r = r0; r < r1; r++) tr->prep(a->q[ai] + r * a->q_row[ai], a->q[src] + r * a->q_row[src], a->dim);
+        return;
+    }
+    const hq_traits *tr = hq_get_traits(hm_act_types[ai]);
     for (int64_t r = r0; r < r1; r++)
-        tr->from_float(a->f32 + r * a->dim, a->q[j->ai] + r * a->q_row[j->ai], a->dim);
+        tr->from_float(a->f32 + r * a->dim, a->q[ai] + r * a->q_row[ai], a->dim);
 }
 
-/* makes sure a has a copy in activation type ai; returns the row pointer base and stride */
+/* makes sure a has a copy in activation form ai; returns the row pointer base and stride */
 static const uint8_t *hm_act_get(hm_ctx *c, hm_act *a, int ai, size_t *row) {
     if (ai == HM_ACT_F32) { *row = (size_t)a->dim * 4; return (const uint8_t *)a->f32; }
     if (!a->valid[ai]) {
-        a->q_row[ai] = hq_row_size(hm_act_types[ai], a->dim);
+        if (ai >= HM_ACT_PREP) {
+            const hq_traits *tr = hq_get_traits(hm_act_types[ai]);
+            size_t src_row;
+            (void)hm_act_get(c, a, hm_act_index(tr->vec_dot_type), &src_row);
+            a->q_row[ai] = tr->prep_size(a->dim);
+        } else {
+            a->q_row[ai] = hq_row_size(hm_act_types[ai], a->dim);
+        }
         hm_conv_job j = {a, ai};
         if (a->n == 1) hm_conv_worker(&j, 0, 1);
         else hr_pool_run(c->pool, hm_conv_worker, &j);
@@ -502,7 +538,7 @@ static void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *c
     int64_t t0 = hr_time_ns();
     hm_mm_job j = {.n_items = nw, .n = a->n, .speed = c->dec_speed, .glu = glu ? hq_get_silu_mul(false) : NULL};
     for (int i = 0; i < nw; i++) {
-        int ai = hm_act_index(hq_get_traits(ws[i]->type)->vec_dot_type);
+        int ai = hm_act_for(ws[i]);
         j.items[i].w = ws[i];
         j.items[i].y = hm_act_get(c, a, ai, &j.items[i].y_row);
         j.items[i].out = outs[i];

@@ -24,7 +24,9 @@ HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_
                                                     size_t, int, const void *restrict, size_t, int);
 #define HQ_WEAK_PACKED(arch, t)                                                                          \
     __attribute__((weak)) void hq_gemm_packed_##arch##_##t(int, float *restrict, size_t, const void *restrict, \
-                                                           size_t, int, const void *restrict, size_t, int);
+                                                           size_t, int, const void *restrict, size_t, int);   \
+    __attribute__((weak)) void hq_prep_##arch##_##t(void *restrict, const void *restrict, int64_t);          \
+    __attribute__((weak)) size_t hq_prep_size_##arch##_##t(int64_t);
 #define HQ_WEAK_SIMD_ALL(arch)                                                                          \
     HQ_WEAK_GEMM(arch, q4_0) HQ_WEAK_GEMM(arch, q8_0) HQ_WEAK_GEMM(arch, q4_K) HQ_WEAK_GEMM(arch, q5_K)  \
     HQ_WEAK_GEMM(arch, q6_K) HQ_WEAK_GEMM(arch, q4_1) HQ_WEAK_GEMM(arch, q5_0) HQ_WEAK_GEMM(arch, q5_1)  \
@@ -460,11 +462,14 @@ static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict x0, int64
 
 #define HQ_USE_GEMM(arch, T, t) \
     if (hq_gemm_##arch##_##t) hq_table[HQ_TYPE_##T].gemm = hq_gemm_##arch##_##t
-/* a packed layout: its kernel where the family has one, with the layout's pack / unpack */
+/* a packed layout: its kernel where the family has one, with the layout's pack / unpack and the
+   kernel's activation form (prep NULL where the family has none) */
 #define HQ_USE_PACKED(arch, T, t)                                                                  \
     if (hq_gemm_packed_##arch##_##t)                                                               \
     hq_table[HQ_TYPE_##T].gemm_packed = hq_gemm_packed_##arch##_##t, hq_table[HQ_TYPE_##T].pack = hq_pack_##t##_x4, \
-    hq_table[HQ_TYPE_##T].unpack = hq_unpack_##t##_x4
+    hq_table[HQ_TYPE_##T].unpack = hq_unpack_##t##_x4,                                             \
+    hq_table[HQ_TYPE_##T].prep = hq_prep_size_##arch##_##t ? hq_prep_##arch##_##t : NULL,          \
+    hq_table[HQ_TYPE_##T].prep_size = hq_prep_##arch##_##t ? hq_prep_size_##arch##_##t : NULL
 #define HQ_USE_SIMD_ALL(arch)                                                               \
     do {                                                                                    \
         HQ_USE_GEMM(arch, Q4_0, q4_0); HQ_USE_GEMM(arch, Q8_0, q8_0); HQ_USE_GEMM(arch, Q4_K, q4_K); \

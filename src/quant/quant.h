@@ -158,6 +158,13 @@ enum { HQ_UNPACK_STEP = 1024 };
 static_assert(HQ_PANEL % HQ_UNPACK_STEP == 0, "a stretch to unpack lies within one K-panel");
 typedef void (*hq_unpack_fn)(void *restrict dst, const void *restrict x, int64_t ne0, int64_t nrows, int64_t r,
                              int64_t e0, int64_t ne);
+/* A packed kernel may read its activation rows in a form of its own ("prepared": the x4v kernels'
+   quants in the order of their code vectors, with their sums): prep turns a row of n elements in
+   vec_dot_type (src) into it (dst, prep_size(n) bytes).  The engine prepares each row once per
+   matmul; a gemm_packed whose type has prep reads prepared rows (y, by), one without reads
+   vec_dot_type rows. */
+typedef void (*hq_prep_fn)(void *restrict dst, const void *restrict src, int64_t n);
+typedef size_t (*hq_prep_size_fn)(int64_t n);
 
 typedef struct hq_traits {
     const char      *name;          /* "Q4_K" */
@@ -175,6 +182,8 @@ typedef struct hq_traits {
                                        the type is never packed */
     hq_pack_fn       pack;          /* set with gemm_packed */
     hq_unpack_fn     unpack;
+    hq_prep_fn       prep;          /* NULL: gemm_packed reads vec_dot_type rows as they are */
+    hq_prep_size_fn  prep_size;
 } hq_traits;
 
 /* Whether a tensor of `type` with rows of ne0 elements and nrows rows can be packed for the
@@ -272,7 +281,9 @@ HQ_DECLARE_REF(q6_K) HQ_DECLARE_REF(q8_K)
                               int nr, const void *restrict y, size_t by, int nc);
 #define HQ_DECLARE_PACKED(arch, t)                                                                  \
     void hq_gemm_packed_##arch##_##t(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, \
-                                     int nr, const void *restrict y, size_t by, int nc);
+                                     int nr, const void *restrict y, size_t by, int nc);                       \
+    void hq_prep_##arch##_##t(void *restrict dst, const void *restrict src, int64_t n);                       \
+    size_t hq_prep_size_##arch##_##t(int64_t n);
 #define HQ_DECLARE_SIMD_ALL(arch)                                                        \
     HQ_DECLARE_SIMD(arch, f32) HQ_DECLARE_SIMD(arch, f16) HQ_DECLARE_SIMD(arch, bf16)    \
     HQ_DECLARE_SIMD(arch, q4_0) HQ_DECLARE_SIMD(arch, q4_1) HQ_DECLARE_SIMD(arch, q5_0)  \

@@ -173,8 +173,8 @@ typedef struct { float d; int32_t bs32[QK_K / 16]; int8_t qs[QK_K]; } kq_q6p;
 /* super-blocks per K-panel of the x4v layouts (quant.h) */
 enum { KQ_PU = HQ_PANEL / QK_K };
 
-/* Decode over the x4v layouts: the activation row prepared once (on the stack: n <= HQ_KV_MAX_NE0,
-   hq_pack_ok), then band by band (quant.h) K-panel by K-panel, each panel's groups one after another —
+/* Decode over the x4v layouts: the activation row prepared (PT: hq_prep) by the caller, once per
+   matmul; then band by band (quant.h) K-panel by K-panel, each panel's groups one after another —
    one linear stream in which each panel's activations stay in L1 while its groups pass; each group's
    accumulators carried from panel to panel (one per sub-group: NSUB of them, of 4 / NSUB rows), so
    every lane still sums its super-blocks in order: the file-layout kernel's bits.  Within a panel a
@@ -182,11 +182,9 @@ enum { KQ_PU = HQ_PANEL / QK_K };
    entries from L1).  COLS(sub, i0, i1, yo, NC, group, y, acc): sub-group sub of a group's entries
    i0 .. i1 (at group + i * E) against y[c][i - yo]; STORE(dst, lo, hi) a sub-group's 4 / NSUB sums.
    Returns from the gemm when nc == 1. */
-#define KQ_PREP_DECODE(PT, PREP, COLS, VT, ZERO, STORE, NSUB, E, DC)                                            \
+#define KQ_PREP_DECODE(PT, COLS, VT, ZERO, STORE, NSUB, E, DC)                                                  \
     if (nc == 1) {                                                                                              \
-        PT p1_[HQ_KV_MAX_NE0 / QK_K];                                                                           \
-        PREP((const block_q8_K *)vy, p1_, nb);                                                                  \
-        const PT *y1_[1] = {p1_};                                                                               \
+        const PT *y1_[1] = {(const PT *)vy};                                                                    \
         for (int b0 = 0; b0 < nr; b0 += HQ_BAND) {                                                              \
             const int ng = (nr - b0 < HQ_BAND ? nr - b0 : HQ_BAND) / HQ_PACK_ROWS;                              \
             const uint8_t *band = (const uint8_t *)x + (size_t)b0 * bx;                                         \
@@ -209,40 +207,45 @@ enum { KQ_PU = HQ_PANEL / QK_K };
         return;                                                                                                 \
     }
 
-/* the packed gemm (hq_gemm_fn) of type t over an x4v layout: decode above, prefill tiles below */
+/* the packed gemm (hq_gemm_fn) of type t over an x4v layout, whose activation rows (vy, by) are in
+   the form PT (prepared by PREP(src, dst, super-blocks): hq_prep_<arch>_<t>): decode above, prefill
+   tiles below */
 #define KQ_PREP_GEMM(arch, t, PT, PREP, COLS, VT, ZERO, STORE, NSUB, E, DC)                                      \
+    void hq_prep_##arch##_##t(void *restrict dst, const void *restrict src, int64_t n) {                         \
+        PREP((const block_q8_K *)src, (PT *)dst, (int)(n / QK_K));                                              \
+    }                                                                                                           \
+    size_t hq_prep_size_##arch##_##t(int64_t n) { return (size_t)(n / QK_K) * sizeof(PT); }                     \
     void hq_gemm_packed_##arch##_##t(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx,     \
                                      int nr, const void *restrict vy, size_t by, int nc) {                       \
         const int nb = n / QK_K;                                                                                \
-        KQ_PREP_DECODE(PT, PREP, COLS, VT, ZERO, STORE, NSUB, E, DC)                                            \
-        KQ_PREP_TILES(PT, PREP, COLS, VT, ZERO, STORE, NSUB, E)                                                 \
+        KQ_PREP_DECODE(PT, COLS, VT, ZERO, STORE, NSUB, E, DC)                                                  \
+        KQ_PREP_TILES(PT, COLS, VT, ZERO, STORE, NSUB, E)                                                       \
     }
 
 /* Prefill tiles over the x4v layouts (Q4_K, Q6_K), whose kernels read the activations prepared in
-   their order (type PT): 16 weight rows x 4 activation rows, K in chunks of KQ_KC super-blocks, each
-   activation row's chunk prepared once per tile (PREP(src, dst, n)).  A group of 4 rows is NSUB
+   their order (type PT): 16 weight rows x 4 activation rows, K in chunks of KQ_KC super-blocks (the 4
+   rows' chunk, 9-10 KiB, stays in L1 while the tile's rows pass).  A group of 4 rows is NSUB
    sub-groups (256-bit kernels: 2 of 2 rows) with 8 accumulators of type VT each (2 per column), run by COLS(sub, i0, i1, yo, NC,
    group, y, acc) and stored by STORE(dst, acc_lo, acc_hi).  Declares the locals it needs; nb, nr, nc,
    x, bx, vy, by, s and lds are the gemm's.  A tile is one band (of HQ_BAND rows, the last maybe fewer),
    and a chunk of KQ_KC super-blocks lies within one K-panel. */
 static_assert((int)KQ_TR == (int)HQ_BAND && (int)KQ_PU % (int)KQ_KC == 0, "prefill tiles: one band, chunks within a panel");
-#define KQ_PREP_TILES(PT, PREP, COLS, VT, ZERO, STORE, NSUB, E)                                                   \
-    PT p_[4][KQ_KC];                                                                                            \
+#define KQ_PREP_TILES(PT, COLS, VT, ZERO, STORE, NSUB, E)                                                         \
     for (int r0 = 0; r0 < nr; r0 += KQ_TR) {                                                                    \
         const int ng = (nr - r0 < KQ_TR ? nr - r0 : KQ_TR) / HQ_PACK_ROWS, ns = ng * (NSUB);                    \
         const uint8_t *band = (const uint8_t *)x + (size_t)r0 * bx;                                             \
         for (int j0 = 0; j0 < nc; j0 += 4) {                                                                    \
             const int C = nc - j0 < 4 ? nc - j0 : 4;                                                            \
-            const PT *yc[4] = {p_[0], p_[1], p_[2], p_[3]};                                                     \
             VT acc[KQ_TR / 4 * (NSUB)][8];                                                                      \
             for (int g = 0; g < ns; g++)                                                                        \
                 for (int c = 0; c < 8; c++) acc[g][c] = ZERO();                                                 \
             for (int i0 = 0; i0 < nb; i0 += KQ_KC) {                                                            \
                 const int i1 = nb - i0 < KQ_KC ? nb : i0 + KQ_KC, p0 = i0 / KQ_PU * KQ_PU;                      \
-                for (int c = 0; c < C; c++)                                                                     \
-                    PREP((const block_q8_K *)((const char *)vy + (size_t)(j0 + c) * by) + i0, p_[c], i1 - i0);  \
+                const PT *yc[4];                                                                                \
+                for (int c = 0; c < 4; c++)                                                                     \
+                    yc[c] = (const PT *)((const char *)vy + (size_t)(j0 + (c < C ? c : 0)) * by) + i0;          \
                 for (int g = 0; g < ns; g++) {                                                                  \
-                    const uint8_t *grp = band + hq_panel_at(ng, g / (NSUB), nb, p0, KQ_PU, (E));                       \
+                    const uint8_t *grp = band + hq_panel_at(ng, g / (NSUB), nb, p0, KQ_PU, (E));                \
                     const int k0 = i0 - p0, k1 = i1 - p0;                                                       \
                     switch (C) {                                                                                \
                     case 4: COLS(g % (NSUB), k0, k1, k0, 4, grp, yc, acc[g]); break;                            \

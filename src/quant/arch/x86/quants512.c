@@ -107,17 +107,15 @@ QZ_INLINE void qv_store(__m512 t, float *s) {
 
 enum {
     QV_UNIT = 16 * sizeof(block_q4_0), /* bytes of a unit */
-    QV_DEC = HQ_X4V_MAX_NE0 / 128,     /* decode: the whole row prepared at once (at most 40 KiB) */
     QV_KC = 8, QV_TC = 4, QV_TR = 16,  /* prefill: units per chunk, columns and rows per tile */
     QV_PU = HQ_PANEL / 128,            /* units per K-panel (quant.h) */
 };
 static_assert((int)QV_TR == (int)HQ_BAND && (int)QV_PU % (int)QV_KC == 0, "prefill tiles: one band, chunks within a panel");
 
-/* decode: the activation row prepared once, then band by band (quant.h) K-panel by K-panel, each
-   panel's groups one after another, each group's accumulator carried from panel to panel */
-static void qv_matvec(int nu, float *restrict s, const char *restrict x, size_t bx, int nr, const block_q8_0 *y) {
-    qv_a buf[QV_DEC];
-    qv_prep(y, 0, nu, buf);
+/* decode: the activation row prepared by the caller (hq_prep_avx512_q4_0), band by band (quant.h)
+   K-panel by K-panel, each panel's groups one after another, each group's accumulator carried from
+   panel to panel */
+static void qv_matvec(int nu, float *restrict s, const char *restrict x, size_t bx, int nr, const qv_a *buf) {
     for (int b0 = 0; b0 < nr; b0 += HQ_BAND) {
         const int ng = (nr - b0 < HQ_BAND ? nr - b0 : HQ_BAND) / 4;
         const char *band = x + (size_t)b0 * bx;
@@ -141,9 +139,9 @@ static void qv_matvec(int nu, float *restrict s, const char *restrict x, size_t 
     }
 }
 
-/* prefill: one group's units k0 .. k0+kc against C prepared columns (column c's unit k at
-   buf[c * QV_KC + k]), accumulating into acc[c] */
-QZ_INLINE void qv_rows(int C, const char *grp, int k0, int kc, const qv_a *buf, __m512 *acc) {
+/* prefill: one group's units k0 .. k0+kc against C prepared columns (column c's unit k at yc[c][k]),
+   accumulating into acc[c] */
+QZ_INLINE void qv_rows(int C, const char *grp, int k0, int kc, const qv_a *const *yc, __m512 *acc) {
     __m512 t[QV_TC];
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) t[c] = acc[c];
@@ -154,7 +152,7 @@ QZ_INLINE void qv_rows(int C, const char *grp, int k0, int kc, const qv_a *buf, 
         const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)e));
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
-            const qv_a *a = buf + c * QV_KC + k;
+            const qv_a *a = yc[c] + k;
             t[c] = qv_acc(t[c], dx, a, qv_dots(lo, hi, a));
         }
     }
@@ -162,9 +160,23 @@ QZ_INLINE void qv_rows(int C, const char *grp, int k0, int kc, const qv_a *buf, 
     for (int c = 0; c < C; c++) acc[c] = t[c];
 }
 
-/* whole bands (quant.h, hq_pack_ok); rows that x4v does not fit are in the x4 layout, which the AVX2
-   kernel reads (hq_x4v_fits).  Prefill: tiles of one band (16 rows) x 4 columns, K in chunks of QV_KC
-   units (within one K-panel) whose prepared columns (5 KiB) stay in L1 while the tile's rows pass. */
+/* the activation rows the packed kernel reads (quant.h, hq_prep_fn): prepared units where x4v fits
+   the row, the Q8_0 row as it is where the x4 layout and the AVX2 kernel take it */
+void hq_prep_avx512_q4_0(void *restrict dst, const void *restrict src, int64_t n) {
+    if (!hq_x4v_fits(n)) {
+        memcpy(dst, src, (size_t)(n / QK8_0) * sizeof(block_q8_0));
+        return;
+    }
+    qv_prep((const block_q8_0 *)src, 0, (int)(n / (4 * QK4_0)), (qv_a *)dst);
+}
+size_t hq_prep_size_avx512_q4_0(int64_t n) {
+    return hq_x4v_fits(n) ? (size_t)(n / (4 * QK4_0)) * sizeof(qv_a) : (size_t)(n / QK8_0) * sizeof(block_q8_0);
+}
+
+/* whole bands (quant.h, hq_pack_ok), activation rows prepared (hq_prep_avx512_q4_0); rows that x4v
+   does not fit are in the x4 layout, which the AVX2 kernel reads (hq_x4v_fits).  Prefill: tiles of
+   one band (16 rows) x 4 columns, K in chunks of QV_KC units (within one K-panel) whose prepared
+   columns (5 KiB) stay in L1 while the tile's rows pass. */
 void hq_gemm_packed_avx512_q4_0(int n, float *restrict s, size_t lds, const void *restrict x, size_t bx, int nr,
                                 const void *restrict y, size_t by, int nc) {
     if (!hq_x4v_fits(n)) {
@@ -176,7 +188,6 @@ void hq_gemm_packed_avx512_q4_0(int n, float *restrict s, size_t lds, const void
         qv_matvec(nu, s, x, bx, nr, y);
         return;
     }
-    qv_a buf[QV_TC * QV_KC];
     for (int r0 = 0; r0 < nr; r0 += QV_TR) {
         const int ng = (nr - r0 < QV_TR ? nr - r0 : QV_TR) / 4;
         const char *band = (const char *)x + (size_t)r0 * bx;
@@ -187,8 +198,8 @@ void hq_gemm_packed_avx512_q4_0(int n, float *restrict s, size_t lds, const void
                 for (int c = 0; c < QV_TC; c++) acc[g][c] = _mm512_setzero_ps();
             for (int k0 = 0; k0 < nu; k0 += QV_KC) {
                 const int kc = nu - k0 < QV_KC ? nu - k0 : QV_KC, p0 = k0 / QV_PU * QV_PU;
-                for (int c = 0; c < C; c++)
-                    qv_prep((const block_q8_0 *)((const char *)y + (size_t)(j + c) * by), k0, kc, buf + c * QV_KC);
+                const qv_a *buf[QV_TC];
+                for (int c = 0; c < QV_TC; c++) buf[c] = (const qv_a *)((const char *)y + (size_t)(j + (c < C ? c : 0)) * by) + k0;
                 for (int g = 0; g < ng; g++) {
                     const char *grp = band + hq_panel_at(ng, g, nu, p0, QV_PU, QV_UNIT);
                     switch (C) {
