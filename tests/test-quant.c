@@ -241,6 +241,39 @@ static void test_from_float(void) {
     }
 }
 
+/* F32 -> F16 rows (the F16 attention path's q, the KV cache): the dispatched converter against
+   hr_fp32_to_fp16 on every class of value: normal, ties at every exponent, the overflow edge (65504,
+   65519.996 -> 65504, 65520 -> inf), half subnormals and their ties, float subnormals, zeros,
+   infinities and NaNs of both signs and any payload, and random bit patterns */
+static void test_f16_rows(void) {
+    const hq_traits *tr = hq_get_traits(HQ_TYPE_F16);
+    enum { N = 4099 }; /* not a multiple of 8: the tail too */
+    static float x[N];
+    static hr_fp16 a[N], b[N];
+    const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.996f, 65520.0f, -65520.0f, 1e9f,
+                              0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-24f, 0x1p-26f, 0x1p-149f, 0x1.002p0f,
+                              0x1.006p0f, INFINITY, -INFINITY, NAN, -NAN};
+    int bad = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++) {
+            if (round == 0) x[i] = specials[i % HR_ARRAY_LEN(specials)] * (i % 7 == 3 ? -1.0f : 1.0f);
+            else if (round == 1) { /* ties: 11 significant bits and a half, at random exponents */
+                const uint32_t m = (uint32_t)(rng_next() % 2048) << 13 | 1u << 12, e = 100 + rng_next() % 50;
+                x[i] = hr_bits_to_f32(e << 23 | m);
+            } else { /* any bits, NaN payloads included */
+                x[i] = hr_bits_to_f32((uint32_t)rng_next());
+            }
+        }
+        if (round == 0) x[N / 2] = hr_bits_to_f32(0x7fc12345u); /* a NaN with a payload, among normal values */
+        for (int i = 0; i < N; i++) a[i] = hr_fp32_to_fp16(x[i]);
+        memset(b, 0x55, sizeof b);
+        tr->from_float(x, b, N);
+        for (int i = 0; i < N; i++) bad += a[i] != b[i];
+    }
+    printf("  F16 rows (%s): %d values differ from hr_fp32_to_fp16\n", hq_simd_name(), bad);
+    CHECKF(bad == 0, "F16 from_float: %d values differ from hr_fp32_to_fp16", bad);
+}
+
 /* ---- dot products --------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -973,6 +1006,7 @@ int main(int argc, char **argv) {
     test_layout();
     test_roundtrip();
     test_from_float();
+    test_f16_rows();
     test_vec_dot();
     test_gemm();
     test_gemm_large();

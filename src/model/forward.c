@@ -26,6 +26,7 @@
 static_assert(HM_ROW_CHUNK % HQ_BAND == 0, "a work unit of a packed weight is whole bands (quant.h)");
 #define HM_KV_TILE 64     /* attention positions per online-softmax step (llama.cpp's CPU flash-attention tile) */
 #define HM_ATT_NQ 4       /* heads of one token on one KV head (GQA) scored and accumulated together */
+#define HM_ATT_PF_POS 256 /* decode: cache rows per KV head a thread requests into L2 before its heads */
 
 /* Decode's work queue: thread i's unclaimed rows of a part, [front, back) in HM_ROW_CHUNKs, in one
    word (back << 32 | front) on a cache line of its own.  The owner claims from the front, a thread
@@ -624,6 +625,17 @@ static void hm_att_f32(const hq_att_kernels *ak, int nq, const float *q, const u
     }
 }
 
+/* Requests the lines of a tile's K and V rows (this KV head's bytes of n positions, rows `row` apart)
+   before the tile is scored: the cache of a layer was last read a whole token ago, so it comes from
+   DRAM, a stride of rows the hardware prefetchers do not follow far enough ahead */
+static void hm_att_prefetch(const uint8_t *k, const uint8_t *v, size_t row, int n, size_t bytes) {
+    for (int i = 0; i < n; i++)
+        for (size_t b = 0; b < bytes; b += 64) {
+            __builtin_prefetch(k + (size_t)i * row + b, 0, 3);
+            __builtin_prefetch(v + (size_t)i * row + b, 0, 3);
+        }
+}
+
 /* F16 path for nq (<= HM_ATT_NQ) heads of one token that share a KV head, a tile of positions at a
    time: the scores (q16 . k_p) of all of them in one kernel call (each K row widened once), then each
    head's online-softmax factors in order (m: the accumulator's rescale when the running max rises,
@@ -635,10 +647,11 @@ static void hm_att_f16(const hq_att_kernels *ak, int nq, const float *q, const u
                        float *w, float *out) {
     float M[HM_ATT_NQ], S[HM_ATT_NQ];
     for (int j = 0; j < nq; j++) M[j] = -INFINITY, S[j] = 0.0f;
-    for (int d = 0; d < nq * hd; d++) q16[d] = hr_fp32_to_fp16(q[d]);
+    hq_get_traits(HQ_TYPE_F16)->from_float(q, q16, (int64_t)nq * hd); /* hr_fp32_to_fp16's bits */
     memset(acc16, 0, (size_t)nq * hd * sizeof(hr_fp16));
     for (int32_t p0 = 0; p0 < npos; p0 += HM_KV_TILE) {
         const int nt = HR_MIN(HM_KV_TILE, npos - p0);
+        hm_att_prefetch(kbase + (size_t)p0 * row, vbase + (size_t)p0 * row, row, nt, (size_t)hd * sizeof(hr_fp16));
         ak->kq16(nt, hd, nq, q16, (size_t)hd, kbase + (size_t)p0 * row, row, w, HM_KV_TILE);
         /* the running maxima's steps first, each position's one exponential's argument in w (rises:
            it is the rescale's), then the exponentials in one call per head, then the running sums;
@@ -708,6 +721,19 @@ static void hm_att_worker(void *arg, int ith, int nth) {
     const hq_att_kernels *ak = hq_get_att(false);
     int64_t w0, w1;
     hm_att_split(j->n, nh, j->pos0, ith, nth, &w0, &w1);
+    if (f16_path && j->n == 1) { /* decode: this thread's KV heads' first rows requested into L2 up front */
+        const int32_t np = HR_MIN(j->pos0 + 1, HM_ATT_PF_POS);
+        for (int64_t w = w0; w < w1; w++) {
+            const int h = (int)(w % nh);
+            if (w > w0 && h % gqa) continue; /* one request per KV head */
+            const uint8_t *kb = K + (size_t)(h / gqa) * hd * es, *vb = V + (size_t)(h / gqa) * hd * es;
+            for (int32_t i = 0; i < np; i++)
+                for (size_t b = 0; b < (size_t)hd * es; b += 64) {
+                    __builtin_prefetch(kb + (size_t)i * row + b, 0, 2);
+                    __builtin_prefetch(vb + (size_t)i * row + b, 0, 2);
+                }
+        }
+    }
     for (int64_t w = w0, g = 1; w < w1; w += g) {
         int t = (int)(w / nh), h = (int)(w % nh), kvh = h / gqa;
         int32_t npos = j->pos0 + t + 1;  /* causal: positions 0..pos */
@@ -766,9 +792,10 @@ static void hm_qk_worker(void *arg, int ith, int nth) {
         int32_t pos = j->pos0 + (int32_t)t;
         uint8_t *K = c->k_cache[j->li] + (size_t)pos * Dkv * c->kv_esize;
         uint8_t *V = c->v_cache[j->li] + (size_t)pos * Dkv * c->kv_esize;
-        if (c->kv_type == HQ_TYPE_F16) {
-            for (int64_t i = 0; i < Dkv; i++) ((hr_fp16 *)K)[i] = hr_fp32_to_fp16(k[i]);
-            for (int64_t i = 0; i < Dkv; i++) ((hr_fp16 *)V)[i] = hr_fp32_to_fp16(v[i]);
+        if (c->kv_type == HQ_TYPE_F16) { /* the dispatched F32 -> F16 rows: hr_fp32_to_fp16's bits */
+            const hq_from_float_fn to16 = hq_get_traits(HQ_TYPE_F16)->from_float;
+            to16(k, K, Dkv);
+            to16(v, V, Dkv);
         } else {
             memcpy(K, k, (size_t)Dkv * 4);
             memcpy(V, v, (size_t)Dkv * 4);

@@ -37,6 +37,7 @@ HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_
     HQ_WEAK_SIMD(arch, q4_1) HQ_WEAK_SIMD(arch, q5_0) HQ_WEAK_SIMD(arch, q5_1) HQ_WEAK_SIMD(arch, q8_0) \
     HQ_WEAK_SIMD(arch, q2_K) HQ_WEAK_SIMD(arch, q3_K) HQ_WEAK_SIMD(arch, q4_K) HQ_WEAK_SIMD(arch, q5_K) \
     HQ_WEAK_SIMD(arch, q6_K)                                                                            \
+    __attribute__((weak)) void hq_quantize_##arch##_f16(const float *restrict, void *restrict, int64_t);  \
     __attribute__((weak)) void hq_quantize_##arch##_q8_0(const float *restrict, void *restrict, int64_t); \
     __attribute__((weak)) void hq_quantize_##arch##_q8_1(const float *restrict, void *restrict, int64_t); \
     __attribute__((weak)) void hq_quantize_##arch##_q8_K(const float *restrict, void *restrict, int64_t);
@@ -484,6 +485,7 @@ static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict x0, int64
         HQ_USE_SIMD(arch, Q3_K, q3_K); HQ_USE_SIMD(arch, Q4_K, q4_K);                       \
         HQ_USE_SIMD(arch, Q5_K, q5_K); HQ_USE_SIMD(arch, Q6_K, q6_K);                       \
         HQ_USE_SIMD_Q(arch, Q8_0, q8_0); HQ_USE_SIMD_Q(arch, Q8_1, q8_1);                   \
+        HQ_USE_SIMD_Q(arch, F16, f16);                                                      \
         HQ_USE_SIMD_Q(arch, Q8_K, q8_K);                                                    \
         HQ_USE_PACKED(arch, Q4_0, q4_0); HQ_USE_PACKED(arch, Q4_K, q4_K);                     \
         HQ_USE_PACKED(arch, Q5_K, q5_K); HQ_USE_PACKED(arch, Q6_K, q6_K);                     \

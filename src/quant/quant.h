@@ -297,6 +297,7 @@ HQ_DECLARE_REF(q6_K) HQ_DECLARE_REF(q8_K)
     HQ_DECLARE_GEMM(arch, bf16)                                                            \
     HQ_DECLARE_PACKED(arch, q4_0) HQ_DECLARE_PACKED(arch, q4_K) HQ_DECLARE_PACKED(arch, q5_K)    \
     HQ_DECLARE_PACKED(arch, q6_K)                                                          \
+    void hq_quantize_##arch##_f16(const float *restrict x, void *restrict y, int64_t k);  \
     void hq_quantize_##arch##_q8_0(const float *restrict x, void *restrict y, int64_t k); \
     void hq_quantize_##arch##_q8_1(const float *restrict x, void *restrict y, int64_t k); \
     void hq_quantize_##arch##_q8_K(const float *restrict x, void *restrict y, int64_t k);

@@ -857,6 +857,23 @@ HQ_INLINE int hq_quantize_block_q8(const float *x, hr_fp16 *dst_d, int8_t *qs, f
     return _mm_cvtsi128_si32(s);
 }
 
+/* F32 -> F16 rows (the F16 path's q and the KV cache's rows, F16 weights' activations): F16C's
+   conversion rounds to nearest even and follows IEEE for overflow, infinities and subnormals, as
+   hr_fp32_to_fp16 does; eight values holding a NaN go to that function, whose NaN is sign | 0x7e00
+   (F16C keeps a truncated payload).  The reference's bits everywhere (test-quant). */
+void hq_quantize_avx2_f16(const float *restrict x, void *restrict vy, int64_t k) {
+    hr_fp16 *y = vy;
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i), nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+        if (_mm256_testz_ps(nan, nan))
+            _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+        else
+            for (int j = 0; j < 8; j++) y[i + j] = hr_fp32_to_fp16(x[i + j]);
+    }
+    for (; i < k; i++) y[i] = hr_fp32_to_fp16(x[i]);
+}
+
 void hq_quantize_avx2_q8_0(const float *restrict x, void *restrict vy, int64_t k) {
     block_q8_0 *y = vy;
     const int64_t nb = k / QK8_0;
