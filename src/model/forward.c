@@ -625,14 +625,19 @@ static void hm_att_f32(const hq_att_kernels *ak, int nq, const float *q, const u
     }
 }
 
-/* Requests the lines of a tile's K and V rows (this KV head's bytes of n positions, rows `row` apart)
-   before the tile is scored: the cache of a layer was last read a whole token ago, so it comes from
-   DRAM, a stride of rows the hardware prefetchers do not follow far enough ahead */
-static void hm_att_prefetch(const uint8_t *k, const uint8_t *v, size_t row, int n, size_t bytes) {
+/* Requests the lines of K and V rows (one KV head's bytes of n positions, rows `row` apart) into L1,
+   or into L2 (l2): in a decode a layer's cache was last read a whole token ago, so it comes from DRAM,
+   a stride of rows the hardware prefetchers do not follow far enough ahead */
+static inline void hm_att_prefetch(const uint8_t *k, const uint8_t *v, size_t row, int n, size_t bytes, bool l2) {
     for (int i = 0; i < n; i++)
         for (size_t b = 0; b < bytes; b += 64) {
-            __builtin_prefetch(k + (size_t)i * row + b, 0, 3);
-            __builtin_prefetch(v + (size_t)i * row + b, 0, 3);
+            if (l2) {
+                __builtin_prefetch(k + (size_t)i * row + b, 0, 2);
+                __builtin_prefetch(v + (size_t)i * row + b, 0, 2);
+            } else {
+                __builtin_prefetch(k + (size_t)i * row + b, 0, 3);
+                __builtin_prefetch(v + (size_t)i * row + b, 0, 3);
+            }
         }
 }
 
@@ -651,7 +656,7 @@ static void hm_att_f16(const hq_att_kernels *ak, int nq, const float *q, const u
     memset(acc16, 0, (size_t)nq * hd * sizeof(hr_fp16));
     for (int32_t p0 = 0; p0 < npos; p0 += HM_KV_TILE) {
         const int nt = HR_MIN(HM_KV_TILE, npos - p0);
-        hm_att_prefetch(kbase + (size_t)p0 * row, vbase + (size_t)p0 * row, row, nt, (size_t)hd * sizeof(hr_fp16));
+        hm_att_prefetch(kbase + (size_t)p0 * row, vbase + (size_t)p0 * row, row, nt, (size_t)hd * sizeof(hr_fp16), false);
         ak->kq16(nt, hd, nq, q16, (size_t)hd, kbase + (size_t)p0 * row, row, w, HM_KV_TILE);
         /* the running maxima's steps first, each position's one exponential's argument in w (rises:
            it is the rescale's), then the exponentials in one call per head, then the running sums;
@@ -726,12 +731,8 @@ static void hm_att_worker(void *arg, int ith, int nth) {
         for (int64_t w = w0; w < w1; w++) {
             const int h = (int)(w % nh);
             if (w > w0 && h % gqa) continue; /* one request per KV head */
-            const uint8_t *kb = K + (size_t)(h / gqa) * hd * es, *vb = V + (size_t)(h / gqa) * hd * es;
-            for (int32_t i = 0; i < np; i++)
-                for (size_t b = 0; b < (size_t)hd * es; b += 64) {
-                    __builtin_prefetch(kb + (size_t)i * row + b, 0, 2);
-                    __builtin_prefetch(vb + (size_t)i * row + b, 0, 2);
-                }
+            const size_t o = (size_t)(h / gqa) * hd * es;
+            hm_att_prefetch(K + o, V + o, row, np, (size_t)hd * es, true);
         }
     }
     for (int64_t w = w0, g = 1; w < w1; w += g) {

@@ -141,13 +141,14 @@ static inline size_t hq_panel_at(int ng, int g, int64_t nu, int64_t u, int64_t p
     return E * (size_t)(ng * p0 + g * w + (u - p0));
 }
 /* Which of Q4_0's two layouts an AVX-512 table packs a row into: x4v where the row is whole units of
-   4 blocks and no longer than its decode's prepared row (on the stack) can be, x4 otherwise (with the
+   4 blocks and at most HQ_X4V_MAX_NE0 long (the decode once prepared the row on the stack; the engine
+   holds it now, but longer x4v rows are untested), x4 otherwise (with the
    AVX2 kernel: a tensor-parallel slice of, say, 86 blocks keeps a packed layout).  pack, unpack and
    gemm_packed all decide by this, from the row length alone. */
 enum { HQ_X4V_MAX_NE0 = 32768 };
 static inline bool hq_x4v_fits(int64_t ne0) { return ne0 % 128 == 0 && ne0 <= HQ_X4V_MAX_NE0; }
-/* The longest Q4_K or Q6_K row x4v packs: its decode prepares the activation row on the stack.  Longer
-   rows stay in the file layout. */
+/* The longest Q4_K or Q6_K row x4v packs (the decode once prepared the activation row on the stack;
+   the engine holds it now, but longer x4v rows are untested).  Longer rows stay in the file layout. */
 enum { HQ_KV_MAX_NE0 = 32768 };
 /* dst = the packed form of the band of nrows (a multiple of HQ_PACK_ROWS, <= HQ_BAND) consecutive
    rows of ne0 elements at src (row stride bx) */

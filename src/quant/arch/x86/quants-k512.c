@@ -345,7 +345,7 @@ KX_GEMM_PACKED(q5_K)
  * An entry (super-block b of the group's 4 rows, 576 bytes) holds d and dmin of rows 0-3 and their
  * scale fields as x4 does (64 bytes), then 8 vectors: vector 4h + i, lane 4r + s = code bytes 4i ..
  * 4i+3 of row r's sub-block 4h + s, byte k of a sub-block holding quants k (low nibble) and k + 16
- * (high nibble).  The activation row is prepared once per call in the same order (kv_prep: per
+ * (high nibble).  The activation row is prepared once per matmul in the same order (kv_prep: per
  * half h and step i, the 16 bytes that meet the low nibbles, then the 16 that meet the high ones), so
  * each vector takes two vpdpbusd, the high nibbles masked in place (x & 0xF0: that sum is 16 times
  * the true one, divided out exactly at the end), and after 8 vectors every lane holds a whole half
@@ -437,10 +437,10 @@ KQ_INLINE void kv_cols_q4_K(int i0, int i1, int yo, int NC, const uint8_t *g, co
 #define kv_tile_cols(sub, i0, i1, yo, NC, grp, y, acc) kv_cols_q4_K(i0, i1, yo, NC, grp, y, acc)
 KQ_INLINE void kv_store4(float *s, __m512 lo, __m512 hi) { _mm_storeu_ps(s, kx_hsum4(lo, hi)); }
 
-/* whole bands (quant.h), n <= HQ_KV_MAX_NE0 (hq_pack_ok).  Decode prepares the activation row once
-   and walks the bands, each K-panel's groups one after another (one linear stream, no software
-   prefetch); prefill: tiles of one band (4 groups) x 4 columns, K in chunks of KQ_KC super-blocks,
-   each chunk of the 4 columns prepared once per tile (kq.h) */
+/* whole bands (quant.h), n <= HQ_KV_MAX_NE0 (hq_pack_ok), activation rows prepared by the caller
+   (hq_prep_avx512_q4_K).  Decode walks the bands, each K-panel's groups one after another (one
+   linear stream, no software prefetch); prefill: tiles of one band (4 groups) x 4 columns, K in
+   chunks of KQ_KC super-blocks (kq.h) */
 KQ_PREP_GEMM(avx512, q4_K, block_q8_K, kv_prep, kv_tile_cols, __m512, _mm512_setzero_ps, kv_store4, 1, KX_ENTRY, KQ_PU)
 
 /* ---- Q6_K in the x4v layout (quant.h): one sub-block of one row per int32 lane ---------------------
