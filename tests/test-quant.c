@@ -213,8 +213,8 @@ static void test_roundtrip(void) {
 /* ---- activation quantizers: SIMD vs reference, byte for byte ---------------------------------------- */
 
 static void test_from_float(void) {
-    const int types[] = {HQ_TYPE_Q8_0, HQ_TYPE_Q8_1};
-    enum { N = 32 * 97 };
+    const int types[] = {HQ_TYPE_Q8_0, HQ_TYPE_Q8_1, HQ_TYPE_Q8_K};
+    enum { N = 256 * 13 };
     static float x[N];
     static uint8_t a[N * 2], b[N * 2];
     for (size_t k = 0; k < HR_ARRAY_LEN(types); k++) {
@@ -229,7 +229,10 @@ static void test_from_float(void) {
                 for (int i = 0; i < N; i++) x[i] = i < 32 ? 0.0f : x[i] * (i < N / 2 ? 1e-30f : 1e30f);
             if (round == 3) /* the largest magnitude negative, or shared by +/- */
                 for (int i = 0; i < N; i += 32) x[i + 7] = -2.0f, x[i + 9] = (i & 32) ? 2.0f : 1.0f;
-            for (int len = 32; len <= N; len += 32 * 24) {
+            if (round == 3 && types[k] == HQ_TYPE_Q8_K) /* a NaN, an infinity: each block to the reference */
+                x[256 * 5 + 100] = NAN, x[256 * 9 + 3] = -INFINITY;
+            const int bs = (int)tr->blck_size;
+            for (int len = bs; len <= N; len += bs * 3) {
                 memset(a, 0xAA, sizeof a);
                 memset(b, 0x55, sizeof b);
                 tr->from_float_ref(x, a, len);

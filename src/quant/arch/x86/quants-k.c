@@ -490,6 +490,7 @@ void hq_quantize_avx2_q8_K(const float *restrict x, void *restrict vy, int64_t k
         }
         const float iscale = -127.0f / x[idx];
         const __m256 vs = _mm256_set1_ps(iscale);
+        int bad = 0;
         for (int i = 0; i < QK_K; i += 32) {
             /* round to nearest even (the MXCSR default), saturate to int8: 128 -> 127 as the
                reference's cap */
@@ -500,12 +501,17 @@ void hq_quantize_avx2_q8_K(const float *restrict x, void *restrict vy, int64_t k
             const __m256i p = _mm256_permutevar8x32_epi32(
                 _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3)), order);
             _mm256_storeu_si256((__m256i *)(y[b].qs + i), p);
+            bad |= _mm256_movemask_epi8(_mm256_cmpeq_epi8(p, flip));
             /* sums of 8 bytes of q + 128 */
             const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(p, flip), _mm256_setzero_si256());
             uint64_t s8[4];
             _mm256_storeu_si256((__m256i *)s8, sad);
             y[b].bsums[i / 16] = (int16_t)((int)(s8[0] + s8[1]) - 16 * 128);
             y[b].bsums[i / 16 + 1] = (int16_t)((int)(s8[2] + s8[3]) - 16 * 128);
+        }
+        if (bad) { /* a -128, which only a NaN or an infinity gives (cvtps2dq's 0x80000000): the reference's bytes */
+            hq_quantize_ref_q8_K(x, &y[b], QK_K);
+            continue;
         }
         y[b].d = 1.0f / iscale;
     }
