@@ -784,15 +784,30 @@ static void hm_att_warm(const void *arg, int ith, int nth) {
 }
 
 /* RoPE on one head vector in place: llama rotates adjacent pairs, NeoX rotates the two halves */
-static void hm_rope(float *x, const float *cs, int hd, bool neox) {
-    int half = hd / 2;
-    for (int i = 0; i < half; i++) {
-        float cth = cs[2 * i], sth = cs[2 * i + 1];
-        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        float x0 = x[a], x1 = x[b];
-        x[a] = x0 * cth - x1 * sth;
-        x[b] = x0 * sth + x1 * cth;
+static inline __attribute__((always_inline)) void hm_rope_hd(float *restrict x, const float *restrict cs, int hd,
+                                                              bool neox) {
+    const int half = hd / 2;
+    if (neox) {
+        for (int i = 0; i < half; i++) {
+            const float cth = cs[2 * i], sth = cs[2 * i + 1], x0 = x[i], x1 = x[i + half];
+            x[i] = x0 * cth - x1 * sth;
+            x[i + half] = x0 * sth + x1 * cth;
+        }
+    } else {
+        for (int i = 0; i < half; i++) {
+            const float cth = cs[2 * i], sth = cs[2 * i + 1], x0 = x[2 * i], x1 = x[2 * i + 1];
+            x[2 * i] = x0 * cth - x1 * sth;
+            x[2 * i + 1] = x0 * sth + x1 * cth;
+        }
     }
+}
+/* the common head sizes as constants, so that the compiler vectorizes their loops (a variable count
+   and one loop choosing its indices per pair did not vectorize: ~1.5 ns a pair, RoPE ~30 us of a
+   Llama-3.2-1B token) */
+static void hm_rope(float *restrict x, const float *restrict cs, int hd, bool neox) {
+    if (hd == 64) hm_rope_hd(x, cs, 64, neox);
+    else if (hd == 128) hm_rope_hd(x, cs, 128, neox);
+    else hm_rope_hd(x, cs, hd, neox);
 }
 
 typedef struct hm_qk_job { hm_ctx *c; const hm_layer *L; int li; int n; int32_t pos0; } hm_qk_job;
