@@ -26,6 +26,7 @@
 static_assert(HM_ROW_CHUNK % HQ_BAND == 0, "a work unit of a packed weight is whole bands (quant.h)");
 #define HM_KV_TILE 64     /* attention positions per online-softmax step (llama.cpp's CPU flash-attention tile) */
 #define HM_ATT_NQ 4       /* heads of one token on one KV head (GQA) scored and accumulated together */
+#define HM_FF_UNIT 256   /* decode: FFN activations converted for ffn_down in units of this many (hm_ff_pipe) */
 #define HM_ATT_PF_POS 256 /* decode: cache rows per KV head a thread requests ahead of its heads (hm_att_warm) */
 
 /* Decode's work queue: thread i's unclaimed rows of a part, [front, back) in HM_ROW_CHUNKs, in one
@@ -95,6 +96,7 @@ struct hm_ctx {
     hm_act act_in;                  /* xn (dim n_embd) */
     hm_act act_att;                 /* att (dim n_head*hd) */
     hm_act act_ff;                  /* gate after silu*up (dim n_ff) */
+    _Atomic uint32_t *ff_units;     /* [F / HM_FF_UNIT]: decode's gate rows done per unit (hm_ff_pipe) */
     /* per-thread attention scratch: scores [n_ctx] f32, probs [n_ctx] kv type, q [hd] kv type */
     uint8_t *att_scratch;
     size_t att_scratch_stride;
@@ -213,6 +215,7 @@ void hm_ctx_free(hm_ctx *c) {
     for (size_t a = 0; a < HR_ARRAY_LEN(acts); a++)
         for (int i = 0; i < HM_ACT_COUNT; i++) hr_free_aligned(acts[a]->q[i]);
     hr_free_aligned(c->att_scratch);
+    free((void *)c->ff_units);
     free(c->dec_speed);
     hr_free_aligned(c->dec_span);
     if (c->own_pool) hr_pool_free(c->pool);
@@ -331,6 +334,8 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
                                    HM_ALIGN);
     c->att_scratch = hm_ctx_alloc(c, c->att_scratch_stride * (size_t)c->p.n_threads);
     if (!c->att_scratch) goto oom;
+    if (c->F % HM_FF_UNIT == 0 && c->F > 0 && !(c->ff_units = calloc((size_t)(c->F / HM_FF_UNIT), sizeof *c->ff_units)))
+        goto oom;
     return c;
 oom:
     hr_fail(err, HR_ENOMEM, "out of memory allocating the context (%.1f MiB so far)", c->bytes / 1048576.0);
@@ -445,14 +450,15 @@ typedef struct hm_mm_job {
     hq_silu_mul_fn glu; /* if set: items 0 and 1 are the gate and up projections (same rows), computed
                            together row range by row range, each range finished as gate = silu(gate) * up */
     hm_mm_span *span;   /* decode (n = 1, nth <= HM_MAX_SPLIT): [nth]; NULL: static shares */
-    const struct hm_mm_then *then; /* if set: what each thread does after its last rows */
+    const struct hm_mm_hooks *hooks;
 } hm_mm_job;
 
-/* work each thread of a matmul job does when it has no rows left to claim: fn(arg, ith, nth) */
-typedef struct hm_mm_then {
-    void (*fn)(const void *arg, int ith, int nth);
+/* what a decode's matmul job does besides its rows, each hook optional */
+typedef struct hm_mm_hooks {
+    void (*rows)(const void *arg, int64_t r0, int64_t r1); /* after each range of rows (of part 0) is done */
+    void (*then)(const void *arg, int ith, int nth);       /* each thread, when it has no rows left */
     const void *arg;
-} hm_mm_then;
+} hm_mm_hooks;
 
 /* A job's parts: the items, except that a GLU job's gate and up are one part */
 static int hm_mm_parts(const hm_mm_job *j) { return j->glu ? 1 : j->n_items; }
@@ -482,6 +488,7 @@ static uint64_t hm_mm_rows(const hm_mm_job *j, int p, int64_t r0, int64_t r1) {
         for (int t = 0; t < j->n && r1 > r0; t++)
             j->glu(r1 - r0, j->items[0].out + t * ne1 + r0, j->items[1].out + t * ne1 + r0);
     }
+    if (p == 0 && j->hooks && j->hooks->rows && r1 > r0) j->hooks->rows(j->hooks->arg, r0, r1);
     return bytes;
 }
 
@@ -565,13 +572,13 @@ static void hm_mm_worker(void *arg, int ith, int nth) {
             hm_mm_rows(j, p, r0, r1);
         }
     }
-    if (j->then) j->then->fn(j->then->arg, ith, nth);
+    if (j->hooks && j->hooks->then) j->hooks->then(j->hooks->arg, ith, nth);
 }
 
 static void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *outs, int nw, bool glu,
-                      const hm_mm_then *then) {
+                      const hm_mm_hooks *hooks) {
     int64_t t0 = hr_time_ns();
-    hm_mm_job j = {.n_items = nw, .n = a->n, .speed = c->dec_speed, .glu = glu ? hq_get_silu_mul(false) : NULL, .then = then};
+    hm_mm_job j = {.n_items = nw, .n = a->n, .speed = c->dec_speed, .glu = glu ? hq_get_silu_mul(false) : NULL, .hooks = hooks};
     for (int i = 0; i < nw; i++) {
         int ai = hm_act_for(ws[i]);
         j.items[i].w = ws[i];
@@ -899,23 +906,6 @@ static void hm_rows_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* A decode's matmul job before a norm (wo, ffn_down) ends with this on thread 0, which runs the norm:
-   it requests the lines the norm reads and writes (x, the norm's weights, xn; w may be NULL) into L2.
-   A token's weight stream evicts them between two uses, and the norm found them in DRAM: Llama-3.2-1B
-   Q4_K_M, two threads, the norms and residual adds of a token 150 -> 110 us (requesting them at the
-   job's start instead made no difference). */
-static void hm_rows_warm(const void *arg, int ith, int nth) {
-    (void)nth;
-    const hm_rows_job *j = arg;
-    if (ith != 0) return;
-    const int64_t E = j->c->m->hp.n_embd;
-    for (int64_t i = 0; i < E; i += 64 / sizeof(float)) {
-        __builtin_prefetch(j->c->x + i, 1, 2);
-        __builtin_prefetch(j->c->xn + i, 1, 2);
-        if (j->w) __builtin_prefetch(j->w + i, 0, 2);
-    }
-}
-
 static void hm_rows(hm_ctx *c, int n, int op, const float *w) {
     int64_t t0 = hr_time_ns();
     hm_rows_job j = {c, n, op, w};
@@ -962,8 +952,6 @@ static void hm_rope_cache(hm_ctx *c, int n, int32_t pos0) {
 
 /* o = attention block output (this share's partial sum) for xn = rmsnorm(x) * attn_norm */
 static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n, int32_t pos0) {
-    const hm_rows_job next = {c, n, 1, L->ffn_norm.data};
-    const hm_mm_then warm_rows = {hm_rows_warm, &next};
     if (c->nkv == 0) { /* no attention heads in this share: a zero partial */
         memset(c->o, 0, (size_t)n * c->m->hp.n_embd * sizeof(float));
         return;
@@ -973,7 +961,7 @@ static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n, int3
     const hm_tensor *wqkv[] = {&L->wq, &L->wk, &L->wv};
     float *oqkv[] = {c->q, c->k, c->v};
     hm_att_job aj = {c, li, n, pos0};
-    const hm_mm_then warm = {hm_att_warm, &aj};
+    const hm_mm_hooks warm = {.then = hm_att_warm, .arg = &aj};
     hm_matmul(c, &c->act_in, wqkv, oqkv, 3, false, n == 1 ? &warm : NULL);
     /* biases, q/k norm, RoPE, KV store */
     int64_t t0 = hr_time_ns();
@@ -987,26 +975,85 @@ static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n, int3
     hm_act_set(&c->act_att, c->att, n, c->Dq);
     const hm_tensor *wo[] = {&L->wo};
     float *oo[] = {c->o};
-    hm_matmul(c, &c->act_att, wo, oo, 1, false, n == 1 ? &warm_rows : NULL);
+    hm_matmul(c, &c->act_att, wo, oo, 1, false, NULL);
+}
+
+/* A decode's ffn_down reads its activations (silu(gate) * up, F values) in another form: Q8_K and
+   its kernel's prepared form for the K-quants, Q8_0 for Q8_0 weights.  Made in one piece before the
+   down job, that conversion took one thread 3.6-4.2 us of every ~250 us job (the values cold, half
+   of them written by the other core) while the other waited.  Instead the gate/up job converts its
+   output unit by unit (HM_FF_UNIT values: whole blocks of every form) as the rows come in: each
+   thread adds the rows it has finished to their unit's count, and the thread that completes a unit
+   converts it.  Each unit's bytes are those of the whole row's conversion (block-local forms). */
+typedef struct hm_ff_pipe {
+    hm_ctx *c;
+    int src, dst; /* forms: src from the F32 values (from_float), dst from src (prep) or -1 */
+} hm_ff_pipe;
+
+static void hm_ff_unit_rows(const void *arg, int64_t r0, int64_t r1) {
+    const hm_ff_pipe *p = arg;
+    hm_act *a = &p->c->act_ff;
+    for (int64_t u = r0 / HM_FF_UNIT; u * HM_FF_UNIT < r1; u++) {
+        const uint32_t k = (uint32_t)(HR_MIN(r1, (u + 1) * HM_FF_UNIT) - HR_MAX(r0, u * HM_FF_UNIT));
+        /* acq_rel: the thread that completes the unit sees the other's values */
+        if (atomic_fetch_add_explicit(&p->c->ff_units[u], k, memory_order_acq_rel) + k != HM_FF_UNIT) continue;
+        const hq_traits *ts = hq_get_traits(hm_act_types[p->src]);
+        uint8_t *q = a->q[p->src] + (size_t)u * hq_row_size(hm_act_types[p->src], HM_FF_UNIT);
+        ts->from_float(a->f32 + u * HM_FF_UNIT, q, HM_FF_UNIT);
+        if (p->dst >= 0) {
+            const hq_traits *td = hq_get_traits(hm_act_types[p->dst]);
+            td->prep(a->q[p->dst] + (size_t)u * td->prep_size(HM_FF_UNIT), q, HM_FF_UNIT);
+        }
+    }
+}
+
+/* whether ffn_down's form of act_ff (set to c->gate, one token) can be made by hm_ff_unit_rows: sets
+   up p and the unit counts */
+static bool hm_ff_pipe_init(hm_ctx *c, const hm_tensor *wd, hm_ff_pipe *p) {
+    if (!c->ff_units) return false;
+    const int ai = hm_act_for(wd);
+    *p = (hm_ff_pipe){c, ai, -1};
+    if (ai >= HM_ACT_PREP) { /* prepared per super-block only where the source is Q8_K */
+        if (hq_get_traits(hm_act_types[ai])->vec_dot_type != HQ_TYPE_Q8_K) return false;
+        p->src = HM_ACT_Q8_K, p->dst = ai;
+    } else if (ai == HM_ACT_F32 || HM_FF_UNIT % hq_get_traits(hm_act_types[ai])->blck_size) {
+        return false;
+    }
+    if (!c->act_ff.q[p->src] || (p->dst >= 0 && !c->act_ff.q[p->dst])) return false;
+    memset((void *)c->ff_units, 0, sizeof *c->ff_units * (size_t)(c->F / HM_FF_UNIT));
+    return true;
+}
+
+/* after the gate/up job: the forms made are act_ff's copies */
+static void hm_ff_pipe_done(const hm_ff_pipe *p) {
+    hm_act *a = &p->c->act_ff;
+    a->q_row[p->src] = hq_row_size(hm_act_types[p->src], a->dim);
+    a->valid[p->src] = true;
+    if (p->dst >= 0) {
+        a->q_row[p->dst] = hq_get_traits(hm_act_types[p->dst])->prep_size(a->dim);
+        a->valid[p->dst] = true;
+    }
 }
 
 /* o = FFN block output (this share's partial sum) for xn = rmsnorm(x) * ffn_norm:
    Wd (silu(Wg xn) * Wu xn) */
-static void hm_ffn_block(hm_ctx *c, const hm_layer *L, int n, const float *next_norm) {
-    const hm_rows_job next = {c, n, 1, next_norm};
-    const hm_mm_then warm_rows = {hm_rows_warm, &next};
+static void hm_ffn_block(hm_ctx *c, const hm_layer *L, int n) {
     if (c->F == 0) { /* no FFN neurons in this share */
         memset(c->o, 0, (size_t)n * c->m->hp.n_embd * sizeof(float));
         return;
     }
     hm_act_set(&c->act_in, c->xn, n, c->m->hp.n_embd);
+    hm_act_set(&c->act_ff, c->gate, n, c->F);
     const hm_tensor *wgu[] = {&L->w_gate, &L->w_up};
     float *ogu[] = {c->gate, c->up};
-    hm_matmul(c, &c->act_in, wgu, ogu, 2, true, NULL); /* gate = silu(gate) * up, row by row as they are done */
-    hm_act_set(&c->act_ff, c->gate, n, c->F);
+    hm_ff_pipe pipe;
+    const bool piped = n == 1 && hm_ff_pipe_init(c, &L->w_down, &pipe);
+    const hm_mm_hooks convert = {.rows = hm_ff_unit_rows, .arg = &pipe};
+    hm_matmul(c, &c->act_in, wgu, ogu, 2, true, piped ? &convert : NULL); /* gate = silu(gate) * up, row by row */
+    if (piped) hm_ff_pipe_done(&pipe);
     const hm_tensor *wd[] = {&L->w_down};
     float *od[] = {c->o};
-    hm_matmul(c, &c->act_ff, wd, od, 1, false, n == 1 ? &warm_rows : NULL);
+    hm_matmul(c, &c->act_ff, wd, od, 1, false, NULL);
 }
 
 int hm_ctx_n_windows(const hm_ctx *c) { return c->shard.n_windows; }
@@ -1059,8 +1106,7 @@ int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_
         /* ffn rmsnorm (with the attention residual x += o folded in) */
         hm_rows(c, n, 1, L->ffn_norm.data);
         hm_weights(c, il, HM_BLOCK_FFN, HM_PHASE_BEGIN);
-        const float *next_norm = il + 1 < win.end ? c->L[li + 1].attn_norm.data : last ? m->output_norm.data : NULL;
-        hm_ffn_block(c, L, n, next_norm);
+        hm_ffn_block(c, L, n);
         hm_weights(c, il, HM_BLOCK_FFN, HM_PHASE_END);
         if (hm_sync(c, il, HM_BLOCK_FFN, c->o, n, err)) return err ? err->code : HR_ENET;
         /* FFN residual: folded into the next layer's norm, done here after the last layer */
