@@ -102,7 +102,8 @@ static void test_synth(const char *shared) {
         int n_vocab_ref = (int)json_integer_value(json_object_get(j, "n_vocab"));
         char rel[8192];
         snprintf(rel, sizeof rel, "models/synth/%s.gguf", name);
-        const char *model = test_path(shared, rel);
+        char model[4096]; /* test_path's buffers are reused */
+        snprintf(model, sizeof model, "%s", test_path(shared, rel));
         /* the shared references, else the llama.cpp-made ones in tests/data/ref-synth (README there) */
         snprintf(rel, sizeof rel, "%s/%s.logits.f32", dir, name);
         size_t sz = 0;

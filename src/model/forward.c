@@ -866,11 +866,12 @@ static void hm_qk_worker(void *arg, int ith, int nth) {
             hm_rope(k + h * hd, cs, hd, hp->rope_neox);
         }
         const size_t pos = (size_t)(j->pos0 + (int32_t)t), es = c->kv_esize;
+        /* the dispatched F32 -> F16 rows: hr_fp32_to_fp16's bits */
+        const hq_from_float_fn to16 = hq_get_traits(HQ_TYPE_F16)->from_float;
         for (int h = 0; h < nkv; h++) { /* KV head h's row at pos (hm_ctx's cache layout) */
             uint8_t *K = c->k_cache[j->li] + ((size_t)h * (size_t)c->n_ctx + pos) * (size_t)hd * es;
             uint8_t *V = c->v_cache[j->li] + ((size_t)h * (size_t)c->n_ctx + pos) * (size_t)hd * es;
-            if (c->kv_type == HQ_TYPE_F16) { /* the dispatched F32 -> F16 rows: hr_fp32_to_fp16's bits */
-                const hq_from_float_fn to16 = hq_get_traits(HQ_TYPE_F16)->from_float;
+            if (c->kv_type == HQ_TYPE_F16) {
                 to16(k + h * hd, K, hd);
                 to16(v + h * hd, V, hd);
             } else {
