@@ -529,7 +529,8 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
         return;
     }
     CHECK(tr->pack && tr->unpack);
-    const int64_t unit = type == HQ_TYPE_Q4_0 ? 2 * blk : blk; /* Q4_0's x4 and x4v take pairs of blocks */
+    /* Q4_0's x4 and x4v take pairs of blocks, Q8_0's x4v units of 4 */
+    const int64_t unit = type == HQ_TYPE_Q4_0 ? 2 * blk : type == HQ_TYPE_Q8_0 ? 4 * blk : blk;
     CHECK(hq_pack_ok(type, unit, 4) && hq_pack_ok(type, 64 * unit, 36));
     CHECK(!hq_pack_ok(type, unit, 6)); /* rows not whole groups */
     CHECK(!hq_pack_ok(type, 0, 4) && !hq_pack_ok(type, unit, 0) && !hq_pack_ok(type, blk + 1, 4));
@@ -549,14 +550,14 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
                     fill_uniform(f, n);
                     tr->from_float_ref(f, x + r * bx, n);
                 }
-                if (src == 1) /* random bytes, the fp16 scales made finite */
+                if (src == 1) /* random bytes (Q8_0: codes of -128 too), the fp16 scales made finite */
                     for (size_t i = 0; i < bx * rows; i++) x[i] = (uint8_t)rng_next();
                 for (int r = 0; src == 1 && r < rows; r++)
                     for (int64_t b = 0; b < n / blk; b++) {
-                        /* Q6_K: d at the block's end; Q4_K, Q5_K: d, dmin at its start */
-                        const bool q6 = type == HQ_TYPE_Q6_K;
+                        /* Q6_K: d at the block's end; Q4_K, Q5_K: d, dmin at its start; Q8_0: d */
+                        const bool q6 = type == HQ_TYPE_Q6_K, one = q6 || type == HQ_TYPE_Q8_0;
                         hr_fp16 *d = (hr_fp16 *)(x + r * bx + b * tr->type_size + (q6 ? offsetof(block_q6_K, d) : 0));
-                        for (int k = 0; k < (q6 ? 1 : 2); k++) d[k] = (hr_fp16)(0x0400 + rng_next() % 0x3800);
+                        for (int k = 0; k < (one ? 1 : 2); k++) d[k] = (hr_fp16)(0x0400 + rng_next() % 0x3800);
                     }
                 for (int j = 0; j < nc_max; j++) {
                     fill_uniform(f, n);
@@ -627,6 +628,32 @@ static void test_q4_0_layouts(void) {
     CHECKF(bad == 0, "Q4_0: %d packed bytes not where the %s layout puts them", bad, x4v ? "x4v" : "x4");
 }
 
+/* Q8_0's x4v (quant.h, AVX-512): each (row r, block j)'s scale at fp16 4r + j, byte k of its qs at
+   32 + 64 * (k / 4) + 16r + 4j + k % 4, offset by 128 (code ^ 0x80) */
+static void test_q8_0_layout(void) {
+    const hq_traits *tr = hq_get_traits(HQ_TYPE_Q8_0);
+    if (!tr->pack) return;
+    block_q8_0 rows[4][4];
+    uint8_t packed[sizeof rows];
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < 4; j++) {
+            rows[r][j].d = (hr_fp16)(0x3C00 + 4 * r + j);
+            for (int k = 0; k < QK8_0; k++) rows[r][j].qs[k] = (int8_t)(uint8_t)(37 * r + 11 * j + 5 * k);
+        }
+    tr->pack(packed, rows, sizeof rows[0], 128, 4);
+    int bad = 0;
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < 4; j++) {
+            hr_fp16 d;
+            memcpy(&d, packed + 2 * (4 * r + j), 2);
+            bad += d != rows[r][j].d;
+            for (int k = 0; k < QK8_0; k++)
+                bad += packed[32 + 64 * (k / 4) + 16 * r + 4 * j + k % 4] != ((uint8_t)rows[r][j].qs[k] ^ 0x80);
+        }
+    printf("  Q8_0 packed layout (x4v): %d bytes misplaced\n", bad);
+    CHECKF(bad == 0, "Q8_0: %d packed bytes not where x4v puts them", bad);
+}
+
 /* x4v's K-panels (quant.h): in a band of 16 rows of 8192 Q4_K / Q6_K elements (two panels of 16
    super-blocks), group g's entry for super-block b at 576 / 840 * (64 * (b / 16) + 16 * g + b % 16):
    checked through each row's d, which the entry keeps at 4r (Q4_K) / 64 + 2r (Q6_K) */
@@ -662,8 +689,12 @@ static void test_x4v_panels(void) {
 
 static void test_packed(void) {
     test_q4_0_layouts();
+    test_q8_0_layout();
     test_x4v_panels();
-    CHECK(!hq_pack_ok(HQ_TYPE_Q8_0, 64, 4) && !hq_pack_ok(HQ_TYPE_Q3_K, 256, 4));
+    /* Q8_0 packs only rows x4v takes (whole 4-block units, at most HQ_X4V_MAX_NE0) */
+    CHECK(!hq_pack_ok(HQ_TYPE_Q8_0, 64, 4) && !hq_pack_ok(HQ_TYPE_Q8_0, 192, 4) &&
+          !hq_pack_ok(HQ_TYPE_Q8_0, HQ_X4V_MAX_NE0 + 128, 4) && !hq_pack_ok(HQ_TYPE_Q3_K, 256, 4));
+    if (hq_get_traits(HQ_TYPE_Q8_0)->gemm_packed) CHECK(hq_pack_ok(HQ_TYPE_Q8_0, HQ_X4V_MAX_NE0, 4));
     if (hq_get_traits(HQ_TYPE_Q4_0)->gemm_packed) CHECK(!hq_pack_ok(HQ_TYPE_Q4_0, 96, 4)); /* an odd number of blocks */
     /* Q4_0: rows of whole 4-block units (x4v on AVX-512), up to and past x4's one-pass decode, the
        longest row x4v packs (its decode's prepared row at full size), and rows an AVX-512 table keeps
@@ -671,6 +702,9 @@ static void test_packed(void) {
     const int lens0[] = {128, 1024, 8192, 8320, HQ_X4V_MAX_NE0, 192, 8256, HQ_X4V_MAX_NE0 + 128},
               lensk[] = {256, 1024, 8192, 8448}, lensk4[] = {256, 1024, 8192, 8448, HQ_KV_MAX_NE0};
     test_packed_type(HQ_TYPE_Q4_0, lens0, HR_ARRAY_LEN(lens0), false);
+    /* Q8_0: x4v's units and K-panels (8320: two panels and a unit), the longest row it packs */
+    const int lens8[] = {128, 1024, 8192, 8320, HQ_X4V_MAX_NE0};
+    test_packed_type(HQ_TYPE_Q8_0, lens8, HR_ARRAY_LEN(lens8), true);
     /* Q4_K, Q6_K: x4v up to the longest row its decode prepares; longer rows stay in the file layout */
     if (hq_get_traits(HQ_TYPE_Q4_K)->gemm_packed)
         CHECK(hq_pack_ok(HQ_TYPE_Q4_K, HQ_KV_MAX_NE0, 4) && !hq_pack_ok(HQ_TYPE_Q4_K, HQ_KV_MAX_NE0 + QK_K, 4));
@@ -716,6 +750,7 @@ static void test_dispatch(void) {
     CHECK(hq_get_traits(HQ_TYPE_Q8_1)->from_float == hq_quantize_avx2_q8_1);
     CHECK(hq_get_traits(HQ_TYPE_Q4_0)->gemm == hq_gemm_avx2_q4_0);
     CHECK(hq_get_traits(HQ_TYPE_Q4_0)->gemm_packed == (want512 ? hq_gemm_packed_avx512_q4_0 : hq_gemm_packed_avx2_q4_0));
+    CHECK(hq_get_traits(HQ_TYPE_Q8_0)->gemm_packed == (want512 ? hq_gemm_packed_avx512_q8_0 : NULL));
     CHECK(hq_get_traits(HQ_TYPE_Q4_1)->gemm == hq_gemm_avx2_q4_1);
     CHECK(hq_get_traits(HQ_TYPE_Q5_0)->gemm == hq_gemm_avx2_q5_0);
     CHECK(hq_get_traits(HQ_TYPE_Q5_1)->gemm == hq_gemm_avx2_q5_1);

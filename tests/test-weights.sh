@@ -4,9 +4,9 @@
 # token at a time) with the weights loaded into memory and packed for the kernels (the default),
 # loaded in the file's layout (--no-repack) and run from the file mapping (--mmap); all must be
 # bit-identical. Models: the shared synth Q4_0 (untied output head), Q4_K_M and Q5_K_M (K-quants,
-# packed where the table is AVX-512's) and Q8_0 (qwen2: nothing to pack, copied only), and a one-layer
-# Llama-3.2-1B-shape Q4_0 with a tied head written here, whose token embedding is then packed too
-# (lookups unpack a row). The log must say what was loaded/packed.
+# packed where the table is AVX-512's) and Q8_0 (qwen2; packed where the table is AVX-512's), and
+# one-layer Llama-3.2-1B-shape Q4_0 and Q8_0 models with a tied head written here, whose token
+# embedding is then packed too (lookups unpack a row). The log must say what was loaded/packed.
 set -u
 pass=0
 fail=0
@@ -21,17 +21,19 @@ SHARED=${HEARTH_SHARED:-$(dirname "$0")/../../shared}
 TMP=$(mktemp -d /tmp/hearth-weights-test.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 
-TIED=$TMP/tied-Q4_0.gguf
-"$BIN" synth --shape llama-3.2-1b --layers 1 --type Q4_0 --n-vocab 512 --vocab-from "$SHARED/models/stories260K.gguf" \
-    -o "$TIED" >"$TMP/synth.log" 2>&1 || { cat "$TMP/synth.log"; bad "synth"; }
-# the AVX2 table has Q4_0's packed kernel, the AVX-512 one Q4_K's, Q5_K's and Q6_K's too (quant.h); the
-# generic and NEON ones have none
+for t in Q4_0 Q8_0; do
+    "$BIN" synth --shape llama-3.2-1b --layers 1 --type $t --n-vocab 512 --vocab-from "$SHARED/models/stories260K.gguf" \
+        -o "$TMP/tied-$t.gguf" >"$TMP/synth.log" 2>&1 || { cat "$TMP/synth.log"; bad "synth $t"; }
+done
+# the AVX2 table has Q4_0's packed kernel, the AVX-512 one Q4_K's, Q5_K's, Q6_K's and Q8_0's too
+# (quant.h); the generic and NEON ones have none
 simd=$("$BIN" eval -m "$SHARED/models/synth/synth-llama-Q4_0.gguf" --tokens 1 --logits "$TMP/x.f32" --force 2>&1 |
     grep -o 'for the [a-z0-9]* kernels' | head -n1 | awk '{print $3}')
 
 TOKS=1,17,42,99,200,311,5,6,7,8,9,10,11,12,13,14,15,16,250,480
 for model in "$SHARED/models/synth/synth-llama-Q4_0.gguf" "$SHARED/models/synth/synth-llama-Q4_K_M.gguf" \
-    "$SHARED/models/synth/synth-llama-Q5_K_M.gguf" "$SHARED/models/synth/synth-qwen2-Q8_0.gguf" "$TIED"; do
+    "$SHARED/models/synth/synth-llama-Q5_K_M.gguf" "$SHARED/models/synth/synth-qwen2-Q8_0.gguf" "$TMP/tied-Q4_0.gguf" \
+    "$TMP/tied-Q8_0.gguf"; do
     name=$(basename "$model")
     for mode in default --no-repack --mmap; do
         flags=()
@@ -53,19 +55,19 @@ for model in "$SHARED/models/synth/synth-llama-Q4_0.gguf" "$SHARED/models/synth/
         ok "$name: --no-repack loads without packing" || bad "$name: --no-repack: $(cat "$TMP/--no-repack.err")"
     line=$(grep "loaded into memory" "$TMP/default.err")
     case "$name" in
-    *Q4_0*)
+    *Q4_0*|*Q4_K*) # Q4_0's and Q4_K's layouts are in both tables (Q5_K's and Q8_0's in AVX-512's only)
         if [ "$simd" = avx2 ] || [ "$simd" = avx512 ]; then
             echo "$line" | grep -q "(0.0 MiB of it packed" && bad "$name: nothing packed: $line" ||
                 ok "$name: packed by default ($line)"
         else
-            echo "  (no packed kernel in this table: the Q4_0 packing checks do not apply)"
+            echo "  (no packed kernel in this table: the packing checks do not apply)"
         fi ;;
-    *Q4_K*|*Q5_K*)
+    *Q5_K*|*Q8_0*)
         if [ "$simd" = avx512 ]; then
             echo "$line" | grep -q "(0.0 MiB of it packed" && bad "$name: nothing packed: $line" ||
                 ok "$name: packed by default ($line)"
         else
-            echo "$line" | grep -q "(0.0 MiB of it packed" && ok "$name: copied, no K-quant layout in the $simd table" ||
+            echo "$line" | grep -q "(0.0 MiB of it packed" && ok "$name: copied, no layout for it in the $simd table" ||
                 bad "$name: packed without a packed kernel: $line"
         fi ;;
     *) echo "$line" | grep -q "(0.0 MiB of it packed" && ok "$name: copied, nothing to pack" ||

@@ -41,10 +41,10 @@ typedef struct hm_mm_span {
    type for those) */
 enum {
     HM_ACT_F32, HM_ACT_F16, HM_ACT_BF16, HM_ACT_Q8_0, HM_ACT_Q8_1, HM_ACT_Q8_K,
-    HM_ACT_PREP, HM_ACT_P_Q4_0 = HM_ACT_PREP, HM_ACT_P_Q4_K, HM_ACT_P_Q6_K, HM_ACT_COUNT
+    HM_ACT_PREP, HM_ACT_P_Q4_0 = HM_ACT_PREP, HM_ACT_P_Q8_0, HM_ACT_P_Q4_K, HM_ACT_P_Q6_K, HM_ACT_COUNT
 };
 static const int hm_act_types[HM_ACT_COUNT] = {HQ_TYPE_F32,  HQ_TYPE_F16,  HQ_TYPE_BF16, HQ_TYPE_Q8_0, HQ_TYPE_Q8_1,
-                                               HQ_TYPE_Q8_K, HQ_TYPE_Q4_0, HQ_TYPE_Q4_K, HQ_TYPE_Q6_K};
+                                               HQ_TYPE_Q8_K, HQ_TYPE_Q4_0, HQ_TYPE_Q8_0, HQ_TYPE_Q4_K, HQ_TYPE_Q6_K};
 static int hm_act_index(int type) {
     for (int i = 0; i < HM_ACT_PREP; i++)
         if (hm_act_types[i] == type) return i;
@@ -980,7 +980,7 @@ static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n, int3
 }
 
 /* A decode's ffn_down reads its activations (silu(gate) * up, F values) in another form: Q8_K and
-   its kernel's prepared form for the K-quants, Q8_0 for Q8_0 weights.  Made in one piece before the
+   its kernel's prepared form for the K-quants, Q8_0 (and x4v's form where packed) for Q4_0 and Q8_0.  Made in one piece before the
    down job, that conversion took one thread 3.6-4.2 us of every ~250 us job (the values cold, half
    of them written by the other core) while the other waited.  Instead the gate/up job converts its
    output unit by unit (HM_FF_UNIT values: whole blocks of every form) as the rows come in: each
@@ -1014,9 +1014,10 @@ static bool hm_ff_pipe_init(hm_ctx *c, const hm_tensor *wd, hm_ff_pipe *p) {
     if (!c->ff_units) return false;
     const int ai = hm_act_for(wd);
     *p = (hm_ff_pipe){c, ai, -1};
-    if (ai >= HM_ACT_PREP) { /* prepared per super-block only where the source is Q8_K */
-        if (hq_get_traits(hm_act_types[ai])->vec_dot_type != HQ_TYPE_Q8_K) return false;
-        p->src = HM_ACT_Q8_K, p->dst = ai;
+    if (ai >= HM_ACT_PREP) { /* prepared forms made of whole units' forms: the K-quants' super-blocks, x4v's units */
+        const int vt = hq_get_traits(hm_act_types[ai])->vec_dot_type;
+        if (vt != HQ_TYPE_Q8_K && !(vt == HQ_TYPE_Q8_0 && hq_x4v_fits(c->F))) return false;
+        p->src = hm_act_index(vt), p->dst = ai;
     } else if (ai == HM_ACT_F32 || HM_FF_UNIT % hq_get_traits(hm_act_types[ai])->blck_size) {
         return false;
     }

@@ -33,6 +33,7 @@ HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_
     HQ_WEAK_GEMM(arch, q2_K) HQ_WEAK_GEMM(arch, q3_K) HQ_WEAK_GEMM(arch, f16) HQ_WEAK_GEMM(arch, f32)    \
     HQ_WEAK_GEMM(arch, bf16)                                                                            \
     HQ_WEAK_PACKED(arch, q4_0) HQ_WEAK_PACKED(arch, q4_K) HQ_WEAK_PACKED(arch, q5_K) HQ_WEAK_PACKED(arch, q6_K) \
+    HQ_WEAK_PACKED(arch, q8_0)                                                                          \
     HQ_WEAK_SIMD(arch, f32) HQ_WEAK_SIMD(arch, f16) HQ_WEAK_SIMD(arch, bf16) HQ_WEAK_SIMD(arch, q4_0)   \
     HQ_WEAK_SIMD(arch, q4_1) HQ_WEAK_SIMD(arch, q5_0) HQ_WEAK_SIMD(arch, q5_1) HQ_WEAK_SIMD(arch, q8_0) \
     HQ_WEAK_SIMD(arch, q2_K) HQ_WEAK_SIMD(arch, q3_K) HQ_WEAK_SIMD(arch, q4_K) HQ_WEAK_SIMD(arch, q5_K) \
@@ -238,29 +239,53 @@ static void hq_unpack_q4_0_x4_grp(void *restrict dst, const void *restrict group
 HQ_GROUPS_BAND(q4_0, x4, QK4_0, sizeof(block_q4_0))
 
 #if defined(HEARTH_ARCH_X86)
-/* ---- Q4_0 x4v (quant.h, AVX-512): unit u of a group = blocks 4u .. 4u+3 of rows 0-3: the scale of
-   row r's block j at fp16 4r + j, then vector i (64 bytes) with bytes 4i .. 4i+3 of that block's
-   qs at 16r + 4j; a band's groups in K-panels (hq_panel_at) ---- */
-enum { HQ_X4V_UNIT = 16 * sizeof(block_q4_0) };
-enum { HQ_X4V_PU = HQ_PANEL / (4 * QK4_0) }; /* units per K-panel (quant.h) */
+/* ---- x4v of the 32-element kinds (quant.h, AVX-512): unit u of a group = blocks 4u .. 4u+3 of rows
+   0-3: the scale of row r's block j at fp16 4r + j, then vector i (64 bytes) with bytes 4i .. 4i+3 of
+   that block's qs at 16r + 4j (Q4_0: 4 vectors; Q8_0: 8, each code offset by 128, code ^ 0x80, the
+   unsigned operand of vpdpbusd); a band's groups in K-panels (hq_panel_at).  Both kinds' blocks are
+   the scale, then nq bytes of qs. ---- */
+enum { HQ_X4V_PU = HQ_PANEL / 128 }; /* units (4 blocks of 32) per K-panel (quant.h) */
+static_assert(offsetof(block_q4_0, qs) == 2 && offsetof(block_q8_0, qs) == 2, "x4v blocks: d, then qs");
+static void hq_pack_x4v(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows, int nq) {
+    const int64_t nu = ne0 / 128;
+    const int ng = nrows / HQ_PACK_ROWS;
+    const size_t bs = 2 + (size_t)nq, E = 16 * bs;
+    const uint8_t flip = nq == QK8_0 ? 0x80 : 0;
+    for (int g = 0; g < ng; g++)
+        for (int64_t u = 0; u < nu; u++) {
+            uint8_t *d = (uint8_t *)dst + hq_panel_at(ng, g, nu, u, HQ_X4V_PU, E);
+            for (int r = 0; r < HQ_PACK_ROWS; r++)
+                for (int j = 0; j < 4; j++) {
+                    const uint8_t *b = (const uint8_t *)src + (size_t)(HQ_PACK_ROWS * g + r) * bx + (size_t)(4 * u + j) * bs;
+                    memcpy(d + 2 * (4 * r + j), b, 2);
+                    for (int k = 0; k < nq; k++) d[32 + 64 * (k / 4) + 16 * r + 4 * j + k % 4] = b[2 + k] ^ flip;
+                }
+        }
+}
+static void hq_unpack_x4v(void *restrict dst, const void *restrict x, int64_t ne0, int64_t nrows, int64_t r0,
+                          int64_t e0, int64_t ne, int nq) {
+    const int64_t nu = ne0 / 128;
+    const size_t bs = 2 + (size_t)nq, E = 16 * bs;
+    const uint8_t flip = nq == QK8_0 ? 0x80 : 0;
+    int ng;
+    const uint8_t *band = hq_band_of(x, nrows, r0, (size_t)(ne0 / 32) * bs, &ng);
+    const int g = (int)(r0 % HQ_BAND / HQ_PACK_ROWS), r = (int)(r0 % HQ_PACK_ROWS);
+    uint8_t *b = dst;
+    for (int64_t u = e0 / 128; u < (e0 + ne) / 128; u++) {
+        const uint8_t *d = band + hq_panel_at(ng, g, nu, u, HQ_X4V_PU, E);
+        for (int j = 0; j < 4; j++, b += bs) {
+            memcpy(b, d + 2 * (4 * r + j), 2);
+            for (int k = 0; k < nq; k++) b[2 + k] = d[32 + 64 * (k / 4) + 16 * r + 4 * j + k % 4] ^ flip;
+        }
+    }
+}
+/* Q4_0: x4v where it fits the row (hq_x4v_fits), x4 otherwise */
 static void hq_pack_q4_0_x4v(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows) {
     if (!hq_x4v_fits(ne0)) {
         hq_pack_q4_0_x4(dst, src, bx, ne0, nrows);
         return;
     }
-    const int64_t nu = ne0 / (4 * QK4_0);
-    const int ng = nrows / HQ_PACK_ROWS;
-    for (int g = 0; g < ng; g++)
-        for (int64_t u = 0; u < nu; u++) {
-            uint8_t *d = (uint8_t *)dst + hq_panel_at(ng, g, nu, u, HQ_X4V_PU, HQ_X4V_UNIT);
-            for (int r = 0; r < HQ_PACK_ROWS; r++)
-                for (int j = 0; j < 4; j++) {
-                    const block_q4_0 *b =
-                        (const block_q4_0 *)((const uint8_t *)src + (size_t)(HQ_PACK_ROWS * g + r) * bx) + 4 * u + j;
-                    memcpy(d + 2 * (4 * r + j), &b->d, 2);
-                    for (int i = 0; i < 4; i++) memcpy(d + 32 + 64 * i + 16 * r + 4 * j, b->qs + 4 * i, 4);
-                }
-        }
+    hq_pack_x4v(dst, src, bx, ne0, nrows, QK4_0 / 2);
 }
 static void hq_unpack_q4_0_x4v(void *restrict dst, const void *restrict x, int64_t ne0, int64_t nrows, int64_t r0,
                                int64_t e0, int64_t ne) {
@@ -268,18 +293,15 @@ static void hq_unpack_q4_0_x4v(void *restrict dst, const void *restrict x, int64
         hq_unpack_q4_0_x4(dst, x, ne0, nrows, r0, e0, ne);
         return;
     }
-    const int64_t nu = ne0 / (4 * QK4_0);
-    int ng;
-    const uint8_t *band = hq_band_of(x, nrows, r0, (size_t)(ne0 / QK4_0) * sizeof(block_q4_0), &ng);
-    const int g = (int)(r0 % HQ_BAND / HQ_PACK_ROWS), r = (int)(r0 % HQ_PACK_ROWS);
-    block_q4_0 *b = dst;
-    for (int64_t u = e0 / (4 * QK4_0); u < (e0 + ne) / (4 * QK4_0); u++) {
-        const uint8_t *d = band + hq_panel_at(ng, g, nu, u, HQ_X4V_PU, HQ_X4V_UNIT);
-        for (int j = 0; j < 4; j++, b++) {
-            memcpy(&b->d, d + 2 * (4 * r + j), 2);
-            for (int i = 0; i < 4; i++) memcpy(b->qs + 4 * i, d + 32 + 64 * i + 16 * r + 4 * j, 4);
-        }
-    }
+    hq_unpack_x4v(dst, x, ne0, nrows, r0, e0, ne, QK4_0 / 2);
+}
+/* Q8_0: x4v only (hq_pack_ok packs no other row) */
+static void hq_pack_q8_0_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows) {
+    hq_pack_x4v(dst, src, bx, ne0, nrows, QK8_0);
+}
+static void hq_unpack_q8_0_x4(void *restrict dst, const void *restrict x, int64_t ne0, int64_t nrows, int64_t r0,
+                              int64_t e0, int64_t ne) {
+    hq_unpack_x4v(dst, x, ne0, nrows, r0, e0, ne, QK8_0);
 }
 #endif
 
@@ -532,6 +554,11 @@ static void hq_init_once(void) {
                 hq_traits *t = &hq_table[HQ_TYPE_Q4_0];
                 t->pack = hq_pack_q4_0_x4v, t->unpack = hq_unpack_q4_0_x4v;
             }
+            if (hq_gemm_packed_avx512_q8_0 && hq_prep_avx512_q8_0 && hq_prep_size_avx512_q8_0) { /* x4v only */
+                hq_traits *t = &hq_table[HQ_TYPE_Q8_0];
+                t->gemm_packed = hq_gemm_packed_avx512_q8_0, t->pack = hq_pack_q8_0_x4, t->unpack = hq_unpack_q8_0_x4;
+                t->prep = hq_prep_avx512_q8_0, t->prep_size = hq_prep_size_avx512_q8_0;
+            }
             if (hq_att_acc16_avx512 && hq_att.acc16 == hq_att_acc16_avx2) hq_att.acc16 = hq_att_acc16_avx512;
             if (hq_att_kq_avx512 && hq_att.kq == hq_att_kq_avx2) hq_att.kq = hq_att_kq_avx512;
             hq_simd = "avx512";
@@ -596,6 +623,7 @@ bool hq_pack_ok(int type, int64_t ne0, int64_t nrows) {
     if (!t || !t->gemm_packed) return false;
     const int64_t unit = type == HQ_TYPE_Q4_0 ? 2 * t->blck_size : t->blck_size; /* Q4_0: pairs of blocks */
     if ((type == HQ_TYPE_Q4_K || type == HQ_TYPE_Q6_K) && ne0 > HQ_KV_MAX_NE0) return false;
+    if (type == HQ_TYPE_Q8_0 && !hq_x4v_fits(ne0)) return false; /* x4v only */
     return ne0 > 0 && ne0 % unit == 0 && nrows > 0 && nrows % HQ_PACK_ROWS == 0;
 }
 

@@ -114,6 +114,10 @@ typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *res
      [row r, block j] at 4r + j, then 4 vectors of 64 bytes whose 4-byte lane 4r + j holds bytes
      4i .. 4i+3 of the qs of row r's block j (vector i) — one block of one row per int32 lane of a
      vpdpbusd (quants512.c);
+   - Q8_0 (AVX-512, "x4v"): as Q4_0's, 544 bytes per unit: the 16 scales, then 8 vectors of 64
+     bytes, lane 4r + j of vector i holding bytes 4i .. 4i+3 of row r's block j, each code offset by
+     128 (code ^ 0x80: vpdpbusd's unsigned operand; the prepared activations carry -128 * their
+     sums).  Only rows x4v fits are packed (hq_x4v_fits); others stay in the file layout;
    - Q4_K and Q6_K ("x4v", AVX2 and AVX-512 alike): per super-block, the 4 rows' d (dmin) and scales
      together, then vectors of 64 bytes whose 4-byte lane 4r + s holds 4 code bytes of row r's
      sub-block s of a set of 4 — one sub-block of one row per int32 lane of a vpdpbusd (Q4_K: 8
@@ -133,7 +137,7 @@ typedef void (*hq_gemm_fn)(int n, float *restrict s, size_t lds, const void *res
    or at the matrix's last row (its last band the matrix's). */
 enum { HQ_PACK_ROWS = 4, HQ_BAND = 16, HQ_PANEL = 4096 };
 /* The byte offset, in a band of ng groups whose rows hold nu units (a layout's step along K: a
-   super-block; Q4_0 x4v: 4 blocks) of entries of E bytes (a unit of the group's 4 rows), in K-panels
+   super-block; Q4_0 and Q8_0 x4v: 4 blocks) of entries of E bytes (a unit of the group's 4 rows), in K-panels
    of pu units (HQ_PANEL elements), of group g's entry for unit u.  A panel's entries of one group are
    consecutive, so the offset for u = a panel's first unit starts a run of them. */
 static inline size_t hq_panel_at(int ng, int g, int64_t nu, int64_t u, int64_t pu, size_t E) {
@@ -189,7 +193,7 @@ typedef struct hq_traits {
 
 /* Whether a tensor of `type` with rows of ne0 elements and nrows rows can be packed for the
    dispatched kernels (the type has gemm_packed, whole groups of rows, whole pairs of blocks for Q4_0,
-   rows of at most HQ_KV_MAX_NE0 for Q4_K and Q6_K). */
+   rows of at most HQ_KV_MAX_NE0 for Q4_K and Q6_K, rows x4v fits for Q8_0). */
 bool hq_pack_ok(int type, int64_t ne0, int64_t nrows);
 
 /* ---- attention kernels (the F32 path of flash attention, src/model) ------------------------------ */
@@ -297,7 +301,7 @@ HQ_DECLARE_REF(q6_K) HQ_DECLARE_REF(q8_K)
     HQ_DECLARE_GEMM(arch, q3_K) HQ_DECLARE_GEMM(arch, f16) HQ_DECLARE_GEMM(arch, f32)      \
     HQ_DECLARE_GEMM(arch, bf16)                                                            \
     HQ_DECLARE_PACKED(arch, q4_0) HQ_DECLARE_PACKED(arch, q4_K) HQ_DECLARE_PACKED(arch, q5_K)    \
-    HQ_DECLARE_PACKED(arch, q6_K)                                                          \
+    HQ_DECLARE_PACKED(arch, q6_K) HQ_DECLARE_PACKED(arch, q8_0)                            \
     void hq_quantize_##arch##_f16(const float *restrict x, void *restrict y, int64_t k);  \
     void hq_quantize_##arch##_q8_0(const float *restrict x, void *restrict y, int64_t k); \
     void hq_quantize_##arch##_q8_1(const float *restrict x, void *restrict y, int64_t k); \

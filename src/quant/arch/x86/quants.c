@@ -10,10 +10,10 @@
  * the min entering through the activation's s = d*sum(q)), signed for Q8_0.
  * _mm256_maddubs_epi16 multiplies unsigned by signed bytes: unsigned codes go in as they are and
  * the zero point comes off as z*sum(a); signed Q8_0 codes use the "sign trick" |w| * (a with w's
- * sign).  Pairs summed in 16 bits cannot saturate: codes <= 31, and for Q8_0 2*127*127 < 32767
- * (codes are in [-127, 127]; a -128, which no quantizer writes, would not be exact).  Each
- * block's 8 partial int32 sums become float and are scaled by dx*dy with one FMA, so a row needs a
- * single horizontal sum at the end.
+ * sign).  Pairs summed in 16 bits cannot saturate: codes <= 31, and for Q8_0 2*128*127 < 32767
+ * (|w| is read unsigned, so a weight code -128, which no quantizer writes, is still exact).  vec_dot
+ * scales each block's 8 partial int32 sums by dx*dy with one FMA, so a row needs a single horizontal
+ * sum at the end; the tiles reduce each block to its whole integer dot first (below).
  *
  * Activation quantizers reproduce the reference byte for byte (including roundf's half-away-from-
  * zero), so results do not depend on which kernel family ran — a device without AVX2 computes the
@@ -217,12 +217,6 @@ void hq_vec_dot_avx2_q8_0(int n, float *restrict s, const void *restrict x, cons
    and sums s (kinds with a min) as [b x4 | b+1 x4] */
 typedef struct { __m256i lo, hi, z; __m256 d, s; } hq_a2;
 
-/* Q8_0 (signed codes) has no pairs: one madd / conversion / FMA per row and block as in vec_dot,
-   by the sign trick |w| * (a with w's sign), |w| once per weight block for all the columns.  (The
-   other way round, |a| * (w with a's sign), saves that vpsignb but turns a weight code -128 into
-   -128 again: weights come from files, activations only from our quantizer, |a| <= 127.) */
-typedef struct { __m256i a; __m256 d; } hq_a1;
-
 /* two fp16 scales as [h0 x4 | h1 x4] */
 HQ_INLINE __m256 hq_h2v2(hr_fp16 h0, hr_fp16 h1) { return _mm256_blend_ps(hq_h2v(h0), hq_h2v(h1), 0xF0); }
 
@@ -247,10 +241,18 @@ static_assert(offsetof(block_q4_0, qs) == 2 && offsetof(block_q4_1, m) == 2 && o
               offsetof(block_q5_0, qh) == 2 && offsetof(block_q5_0, qs) == 6 && offsetof(block_q5_1, m) == 2 &&
               offsetof(block_q5_1, qh) == 4 && offsetof(block_q5_1, qs) == 8, "nibble block layouts");
 
-/* the codes of blocks b, b+1 of a weight row of a nibble kind, in the pair layout */
+/* the codes of blocks b, b+1 of a weight row in the pair layout; Q8_0's as they are (signed), its
+   bytes 0-15 of each block in lo and 16-31 in hi */
 HQ_INLINE void hq_codes2(int kind, const void *row, int b, __m256i *lo, __m256i *hi) {
     const size_t bs = hq_kind_size(kind);
     const char *p0 = (const char *)row + (size_t)b * bs, *p1 = p0 + bs;
+    if (kind == HQ_K_Q8_0) {
+        *lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + 2))),
+                                      _mm_loadu_si128((const __m128i *)(p1 + 2)), 1);
+        *hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + 18))),
+                                      _mm_loadu_si128((const __m128i *)(p1 + 18)), 1);
+        return;
+    }
     const size_t off = kind == HQ_K_Q4_0 ? 2 : kind == HQ_K_Q4_1 ? 4 : kind == HQ_K_Q5_0 ? 6 : 8;
     const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + off))),
                                               _mm_loadu_si128((const __m128i *)(p1 + off)), 1);
@@ -274,16 +276,9 @@ HQ_INLINE __m256i hq_zsum(int zp, __m256i lo, __m256i hi) {
     return _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xB1));
 }
 
-/* prepares entries k0 .. k0+kc of an activation row: pairs (hq_a2) or Q8_0 blocks (hq_a1) */
+/* prepares entries k0 .. k0+kc of an activation row (pairs, hq_a2) */
 HQ_INLINE void hq_prep(int kind, const void *row, int k0, int kc, void *buf) {
     for (int k = 0; k < kc; k++) {
-        if (kind == HQ_K_Q8_0) {
-            const block_q8_0 *y = (const block_q8_0 *)row + k0 + k;
-            hq_a1 *a = (hq_a1 *)buf + k;
-            a->a = _mm256_loadu_si256((const __m256i *)y->qs);
-            a->d = hq_h2v(y->d);
-            continue;
-        }
         hq_a2 *a = (hq_a2 *)buf + k;
         const int b = 2 * (k0 + k);
         __m256i a0, a1;
@@ -319,9 +314,14 @@ HQ_INLINE __m256 hq_h8(const char *const *xr, size_t off, size_t bs) {
     return _mm256_cvtph_ps(_mm_set_epi64x((long long)hq_h4(xr, off + bs), (long long)hq_h4(xr, off)));
 }
 
-/* the 16-bit pair results p[0..3] of four rows as int32 [r0 r1 r2 r3 | r0 r1 r2 r3] */
+/* the 16-bit pair results p[0..3] of four rows (Q8_0: their int32 sums) as int32 [r0 r1 r2 r3 | r0 r1 r2 r3] */
 HQ_INLINE __m256i hq_red4(int kind, const __m256i *p) {
     const __m256i ones = _mm256_set1_epi16(1);
+    if (kind == HQ_K_Q8_0) {
+        const __m256i q01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
+        const __m256i q23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
+        return _mm256_add_epi32(_mm256_unpacklo_epi64(q01, q23), _mm256_unpackhi_epi64(q01, q23));
+    }
     __m256i q01 = _mm256_add_epi16(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
     __m256i q23 = _mm256_add_epi16(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
     if (kind == HQ_K_Q5_0 || kind == HQ_K_Q5_1) { /* 5-bit codes: widen after the first step */
@@ -337,12 +337,6 @@ HQ_INLINE __m256 hq_dot1(int kind, const void *x, const void *y, int b, __m256 a
     acc = hq_block_dot(kind, x, y, b, acc, &summ);
     if (hq_kind_min(kind)) acc = _mm256_add_ps(acc, _mm256_zextps128_ps256(_mm_set_ss(summ)));
     return acc;
-}
-
-/* sums of the lanes of acc[0..3] into s[0..3] */
-HQ_INLINE void hq_store4(const __m256 *acc, float *s) {
-    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
 }
 
 /* Weights are read once, straight from DRAM, and four interleaved row streams train the hardware
@@ -371,76 +365,17 @@ HQ_INLINE void hq_store4(const __m256 *acc, float *s) {
 
 enum { HQ_TC = 4 /* most activation rows per tile */ };
 
-/* element i (< 4) of each 128-bit lane of v in all four places: a switch, so that the permute's
-   immediate is a constant at any optimization level (unrolled loops fold it) */
-HQ_INLINE __m256 hq_dup_elem(__m256 v, int i) {
-    switch (i) {
-    case 0: return _mm256_permute_ps(v, 0x00);
-    case 1: return _mm256_permute_ps(v, 0x55);
-    case 2: return _mm256_permute_ps(v, 0xAA);
-    default: return _mm256_permute_ps(v, 0xFF);
-    }
-}
-
-/* Q8_0: R weight rows xr[0..R) x C prepared columns; acc[c * 4 + r] */
-HQ_INLINE void hq_rows_q8(int R, int C, int k0, int kc, const char *const *xr, const void *buf, int stride,
-                          __m256 *acc, const char *pf) {
-    const size_t bs = sizeof(block_q8_0);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 t[HQ_TC][4];
-    #pragma GCC unroll 4
-    for (int c = 0; c < C; c++)
-        #pragma GCC unroll 4
-        for (int i = 0; i < R; i++) t[c][i] = acc[c * 4 + i];
-    for (int k = 0; k < kc; k++) {
-        if (HQ_LPF && pf) kq_prefetch_span(pf, R * (int)bs), pf += R * bs;
-        const size_t o = (size_t)(k0 + k) * bs;
-        __m256i w[4], aw[4];
-        __m256 dx[4];
-        /* decode (R = 4): the four scales in one F16C conversion, not four hr_fp16_table loads: in
-           a cold stream those miss L1 and hold miss buffers the weight stream needs (kbench Q8_0
-           8192 x 2048 cold: 12.2 -> 16.2 GB/s); prefill keeps the table (4% faster there) */
-        const __m256 d4 = R == 4 ? _mm256_cvtph_ps(_mm_set1_epi64x((long long)hq_h4(xr, o))) : _mm256_setzero_ps();
-        #pragma GCC unroll 4
-        for (int i = 0; i < R; i++) {
-            const block_q8_0 *xb = (const block_q8_0 *)(xr[i] + o);
-            w[i] = _mm256_loadu_si256((const __m256i *)xb->qs);
-            aw[i] = _mm256_sign_epi8(w[i], w[i]);
-            dx[i] = R == 4 ? hq_dup_elem(d4, i) : hq_h2v(xb->d);
-        }
-        #pragma GCC unroll 4
-        for (int c = 0; c < C; c++) {
-            const hq_a1 *a = (const hq_a1 *)buf + c * stride + k;
-            #pragma GCC unroll 4
-            for (int i = 0; i < R; i++) {
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(a->a, w[i])), ones);
-                t[c][i] = _mm256_fmadd_ps(_mm256_mul_ps(dx[i], a->d), _mm256_cvtepi32_ps(p), t[c][i]);
-            }
-        }
-    }
-    #pragma GCC unroll 4
-    for (int c = 0; c < C; c++)
-        #pragma GCC unroll 4
-        for (int i = 0; i < R; i++) acc[c * 4 + i] = t[c][i];
-}
-
 /* Rows xr[0..3] (the prefetch pointer pf walks them) against C (1..4) prepared activation rows
-   (column c at buf + c * stride entries) over entries k0 .. k0+kc.  Nibble kinds: acc[c] in the
-   4-row layout; Q8_0: acc[c * 4 + r] per row.  packed (Q4_0): xr[0] is a group in the x4 layout
-   (quant.h), whose entry k holds the 8 scales and then the 4 rows' codes, just as they are used. */
+   (column c at buf + c * stride entries) over entries k0 .. k0+kc; acc[c] in the 4-row layout.
+   packed (Q4_0): xr[0] is a group in the x4 layout (quant.h), whose entry k holds the 8 scales and
+   then the 4 rows' codes, just as they are used.  Q8_0's signed codes go by the sign trick |w| *
+   (a with w's sign), |w| once per weight vector for all the columns (a code -128 stays exact: |w| is
+   read unsigned, 2 * 128 * 127 < 32767), and each half's 16-bit pairs are widened before they are
+   added (2 * 127 * 127 leaves no room for more). */
 HQ_INLINE void hq_rows4(int kind, bool packed, int C, int k0, int kc, const char *const *xr, const void *buf,
                         int stride, __m256 *acc, const char *pf) {
     const size_t bs = hq_kind_size(kind);
-    if (kind == HQ_K_Q8_0) {
-        /* 4 rows x 1 column for decode; 2 rows x C columns (8 accumulators) twice for prefill */
-        if (C == 1) {
-            hq_rows_q8(4, 1, k0, kc, xr, buf, stride, acc, pf);
-        } else {
-            hq_rows_q8(2, C, k0, kc, xr, buf, stride, acc, NULL);
-            hq_rows_q8(2, C, k0, kc, xr + 2, buf, stride, acc + 2, NULL);
-        }
-        return;
-    }
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256 t[HQ_TC];
     #pragma GCC unroll 4
     for (int c = 0; c < C; c++) t[c] = acc[c];
@@ -464,13 +399,19 @@ HQ_INLINE void hq_rows4(int kind, bool packed, int C, int k0, int kc, const char
             dx = hq_h8(xr, (size_t)b * bs, bs);
         }
         const __m256 mx = hq_kind_min(kind) ? hq_h8(xr, (size_t)b * bs + 2, bs) : _mm256_setzero_ps();
+        __m256i ulo[4], uhi[4]; /* Q8_0: |w| */
+        #pragma GCC unroll 4
+        for (int i = 0; kind == HQ_K_Q8_0 && i < 4; i++) ulo[i] = _mm256_sign_epi8(lo[i], lo[i]), uhi[i] = _mm256_sign_epi8(hi[i], hi[i]);
         #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
             const hq_a2 *a = (const hq_a2 *)buf + c * stride + k;
             __m256i p[4];
             #pragma GCC unroll 4
             for (int i = 0; i < 4; i++)
-                p[i] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], a->lo), _mm256_maddubs_epi16(hi[i], a->hi));
+                p[i] = kind == HQ_K_Q8_0
+                           ? _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ulo[i], _mm256_sign_epi8(a->lo, lo[i])), ones),
+                                              _mm256_madd_epi16(_mm256_maddubs_epi16(uhi[i], _mm256_sign_epi8(a->hi, hi[i])), ones))
+                           : _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], a->lo), _mm256_maddubs_epi16(hi[i], a->hi));
             __m256i d32 = hq_red4(kind, p);
             if (hq_kind_zp(kind)) d32 = _mm256_sub_epi32(d32, a->z);
             t[c] = _mm256_fmadd_ps(_mm256_mul_ps(dx, a->d), _mm256_cvtepi32_ps(d32), t[c]);
@@ -481,17 +422,13 @@ HQ_INLINE void hq_rows4(int kind, bool packed, int C, int k0, int kc, const char
     for (int c = 0; c < C; c++) acc[c] = t[c];
 }
 
-/* the results of a group of 4 rows (the first n < 4 of them valid) from its accumulators (Q8_0: one
-   per row; nibble kinds: one in the 4-row layout), plus the last block of an odd count, into s[0..n) */
+/* the results of a group of 4 rows (the first n < 4 of them valid) from its accumulator in the 4-row
+   layout (even blocks + odd blocks), plus the last block of an odd count, into s[0..n) */
 static __attribute__((noinline)) void hq_finish4(int kind, const __m256 *acc, int nb, const char *const *xr, const void *y, int n, float *s) {
     float r[4];
-    if (kind == HQ_K_Q8_0) {
-        hq_store4(acc, r);
-    } else {
-        _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1)));
-    }
+    _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1)));
     for (int i = 0; i < 4 && i < n; i++) {
-        if (kind != HQ_K_Q8_0 && nb % 2) r[i] += hq_hsum_ps(hq_dot1(kind, xr[i], y, nb - 1, _mm256_setzero_ps()));
+        if (nb % 2) r[i] += hq_hsum_ps(hq_dot1(kind, xr[i], y, nb - 1, _mm256_setzero_ps()));
         s[i] = r[i];
     }
 }
@@ -502,26 +439,24 @@ static __attribute__((noinline)) void hq_finish4(int kind, const __m256 *acc, in
    16 rows from L1/L2 for every group of columns and leaves them to the hardware prefetcher. */
 HQ_INLINE void hq_tile(int kind, bool packed, int C, int kc_max, void *buf, int nb, float *s, size_t lds,
                        const void *x, size_t bx, int nr, const void *y, size_t by) {
-    const int step = kind == HQ_K_Q8_0 ? 1 : 2; /* blocks per prepared entry */
-    const int nk = nb / step, ng = (nr + 3) / 4, per = kind == HQ_K_Q8_0 ? 4 * C : C;
-    __m256 acc[4][4 * HQ_TC];
+    const int nk = nb / 2, ng = (nr + 3) / 4; /* prepared entries: pairs of blocks */
+    __m256 acc[4][HQ_TC];
     const char *xg[4][4];
     for (int g = 0; g < ng; g++) {
         for (int i = 0; i < 4; i++) xg[g][i] = (const char *)x + (size_t)(4 * g + i < nr ? 4 * g + i : nr - 1) * bx;
-        for (int i = 0; i < per; i++) acc[g][i] = _mm256_setzero_ps();
+        for (int c = 0; c < C; c++) acc[g][c] = _mm256_setzero_ps();
     }
     for (int k0 = 0; k0 < nk; k0 += kc_max) {
         const int kc = nk - k0 < kc_max ? nk - k0 : kc_max;
         for (int c = 0; c < C; c++)
-            hq_prep(kind, (const char *)y + (size_t)c * by, k0, kc,
-                    (char *)buf + (size_t)c * kc_max * (kind == HQ_K_Q8_0 ? sizeof(hq_a1) : sizeof(hq_a2)));
+            hq_prep(kind, (const char *)y + (size_t)c * by, k0, kc, (hq_a2 *)buf + (size_t)c * kc_max);
         for (int g = 0; g < ng; g++)
             hq_rows4(kind, packed, C, k0, kc, xg[g], buf, kc_max, acc[g],
-                     C == 1 ? xg[g][0] + 4 * (size_t)k0 * step * hq_kind_size(kind) + HQ_LPF : NULL);
+                     C == 1 ? xg[g][0] + 8 * (size_t)k0 * hq_kind_size(kind) + HQ_LPF : NULL);
     }
     for (int g = 0; g < ng; g++)
         for (int c = 0; c < C; c++)
-            hq_finish4(kind, kind == HQ_K_Q8_0 ? &acc[g][4 * c] : &acc[g][c], nb, xg[g],
+            hq_finish4(kind, &acc[g][c], nb, xg[g],
                        (const char *)y + (size_t)c * by, nr - 4 * g, s + (size_t)c * lds + 4 * g);
 }
 
@@ -529,45 +464,21 @@ HQ_INLINE void hq_tile(int kind, bool packed, int C, int kc_max, void *buf, int 
    chunk at 10 KiB so it stays in L1 next to the weight rows */
 enum { HQ_KC_DEC = 128, HQ_KC_PRE = 16 };
 
-/* Q8_0 decode goes one row at a time, as the K-quants do (quants-k.c): one linear stream with the
-   prefetch HQ_LPF ahead of it, the scale through F16C, two FMA chains.  Its float work per block
-   is the 4-row kernel's, so nothing is lost by not sharing it; Llama-3.2-1B Q8_0 decode, medians
-   of 6-8 alternating runs against 4 rows at a time: +1-4% at 2 threads, +4% at 1.  The nibble kinds
-   keep 4 rows, whose reduction across rows saves them a third of their work per byte. */
-HQ_INLINE __m256 hq_blk_q8(const char *row, const hq_a1 *a, int k, __m256 acc) {
-    const block_q8_0 *xb = (const block_q8_0 *)(row + k * sizeof(block_q8_0));
-    kq_prefetch_span((const char *)xb + HQ_LPF, (int)sizeof(block_q8_0));
-    const __m256i w = _mm256_loadu_si256((const __m256i *)xb->qs);
-    uint16_t h;
-    memcpy(&h, &xb->d, 2);
-    const __m256 dx = _mm256_cvtph_ps(_mm_set1_epi16((short)h));
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a[k].a, w)),
-                                        _mm256_set1_epi16(1));
-    return _mm256_fmadd_ps(_mm256_mul_ps(dx, a[k].d), _mm256_cvtepi32_ps(p), acc);
-}
-HQ_INLINE float hq_row_q8(int nk, const char *row, const hq_a1 *a) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    int k = 0;
-    for (; k + 1 < nk; k += 2) a0 = hq_blk_q8(row, a, k, a0), a1 = hq_blk_q8(row, a, k + 1, a1);
-    if (k < nk) a0 = hq_blk_q8(row, a, k, a0);
-    return hq_hsum_ps(_mm256_add_ps(a0, a1));
-}
-
-/* Decode with a K whose prepared row fits the buffer (K <= 8192 for the nibble kinds, 10240 for
-   Q8_0, whose entries are smaller and hold one block, not two): the activation row is prepared
-   once for all the caller's rows (the engine passes a thread's whole share); then Q8_0 goes row
-   by row (hq_row_q8) and the nibble kinds group by group of 4 rows, each over all of K, the
-   prefetch stream running on across groups, consecutive rows lying back to back.  Against 16-row
-   calls (callgrind, K = 2048): Q4_0 11.4 -> 11.1 instructions per block.  The nibble kinds' sums
-   are hq_tile's (one chunk). */
+/* Decode with a K whose prepared row fits the buffer (K <= 8192): the activation row is prepared
+   once for all the caller's rows (the engine passes a thread's whole share); then group by group
+   of 4 rows, each over all of K, the prefetch stream running on across groups, consecutive rows
+   lying back to back.  Against 16-row calls (callgrind, K = 2048): Q4_0 11.4 -> 11.1 instructions
+   per block.  The sums are hq_tile's (one chunk).
+   Q8_0 went row by row here until session 17 (one linear stream, two FMA chains of 8 partial sums
+   each); it now shares the 4-row pair kernel and its order (per row: the even blocks' chain + the odd
+   blocks', each block's whole integer dot scaled by one FMA), which is also the order of its AVX-512
+   x4v kernel (quants512.c), so that packed and file layouts give the same bits.  Zen 4, kbench one
+   core, AVX2 table: 2048 x 2048 hot 24.5 -> 35.5 GB/s, cold 18.1 -> 20.5; 2048 x 8192 cold 23.3 ->
+   24.9; prefill (16 columns) 50 -> 65 GOP/s. */
 HQ_INLINE void hq_matvec(int kind, bool packed, void *buf, int nb, float *s, const void *x, size_t bx, int nr,
                          const void *y) {
-    const int step = kind == HQ_K_Q8_0 ? 1 : 2, nk = nb / step;
+    const int nk = nb / 2;
     hq_prep(kind, y, 0, nk, buf);
-    if (kind == HQ_K_Q8_0) {
-        for (int r = 0; r < nr; r++) s[r] = hq_row_q8(nk, (const char *)x + (size_t)r * bx, buf);
-        return;
-    }
     for (int r0 = 0; r0 < nr; r0 += 4) {
         const char *xr[4];
         for (int i = 0; i < 4; i++) xr[i] = (const char *)x + (size_t)(r0 + i < nr ? r0 + i : nr - 1) * bx;
@@ -586,7 +497,7 @@ HQ_INLINE void hq_gemm_blocks(int kind, bool packed, int n, float *s, size_t lds
                               const void *y, size_t by, int nc) {
     const int nb = n / QK8_0;
     hq_a2 buf[HQ_KC_DEC > HQ_TC * HQ_KC_PRE ? HQ_KC_DEC : HQ_TC * HQ_KC_PRE];
-    if (nc == 1 && (kind == HQ_K_Q8_0 ? nb * sizeof(hq_a1) : nb / 2 * sizeof(hq_a2)) <= sizeof buf) {
+    if (nc == 1 && nb / 2 * sizeof(hq_a2) <= sizeof buf) {
         hq_matvec(kind, packed, buf, nb, s, x, bx, nr, y);
         return;
     }
