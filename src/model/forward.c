@@ -980,8 +980,8 @@ static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n, int3
 }
 
 /* A decode's ffn_down reads its activations (silu(gate) * up, F values) in another form: Q8_K and
-   its kernel's prepared form for the K-quants, Q8_0 (and x4v's form where packed) for Q4_0 and Q8_0.  Made in one piece before the
-   down job, that conversion took one thread 3.6-4.2 us of every ~250 us job (the values cold, half
+   its kernel's prepared form for the K-quants, Q8_0 (and x4v's prepared form where packed) for Q4_0
+   and Q8_0.  Made in one piece before the down job, that conversion took one thread 3.6-4.2 us of every ~250 us job (the values cold, half
    of them written by the other core) while the other waited.  Instead the gate/up job converts its
    output unit by unit (HM_FF_UNIT values: whole blocks of every form) as the rows come in: each
    thread adds the rows it has finished to their unit's count, and the thread that completes a unit
@@ -1014,7 +1014,7 @@ static bool hm_ff_pipe_init(hm_ctx *c, const hm_tensor *wd, hm_ff_pipe *p) {
     if (!c->ff_units) return false;
     const int ai = hm_act_for(wd);
     *p = (hm_ff_pipe){c, ai, -1};
-    if (ai >= HM_ACT_PREP) { /* prepared forms made of whole units' forms: the K-quants' super-blocks, x4v's units */
+    if (ai >= HM_ACT_PREP) { /* prepared forms made of whole units' forms: K-quant super-blocks, x4v units */
         const int vt = hq_get_traits(hm_act_types[ai])->vec_dot_type;
         if (vt != HQ_TYPE_Q8_K && !(vt == HQ_TYPE_Q8_0 && hq_x4v_fits(c->F))) return false;
         p->src = hm_act_index(vt), p->dst = ai;

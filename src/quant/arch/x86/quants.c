@@ -401,7 +401,8 @@ HQ_INLINE void hq_rows4(int kind, bool packed, int C, int k0, int kc, const char
         const __m256 mx = hq_kind_min(kind) ? hq_h8(xr, (size_t)b * bs + 2, bs) : _mm256_setzero_ps();
         __m256i ulo[4], uhi[4]; /* Q8_0: |w| */
         #pragma GCC unroll 4
-        for (int i = 0; kind == HQ_K_Q8_0 && i < 4; i++) ulo[i] = _mm256_sign_epi8(lo[i], lo[i]), uhi[i] = _mm256_sign_epi8(hi[i], hi[i]);
+        for (int i = 0; kind == HQ_K_Q8_0 && i < 4; i++)
+            ulo[i] = _mm256_sign_epi8(lo[i], lo[i]), uhi[i] = _mm256_sign_epi8(hi[i], hi[i]);
         #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
             const hq_a2 *a = (const hq_a2 *)buf + c * stride + k;

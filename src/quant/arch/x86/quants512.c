@@ -133,10 +133,11 @@ enum {
 };
 static_assert((int)QV_TR == (int)HQ_BAND && (int)QV_PU % (int)QV_KC == 0, "prefill tiles: one band, chunks within a panel");
 
-/* decode: the activation row prepared by the caller (hq_prep_avx512_q4_0), band by band (quant.h)
+/* decode: the activation row prepared by the caller (hq_prep_avx512_q4_0 / _q8_0), band by band (quant.h)
    K-panel by K-panel, each panel's groups one after another, each group's accumulator carried from
    panel to panel */
-QZ_INLINE void qv_matvec(bool q8, int nu, float *restrict s, const char *restrict x, size_t bx, int nr, const qv_a *buf) {
+QZ_INLINE void qv_matvec(bool q8, int nu, float *restrict s, const char *restrict x, size_t bx, int nr,
+                         const qv_a *buf) {
     const size_t E = qv_unit(q8);
     for (int b0 = 0; b0 < nr; b0 += HQ_BAND) {
         const int ng = (nr - b0 < HQ_BAND ? nr - b0 : HQ_BAND) / 4;
@@ -315,7 +316,8 @@ QZ_INLINE void qz_rows(int C, const char *const *xr, int k0, int kc, const qz_p 
             wh[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(qz_cross(g0 + 18, g0 + bs + 18)),
                                                         qz_cross(g1 + 18, g1 + bs + 18), 1), c128);
         }
-        const __m512 dx = _mm512_cvtph_ps(_mm256_set_epi64x(qz_h4(xr + 4, o + bs), qz_h4(xr + 4, o), qz_h4(xr, o + bs), qz_h4(xr, o)));
+        const __m512 dx =
+            _mm512_cvtph_ps(_mm256_set_epi64x(qz_h4(xr + 4, o + bs), qz_h4(xr + 4, o), qz_h4(xr, o + bs), qz_h4(xr, o)));
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
             const qz_p *a = buf + c * QZ_KB + k;
