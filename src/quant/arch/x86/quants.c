@@ -470,12 +470,11 @@ enum { HQ_KC_DEC = 128, HQ_KC_PRE = 16 };
    of 4 rows, each over all of K, the prefetch stream running on across groups, consecutive rows
    lying back to back.  Against 16-row calls (callgrind, K = 2048): Q4_0 11.4 -> 11.1 instructions
    per block.  The sums are hq_tile's (one chunk).
-   Q8_0 went row by row here until session 17 (one linear stream, two FMA chains of 8 partial sums
-   each); it now shares the 4-row pair kernel and its order (per row: the even blocks' chain + the odd
-   blocks', each block's whole integer dot scaled by one FMA), which is also the order of its AVX-512
-   x4v kernel (quants512.c), so that packed and file layouts give the same bits.  Zen 4, kbench one
-   core, AVX2 table: 2048 x 2048 hot 24.5 -> 35.5 GB/s, cold 18.1 -> 20.5; 2048 x 8192 cold 23.3 ->
-   24.9; prefill (16 columns) 50 -> 65 GOP/s. */
+   Q8_0 goes row by row (hq_row_q8, below).  Since session 17 its tiles share the 4-row pair kernel
+   and its order (per row: the even blocks' chain + the odd blocks', each block's whole integer dot
+   scaled by one FMA), which is also the order of its AVX-512 x4v kernel (quants512.c), so that packed
+   and file layouts give the same bits (before: per row, 8 lanes of partial sums in two FMA chains).
+   Zen 4, kbench one core, AVX2 table, prefill (16 columns): 50 -> 65 GOP/s. */
 /* Q8_0's decode goes one row at a time: one linear stream with the prefetch HQ_LPF ahead of it, as
    the K-quants do.  Its sums are the 4-row kernel's, float for float: each block's whole integer dot
    (4 blocks' partial sums reduced together: three hadds and an add), scaled by dx * dy with one FMA
