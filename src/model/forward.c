@@ -981,8 +981,8 @@ static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n, int3
 
 /* A decode's ffn_down reads its activations (silu(gate) * up, F values) in another form: Q8_K and
    its kernel's prepared form for the K-quants, Q8_0 (and x4v's prepared form where packed) for Q4_0
-   and Q8_0.  Made in one piece before the down job, that conversion took one thread 3.6-4.2 us of every ~250 us job (the values cold, half
-   of them written by the other core) while the other waited.  Instead the gate/up job converts its
+   and Q8_0.  Made in one piece before the down job, that conversion took one thread 3.6-4.2 us of
+   every ~250 us job (the values cold, half of them written by the other core) while the other waited.  Instead the gate/up job converts its
    output unit by unit (HM_FF_UNIT values: whole blocks of every form) as the rows come in: each
    thread adds the rows it has finished to their unit's count, and the thread that completes a unit
    converts it.  Each unit's bytes are those of the whole row's conversion (block-local forms). */

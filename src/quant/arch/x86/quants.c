@@ -465,41 +465,24 @@ HQ_INLINE void hq_tile(int kind, bool packed, int C, int kc_max, void *buf, int 
    chunk at 10 KiB so it stays in L1 next to the weight rows */
 enum { HQ_KC_DEC = 128, HQ_KC_PRE = 16 };
 
-/* Decode with a K whose prepared row fits the buffer (K <= 8192): the activation row is prepared
-   once for all the caller's rows (the engine passes a thread's whole share); then group by group
-   of 4 rows, each over all of K, the prefetch stream running on across groups, consecutive rows
-   lying back to back.  Against 16-row calls (callgrind, K = 2048): Q4_0 11.4 -> 11.1 instructions
-   per block.  The sums are hq_tile's (one chunk).
-   Q8_0 goes row by row (hq_row_q8, below).  Since session 17 its tiles share the 4-row pair kernel
-   and its order (per row: the even blocks' chain + the odd blocks', each block's whole integer dot
-   scaled by one FMA), which is also the order of its AVX-512 x4v kernel (quants512.c), so that packed
-   and file layouts give the same bits (before: per row, 8 lanes of partial sums in two FMA chains).
-   Zen 4, kbench one core, AVX2 table, prefill (16 columns): 50 -> 65 GOP/s. */
 /* Q8_0's decode goes one row at a time: one linear stream with the prefetch HQ_LPF ahead of it, as
-   the K-quants do.  Its sums are the 4-row kernel's, float for float: each block's whole integer dot
-   (4 blocks' partial sums reduced together: three hadds and an add), scaled by dx * dy with one FMA
-   into its chain (lane 0: the even blocks, lane 1: the odd ones; blocks 2 and 3 of a quad moved onto
-   lanes 0 and 1 for a second FMA, as the x4v kernel does), the two chains added at the end.  The
-   4-row kernel here (four interleaved row streams, the next group prefetched) ran Llama-3.2-1B Q8_0
-   at 75% of the stream at one thread and 69-90% per matmul at two in the VM's fast phase, against
-   89-90% and 95-96% one row at a time (AVX2 table, Zen 4). */
-typedef struct { __m256i a[4]; __m128 d; } hq_q8q; /* a prepared quad of blocks: codes and scales */
-
-HQ_INLINE void hq_prep_q8(const void *row, int nb, hq_q8q *a) {
-    for (int k = 0; 4 * k < nb; k++) { /* a last partial quad: its missing blocks' scales 0 */
-        const block_q8_0 *y = (const block_q8_0 *)row + 4 * k;
-        float d[4] = {0};
-        for (int j = 0; j < 4 && 4 * k + j < nb; j++) {
-            a[k].a[j] = _mm256_loadu_si256((const __m256i *)y[j].qs);
-            d[j] = hq_h2f(y[j].d);
-        }
-        a[k].d = _mm_loadu_ps(d);
-    }
+   the K-quants do.  Its sums are the 4-row kernel's (and x4v's, quants512.c) float for float: each
+   block's whole integer dot (4 blocks' partial sums reduced together: three hadds and an add),
+   scaled by dx * dy with one FMA into its chain (lane 0: the even blocks, lane 1: the odd ones;
+   blocks 2 and 3 of a quad moved onto lanes 0 and 1 for a second FMA, as x4v does), the two chains
+   added at the end.  The activation codes are read where they are (the row stays in L1); only the
+   scales are prepared, dy[b] as floats (a multiple of 4, zeros past nb).  The 4-row kernel here (four
+   interleaved row streams, the next group prefetched) ran Llama-3.2-1B Q8_0 at 75% of the stream at
+   one thread and 69-90% per matmul at two in the VM's fast phase, against 89-90% and 95-96% one row
+   at a time (AVX2 table, Zen 4). */
+HQ_INLINE void hq_prep_q8(const void *row, int nb, float *dy) {
+    const block_q8_0 *y = row;
+    for (int b = 0; b < (nb + 3) / 4 * 4; b++) dy[b] = b < nb ? hq_h2f(y[b].d) : 0.0f;
 }
 
-/* the 8 int32 partial sums of block x's codes against activation codes a */
-HQ_INLINE __m256i hq_part_q8(const block_q8_0 *x, __m256i a) {
-    const __m256i w = _mm256_loadu_si256((const __m256i *)x->qs);
+/* the 8 int32 partial sums of block x's codes against block y's */
+HQ_INLINE __m256i hq_part_q8(const block_q8_0 *x, const block_q8_0 *y) {
+    const __m256i w = _mm256_loadu_si256((const __m256i *)x->qs), a = _mm256_loadu_si256((const __m256i *)y->qs);
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)), _mm256_set1_epi16(1));
 }
 
@@ -509,26 +492,27 @@ HQ_INLINE __m128i hq_dots4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-/* one row of nb blocks against the prepared quads; an odd last block is added as hq_finish4 adds it */
-HQ_INLINE float hq_row_q8(int nb, const char *row, const hq_q8q *a, const void *y) {
-    const block_q8_0 *x = (const block_q8_0 *)row;
+/* one row of nb blocks against activation row y (scales dy); an odd last block is added as
+   hq_finish4 adds it */
+HQ_INLINE float hq_row_q8(int nb, const char *row, const void *vy, const float *dy) {
+    const block_q8_0 *x = (const block_q8_0 *)row, *y = vy;
     __m128 t = _mm_setzero_ps();
     int b = 0;
-    for (; b + 4 <= nb; b += 4, a++) {
+    for (; b + 4 <= nb; b += 4) {
         kq_prefetch_span(row + (size_t)b * sizeof(block_q8_0) + HQ_LPF, 4 * (int)sizeof(block_q8_0));
-        const __m128i d = hq_dots4(hq_part_q8(x + b, a->a[0]), hq_part_q8(x + b + 1, a->a[1]), hq_part_q8(x + b + 2, a->a[2]),
-                                   hq_part_q8(x + b + 3, a->a[3]));
+        const __m128i d = hq_dots4(hq_part_q8(x + b, y + b), hq_part_q8(x + b + 1, y + b + 1),
+                                   hq_part_q8(x + b + 2, y + b + 2), hq_part_q8(x + b + 3, y + b + 3));
         const __m128 dx = _mm_setr_ps(hr_fp16_table[x[b].d], hr_fp16_table[x[b + 1].d], hr_fp16_table[x[b + 2].d],
                                       hr_fp16_table[x[b + 3].d]);
-        const __m128 sc = _mm_mul_ps(dx, a->d), f = _mm_cvtepi32_ps(d);
+        const __m128 sc = _mm_mul_ps(dx, _mm_loadu_ps(dy + b)), f = _mm_cvtepi32_ps(d);
         t = _mm_fmadd_ps(sc, f, t);
         t = _mm_fmadd_ps(_mm_movehl_ps(sc, sc), _mm_movehl_ps(f, f), t);
     }
     if (b + 2 <= nb) { /* a last pair: lanes 0 and 1 only (the others add 0 * 0) */
         const __m256i z = _mm256_setzero_si256();
-        const __m128i d = hq_dots4(hq_part_q8(x + b, a->a[0]), hq_part_q8(x + b + 1, a->a[1]), z, z);
+        const __m128i d = hq_dots4(hq_part_q8(x + b, y + b), hq_part_q8(x + b + 1, y + b + 1), z, z);
         const __m128 dx = _mm_setr_ps(hr_fp16_table[x[b].d], hr_fp16_table[x[b + 1].d], 0.0f, 0.0f);
-        t = _mm_fmadd_ps(_mm_mul_ps(dx, a->d), _mm_cvtepi32_ps(d), t);
+        t = _mm_fmadd_ps(_mm_mul_ps(dx, _mm_loadu_ps(dy + b)), _mm_cvtepi32_ps(d), t);
         b += 2;
     }
     float r = _mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_movehdup_ps(t));
@@ -536,12 +520,22 @@ HQ_INLINE float hq_row_q8(int nb, const char *row, const hq_q8q *a, const void *
     return r;
 }
 
+/* Decode with a K whose prepared row fits the buffer (the nibble kinds: K <= 8192): the activation
+   row is prepared once for all the caller's rows (the engine passes a thread's whole share); then
+   group by group of 4 rows, each over all of K, the prefetch stream running on across groups,
+   consecutive rows lying back to back.  Against 16-row calls (callgrind, K = 2048): Q4_0 11.4 ->
+   11.1 instructions per block.  The sums are hq_tile's (one chunk).  Q8_0 goes row by row (above).
+   Since session 17 Q8_0's tiles share the 4-row pair kernel and its order (per row: the even
+   blocks' chain + the odd blocks', each block's whole integer dot scaled by one FMA), which is also
+   the order of its AVX-512 x4v kernel, so that packed and file layouts give the same bits (before:
+   per row, 8 lanes of partial sums in two FMA chains).  Zen 4, kbench one core, AVX2 table, prefill
+   (16 columns): 50 -> 65 GOP/s. */
 HQ_INLINE void hq_matvec(int kind, bool packed, void *buf, int nb, float *s, const void *x, size_t bx, int nr,
                          const void *y) {
     const int nk = nb / 2;
     if (kind == HQ_K_Q8_0) {
         hq_prep_q8(y, nb, buf);
-        for (int r = 0; r < nr; r++) s[r] = hq_row_q8(nb, (const char *)x + (size_t)r * bx, buf, y);
+        for (int r = 0; r < nr; r++) s[r] = hq_row_q8(nb, (const char *)x + (size_t)r * bx, y, buf);
         return;
     }
     hq_prep(kind, y, 0, nk, buf);
@@ -563,8 +557,9 @@ HQ_INLINE void hq_gemm_blocks(int kind, bool packed, int n, float *s, size_t lds
                               const void *y, size_t by, int nc) {
     const int nb = n / QK8_0;
     hq_a2 buf[HQ_KC_DEC > HQ_TC * HQ_KC_PRE ? HQ_KC_DEC : HQ_TC * HQ_KC_PRE];
-    static_assert(2 * sizeof(hq_q8q) <= 4 * sizeof(hq_a2), "Q8_0's prepared quads fit where the others' pairs do");
-    if (nc == 1 && nb / 2 * sizeof(hq_a2) <= sizeof buf) {
+    /* Q8_0 prepares only its scales (K <= 163840), the others their pairs (K <= 8192) */
+    const size_t prep = kind == HQ_K_Q8_0 ? (size_t)(nb + 3) / 4 * 4 * sizeof(float) : nb / 2 * sizeof(hq_a2);
+    if (nc == 1 && prep <= sizeof buf) {
         hq_matvec(kind, packed, buf, nb, s, x, bx, nr, y);
         return;
     }
