@@ -1,4 +1,4 @@
-// modules: base quant gguf model mem net cluster
+// modules: base quant gguf model mem net cluster text cli
 /* test-tp: tensor parallelism over loopback with the cluster API (src/cluster), workers in threads.
  * - A head + 1, 2, 3 workers (even and uneven shares, star and ring) gives the single-device logits
  *   and greedy tokens: F32 weights and an F32 KV cache (stories260K) to <= 1e-5 relative; quantized
@@ -13,6 +13,7 @@
  *   and goes on serving (a normal head afterwards gets the right tokens). */
 #include "test.h"
 
+#include "cli/cli.h"
 #include "cluster/cluster.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -160,6 +161,18 @@ static int argmax(const float *v, int n) {
     return b;
 }
 
+/* The head's parameters as `hearth run` makes them from its flags (--workers LIST [--tp-shares S]
+   [--pp [--layer-windows W]]); hp.workers point into o, which the caller frees. */
+static bool head_flags(cli_opts *o, const char *list, const char *shares, const char *windows, bool pp) {
+    char *argv[8] = {"run", "--workers", (char *)list};
+    int argc = 3;
+    if (shares) { argv[argc++] = "--tp-shares"; argv[argc++] = (char *)shares; }
+    if (pp) argv[argc++] = "--pp";
+    if (pp && windows && windows[0]) { argv[argc++] = "--layer-windows"; argv[argc++] = (char *)windows; }
+    *o = cli_opts_default();
+    return cli_parse(&cli_run, argc, argv, o) == 0;
+}
+
 typedef struct run_cfg {
     const char *model;
     int n_workers;
@@ -195,12 +208,10 @@ static void check_run(wk *ws, const run_cfg *rc) {
     hn_buf_init(&in.buf);
     char list[512];
     worker_list(ws, rc->n_workers, list, sizeof list);
-    hc_head_params hp = hc_head_default_params();
-    hp.workers = list;
-    hp.shares = rc->shares;
+    cli_opts o;
+    CHECK(head_flags(&o, list, rc->shares, rc->pp, rc->pp != NULL));
+    hc_head_params hp = o.head;
     hp.allreduce = rc->allreduce;
-    hp.pp = rc->pp != NULL;
-    hp.layer_windows = rc->pp && rc->pp[0] ? rc->pp : NULL;
     in.pipeline = hp.pp;
     if (rc->privacy) { hp.send_hook = hook; hp.send_hook_user = &in; }
     in.fed = prompt;
@@ -259,6 +270,7 @@ static void check_run(wk *ws, const run_cfg *rc) {
     free(ls);
     hc_head_free(h);
 done:
+    cli_opts_free(&o);
     hn_buf_free(&in.buf);
     hm_ctx_free(ref);
     hm_model_free(m);
@@ -372,7 +384,8 @@ static void check_malformed(wk *ws, const char *model) {
     hm_model *mm = g ? hm_model_load(g, &err) : NULL;
     REQUIRE_VOID(mm);
     hc_head_params hp = hc_head_default_params();
-    hp.workers = addr;
+    hp.n_workers = 1;
+    hp.workers[0] = addr;
     hm_ctx_params cp = hm_ctx_default_params();
     cp.n_ctx = 32;
     cp.n_threads = 1;
@@ -446,10 +459,10 @@ static void replan_hook(void *user, int device, const hn_msg *m) {
 /* a pipeline of the head and worker 1 over stories260K's 5 layers (head 0, 2, 4; worker 1, 3), whose
    messages to the worker pass through fn */
 static void pp1_params(const char *list, hc_send_hook_fn fn, void *user, hc_head_params *hp, hm_ctx_params *cp) {
-    *hp = hc_head_default_params();
-    hp->workers = list;
-    hp->pp = true;
-    hp->layer_windows = "1,1";
+    static cli_opts o;  /* hp's worker addresses point into it */
+    cli_opts_free(&o);
+    CHECK(head_flags(&o, list, NULL, "1,1", true));
+    *hp = o.head;
     hp->send_hook = fn;
     hp->send_hook_user = user;
     *cp = hm_ctx_default_params();
@@ -521,9 +534,6 @@ static void check_pp_plan(void) {
     CHECK(hc_pp_plan_make(16, (int[]){0, 0}, 2, &p, &err) == HR_EINVAL);
     CHECK(hc_pp_plan_make(16, (int[]){1}, 1, &p, &err) == HR_ERANGE);
     CHECK(hc_pp_plan_make(200, (int[]){1, 1}, 2, &p, &err) == HR_ERANGE && strstr(err.msg, "windows"));
-    int sz[4];
-    CHECK(hc_parse_layer_windows("2,3,2", sz, 4, &err) == 3 && sz[1] == 3);
-    CHECK(hc_parse_layer_windows("2,1.5", sz, 4, &err) < 0 && hc_parse_layer_windows("2,-1", sz, 4, &err) < 0);
 }
 
 /* the plan: block-aligned groups, largest remainder, contiguous ranges; balancing for the output head */
@@ -539,8 +549,6 @@ static void check_plan(const char *path) {
     CHECK(p.dev[0].kv_begin == 0 && p.dev[0].kv_end == 1 && p.dev[1].kv_end == 1 && p.dev[2].kv_end == 2);
     CHECK(p.dev[0].ff_end == 768 && p.dev[1].ff_end == 1024 && p.dev[2].ff_end == 1536);
     CHECK(hc_plan_make(m, (double[]){0, 0}, 2, &p, &err) == HR_EINVAL);
-    CHECK(hc_parse_shares("1,x", (double[4]){0}, 4, &err) < 0 && hc_parse_shares("1,-2", (double[4]){0}, 4, &err) < 0);
-    CHECK(hc_parse_shares("0.5,1,2", (double[4]){0}, 4, &err) == 3);
     double sh[4], frac;
     CHECK(hc_plan_balance(m, (double[]){1, 1, 1, 1}, 4, sh, &frac, &err) == 0);
     CHECK(frac > 0 && frac < 0.5 && sh[0] < 0.25 && fabs(sh[0] + sh[1] + sh[2] + sh[3] - 1) < 1e-9);

@@ -9,6 +9,8 @@
    prompt, Ctrl-D and /exit end the program. Answers go to stdout, notes and figures to stderr. */
 #include "cli.h"
 
+#include "engine.h"
+
 #include "gguf/gguf.h"
 #include "mem/mem.h"
 #include "model/model.h"
@@ -24,32 +26,14 @@
 #include <sys/select.h>
 #include <unistd.h>
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: hearth chat -m MODEL [options]\n\n"
-            "Interactive chat with MODEL on the terminal, in the model's chat template. Earlier turns\n"
-            "stay in the KV cache, so each turn processes only the new message.\n\n"
-            "options:\n"
-            "  -m, --model FILE        GGUF model (required)\n"
-            "  -sys, --system TEXT     system prompt\n"
-            "  --chat-template NAME    use this template instead of the model's (see below)\n"
-            "  -n, --n-predict N       most tokens per answer (default -1: until end of turn or context full)\n"
-            "  --stop STR              also end an answer at STR (repeatable; STR is not printed)\n"
-            "  -t, --threads N         threads (default: physical cores = %d)\n"
-            "  -c, --ctx-size N        context length (default: the model's, at most 4096)\n"
-            "  -b, --batch-size N      prompt tokens per forward pass (default 512)\n"
-            "%s"
-            "  --ignore-eos            do not end answers at end-of-generation tokens (for testing)\n"
-            "  --kv-type f16|f32       KV cache element type (default f16)\n"
-            "%s"
-            "  -h, --help              this help\n\n"
-            "In the chat:\n"
-            "  /help  /stats  /reset  /exit     (see /help)\n"
-            "  a line ending in \\ continues on the next line\n"
-            "  Ctrl-C stops the answer being written; at the prompt, Ctrl-C or Ctrl-D ends the chat\n\n"
-            "Templates: the model's tokenizer.chat_template is recognised by family; without one, or\n"
-            "when it is not recognised, chatml is used (and a note says so). Names:\n ",
-            hr_physical_cores(), cli_sampling_help, cli_weights_help);
+/* after the options in --help: the commands inside the chat and the templates' names */
+static void chat_epilog(FILE *f) {
+    fprintf(f, "In the chat:\n"
+               "  /help  /stats  /reset  /exit     (see /help)\n"
+               "  a line ending in \\ continues on the next line\n"
+               "  Ctrl-C stops the answer being written; at the prompt, Ctrl-C or Ctrl-D ends the chat\n\n"
+               "Templates: the model's tokenizer.chat_template is recognised by family; without one, or\n"
+               "when it is not recognised, chatml is used (and a note says so). Names:\n ");
     for (int t = 0; t < HT_CHAT_COUNT; t++) fprintf(f, " %s", ht_chat_name(t));
     fprintf(f, "\n  (aliases: qwen, mistral = mistral-v3, deepseek-r1 = deepseek3, llama-3)\n");
 }
@@ -80,7 +64,7 @@ typedef struct turn_stats {
     int64_t pp_ns, tg_ns;
 } turn_stats;
 
-typedef struct chat {
+typedef struct chat_state {
     const ht_vocab *voc;
     hm_ctx         *c;
     ht_sampler     *smp;
@@ -103,9 +87,9 @@ typedef struct chat {
 
     turn_stats last, total;
     int        turns;
-} chat;
+} chat_state;
 
-static int msg_push(chat *ch, const char *role, const char *content, size_t len) {
+static int msg_push(chat_state *ch, const char *role, const char *content, size_t len) {
     if (ch->n_msgs == ch->cap_msgs) {
         int cap = ch->cap_msgs ? ch->cap_msgs * 2 : 16;
         chat_msg *nm = realloc(ch->msgs, (size_t)cap * sizeof *nm);
@@ -121,17 +105,17 @@ static int msg_push(chat *ch, const char *role, const char *content, size_t len)
     return 0;
 }
 
-static void msgs_truncate(chat *ch, int n) {
+static void msgs_truncate(chat_state *ch, int n) {
     while (ch->n_msgs > n) free(ch->msgs[--ch->n_msgs].content);
 }
 
-static void cache_clear(chat *ch) {
+static void cache_clear(chat_state *ch) {
     ch->n_kv = 0;
     hm_kv_truncate(ch->c, 0);
 }
 
 /* Renders and tokenizes the conversation into ch->toks; returns the token count or a negative code. */
-static int render_tokens(chat *ch, hr_err *err) {
+static int render_tokens(chat_state *ch, hr_err *err) {
     ht_chat_msg *view = malloc((size_t)(ch->n_msgs ? ch->n_msgs : 1) * sizeof *view);
     if (!view) return hr_fail(err, HR_ENOMEM, "out of memory");
     for (int i = 0; i < ch->n_msgs; i++) view[i] = (ht_chat_msg){ch->msgs[i].role, ch->msgs[i].content};
@@ -154,7 +138,7 @@ static int render_tokens(chat *ch, hr_err *err) {
 }
 
 /* room an answer needs beyond the prompt before the conversation counts as full */
-static int32_t answer_room(const chat *ch) {
+static int32_t answer_room(const chat_state *ch) {
     int32_t quarter = ch->n_ctx / 4;
     return ch->n_predict > 0 ? (int32_t)HR_MIN((long)quarter, ch->n_predict) : quarter;
 }
@@ -182,7 +166,7 @@ static int sb_append(strbuf *b, const char *s, size_t n) {
 /* One turn: the user's message in, the answer streamed out and added to the conversation.
    Returns 0 (also when the turn was interrupted or the message did not fit) or a negative code
    for errors that end the chat. */
-static int chat_turn(chat *ch, const char *user, size_t user_len, hr_err *err) {
+static int chat_turn(chat_state *ch, const char *user, size_t user_len, hr_err *err) {
     int rc = msg_push(ch, "user", user, user_len);
     if (rc) return hr_fail(err, rc, "out of memory");
     int n = render_tokens(ch, err);
@@ -289,7 +273,7 @@ static int chat_turn(chat *ch, const char *user, size_t user_len, hr_err *err) {
 
 static double rate(int64_t n, int64_t ns) { return ns > 0 ? (double)n * 1e9 / (double)ns : 0.0; }
 
-static void print_stats(const chat *ch) {
+static void print_stats(const chat_state *ch) {
     const turn_stats *l = &ch->last, *t = &ch->total;
     fprintf(stderr,
             "last turn: %lld prompt tokens evaluated (%lld reused from the cache) in %.2f ms (%.1f tok/s); "
@@ -385,169 +369,126 @@ static bool is_cmd(const char *line, const char *cmd) {
     return !strncmp(line, cmd, n) && (line[n] == 0 || line[n] == ' ');
 }
 
-int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *system = NULL, *tmpl_name = NULL, *v;
-    long n_predict = -1, threads = 0, n_ctx = 0, n_batch = 512;
-    ht_sampler_params sp = ht_sampler_default_params();
-    int sr;
-    bool ignore_eos = false;
-    cli_weights wf = {0};
-    int kv_type = HQ_TYPE_F16;
-    const char **stops = calloc((size_t)argc + 1, sizeof *stops);
-    int n_stops = 0;
-    if (!stops) { fprintf(stderr, "hearth chat: out of memory\n"); return 1; }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-#define VAL() if (!(v = cli_value("chat", argc, argv, &i))) goto usage_err
-#define INT(var, lo, hi) do { VAL(); if (!cli_parse_int("chat", a, v, lo, hi, &var)) goto usage_err; } while (0)
-#define FLT(var, lo, hi) do { VAL(); if (!cli_parse_float("chat", a, v, lo, hi, &var)) goto usage_err; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); free(stops); return 0; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); model = v; }
-        else if (!strcmp(a, "-sys") || !strcmp(a, "--system") || !strcmp(a, "--system-prompt")) { VAL(); system = v; }
-        else if (!strcmp(a, "--chat-template")) { VAL(); tmpl_name = v; }
-        else if (!strcmp(a, "--stop")) { VAL(); stops[n_stops++] = v; }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) INT(n_predict, -1, 1 << 24);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT(threads, 1, 1024);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) INT(n_ctx, 0, 1 << 24);
-        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) INT(n_batch, 1, 1 << 16);
-        else if ((sr = cli_sampling_flag("chat", &sp, argc, argv, &i)) != 0) {
-            if (sr < 0) goto usage_err;
-} else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
-        else if (cli_weights_flag(&wf, argv, i)) continue;
-        else if (!strcmp(a, "--kv-type")) {
-            VAL();
-            if (!strcmp(v, "f16")) kv_type = HQ_TYPE_F16;
-            else if (!strcmp(v, "f32")) kv_type = HQ_TYPE_F32;
-            else { fprintf(stderr, "hearth chat: --kv-type must be f16 or f32\n"); goto usage_err; }
-        } else { fprintf(stderr, "hearth chat: unknown option '%s'\n", a); usage(stderr); goto usage_err; }
-#undef VAL
-#undef INT
-#undef FLT
-    }
-    if (!model) { fprintf(stderr, "hearth chat: -m MODEL is required\n"); usage(stderr); goto usage_err; }
-    if (tmpl_name && ht_chat_from_name(tmpl_name) == HT_CHAT_UNKNOWN) {
-        fprintf(stderr, "hearth chat: unknown chat template '%s'; known:", tmpl_name);
-        for (int t = 0; t < HT_CHAT_COUNT; t++) fprintf(stderr, " %s", ht_chat_name(t));
-        fputc('\n', stderr);
-        goto usage_err;
-    }
-
-    int rc = 1;
-    hr_err err = {0};
-    gguf_ctx *g = NULL;
-    hm_model *m = NULL;
-    ht_vocab *voc = NULL;
-    chat ch = {0};
-    char *line = NULL;
-    line_reader reader = {0};
-    if (!(g = gguf_open(model, &err)) || !(m = hm_model_load(g, &err)) || !(voc = ht_vocab_load(g, &err))) goto done;
-    if (ht_vocab_size(voc) > m->hp.n_vocab) {
-        hr_fail(&err, HR_EFORMAT, "vocabulary has %d tokens but the model's embedding has %d rows", ht_vocab_size(voc),
-                m->hp.n_vocab);
-        goto done;
-    }
+/* the model, its template, the context and the buffers of a chat */
+static int chat_setup(chat_state *ch, cli_engine *e, cli_opts *o, hr_err *err) {
+    hm_ctx_params cp = cli_ctx_params(o);
+    if (cli_engine_open(e, o, true, err)) return err->code;
     char note[256];
-    ch.tmpl = ht_chat_for_model(g, tmpl_name, note, sizeof note);
+    ch->tmpl = ht_chat_for_model(e->g, o->chat_template, note, sizeof note);
     if (note[0]) fprintf(stderr, "hearth chat: %s (--chat-template NAME chooses one)\n", note);
+    if (cli_engine_start(e, o, &cp, false, NULL, err)) return err->code;
+    ch->c = e->c;
+    ch->voc = e->voc;
+    ch->n_ctx = hm_ctx_n_ctx(ch->c);
+    ch->n_batch = (int32_t)HR_MIN(o->n_batch, (long)ch->n_ctx);
+    ch->n_predict = o->n_predict;
+    ch->ignore_eos = o->ignore_eos;
+    const char *eot = ht_chat_end_of_turn(ch->tmpl);
+    if (eot[0]) o->stops[o->n_stops++] = eot;
+    ch->stops = o->stops;
+    ch->n_stops = o->n_stops;
+    int n_vocab = e->m->hp.n_vocab;
+    ch->smp = ht_sampler_create(&o->sp, n_vocab);
+    ch->kv = malloc((size_t)ch->n_ctx * sizeof *ch->kv);
+    ch->logits = malloc((size_t)n_vocab * sizeof *ch->logits);
+    if (!ch->smp || !ch->kv || !ch->logits) return hr_fail(err, HR_ENOMEM, "out of memory");
+    if (o->system && msg_push(ch, "system", o->system, strlen(o->system))) return hr_fail(err, HR_ENOMEM, "out of memory");
+    ch->n_keep_msgs = ch->n_msgs;
+    fprintf(stderr, "hearth chat: %s, template %s, context %d tokens, %d threads (%s kernels)\n",
+            e->m->hp.name[0] ? e->m->hp.name : e->m->hp.arch_name, ht_chat_name(ch->tmpl), ch->n_ctx,
+            (int)(o->threads ? o->threads : hr_physical_cores()), hq_simd_name());
+    return 0;
+}
 
-    hm_ctx_params cp = hm_ctx_default_params();
-    cp.n_ctx = (int32_t)n_ctx;
-    cp.n_batch = (int32_t)n_batch;
-    cp.n_threads = (int32_t)threads;
-    cp.kv_type = kv_type;
-    hm_shard sh = hm_shard_full(m);
-    if (hmem_check_ctx(hm_ctx_bytes_estimate(&m->hp, &cp), &err)) goto done;
-    if (hmem_load_weights(NULL, m, &sh, wf.use_mmap, wf.no_repack, &err)) goto done;
-    /* SIGINT is for this thread only (the pool's workers start with it blocked and keep it so), and
-       here it stays blocked except while an answer is generated and inside read_line's pselect */
-    sigset_t sigint, unblocked;
-    sigemptyset(&sigint);
-    sigaddset(&sigint, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &sigint, &unblocked);
-    sigdelset(&unblocked, SIGINT);
-    ch.c = hm_ctx_create(m, &sh, &cp, &err);
-    if (!ch.c) goto done;
-    ch.voc = voc;
-    ch.n_ctx = hm_ctx_n_ctx(ch.c);
-    ch.n_batch = (int32_t)HR_MIN(n_batch, (long)ch.n_ctx);
-    ch.n_predict = n_predict;
-    ch.ignore_eos = ignore_eos;
-    const char *eot = ht_chat_end_of_turn(ch.tmpl);
-    if (eot[0]) stops[n_stops++] = eot;
-    ch.stops = stops;
-    ch.n_stops = n_stops;
+/* a line that starts with '/': false for /exit */
+static bool chat_command(chat_state *ch, const char *line) {
+    if (is_cmd(line, "/exit") || is_cmd(line, "/quit") || is_cmd(line, "/bye")) return false;
+    else if (is_cmd(line, "/help") || is_cmd(line, "/?")) help_commands();
+    else if (is_cmd(line, "/stats")) print_stats(ch);
+    else if (is_cmd(line, "/reset") || is_cmd(line, "/clear")) {
+        msgs_truncate(ch, ch->n_keep_msgs);
+        cache_clear(ch);
+        ht_sampler_reset(ch->smp);
+        fprintf(stderr, "[the conversation was reset%s]\n", ch->n_keep_msgs ? " (the system prompt stays)" : "");
+    } else if (is_cmd(line, "/set")) {
+        long nv;
+        if (!strncmp(line, "/set n ", 7) && cli_parse_int("chat", "/set n", line + 7, -1, 1 << 24, &nv)) {
+            ch->n_predict = nv;
+            fprintf(stderr, "[answers: at most %ld tokens%s]\n", nv, nv < 0 ? " (no limit)" : "");
+        } else if (strncmp(line, "/set n ", 7)) fprintf(stderr, "[usage: /set n N]\n");
+    } else fprintf(stderr, "[unknown command %s: /help lists them]\n", line);
+    return true;
+}
 
-    ch.smp = ht_sampler_create(&sp, m->hp.n_vocab);
-    ch.kv = malloc((size_t)ch.n_ctx * sizeof *ch.kv);
-    ch.logits = malloc((size_t)m->hp.n_vocab * sizeof *ch.logits);
-    if (!ch.smp || !ch.kv || !ch.logits) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
-    if (system && msg_push(&ch, "system", system, strlen(system))) { hr_fail(&err, HR_ENOMEM, "out of memory"); goto done; }
-    ch.n_keep_msgs = ch.n_msgs;
-
+/* Reads messages and answers them until /exit, end of input or Ctrl-C at the prompt. SIGINT is
+   blocked (sigint) except while an answer is generated and inside read_line's pselect (unblocked). */
+static int chat_loop(chat_state *ch, const sigset_t *sigint, const sigset_t *unblocked, hr_err *err) {
     struct sigaction sa = {0};
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0;  /* no SA_RESTART: Ctrl-C at the prompt must end the read */
     sigaction(SIGINT, &sa, NULL);
-
-    fprintf(stderr, "hearth chat: %s, template %s, context %d tokens, %d threads (%s kernels)\n",
-            m->hp.name[0] ? m->hp.name : m->hp.arch_name, ht_chat_name(ch.tmpl), ch.n_ctx,
-            (int)(threads ? threads : hr_physical_cores()), hq_simd_name());
     fprintf(stderr, "Type a message and Enter. /help lists the commands; Ctrl-C stops an answer; Ctrl-D or /exit quits.\n");
-
+    char *line = NULL;
+    line_reader reader = {0};
+    int rc = 0;
     for (;;) {
         /* a Ctrl-C that came after the answer had ended is not one at the prompt: drop it */
         sigset_t pending;
         int sig;
-        if (!sigpending(&pending) && sigismember(&pending, SIGINT)) sigwait(&sigint, &sig);
+        if (!sigpending(&pending) && sigismember(&pending, SIGINT)) sigwait(sigint, &sig);
         g_interrupted = 0;
         fputs("> ", stdout);
         fflush(stdout);
-        long n = read_message(&reader, &line, &unblocked);
-        if (n == -1) { fputc('\n', stdout); break; }  /* end of input */
-        if (n == -2) { fputc('\n', stdout); break; }  /* Ctrl-C at the prompt */
+        long n = read_message(&reader, &line, unblocked);
+        if (n < 0) { fputc('\n', stdout); break; }  /* end of input (-1) or Ctrl-C at the prompt (-2) */
         if (n == 0) continue;
         if (line[0] == '/') {
-            if (is_cmd(line, "/exit") || is_cmd(line, "/quit") || is_cmd(line, "/bye")) break;
-            else if (is_cmd(line, "/help") || is_cmd(line, "/?")) help_commands();
-            else if (is_cmd(line, "/stats")) print_stats(&ch);
-            else if (is_cmd(line, "/reset") || is_cmd(line, "/clear")) {
-                msgs_truncate(&ch, ch.n_keep_msgs);
-                cache_clear(&ch);
-                ht_sampler_reset(ch.smp);
-                fprintf(stderr, "[the conversation was reset%s]\n", ch.n_keep_msgs ? " (the system prompt stays)" : "");
-            } else if (is_cmd(line, "/set")) {
-                long nv;
-                if (!strncmp(line, "/set n ", 7) && cli_parse_int("chat", "/set n", line + 7, -1, 1 << 24, &nv)) {
-                    ch.n_predict = nv;
-                    fprintf(stderr, "[answers: at most %ld tokens%s]\n", nv, nv < 0 ? " (no limit)" : "");
-                } else if (strncmp(line, "/set n ", 7)) fprintf(stderr, "[usage: /set n N]\n");
-            } else fprintf(stderr, "[unknown command %s: /help lists them]\n", line);
+            if (!chat_command(ch, line)) break;
             continue;
         }
-        pthread_sigmask(SIG_SETMASK, &unblocked, NULL);
-        int trc = chat_turn(&ch, line, (size_t)n, &err);
-        pthread_sigmask(SIG_BLOCK, &sigint, NULL);
-        if (trc < 0) goto done;
+        pthread_sigmask(SIG_SETMASK, unblocked, NULL);
+        rc = chat_turn(ch, line, (size_t)n, err);
+        pthread_sigmask(SIG_BLOCK, sigint, NULL);
+        if (rc < 0) break;
     }
-    rc = 0;
-done:
-    if (rc) fprintf(stderr, "hearth chat: %s\n", err.msg[0] ? err.msg : "failed");
     free(line);
     free(reader.buf);
+    return rc < 0 ? rc : 0;
+}
+
+static void chat_defaults(cli_opts *o) { o->n_predict = -1; }
+
+static int chat_check(const cli_command *c, cli_opts *o) {
+    int rc = cli_check_model(c, o);
+    return rc ? rc : cli_check_template(c, o);
+}
+
+static int chat(cli_opts *o) {
+    /* SIGINT is for this thread only: blocked before the context's pool starts its workers, which keep
+       the mask they start with */
+    sigset_t sigint, unblocked;
+    sigemptyset(&sigint);
+    sigaddset(&sigint, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigint, &unblocked);
+    sigdelset(&unblocked, SIGINT);
+    hr_err err = {0};
+    cli_engine e = {0};
+    chat_state ch = {0};
+    int rc = chat_setup(&ch, &e, o, &err) || chat_loop(&ch, &sigint, &unblocked, &err) ? 1 : 0;
+    if (rc) fprintf(stderr, "hearth chat: %s\n", err.msg[0] ? err.msg : "failed");
     msgs_truncate(&ch, 0);
     free(ch.msgs);
     free(ch.kv);
     free(ch.toks);
     free(ch.logits);
     ht_sampler_free(ch.smp);
-    hm_ctx_free(ch.c);
-    ht_vocab_free(voc);
-    hm_model_free(m);
-    gguf_close(g);
-    free(stops);
+    cli_engine_close(&e);
     return rc;
-usage_err:
-    free(stops);
-    return 2;
 }
+
+const cli_command cli_chat = {
+    "chat", CLI_CHAT, "chat with a model on the terminal, in its chat template", "-m MODEL [options]",
+    "Interactive chat with MODEL on the terminal, in the model's chat template. Earlier turns\n"
+    "stay in the KV cache, so each turn processes only the new message.",
+    .epilog = chat_epilog, .defaults = chat_defaults, .check = chat_check, .run = chat};

@@ -13,21 +13,6 @@
 
 #define INFO_DEFAULT_CTX 4096
 
-static void info_usage(FILE *f) {
-    fprintf(f,
-            "usage: hearth info MODEL [options]\n"
-            "\n"
-            "Describes the GGUF model MODEL: architecture, name, file version, hyper-parameters, tensor\n"
-            "counts and bytes per type, total parameters, and the memory a run needs: the weights (mapped\n"
-            "from the file), an F16 KV cache for N_CTX tokens and the compute scratch.\n"
-            "\n"
-            "options:\n"
-            "  --json              print one JSON object (with every tensor's name, type, shape and bytes)\n"
-            "  -c, --ctx-size N    context length for the memory estimate (default %d, or the model's\n"
-            "                      training context if smaller)\n"
-            "  --tensors           also list every tensor (text output)\n",
-            INFO_DEFAULT_CTX);
-}
 
 typedef struct info_type_stat {
     int64_t  count;
@@ -192,36 +177,14 @@ static void info_text(const char *path, const gguf_ctx *g, const hm_hparams *hp,
     printf("  total             %12s\n", info_bytes(mem->total, b1, sizeof(b1)));
 }
 
-int cmd_info(int argc, char **argv) {
-    const char *cmd = "info", *path = NULL;
-    bool json = false, list_tensors = false;
-    long n_ctx = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            info_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--tensors")) {
-            list_tensors = true;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 1 << 24, &n_ctx)) return 2;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "hearth info: unknown option '%s' (see hearth info --help)\n", a);
-            return 2;
-        } else if (!path) {
-            path = a;
-        } else {
-            fprintf(stderr, "hearth info: unexpected argument '%s' (one MODEL at a time)\n", a);
-            return 2;
-        }
-    }
-    if (!path) {
-        fprintf(stderr, "hearth info: needs a MODEL file (see hearth info --help)\n");
-        return 2;
-    }
+static int info_check(const cli_command *c, cli_opts *o) {
+    return o->n_pos ? 0 : cli_usage_error(c, "needs a MODEL file (see hearth info --help)");
+}
 
+static int info(cli_opts *o) {
+    const char *path = o->pos[0];
+    bool json = o->json, list_tensors = o->tensors;
+    long n_ctx = o->n_ctx;
     hr_err err = {0};
     gguf_ctx *g = gguf_open(path, &err);
     if (!g) {
@@ -280,3 +243,10 @@ int cmd_info(int argc, char **argv) {
     gguf_close(g);
     return ret;
 }
+
+const cli_command cli_info = {
+    "info", CLI_INFO, "describe a GGUF model: architecture, shapes, tensor types, memory", "MODEL [options]",
+    "Describes the GGUF model MODEL: architecture, name, file version, hyper-parameters, tensor\n"
+    "counts and bytes per type, total parameters, and the memory a run needs: the weights (mapped\n"
+    "from the file), an F16 KV cache for N_CTX tokens and the compute scratch.",
+    1, .check = info_check, .run = info};

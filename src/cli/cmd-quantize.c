@@ -12,25 +12,11 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-static void quantize_usage(FILE *f) {
-    fprintf(f,
-            "usage: hearth quantize IN OUT TYPE [options]\n"
-            "\n"
-            "Converts the F32/F16/BF16 2-D weights of the GGUF model IN to TYPE and writes OUT. 1-D tensors\n"
-            "(norms, biases) and tensors that are already quantized are copied as they are; token_embd is\n"
-            "quantized too (as llama.cpp does) unless --keep-embd. Metadata is copied; general.file_type is\n"
-            "updated.\n"
-            "\n"
-            "TYPE: %s\n"
-            "  plain types are pure (every converted weight is TYPE); Q4_K_M / Q5_K_M / Q3_K_M are\n"
-            "  llama.cpp's mixes (see hearth synth --help). Rows that are not a multiple of the type's block\n"
-            "  fall back to a type that fits.\n"
-            "\n"
-            "options:\n"
-            "  --force             overwrite OUT if it exists (never IN itself)\n"
-            "  --keep-embd         leave token_embd.weight in its type\n"
-            "  -t, --threads N     threads (default: physical cores)\n",
-            cli_recipe_names());
+static void quantize_epilog(FILE *f) {
+    fprintf(f, "TYPE: %s\n"
+               "  plain types are pure (every converted weight is TYPE); Q4_K_M / Q5_K_M / Q3_K_M are\n"
+               "  llama.cpp's mixes (see hearth synth --help). Rows that are not a multiple of the type's block\n"
+               "  fall back to a type that fits.\n", cli_recipe_names());
 }
 
 typedef struct quantize_src {
@@ -64,36 +50,14 @@ static int64_t quantize_n_layer(const gguf_ctx *g) {
     return n;
 }
 
-int cmd_quantize(int argc, char **argv) {
-    const char *cmd = "quantize", *pos[3] = {0};
-    int npos = 0;
-    bool force = false, keep_embd = false;
-    long threads = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            quantize_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--force")) {
-            force = true;
-        } else if (!strcmp(a, "--keep-embd")) {
-            keep_embd = true;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 1024, &threads)) return 2;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "hearth quantize: unknown option '%s' (see hearth quantize --help)\n", a);
-            return 2;
-        } else if (npos < 3) {
-            pos[npos++] = a;
-        } else {
-            fprintf(stderr, "hearth quantize: unexpected argument '%s'\n", a);
-            return 2;
-        }
-    }
-    if (npos < 3) {
-        fprintf(stderr, "hearth quantize: needs IN OUT TYPE (see hearth quantize --help)\n");
-        return 2;
-    }
+static int quantize_check(const cli_command *c, cli_opts *o) {
+    return o->n_pos == 3 ? 0 : cli_usage_error(c, "needs IN OUT TYPE (see hearth quantize --help)");
+}
+
+static int quantize(cli_opts *o) {
+    const char *const *pos = o->pos;
+    bool force = o->force, keep_embd = o->keep_embd;
+    long threads = o->threads;
     const char *in = pos[0], *out = pos[1];
     cli_recipe recipe;
     if (!cli_recipe_parse(pos[2], &recipe)) {
@@ -175,7 +139,7 @@ int cmd_quantize(int argc, char **argv) {
         }
         bytes_out += nb;
     }
-    cli_fallbacks_report(&fb, cmd);
+    cli_fallbacks_report(&fb, "quantize");
     if (n_1d) fprintf(stderr, "hearth quantize: %d 1-D tensors (norms, biases) copied as they are\n", n_1d);
     if (n_quant) fprintf(stderr, "hearth quantize: %d already-quantized tensors copied as they are\n", n_quant);
     if (n_other)
@@ -251,3 +215,11 @@ done:
     if (g) gguf_close(g);
     return ret;
 }
+
+const cli_command cli_quantize = {
+    "quantize", CLI_QUANTIZE, "convert a GGUF model's weights to another type", "IN OUT TYPE [options]",
+    "Converts the F32/F16/BF16 2-D weights of the GGUF model IN to TYPE and writes OUT. 1-D tensors\n"
+    "(norms, biases) and tensors that are already quantized are copied as they are; token_embd is\n"
+    "quantized too (as llama.cpp does) unless --keep-embd. Metadata is copied; general.file_type is\n"
+    "updated.",
+    3, .epilog = quantize_epilog, .check = quantize_check, .run = quantize};

@@ -15,43 +15,14 @@
 #define SYNTH_DEFAULT_VOCAB "../shared/models/stories260K.gguf"
 #define SYNTH_SIGMA 0.02f
 
-static void synth_usage(FILE *f) {
-    fprintf(f,
-            "usage: hearth synth --shape NAME|custom [options]\n"
-            "\n"
-            "Writes a GGUF model with random weights (N(0, 0.02); norm weights 1 + N(0, 0.02); biases\n"
-            "N(0, 0.02)) of a real model's shape, quantized to TYPE. Tensors are generated and quantized\n"
-            "on all cores and streamed to the file one at a time.\n"
-            "\n"
-            "shapes: %s, custom\n"
-            "\n"
-            "options:\n"
-            "  --shape NAME        shape to write (required); 'custom' takes the numbers below\n"
-            "  --type T            weight type or recipe (default F16): %s\n"
-            "                      plain types are pure (every 2-D weight is T; norms and biases stay F32);\n"
-            "                      Q4_K_M / Q5_K_M / Q3_K_M are llama.cpp's mixes (see below)\n"
-            "  --layers N          number of layers (same as --n-layer), e.g. 2 to try a 70B shape cheaply\n"
-            "  --vocab-from GGUF   copy tokenizer.* from this file (default %s);\n"
-            "                      a smaller vocabulary is padded with control tokens [PAD<i>] up to n_vocab\n"
-            "  --seed S            random seed (default 1); the output does not depend on -t\n"
-            "  -o, --output OUT    output file (default <shape>-<type>.gguf)\n"
-            "  --force             overwrite OUT if it exists\n"
-            "  -t, --threads N     threads (default: physical cores)\n"
-            "\n"
-            "shape parameters (required for custom, else override the named shape):\n"
-            "  --arch A            llama | qwen2 (q/k/v biases) | qwen3 (per-head q/k norms); default llama\n"
-            "  --n-embd N  --n-layer N  --n-head N  --n-head-kv N (default n-head)  --n-ff N\n"
-            "  --n-vocab N         (default: the vocabulary's size)\n"
-            "  --head-dim N        (default n-embd / n-head)\n"
-            "  --rope-base F       (default 10000 for llama, 1e6 for qwen)\n"
-            "  --n-ctx N           context_length written to the file (default 4096 for custom)\n"
-            "  --tied | --untied   output head shared with token_embd or separate (custom default: untied)\n"
-            "\n"
-            "recipes (as llama.cpp's): Q4_K_M and Q5_K_M: Q4_K/Q5_K with attn_v and ffn_down in Q6_K on\n"
-            "the first and last eighth of the layers and every third layer between, output in Q6_K;\n"
-            "Q3_K_M: Q3_K, attn_v Q5_K (layers 0-1) / Q4_K, ffn_down Q5_K (first 1/16) / Q4_K, attn_output\n"
-            "Q4_K, output Q6_K. Rows that are not a block multiple fall back to a type that fits.\n",
-            cli_shape_names(), cli_recipe_names(), SYNTH_DEFAULT_VOCAB);
+static void synth_epilog(FILE *f) {
+    fprintf(f, "shapes: %s, custom; a named shape's parameters may be overridden by the flags above\n"
+               "types and recipes: %s\n"
+               "recipes (as llama.cpp's): Q4_K_M and Q5_K_M: Q4_K/Q5_K with attn_v and ffn_down in Q6_K on\n"
+               "the first and last eighth of the layers and every third layer between, output in Q6_K;\n"
+               "Q3_K_M: Q3_K, attn_v Q5_K (layers 0-1) / Q4_K, ffn_down Q5_K (first 1/16) / Q4_K, attn_output\n"
+               "Q4_K, output Q6_K. Rows that are not a block multiple fall back to a type that fits.\n",
+            cli_shape_names(), cli_recipe_names());
 }
 
 /* ---- random numbers ---------------------------------------------------------------------------- */
@@ -159,84 +130,15 @@ static int synth_copy_vocab(gguf_writer *w, const gguf_ctx *vg, const char *vpat
 }
 
 /* ---- options ----------------------------------------------------------------------------------- */
-typedef struct synth_opts {
-    const char *shape, *type, *vocab, *out, *arch;
-    uint64_t    seed;
-    bool        force;
-    long        threads;
-    /* overrides: -1 = not given */
-    long        n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, head_dim, n_ctx;
-    double      rope_base;
-    int         tied;     /* -1 not given, 0 untied, 1 tied */
-} synth_opts;
+static void synth_defaults(cli_opts *o) { o->type = "F16"; }
 
-/* 0 ok, 1 runtime error, 2 usage error; -1 = printed help */
-static int synth_parse(int argc, char **argv, synth_opts *o) {
-    const char *cmd = "synth";
-    *o = (synth_opts){.type = "F16", .seed = 1, .threads = 0, .n_embd = -1, .n_layer = -1, .n_head = -1,
-                      .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1, .n_ctx = -1, .rope_base = -1,
-                      .tied = -1};
-    struct { const char *flag; long *dst; long min, max; } ints[] = {
-        {"--n-embd", &o->n_embd, 1, 1 << 20},     {"--n-layer", &o->n_layer, 1, 100000},
-        {"--layers", &o->n_layer, 1, 100000},     {"--n-head", &o->n_head, 1, 1 << 16},
-        {"--n-head-kv", &o->n_head_kv, 1, 1 << 16}, {"--n-ff", &o->n_ff, 1, 1 << 20},
-        {"--n-vocab", &o->n_vocab, 1, 1 << 24},   {"--head-dim", &o->head_dim, 2, 4096},
-        {"--n-ctx", &o->n_ctx, 1, 1 << 24},       {"-t", &o->threads, 1, 1024},
-        {"--threads", &o->threads, 1, 1024},
-    };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            synth_usage(stdout);
-            return -1;
-        }
-        bool matched = false;
-        for (size_t k = 0; k < HR_ARRAY_LEN(ints) && !matched; k++) {
-            if (strcmp(a, ints[k].flag)) continue;
-            matched = true;
-            if (!(v = cli_value(cmd, argc, argv, &i)) ||
-                !cli_parse_int(cmd, a, v, ints[k].min, ints[k].max, ints[k].dst))
-                return 2;
-        }
-        if (matched) continue;
-        if (!strcmp(a, "--shape")) {
-            if (!(o->shape = cli_value(cmd, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--type")) {
-            if (!(o->type = cli_value(cmd, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--vocab-from")) {
-            if (!(o->vocab = cli_value(cmd, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(o->out = cli_value(cmd, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--arch")) {
-            if (!(o->arch = cli_value(cmd, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--seed")) {
-            long s;
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, INT64_MAX, &s)) return 2;
-            o->seed = (uint64_t)s;
-        } else if (!strcmp(a, "--rope-base")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_float(cmd, a, v, 1e-3, 1e12, &o->rope_base))
-                return 2;
-        } else if (!strcmp(a, "--force")) {
-            o->force = true;
-        } else if (!strcmp(a, "--tied")) {
-            o->tied = 1;
-        } else if (!strcmp(a, "--untied")) {
-            o->tied = 0;
-        } else {
-            fprintf(stderr, "hearth synth: unknown option '%s' (see hearth synth --help)\n", a);
-            return 2;
-        }
-    }
-    if (!o->shape) {
-        fprintf(stderr, "hearth synth: --shape is required (%s, custom; see hearth synth --help)\n",
-                cli_shape_names());
-        return 2;
-    }
-    return 0;
+static int synth_check(const cli_command *c, cli_opts *o) {
+    if (o->shape) return 0;
+    return cli_usage_error(c, "--shape is required (%s, custom; see hearth synth --help)", cli_shape_names());
 }
 
 /* Builds the shape from --shape and the overrides; 0 ok or 2 (usage, message printed). */
-static int synth_shape(const synth_opts *o, cli_shape *s) {
+static int synth_shape(const cli_opts *o, cli_shape *s) {
     if (!strcmp(o->shape, "custom")) {
         *s = (cli_shape){.n_embd = o->n_embd, .n_layer = o->n_layer, .n_head = o->n_head, .n_ff = o->n_ff,
                          .n_ctx = 4096};
@@ -265,7 +167,7 @@ static int synth_shape(const synth_opts *o, cli_shape *s) {
     if (o->n_head_kv >= 0) s->n_head_kv = o->n_head_kv;
     if (o->n_vocab >= 0) s->n_vocab = o->n_vocab;
     if (o->head_dim >= 0) s->head_dim = o->head_dim;
-    if (o->n_ctx >= 0) s->n_ctx = o->n_ctx;
+    if (o->synth_n_ctx >= 0) s->n_ctx = o->synth_n_ctx;
     if (o->rope_base >= 0) s->rope_base = o->rope_base;
     if (o->tied >= 0) s->tied = o->tied;
     return 0;
@@ -276,15 +178,13 @@ static bool synth_file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-int cmd_synth(int argc, char **argv) {
-    synth_opts o;
-    int rc = synth_parse(argc, argv, &o);
-    if (rc) return rc < 0 ? 0 : rc;
+static int synth(cli_opts *o) {
+    int rc;
     cli_shape s;
-    if ((rc = synth_shape(&o, &s))) return rc;
+    if ((rc = synth_shape(o, &s))) return rc;
     cli_recipe recipe;
-    if (!cli_recipe_parse(o.type, &recipe)) {
-        fprintf(stderr, "hearth synth: unknown type '%s' (%s)\n", o.type, cli_recipe_names());
+    if (!cli_recipe_parse(o->type, &recipe)) {
+        fprintf(stderr, "hearth synth: unknown type '%s' (%s)\n", o->type, cli_recipe_names());
         return 2;
     }
 
@@ -298,14 +198,14 @@ int cmd_synth(int argc, char **argv) {
     void *buf = NULL;
     synth_vocab voc = {0};
     char out_default[128];
-    const char *out = o.out;
+    const char *out = o->output;
     if (!out) {
         snprintf(out_default, sizeof(out_default), "%s-%s.gguf", s.name, recipe.name);
         out = out_default;
     }
 
     /* vocabulary first: a custom shape may take its n_vocab from it */
-    const char *vpath = o.vocab ? o.vocab : SYNTH_DEFAULT_VOCAB;
+    const char *vpath = o->vocab_from ? o->vocab_from : SYNTH_DEFAULT_VOCAB;
     if (!synth_file_exists(vpath)) {
         fprintf(stderr, "hearth synth: vocabulary file %s not found (give one with --vocab-from GGUF)\n", vpath);
         return 1;
@@ -332,7 +232,7 @@ int cmd_synth(int argc, char **argv) {
                 vpath, (unsigned long long)nv, (long long)s.n_vocab);
         goto done;
     }
-    if (synth_file_exists(out) && !o.force) {
+    if (synth_file_exists(out) && !o->force) {
         fprintf(stderr, "hearth synth: %s exists (use --force to overwrite)\n", out);
         goto done;
     }
@@ -419,7 +319,7 @@ int cmd_synth(int argc, char **argv) {
             goto done;
         }
 
-    int n_threads = o.threads > 0 ? (int)o.threads : hr_physical_cores();
+    int n_threads = o->threads > 0 ? (int)o->threads : hr_physical_cores();
     if (!(pool = hr_pool_create(n_threads, &err))) {
         fprintf(stderr, "hearth synth: %s\n", err.msg);
         goto done;
@@ -429,14 +329,14 @@ int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "hearth synth: out of memory for a %.1f MiB tensor buffer\n", max_bytes / 1048576.0);
         goto done;
     }
-    if (gguf_writer_begin(w, out, o.force, &err)) {
+    if (gguf_writer_begin(w, out, o->force, &err)) {
         fprintf(stderr, "hearth synth: %s\n", err.msg);
         goto done;
     }
     double t0 = hr_time_s();
     cli_progress_state prog = {.label = "synth", .total = total_elems};
     for (int64_t i = 0; i < nt; i++) {
-        synth_gen g = {.tensor_seed = hr_fnv1a(td[i].name, strlen(td[i].name), HR_FNV_SEED ^ o.seed),
+        synth_gen g = {.tensor_seed = hr_fnv1a(td[i].name, strlen(td[i].name), HR_FNV_SEED ^ (uint64_t)o->seed),
                        .kind = td[i].kind};
         size_t nb = hq_row_size(types[i], td[i].ne[0]) * (size_t)td[i].ne[1];
         if (cli_convert(pool, types[i], td[i].ne[0], td[i].ne[1], synth_row, &g, buf, &prog, &err) ||
@@ -466,3 +366,10 @@ done:
     if (vg) gguf_close(vg);
     return ret;
 }
+
+const cli_command cli_synth = {
+    "synth", CLI_SYNTH, "write a random-weight GGUF model of a given shape", "--shape NAME|custom [options]",
+    "Writes a GGUF model with random weights (N(0, 0.02); norm weights 1 + N(0, 0.02); biases\n"
+    "N(0, 0.02)) of a real model's shape, quantized to TYPE. Tensors are generated and quantized\n"
+    "on all cores and streamed to the file one at a time.",
+    .epilog = synth_epilog, .defaults = synth_defaults, .check = synth_check, .run = synth};

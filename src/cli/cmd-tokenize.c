@@ -10,28 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: hearth tokenize -m MODEL (-p TEXT | -f FILE | --stdin) [options]\n\n"
-            "Tokenizes TEXT with the vocabulary of the GGUF file MODEL (a vocabulary-only file will do) and\n"
-            "prints the tokens to stdout, one per line as `ID -> 'piece'` (the piece is the token's text as\n"
-            "it prints; control tokens show their own text), like llama.cpp's llama-tokenize.\n\n"
-            "options:\n"
-            "  -m, --model FILE     GGUF model or vocabulary (required)\n"
-            "  -p, --prompt TEXT    the text to tokenize\n"
-            "  -f, --file FILE      read the text from FILE\n"
-            "  --stdin              read the text from standard input\n"
-            "  --ids                print only the ids, as one bracketed list: [1, 15043, 3186]\n"
-            "  --no-bos             do not add the BOS token (added by default when the vocabulary asks\n"
-            "                       for it: tokenizer.ggml.add_bos_token)\n"
-            "  --parse-special      turn the texts of control tokens (<|im_start|>, <s>, ...) into those\n"
-            "                       tokens; without it they are tokenized as plain text (user-defined\n"
-            "                       tokens are always matched, as in llama.cpp)\n"
-            "  -e, --escape         process escapes in the text first: \\n \\r \\t \\\\ \\' \\\" \\xNN\n"
-            "  --show-count         also print the number of tokens\n"
-            "  -h, --help           this help\n"
-            "\n"
-            "Exit status: 0 ok, 1 the model or text could not be read or tokenized, 2 usage error.\n");
+static void tokenize_epilog(FILE *f) {
+    fprintf(f, "Exit status: 0 ok, 1 the model or text could not be read or tokenized, 2 usage error.\n");
 }
 
 /* whole stream into a malloc'd buffer; NULL on error (errno set) */
@@ -79,33 +59,17 @@ static size_t unescape(char *s, size_t n) {
     return o;
 }
 
-int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *pfile = NULL;
-    bool from_stdin = false, ids_only = false, no_bos = false, special = false, escape = false, count = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(model = cli_value("tokenize", argc, argv, &i))) return 2; }
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!(prompt = cli_value("tokenize", argc, argv, &i))) return 2; }
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!(pfile = cli_value("tokenize", argc, argv, &i))) return 2; }
-        else if (!strcmp(a, "--stdin")) from_stdin = true;
-        else if (!strcmp(a, "--ids")) ids_only = true;
-        else if (!strcmp(a, "--no-bos")) no_bos = true;
-        else if (!strcmp(a, "--parse-special")) special = true;
-        else if (!strcmp(a, "-e") || !strcmp(a, "--escape")) escape = true;
-        else if (!strcmp(a, "--show-count")) count = true;
-        else {
-            fprintf(stderr, "hearth tokenize: unknown option '%s'\n\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!model) { fprintf(stderr, "hearth tokenize: -m MODEL is required\n"); return 2; }
-    if ((prompt != NULL) + (pfile != NULL) + from_stdin != 1) {
-        fprintf(stderr, "hearth tokenize: give exactly one of -p TEXT, -f FILE, --stdin\n");
-        return 2;
-    }
+static int tokenize_check(const cli_command *c, cli_opts *o) {
+    if (!o->model) return cli_usage_error(c, "-m MODEL is required");
+    if ((o->prompt != NULL) + (o->file != NULL) + o->from_stdin != 1)
+        return cli_usage_error(c, "give exactly one of -p TEXT, -f FILE, --stdin");
+    return 0;
+}
 
+static int tokenize(cli_opts *o) {
+    const char *model = o->model, *prompt = o->prompt, *pfile = o->file;
+    bool ids_only = o->ids_only, no_bos = o->no_bos, special = o->parse_special, escape = o->escape;
+    bool count = o->show_count;
     int rc = 1;
     hr_err err = { 0 };
     gguf_ctx *g = NULL;
@@ -177,3 +141,11 @@ done:
     gguf_close(g);
     return rc;
 }
+
+const cli_command cli_tokenize = {
+    "tokenize", CLI_TOKENIZE, "print the tokens of a text under a model's vocabulary",
+    "-m MODEL (-p TEXT | -f FILE | --stdin) [options]",
+    "Tokenizes TEXT with the vocabulary of the GGUF file MODEL (a vocabulary-only file will do) and\n"
+    "prints the tokens to stdout, one per line as `ID -> 'piece'` (the piece is the token's text as\n"
+    "it prints; control tokens show their own text), like llama.cpp's llama-tokenize.",
+    .epilog = tokenize_epilog, .check = tokenize_check, .run = tokenize};

@@ -3,23 +3,13 @@
 
 #include <stdio.h>
 
-
-static const struct { const char *name; int (*fn)(int, char **); const char *help; } commands[] = {
-    {"run", cmd_run, "generate text from a prompt"},
-    {"chat", cmd_chat, "chat with a model on the terminal, in its chat template"},
-    {"eval", cmd_eval, "write the logits of a token sequence (for comparison with references)"},
-    {"bench", cmd_bench, "measure prompt-processing and generation speed"},
-    {"info", cmd_info, "describe a GGUF model: architecture, shapes, tensor types, memory"},
-    {"synth", cmd_synth, "write a random-weight GGUF model of a given shape"},
-    {"quantize", cmd_quantize, "convert a GGUF model's weights to another type"},
-    {"tokenize", cmd_tokenize, "print the tokens of a text under a model's vocabulary"},
-    {"worker", cmd_worker, "serve tensor-parallel heads: hold a share of a model's weights and compute it"},
-};
+static const cli_command *const commands[] = {&cli_run,  &cli_chat,     &cli_eval,     &cli_bench, &cli_info,
+                                              &cli_synth, &cli_quantize, &cli_tokenize, &cli_worker};
 
 static void usage(FILE *f) {
     fprintf(f, "usage: hearth COMMAND [options]\n\ncommands:\n");
     for (size_t i = 0; i < HR_ARRAY_LEN(commands); i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
     fprintf(f, "\n'hearth COMMAND --help' describes each command's options.\n"
                "Environment: HEARTH_LOG=debug|info|warn|error|none sets the log level;\n"
                "             HEARTH_NO_SIMD=1 forces the portable kernels.\n");
@@ -33,7 +23,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (size_t i = 0; i < HR_ARRAY_LEN(commands); i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i]->name)) return cli_main(commands[i], argc - 1, argv + 1);
     fprintf(stderr, "hearth: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -124,8 +124,6 @@ typedef struct hc_plan {
     hc_share dev[HC_MAX_DEVICES];
 } hc_plan;
 
-/* Parses "3,1,2" (non-negative numbers, at least one positive). Returns the count or a negative code. */
-int hc_parse_shares(const char *s, double *w, int cap, hr_err *err);
 /* Deals the model's units to n devices in proportion to weights (see "Plan"). */
 int hc_plan_make(const hm_model *m, const double *weights, int n, hc_plan *out, hr_err *err);
 /* Shares from relative device speeds (head first) such that all devices finish a decode step
@@ -147,8 +145,6 @@ typedef struct hc_pp_plan {
 } hc_pp_plan;
 /* Deals windows of sizes[d] layers round the ring (see "Pipeline"). sizes NULL: one round, even. */
 int hc_pp_plan_make(int n_layer, const int *sizes, int k, hc_pp_plan *out, hr_err *err);
-/* Parses "2,3,2" (non-negative integers). Returns the count or a negative code. */
-int hc_parse_layer_windows(const char *s, int *sizes, int cap, hr_err *err);
 
 /* ---- hashes -------------------------------------------------------------------------------------- */
 uint64_t hc_model_hash(const gguf_ctx *g);
@@ -166,31 +162,26 @@ typedef void (*hc_progress_fn)(void *user, uint64_t done, uint64_t total);
 typedef void (*hc_send_hook_fn)(void *user, int device, const hn_msg *m);
 
 typedef struct hc_head_params {
-    const char *workers;     /* "HOST:PORT,HOST:PORT,..." (at least one) */
-    const char *shares;      /* NULL or "" = equal; "auto" = measured; "w0,w1,..." = one per device, head first */
+    int         n_workers;                        /* at least one */
+    const char *workers[HC_MAX_DEVICES - 1];      /* "HOST:PORT" each */
+    bool        shares_auto;                      /* shares from the devices' measured speed */
+    int         n_shares;                         /* 0 = equal; else one per device, head first */
+    double      shares[HC_MAX_DEVICES];           /* non-negative, at least one positive */
     int   allreduce;         /* enum hc_allreduce */
     int   timeout_ms;        /* deadline of each receive inside a forward pass (default 10000, plus
                                 20 ms per token of a batch) and of the set-up steps */
     int   bench_ms;          /* auto shares: benchmark time per device (default 300) */
-    bool  timings;           /* --timings: the caller asked for per-device figures (hc_head_stats) */
-    bool  pp;                /* --pp: piped-ring pipeline instead of tensor parallelism */
-    const char *layer_windows; /* --layer-windows: "2,3,2", one per device, head first; NULL = one even round */
-    /* the head's residency manager (src/mem; workers have their own flags) */
-    const char *model_path;  /* the GGUF the model was mapped from (needed to manage residency) */
-    const char *mem_budget;  /* --mem-budget: NULL = auto (tensor parallel: no manager), "off", or a size */
-    int   window;            /* --window: blocks kept loading ahead (default 2) */
-    bool  no_prefetch;       /* --no-prefetch: load a block only when compute reaches it */
+    bool  timings;           /* the caller asked for per-device figures (hc_head_stats) */
+    bool  pp;                /* piped-ring pipeline instead of tensor parallelism */
+    int   n_windows;                              /* pipeline: 0 = one even round; else one per device */
+    int   layer_windows[HC_MAX_DEVICES];          /* window sizes in layers, head first */
+    /* the head's residency manager (src/mem; workers have their own) */
+    const char  *model_path; /* the GGUF the model was mapped from (needed to manage residency) */
+    hmem_request mem;        /* tensor parallel: a manager only when a budget is given */
     hc_progress_fn  progress;  void *progress_user;    /* weight transfer progress (bytes) */
     hc_send_hook_fn send_hook; void *send_hook_user;
 } hc_head_params;
 hc_head_params hc_head_default_params(void);
-
-/* Command-line flags of the head, shared by the commands that run one:
-   --workers LIST, --tp-shares auto|w0,w1,..., --allreduce star|ring, --timings, --pp, --layer-windows. Returns 1 if argv[*i] was one
-   of them (its value consumed, *i advanced), 0 if not, or a negative code with a message. */
-int hc_head_parse_flag(hc_head_params *p, int argc, char **argv, int *i, hr_err *err);
-/* Usage lines for those flags. */
-const char *hc_head_flags_help(void);
 
 typedef struct hc_head hc_head;
 /* Connects to the workers, makes the plan, sends the slices they lack, and creates the head's own
@@ -249,9 +240,7 @@ typedef struct hc_worker_params {
     const char *cache_dir;   /* NULL: hc_default_cache_dir() */
     int         n_threads;   /* 0: physical cores */
     const char *name;        /* shown to heads; NULL: "worker" */
-    const char *mem_budget;  /* residency manager over the slice file: NULL = auto, "off", or a size */
-    int         window;      /* blocks kept loading ahead when streaming (default 2) */
-    bool        no_prefetch; /* load a block only when compute reaches it */
+    hmem_request mem;        /* residency manager over the slice file */
     bool        use_mmap;    /* --mmap: run the slice from its file mapping (mem.h: hmem_load_weights) */
     bool        no_repack;   /* --no-repack: load it in the file's layout */
 } hc_worker_params;

@@ -40,47 +40,8 @@ struct hc_head {
 };
 
 hc_head_params hc_head_default_params(void) {
-    hc_head_params p = {.workers = NULL, .shares = NULL, .allreduce = HC_ALLREDUCE_STAR, .timeout_ms = 10000,
-                        .bench_ms = 300, .window = 2};
+    hc_head_params p = {.allreduce = HC_ALLREDUCE_STAR, .timeout_ms = 10000, .bench_ms = 300, .mem.window = 2};
     return p;
-}
-
-const char *hc_head_flags_help(void) {
-    return "  --workers H:P,...       run on these `hearth worker`s too (the head computes as well): tensor\n"
-           "                          parallel, or a pipeline with --pp\n"
-           "  --tp-shares auto|W,...  share weights, head first (default: equal; auto: measured speed)\n"
-           "  --allreduce star|ring   all-reduce algorithm (default star)\n"
-           "  --pp                    with --workers: a pipeline (whole layers per device) instead of tensor\n"
-           "                          parallelism\n"
-           "  --layer-windows N,...   with --pp: window sizes in layers per device, head first, dealt round the\n"
-           "                          ring until all layers are placed (2,3,2: several rounds per token;\n"
-           "                          default: one round, layers split evenly)\n"
-           "  --timings               with --workers: per-device compute / all-reduce times per forward pass\n";
-}
-
-int hc_head_parse_flag(hc_head_params *p, int argc, char **argv, int *i, hr_err *err) {
-    const char *a = argv[*i];
-    if (!strcmp(a, "--timings")) { p->timings = true; return 1; }
-    if (!strcmp(a, "--pp")) { p->pp = true; return 1; }
-    bool w = !strcmp(a, "--workers"), s = !strcmp(a, "--tp-shares"), r = !strcmp(a, "--allreduce");
-    bool lw = !strcmp(a, "--layer-windows");
-    if (!w && !s && !r && !lw) return 0;
-    if (*i + 1 >= argc) return hr_fail(err, HR_EINVAL, "%s needs a value", a);
-    const char *v = argv[++*i];
-    if (w) p->workers = v;
-    else if (lw) {
-        int tmp[HC_MAX_DEVICES];
-        if (hc_parse_layer_windows(v, tmp, HC_MAX_DEVICES, err) < 0) return err ? err->code : HR_EINVAL;
-        p->layer_windows = v;
-    }
-    else if (s) {
-        double tmp[HC_MAX_DEVICES];
-        if (strcmp(v, "auto") && hc_parse_shares(v, tmp, HC_MAX_DEVICES, err) < 0) return err ? err->code : HR_EINVAL;
-        p->shares = v;
-    } else if (!strcmp(v, "star")) p->allreduce = HC_ALLREDUCE_STAR;
-    else if (!strcmp(v, "ring")) p->allreduce = HC_ALLREDUCE_RING;
-    else return hr_fail(err, HR_EINVAL, "--allreduce must be star or ring, not '%s'", v);
-    return 1;
 }
 
 static int hc_dev_fail(hc_head *h, int d, int rc, const char *msg, hr_err *err) {
@@ -127,20 +88,15 @@ static int hc_hsend(hc_head *h, int d, hn_msg *m, int64_t timeout_ms, hr_err *er
 }
 
 static int hc_connect_all(hc_head *h, hr_err *err) {
-    const char *list = h->p.workers;
-    if (!list || !*list) return hr_fail(err, HR_EINVAL, "no workers given");
-    h->k = 1;
+    if (h->p.n_workers < 1) return hr_fail(err, HR_EINVAL, "no workers given");
+    if (h->p.n_workers > HC_MAX_DEVICES - 1) return hr_fail(err, HR_ERANGE, "more than %d workers", HC_MAX_DEVICES - 1);
+    h->k = 1 + h->p.n_workers;
     snprintf(h->names[0], sizeof h->names[0], "head");
-    for (const char *p = list; *p;) {
-        const char *c = strchr(p, ',');
-        size_t n = c ? (size_t)(c - p) : strlen(p);
-        if (n == 0 || n >= sizeof h->names[0]) return hr_fail(err, HR_EINVAL, "--workers '%s': bad entry", list);
-        if (h->k >= HC_MAX_DEVICES) return hr_fail(err, HR_ERANGE, "more than %d workers", HC_MAX_DEVICES - 1);
-        memcpy(h->names[h->k], p, n);
-        h->names[h->k][n] = 0;
-        h->k++;
-        p += n + (c ? 1 : 0);
-        if (c && !*p) return hr_fail(err, HR_EINVAL, "--workers '%s': empty entry at the end", list);
+    for (int d = 1; d < h->k; d++) {
+        const char *a = h->p.workers[d - 1];
+        if (!a || !a[0] || strlen(a) >= sizeof h->names[d])
+            return hr_fail(err, HR_EINVAL, "worker %d: bad address '%s'", d, a ? a : "");
+        snprintf(h->names[d], sizeof h->names[d], "%s", a);
     }
     for (int d = 0; d < h->k; d++) h->name_ptr[d] = h->names[d];
     char host[64] = "head";
@@ -339,15 +295,14 @@ static int hc_tp_setup(hc_head *h, int n_threads, hr_err *err) {
     const hc_head_params *p = &h->p;
     const hm_model *m = h->m;
     double w[HC_MAX_DEVICES];
-    bool explicit_shares = p->shares && p->shares[0] && strcmp(p->shares, "auto");
-    if (!p->shares || !p->shares[0]) for (int d = 0; d < h->k; d++) w[d] = 1;
-    else if (!strcmp(p->shares, "auto")) { if (hc_profile_all(h, w, n_threads, err)) return err ? err->code : HR_ENET; }
+    bool explicit_shares = p->n_shares > 0;
+    if (p->shares_auto) { if (hc_profile_all(h, w, n_threads, err)) return err ? err->code : HR_ENET; }
+    else if (!explicit_shares) for (int d = 0; d < h->k; d++) w[d] = 1;
     else {
-        int n = hc_parse_shares(p->shares, w, HC_MAX_DEVICES, err);
-        if (n < 0) return n;
-        if (n != h->k)
-            return hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for %d devices (the head and %d workers)", n, h->k,
-                           h->k - 1);
+        if (p->n_shares != h->k)
+            return hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for %d devices (the head and %d workers)",
+                           p->n_shares, h->k, h->k - 1);
+        memcpy(w, p->shares, (size_t)h->k * sizeof *w);
     }
     if (!explicit_shares) {
         /* speeds -> shares: the head also runs the output head */
@@ -370,16 +325,12 @@ static int hc_tp_setup(hc_head *h, int n_threads, hr_err *err) {
 static int hc_pp_setup(hc_head *h, hr_err *err) {
     const hc_head_params *p = &h->p;
     const hm_hparams *hp = &h->m->hp;
-    int sizes[HC_MAX_DEVICES];
-    if (p->shares && p->shares[0]) return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism, not --pp");
-    if (p->layer_windows) {
-        int n = hc_parse_layer_windows(p->layer_windows, sizes, HC_MAX_DEVICES, err);
-        if (n < 0) return n;
-        if (n != h->k)
-            return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d devices (the head and %d workers)", n,
-                           h->k, h->k - 1);
-    }
-    if (hc_pp_plan_make(hp->n_layer, p->layer_windows ? sizes : NULL, h->k, &h->pp, err)) return err ? err->code : HR_EINVAL;
+    if (p->n_shares || p->shares_auto) return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism, not --pp");
+    if (p->n_windows && p->n_windows != h->k)
+        return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d devices (the head and %d workers)",
+                       p->n_windows, h->k, h->k - 1);
+    if (hc_pp_plan_make(hp->n_layer, p->n_windows ? p->layer_windows : NULL, h->k, &h->pp, err))
+        return err ? err->code : HR_EINVAL;
     h->plan.n_devices = h->k;
     for (int d = 0; d < h->k; d++) {
         h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
@@ -416,7 +367,7 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (cp.n_threads <= 0) cp.n_threads = hr_physical_cores();
     if (p->pp) {
         if (hc_pp_setup(h, err)) goto err;
-    } else if (p->layer_windows) {
+    } else if (p->n_windows) {
         hr_fail(err, HR_EINVAL, "--layer-windows needs --pp");
         goto err;
     } else if (hc_tp_setup(h, cp.n_threads, err)) goto err;
@@ -451,9 +402,8 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     /* tensor parallel: only when asked for — the shard's rows of wq/wk/wv/w_gate/w_up are its own,
        but wo and w_down are column slices the manager handles whole (hm_block_ranges), so it would
        read the other devices' columns of those too; a pipeline stage's blocks are all its own */
-    if (p->model_path && (p->pp || p->mem_budget) &&
-        hmem_setup(m, &sh, p->model_path, p->mem_budget, p->window > 0 ? p->window : 2, !p->no_prefetch,
-                      hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err))
+    if (p->model_path && (p->pp || p->mem.given) &&
+        hmem_setup(m, &sh, p->model_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err))
         goto err;
     if (!(h->ctx = hm_ctx_create(m, &sh, &cp, err))) goto err;
     h->n_ctx = hm_ctx_n_ctx(h->ctx);

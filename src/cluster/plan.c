@@ -4,31 +4,8 @@
 #include "base/pool.h"
 #include "quant/quant.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
-
-int hc_parse_shares(const char *s, double *w, int cap, hr_err *err) {
-    if (!s || !*s) return hr_fail(err, HR_EINVAL, "empty share list");
-    int n = 0;
-    double sum = 0;
-    const char *p = s;
-    for (;;) {
-        char *end;
-        errno = 0;
-        double v = strtod(p, &end);
-        if (end == p || errno || !(v >= 0) || !isfinite(v))
-            return hr_fail(err, HR_EINVAL, "shares '%s': expected non-negative numbers separated by commas", s);
-        if (n >= cap) return hr_fail(err, HR_ERANGE, "shares '%s': more than %d devices", s, cap);
-        w[n++] = v;
-        sum += v;
-        if (*end == 0) break;
-        if (*end != ',') return hr_fail(err, HR_EINVAL, "shares '%s': unexpected '%c'", s, *end);
-        p = end + 1;
-    }
-    if (!(sum > 0)) return hr_fail(err, HR_EINVAL, "shares '%s': at least one must be positive", s);
-    return n;
-}
 
 static int64_t hc_gcd(int64_t a, int64_t b) {
     while (b) { int64_t t = a % b; a = b; b = t; }
@@ -211,18 +188,6 @@ done:
 }
 
 /* ---- pipeline ---------------------------------------------------------------------------------- */
-
-int hc_parse_layer_windows(const char *s, int *sizes, int cap, hr_err *err) {
-    double v[HC_MAX_DEVICES];
-    int n = hc_parse_shares(s, v, HR_MIN(cap, HC_MAX_DEVICES), err);
-    if (n < 0) return n;
-    for (int i = 0; i < n; i++) {
-        if (v[i] != floor(v[i]) || v[i] > 1e6)
-            return hr_fail(err, HR_EINVAL, "--layer-windows '%s': window sizes are whole numbers of layers", s);
-        sizes[i] = (int)v[i];
-    }
-    return n;
-}
 
 /* appends window [b, e) of device d to the pass */
 static int hc_pp_add(hc_pp_plan *p, int d, int b, int e, hr_err *err) {

@@ -25,17 +25,14 @@ struct hc_worker {
     char        cache[PATH_MAX];
     char        name[HN_MAX_NAME];
     int         n_threads;
-    char        mem_budget[32];  /* "" = auto */
-    int         window;
-    bool        no_prefetch;
+    hmem_request mem;
     bool        use_mmap, no_repack;  /* how a session holds its slice (hmem_load_weights) */
     hn_listener *l;
     _Atomic int stop;
 };
 
 hc_worker_params hc_worker_default_params(void) {
-    hc_worker_params p = {.listen = "0.0.0.0:7070", .cache_dir = NULL, .n_threads = 0, .name = NULL, .mem_budget = NULL,
-                          .window = 2};
+    hc_worker_params p = {.listen = "0.0.0.0:7070", .cache_dir = NULL, .n_threads = 0, .name = NULL, .mem.window = 2};
     return p;
 }
 
@@ -77,19 +74,9 @@ hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
     if (hc_mkdirs(w->cache, err)) goto err;
     snprintf(w->name, sizeof w->name, "%s", p->name && p->name[0] ? p->name : "worker");
     w->n_threads = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
-    w->window = p->window > 0 ? p->window : 2;
-    w->no_prefetch = p->no_prefetch;
+    w->mem = p->mem;
     w->use_mmap = p->use_mmap;
     w->no_repack = p->no_repack;
-    if (p->mem_budget) {
-        bool on;
-        uint64_t bytes;
-        if (strlen(p->mem_budget) >= sizeof w->mem_budget || hmem_parse_budget(p->mem_budget, &on, &bytes)) {
-            hr_fail(err, HR_EINVAL, "invalid --mem-budget '%s' (a size like 300M or 1.5G, auto or off)", p->mem_budget);
-            goto err;
-        }
-        snprintf(w->mem_budget, sizeof w->mem_budget, "%s", p->mem_budget);
-    }
     if (!(w->l = hn_listen(p->listen, err))) goto err;
     return w;
 err:
@@ -805,8 +792,7 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
         sh.sync = hc_ar_sync;
         sh.sync_user = &s->ar;
     }
-    if (hmem_setup(s->m, &sh, s->path, s->w->mem_budget[0] ? s->w->mem_budget : NULL, s->w->window,
-                      !s->w->no_prefetch, hm_ctx_bytes_for_shard(hp, &sh, &cp), &s->mem, &e)) {
+    if (hmem_setup(s->m, &sh, s->path, &s->w->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &s->mem, &e)) {
         rc = hc_bad(s, 0, e.code, "%s", e.msg);
         goto done;
     }

@@ -75,10 +75,6 @@ int hmem_check_ctx(uint64_t ctx_bytes, hr_err *err);
 /* Bytes this process has caused to be read from storage (/proc/self/io read_bytes); -1 if unknown. */
 int64_t hmem_proc_read_bytes(void);
 
-/* Parses a --mem-budget value: "off" / "none" / "0" (no manager: *enabled = false), "auto" (the
-   default budget: *bytes = 0) or a size like 300M / 1.5G (hr_parse_size). HR_EINVAL otherwise. */
-int hmem_parse_budget(const char *s, bool *enabled, uint64_t *bytes);
-
 /* ---- parameters and plan ------------------------------------------------------------------------- */
 typedef enum hmem_mode {
     HMEM_AUTO = 0,     /* KEEP if the shard's weights + ctx_bytes fit the budget, else STREAM */
@@ -197,13 +193,22 @@ typedef struct hmem_sample {
 int hmem_take_sample(hmem *h, hmem_sample *out);
 const hmem_sample *hmem_samples(const hmem *h, int *n);
 
-/* What the commands share: the manager their --mem-budget (budget_flag; NULL = not given, i.e.
-   "auto"), --window and --no-prefetch (prefetch = false) flags ask for, created for `shard` and attached to it (before hm_ctx_create).
-   "off" gives an OBSERVE manager (plain mmap; the figures only), or *out = NULL if even that cannot
-   be made; *out = NULL and 0 too when the default budget cannot be set up (then the weights stay
-   plain mmap); a budget given explicitly that cannot work is an error. */
-int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
-               bool prefetch, uint64_t ctx_bytes, hmem **out, hr_err *err);
+/* What a device's memory flags ask for (--mem-budget, --window, --no-prefetch), as typed values. */
+typedef struct hmem_request {
+    bool     given;       /* a budget was asked for; if not, the default is tried and, when it cannot be
+                             set up, the weights stay plain mmap without an error */
+    bool     off;         /* plain mmap: a manager that only observes (the figures) */
+    uint64_t bytes;       /* the budget; 0 = hmem_default_budget() */
+    int      window;      /* blocks kept loading ahead when streaming; 0 = 2 */
+    bool     no_prefetch; /* load a block only when compute reaches it */
+} hmem_request;
+
+/* The manager a request asks for, created for `shard` and attached to it (before hm_ctx_create).
+   `off` gives an OBSERVE manager (plain mmap; the figures only), or *out = NULL if even that cannot be
+   made; *out = NULL and 0 too when the default budget cannot be set up (the weights stay plain mmap);
+   a budget given explicitly that cannot work is an error. */
+int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const hmem_request *rq, uint64_t ctx_bytes,
+               hmem **out, hr_err *err);
 
 /* The weights in memory or in the file mapping: loads the shard's weights into memory of the model's
    own (hm_model_load_weights, packed unless no_repack) when h keeps every block (KEEP), unless

@@ -1,4 +1,4 @@
-/* mem: the flags every command shares (--mem-budget, --window) turned into a manager (see mem.h) */
+/* mem: a device's memory request (--mem-budget, --window, --no-prefetch) turned into a manager (see mem.h) */
 #include "mem.h"
 
 #include "quant/quant.h"
@@ -20,19 +20,15 @@ int hmem_load_weights(const hmem *h, hm_model *m, const hm_shard *shard, bool us
     return 0;
 }
 
-int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char *budget_flag, int window,
-               bool prefetch, uint64_t ctx_bytes, hmem **out, hr_err *err) {
+int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const hmem_request *rq, uint64_t ctx_bytes,
+               hmem **out, hr_err *err) {
     *out = NULL;
     if (hmem_check_ctx(ctx_bytes, err)) return err->code;
-    bool enabled = true;
-    uint64_t budget = 0;
-    if (budget_flag && hmem_parse_budget(budget_flag, &enabled, &budget))
-        return hr_fail(err, HR_EINVAL, "invalid --mem-budget '%s' (a size like 300M or 1.5G, auto or off)", budget_flag);
     hmem_params p = hmem_default_params();
-    p.budget = budget;
-    p.window = window;
+    p.budget = rq->bytes;
+    p.window = rq->window > 0 ? rq->window : 2;
     p.ctx_bytes = ctx_bytes;
-    if (!enabled) {
+    if (rq->off) {
         /* plain mmap: a manager that only observes, so that the figures still exist */
         p.mode = HMEM_OBSERVE;
         hr_err e = {0};
@@ -40,12 +36,12 @@ int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const char 
         if (!*out) HR_LOGD("mem: no figures for plain mmap: %s", e.msg);
         return 0;
     }
-    p.prefetch = prefetch;
+    p.prefetch = !rq->no_prefetch;
     hr_err e = {0};
     hmem *h = hmem_create(m, shard, path, &p, &e);
     if (!h) {
-        /* the default budget is a convenience: without it the weights are plain mmap, as before */
-        if (!budget_flag) {
+        /* the default budget is a convenience: without it the weights stay plain mmap */
+        if (!rq->given) {
             HR_LOGD("mem: no residency manager: %s", e.msg);
             return 0;
         }

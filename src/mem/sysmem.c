@@ -193,22 +193,3 @@ int64_t hmem_proc_read_bytes(void) {
     if (!meminfo_field(text, "read_bytes", &v) || v > INT64_MAX) return -1;
     return (int64_t)v;
 }
-
-int hmem_parse_budget(const char *s, bool *enabled, uint64_t *bytes) {
-    if (!s || !enabled || !bytes) return HR_EINVAL;
-    if (!strcmp(s, "off") || !strcmp(s, "none") || !strcmp(s, "0")) {
-        *enabled = false;
-        *bytes = 0;
-        return 0;
-    }
-    if (!strcmp(s, "auto")) {
-        *enabled = true;
-        *bytes = 0;
-        return 0;
-    }
-    int64_t v = hr_parse_size(s);
-    if (v <= 0) return HR_EINVAL;
-    *enabled = true;
-    *bytes = (uint64_t)v;
-    return 0;
-}

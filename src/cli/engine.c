@@ -1,0 +1,47 @@
+/* cli/engine: a model set up from the flags, on this device or on a cluster */
+#include "engine.h"
+
+int cli_engine_open(cli_engine *e, const cli_opts *o, bool vocab, hr_err *err) {
+    *e = (cli_engine){0};
+    if (!(e->g = gguf_open(o->model, err)) || !(e->m = hm_model_load(e->g, err))) return err->code;
+    if (!vocab) return 0;
+    if (!(e->voc = ht_vocab_load(e->g, err))) return err->code;
+    if (ht_vocab_size(e->voc) > e->m->hp.n_vocab)
+        return hr_fail(err, HR_EFORMAT, "vocabulary has %d tokens but the model's embedding has %d rows",
+                       ht_vocab_size(e->voc), e->m->hp.n_vocab);
+    return 0;
+}
+
+int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool managed, hc_progress_fn progress,
+                     hr_err *err) {
+    if (o->head.n_workers) {
+        /* the head makes its own residency manager, for its shard */
+        o->head.model_path = o->model;
+        o->head.mem = o->mem;
+        o->head.progress = progress;
+        return (e->tp = hc_head_create(e->m, &o->head, cp, err)) ? 0 : err->code;
+    }
+    hm_shard sh = hm_shard_full(e->m);
+    uint64_t ctx_bytes = hm_ctx_bytes_estimate(&e->m->hp, cp);
+    if (managed ? hmem_setup(e->m, &sh, o->model, &o->mem, ctx_bytes, &e->mm, err) : hmem_check_ctx(ctx_bytes, err))
+        return err->code;
+    if (hmem_load_weights(e->mm, e->m, &sh, o->use_mmap, o->no_repack, err)) return err->code;
+    return (e->c = hm_ctx_create(e->m, &sh, cp, err)) ? 0 : err->code;
+}
+
+int cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all, hr_err *err) {
+    if (e->tp) return hc_head_eval(e->tp, tokens, n, pos0, logits, all, err);
+    return hm_eval(e->c, tokens, NULL, n, pos0, logits, all, NULL, err);
+}
+
+int32_t cli_engine_n_ctx(const cli_engine *e) { return e->tp ? hc_head_n_ctx(e->tp) : hm_ctx_n_ctx(e->c); }
+
+void cli_engine_close(cli_engine *e) {
+    hm_ctx_free(e->c);
+    hmem_free(e->mm);
+    hc_head_free(e->tp);
+    ht_vocab_free(e->voc);
+    hm_model_free(e->m);
+    gguf_close(e->g);
+    *e = (cli_engine){0};
+}

@@ -1,0 +1,101 @@
+/* cli/flags: the one table of the hearth command's flags. Each entry names its spellings, the
+   commands that take it, where its value goes in cli_opts and its help text; cli_parse reads a
+   command line against the table and cli_usage prints a command's --help from it. Values are
+   checked here (ranges, lists, sizes), so that library code only ever sees typed parameters. */
+#ifndef HEARTH_CLI_FLAGS_H
+#define HEARTH_CLI_FLAGS_H
+
+#include "base/base.h"
+#include "cluster/cluster.h"
+#include "mem/mem.h"
+#include "model/model.h"
+#include "text/text.h"
+
+#include <stdio.h>
+
+/* the commands, as bits of cli_flag.cmds */
+enum {
+    CLI_RUN = 1u << 0, CLI_CHAT = 1u << 1, CLI_EVAL = 1u << 2, CLI_BENCH = 1u << 3, CLI_INFO = 1u << 4,
+    CLI_SYNTH = 1u << 5, CLI_QUANTIZE = 1u << 6, CLI_TOKENIZE = 1u << 7, CLI_WORKER = 1u << 8,
+};
+
+#define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */
+
+typedef struct cli_list { long v[CLI_MAX_LIST]; int n; } cli_list;
+
+/* Every value any command takes; cli_opts_default() gives the defaults, a command may change them
+   before cli_parse. Strings point into argv. */
+typedef struct cli_opts {
+    const char *model, *prompt, *file, *output, *logits_out, *listen, *cache_dir, *name;
+    const char *system, *chat_template, *stats_json;
+    long        n_predict, threads, n_ctx, n_batch, sessions, reps;
+    int         kv_type;             /* HQ_TYPE_F16 or HQ_TYPE_F32 */
+    bool        ignore_eos, no_bos, no_echo, chat, force, json, roofline, tensors, keep_embd;
+    bool        from_stdin, ids_only, parse_special, escape, show_count;
+    ht_sampler_params sp;
+    const char **stops;              /* --stop, repeatable; room for one more (the template's) */
+    int         n_stops;
+    int32_t    *tokens;              /* eval --tokens (owned) */
+    int         n_tokens;
+    bool        use_mmap, no_repack; /* how the weights are held */
+    hmem_request mem;                /* --mem-budget, --window, --no-prefetch */
+    double      mem_pct;             /* bench --mem-budget N%: percent of the weights (0: not given) */
+    int         pin;                 /* bench --pin: enum hmem_pin */
+    hc_head_params head;             /* --workers and the cluster flags */
+    char       *workers_copy;        /* owned: the split --workers text */
+    cli_list    bench_threads, bench_prompt, bench_gen, bench_depth;
+    /* synth */
+    const char *shape, *type, *vocab_from, *arch;
+    long        seed, n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, head_dim, synth_n_ctx;
+    double      rope_base;
+    int         tied;                /* -1 not given, 0 untied, 1 tied */
+    const char *pos[3];              /* positional arguments */
+    int         n_pos;
+} cli_opts;
+
+/* A command: its page of --help, its positional arguments, and the three steps cli_main takes. */
+typedef struct cli_command cli_command;
+struct cli_command {
+    const char *name;                /* "run" */
+    unsigned    bit;                 /* CLI_RUN */
+    const char *summary;             /* one line for `hearth --help` */
+    const char *synopsis;            /* "-m MODEL -p PROMPT [options]" */
+    const char *about;               /* what it does (printed after the synopsis) */
+    int         max_pos;             /* positional arguments it takes (0..3) */
+    void      (*epilog)(FILE *f);    /* more help after the options, or NULL */
+    void      (*defaults)(cli_opts *o);                  /* before parsing, or NULL */
+    int       (*check)(const cli_command *c, cli_opts *o); /* after parsing: 0, or 2 (printed); or NULL */
+    int       (*run)(cli_opts *o);                       /* the work: the exit code (0 ok, 1 failed) */
+};
+
+/* defaults, parse, check, run: the process's exit code (0 ok, 1 runtime error, 2 usage error) */
+int cli_main(const cli_command *c, int argc, char **argv);
+
+cli_opts cli_opts_default(void);
+void     cli_opts_free(cli_opts *o);
+
+#define CLI_HELP (-1)
+/* Reads argv[1..argc) into o. Returns 0 to go on, CLI_HELP when --help was printed, or 2 after
+   printing why the command line is wrong. */
+int  cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o);
+/* The command's --help: synopsis, about, every flag of the table it takes, epilog. */
+void cli_usage(const cli_command *c, FILE *f);
+/* Prints "hearth CMD: MSG" and returns 2 (a usage error). */
+int  cli_usage_error(const cli_command *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Checks shared by the commands that run a model: a -m, the cluster flags that need --workers, the
+   chat template's name. 0 or 2 (printed). */
+int  cli_check_model(const cli_command *c, const cli_opts *o);
+int  cli_check_cluster(const cli_command *c, const cli_opts *o);
+int  cli_check_template(const cli_command *c, const cli_opts *o);
+/* The context parameters the flags ask for. */
+hm_ctx_params cli_ctx_params(const cli_opts *o);
+
+/* Value parsers (exposed for the tests): 0 or a negative code with the reason in why. */
+int cli_parse_size_budget(const char *s, hmem_request *rq, char *why, size_t cap);
+int cli_parse_numbers(const char *s, double *v, int cap, char *why, size_t why_cap);
+
+/* The table's own consistency (tests): every entry complete, no spelling taken twice by one command. */
+int cli_table_check(char *why, size_t cap);
+
+#endif
