@@ -178,193 +178,204 @@ static bool synth_file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-static int synth(cli_opts *o) {
-    int rc;
-    cli_shape s;
-    if ((rc = synth_shape(o, &s))) return rc;
-    cli_recipe recipe;
-    if (!cli_recipe_parse(o->type, &recipe)) {
-        fprintf(stderr, "hearth synth: unknown type '%s' (%s)\n", o->type, cli_recipe_names());
-        return 2;
-    }
+/* what synth works on, from the vocabulary file to the written tensors */
+typedef struct synth_job {
+    const cli_opts  *o;
+    cli_shape        s;
+    cli_recipe       recipe;
+    const char      *out, *vpath;
+    char             out_default[128];
+    gguf_ctx        *vg;      /* the vocabulary's file */
+    uint64_t         nv;      /* its tokens */
+    synth_vocab      voc;
+    cli_tensor_desc *td;
+    int64_t          nt;
+    int             *types;   /* [nt] what each tensor is written as */
+    uint64_t         total_elems, total_bytes;
+    size_t           max_bytes;
+    gguf_writer     *w;
+    hr_pool         *pool;
+    void            *buf;     /* one tensor's bytes */
+} synth_job;
 
-    int ret = 1;
+/* The vocabulary first: a custom shape may take its n_vocab from it; then the shape is checked
+   and the output path chosen. 0, 1 (runtime) or 2 (usage), printed. */
+static int synth_vocab_open(synth_job *j) {
     hr_err err = {0};
-    gguf_ctx *vg = NULL;
-    gguf_writer *w = NULL;
-    hr_pool *pool = NULL;
-    cli_tensor_desc *td = NULL;
-    int *types = NULL;
-    void *buf = NULL;
-    synth_vocab voc = {0};
-    char out_default[128];
-    const char *out = o->output;
-    if (!out) {
-        snprintf(out_default, sizeof(out_default), "%s-%s.gguf", s.name, recipe.name);
-        out = out_default;
-    }
-
-    /* vocabulary first: a custom shape may take its n_vocab from it */
-    const char *vpath = o->vocab_from ? o->vocab_from : SYNTH_DEFAULT_VOCAB;
-    if (!synth_file_exists(vpath)) {
-        fprintf(stderr, "hearth synth: vocabulary file %s not found (give one with --vocab-from GGUF)\n", vpath);
+    j->vpath = j->o->vocab_from ? j->o->vocab_from : SYNTH_DEFAULT_VOCAB;
+    if (!synth_file_exists(j->vpath)) {
+        fprintf(stderr, "hearth synth: vocabulary file %s not found (give one with --vocab-from GGUF)\n", j->vpath);
         return 1;
     }
-    if (!(vg = gguf_open(vpath, &err))) {
+    if (!(j->vg = gguf_open(j->vpath, &err))) {
         fprintf(stderr, "hearth synth: %s\n", err.msg);
-        goto done;
+        return 1;
     }
     int et;
-    uint64_t nv;
     const void *unused;
-    if (!gguf_get_arr(vg, "tokenizer.ggml.tokens", &et, &nv, &unused) || et != GGUF_VT_STRING || nv == 0) {
-        fprintf(stderr, "hearth synth: %s has no tokenizer.ggml.tokens string array\n", vpath);
-        goto done;
+    if (!gguf_get_arr(j->vg, "tokenizer.ggml.tokens", &et, &j->nv, &unused) || et != GGUF_VT_STRING || j->nv == 0) {
+        fprintf(stderr, "hearth synth: %s has no tokenizer.ggml.tokens string array\n", j->vpath);
+        return 1;
     }
-    if (s.n_vocab == 0) s.n_vocab = (int64_t)nv;
-    if (cli_shape_check(&s, &err)) {
-        fprintf(stderr, "hearth synth: shape %s: %s\n", s.name, err.msg);
-        ret = 2;
-        goto done;
+    if (j->s.n_vocab == 0) j->s.n_vocab = (int64_t)j->nv;
+    if (cli_shape_check(&j->s, &err)) {
+        fprintf(stderr, "hearth synth: shape %s: %s\n", j->s.name, err.msg);
+        return 2;
     }
-    if ((uint64_t)s.n_vocab < nv) {
+    if ((uint64_t)j->s.n_vocab < j->nv) {
         fprintf(stderr, "hearth synth: the vocabulary of %s has %llu tokens, more than the shape's n_vocab %lld\n",
-                vpath, (unsigned long long)nv, (long long)s.n_vocab);
-        goto done;
+                j->vpath, (unsigned long long)j->nv, (long long)j->s.n_vocab);
+        return 1;
     }
-    if (synth_file_exists(out) && !o->force) {
-        fprintf(stderr, "hearth synth: %s exists (use --force to overwrite)\n", out);
-        goto done;
+    j->out = j->o->output;
+    if (!j->out) {
+        snprintf(j->out_default, sizeof j->out_default, "%s-%s.gguf", j->s.name, j->recipe.name);
+        j->out = j->out_default;
     }
+    if (synth_file_exists(j->out) && !j->o->force) {
+        fprintf(stderr, "hearth synth: %s exists (use --force to overwrite)\n", j->out);
+        return 1;
+    }
+    return 0;
+}
 
-    /* tensors and their types (say once which ones could not take the asked type) */
-    int64_t nt;
-    if (!(td = cli_shape_tensors(&s, &nt)) || !(types = calloc((size_t)nt, sizeof(int)))) {
+/* tensors and their types (saying once which ones could not take the asked type) */
+static int synth_types(synth_job *j) {
+    if (!(j->td = cli_shape_tensors(&j->s, &j->nt)) || !(j->types = calloc((size_t)j->nt, sizeof(int)))) {
         fprintf(stderr, "hearth synth: out of memory\n");
-        goto done;
+        return 1;
     }
     cli_fallbacks fb = {0};
-    uint64_t total_elems = 0, total_bytes = 0;
-    size_t max_bytes = 0;
-    for (int64_t i = 0; i < nt; i++) {
-        int want = td[i].kind == CLI_T_WEIGHT ? cli_recipe_type(&recipe, td[i].name, s.n_layer, !s.tied)
-                                              : HQ_TYPE_F32;
-        int got = cli_type_fallback(want, td[i].ne[0]);
-        if (got != want) cli_fallbacks_add(&fb, want, got, td[i].ne[0], td[i].name);
+    for (int64_t i = 0; i < j->nt; i++) {
+        const cli_tensor_desc *t = &j->td[i];
+        int want = t->kind == CLI_T_WEIGHT ? cli_recipe_type(&j->recipe, t->name, j->s.n_layer, !j->s.tied) : HQ_TYPE_F32;
+        int got = cli_type_fallback(want, t->ne[0]);
+        if (got != want) cli_fallbacks_add(&fb, want, got, t->ne[0], t->name);
         const hq_traits *tr = hq_get_traits(got);
         if (!tr || !tr->from_float_ref) {
             fprintf(stderr, "hearth synth: type %s is not supported by this build\n", hq_type_name(got));
-            goto done;
+            return 1;
         }
-        types[i] = got;
-        size_t nb = hq_row_size(got, td[i].ne[0]) * (size_t)td[i].ne[1];
-        total_elems += (uint64_t)td[i].ne[0] * (uint64_t)td[i].ne[1];
-        total_bytes += nb;
-        max_bytes = HR_MAX(max_bytes, nb);
+        j->types[i] = got;
+        size_t nb = hq_row_size(got, t->ne[0]) * (size_t)t->ne[1];
+        j->total_elems += (uint64_t)t->ne[0] * (uint64_t)t->ne[1];
+        j->total_bytes += nb;
+        j->max_bytes = HR_MAX(j->max_bytes, nb);
     }
     cli_fallbacks_report(&fb, "synth");
+    return 0;
+}
 
-    /* metadata: the keys llama.cpp writes for these architectures */
-    if (!(w = gguf_writer_create())) {
+/* the keys llama.cpp writes for these architectures, the vocabulary, the tensors' descriptions */
+static int synth_metadata(synth_job *j) {
+    const cli_shape *s = &j->s;
+    hr_err err = {0};
+    if (!(j->w = gguf_writer_create())) {
         fprintf(stderr, "hearth synth: out of memory\n");
-        goto done;
+        return 1;
     }
+    gguf_writer *w = j->w;
     char key[96], name[96];
-    int64_t hd = s.head_dim ? s.head_dim : s.n_embd / s.n_head;
-    snprintf(name, sizeof(name), "synthetic %s", s.name);
-    rc = gguf_writer_set_str(w, "general.architecture", s.arch);
+    int64_t hd = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
+    snprintf(name, sizeof(name), "synthetic %s", s->name);
+    int rc = gguf_writer_set_str(w, "general.architecture", s->arch);
     rc = rc ? rc : gguf_writer_set_str(w, "general.name", name);
-#define SYNTH_KEY_U32(suffix, val)                                                        \
-    do {                                                                                  \
-        snprintf(key, sizeof(key), "%s." suffix, s.arch);                                 \
-        if (!rc) rc = gguf_writer_set_u32(w, key, (uint32_t)(val));                       \
-    } while (0)
-#define SYNTH_KEY_F32(suffix, val)                                                        \
-    do {                                                                                  \
-        snprintf(key, sizeof(key), "%s." suffix, s.arch);                                 \
-        if (!rc) rc = gguf_writer_set_f32(w, key, (float)(val));                          \
-    } while (0)
-    SYNTH_KEY_U32("context_length", s.n_ctx);
-    SYNTH_KEY_U32("embedding_length", s.n_embd);
-    SYNTH_KEY_U32("feed_forward_length", s.n_ff);
-    SYNTH_KEY_U32("block_count", s.n_layer);
-    SYNTH_KEY_U32("attention.head_count", s.n_head);
-    SYNTH_KEY_U32("attention.head_count_kv", s.n_head_kv);
-    SYNTH_KEY_F32("attention.layer_norm_rms_epsilon", s.rms_eps);
-    SYNTH_KEY_F32("rope.freq_base", s.rope_base);
-    SYNTH_KEY_U32("rope.dimension_count", hd);
-    SYNTH_KEY_U32("attention.key_length", hd);
-    SYNTH_KEY_U32("attention.value_length", hd);
-    SYNTH_KEY_U32("vocab_size", s.n_vocab);
-#undef SYNTH_KEY_U32
-#undef SYNTH_KEY_F32
+    const struct { const char *suffix; bool f32; double v; } keys[] = {
+        {"context_length", false, s->n_ctx},          {"embedding_length", false, s->n_embd},
+        {"feed_forward_length", false, s->n_ff},      {"block_count", false, s->n_layer},
+        {"attention.head_count", false, s->n_head},   {"attention.head_count_kv", false, s->n_head_kv},
+        {"attention.layer_norm_rms_epsilon", true, s->rms_eps}, {"rope.freq_base", true, s->rope_base},
+        {"rope.dimension_count", false, hd},          {"attention.key_length", false, hd},
+        {"attention.value_length", false, hd},        {"vocab_size", false, s->n_vocab},
+    };
+    for (size_t i = 0; i < HR_ARRAY_LEN(keys) && !rc; i++) {
+        snprintf(key, sizeof key, "%s.%s", s->arch, keys[i].suffix);
+        rc = keys[i].f32 ? gguf_writer_set_f32(w, key, (float)keys[i].v) : gguf_writer_set_u32(w, key, (uint32_t)keys[i].v);
+    }
     rc = rc ? rc : gguf_writer_set_u32(w, "general.quantization_version", 2);
-    rc = rc ? rc : gguf_writer_set_u32(w, "general.file_type", recipe.file_type);
+    rc = rc ? rc : gguf_writer_set_u32(w, "general.file_type", j->recipe.file_type);
     if (rc) {
         fprintf(stderr, "hearth synth: writing metadata failed: %s\n", hr_strerror(rc));
-        goto done;
+        return 1;
     }
-    if (synth_copy_vocab(w, vg, vpath, nv, (uint64_t)s.n_vocab, &voc, &err)) {
+    if (synth_copy_vocab(w, j->vg, j->vpath, j->nv, (uint64_t)s->n_vocab, &j->voc, &err)) {
         fprintf(stderr, "hearth synth: %s\n", err.msg);
-        goto done;
+        return 1;
     }
-    if ((uint64_t)s.n_vocab > nv)
+    if ((uint64_t)s->n_vocab > j->nv)
         fprintf(stderr, "hearth synth: the vocabulary of %s has %llu tokens; padded to n_vocab %lld with control "
                         "tokens [PAD%llu]..[PAD%lld]\n",
-                vpath, (unsigned long long)nv, (long long)s.n_vocab, (unsigned long long)nv,
-                (long long)s.n_vocab - 1);
-    for (int64_t i = 0; i < nt; i++)
-        if (gguf_writer_add_tensor(w, td[i].name, types[i], td[i].n_dims, td[i].ne, &err)) {
+                j->vpath, (unsigned long long)j->nv, (long long)s->n_vocab, (unsigned long long)j->nv,
+                (long long)s->n_vocab - 1);
+    for (int64_t i = 0; i < j->nt; i++)
+        if (gguf_writer_add_tensor(w, j->td[i].name, j->types[i], j->td[i].n_dims, j->td[i].ne, &err)) {
             fprintf(stderr, "hearth synth: %s\n", err.msg);
-            goto done;
+            return 1;
         }
+    return 0;
+}
 
-    int n_threads = o->threads > 0 ? (int)o->threads : hr_physical_cores();
-    if (!(pool = hr_pool_create(n_threads, &err))) {
+/* generates, quantizes and writes the tensors one at a time: the largest tensor bounds the memory */
+static int synth_write(synth_job *j) {
+    hr_err err = {0};
+    int n_threads = j->o->threads > 0 ? (int)j->o->threads : hr_physical_cores();
+    if (!(j->pool = hr_pool_create(n_threads, &err))) {
         fprintf(stderr, "hearth synth: %s\n", err.msg);
-        goto done;
+        return 1;
     }
-    /* one tensor's bytes at a time: the largest tensor bounds the memory, not the model */
-    if (!(buf = malloc(HR_MAX(max_bytes, (size_t)1)))) {
-        fprintf(stderr, "hearth synth: out of memory for a %.1f MiB tensor buffer\n", max_bytes / 1048576.0);
-        goto done;
+    if (!(j->buf = malloc(HR_MAX(j->max_bytes, (size_t)1)))) {
+        fprintf(stderr, "hearth synth: out of memory for a %.1f MiB tensor buffer\n", j->max_bytes / 1048576.0);
+        return 1;
     }
-    if (gguf_writer_begin(w, out, o->force, &err)) {
+    if (gguf_writer_begin(j->w, j->out, j->o->force, &err)) {
         fprintf(stderr, "hearth synth: %s\n", err.msg);
-        goto done;
+        return 1;
     }
     double t0 = hr_time_s();
-    cli_progress_state prog = {.label = "synth", .total = total_elems};
-    for (int64_t i = 0; i < nt; i++) {
-        synth_gen g = {.tensor_seed = hr_fnv1a(td[i].name, strlen(td[i].name), HR_FNV_SEED ^ (uint64_t)o->seed),
-                       .kind = td[i].kind};
-        size_t nb = hq_row_size(types[i], td[i].ne[0]) * (size_t)td[i].ne[1];
-        if (cli_convert(pool, types[i], td[i].ne[0], td[i].ne[1], synth_row, &g, buf, &prog, &err) ||
-            gguf_writer_write_data(w, buf, nb, &err)) {
+    cli_progress_state prog = {.label = "synth", .total = j->total_elems};
+    for (int64_t i = 0; i < j->nt; i++) {
+        const cli_tensor_desc *t = &j->td[i];
+        synth_gen g = {.tensor_seed = hr_fnv1a(t->name, strlen(t->name), HR_FNV_SEED ^ (uint64_t)j->o->seed),
+                       .kind = t->kind};
+        size_t nb = hq_row_size(j->types[i], t->ne[0]) * (size_t)t->ne[1];
+        if (cli_convert(j->pool, j->types[i], t->ne[0], t->ne[1], synth_row, &g, j->buf, &prog, &err) ||
+            gguf_writer_write_data(j->w, j->buf, nb, &err)) {
             cli_progress_end();
-            fprintf(stderr, "hearth synth: %s: %s\n", td[i].name, err.msg);
-            goto done;
+            fprintf(stderr, "hearth synth: %s: %s\n", t->name, err.msg);
+            return 1;
         }
     }
-    if (gguf_writer_finish(w, &err)) {
-        cli_progress_end();
-        fprintf(stderr, "hearth synth: %s\n", err.msg);
-        goto done;
-    }
+    int rc = gguf_writer_finish(j->w, &err);
     cli_progress_end();
-    printf("wrote %s: %s %s, %lld layers, %lld tensors, %.1f M parameters, %.1f MiB of weights (%.1f s)\n", out,
-           s.name, recipe.name, (long long)s.n_layer, (long long)nt, total_elems / 1e6, total_bytes / 1048576.0,
-           hr_time_s() - t0);
-    ret = 0;
-done:
-    free(buf);
-    if (pool) hr_pool_free(pool);
-    if (w) gguf_writer_free(w);
-    synth_vocab_free(&voc);
-    free(types);
-    free(td);
-    if (vg) gguf_close(vg);
-    return ret;
+    if (rc) {
+        fprintf(stderr, "hearth synth: %s\n", err.msg);
+        return 1;
+    }
+    printf("wrote %s: %s %s, %lld layers, %lld tensors, %.1f M parameters, %.1f MiB of weights (%.1f s)\n", j->out,
+           j->s.name, j->recipe.name, (long long)j->s.n_layer, (long long)j->nt, j->total_elems / 1e6,
+           j->total_bytes / 1048576.0, hr_time_s() - t0);
+    return 0;
+}
+
+static int synth(cli_opts *o) {
+    synth_job j = {.o = o};
+    int rc = synth_shape(o, &j.s);
+    if (!rc && !cli_recipe_parse(o->type, &j.recipe)) {
+        fprintf(stderr, "hearth synth: unknown type '%s' (%s)\n", o->type, cli_recipe_names());
+        rc = 2;
+    }
+    if (!rc) rc = synth_vocab_open(&j);
+    if (!rc) rc = synth_types(&j);
+    if (!rc) rc = synth_metadata(&j);
+    if (!rc) rc = synth_write(&j);
+    free(j.buf);
+    if (j.pool) hr_pool_free(j.pool);
+    if (j.w) gguf_writer_free(j.w);
+    synth_vocab_free(&j.voc);
+    free(j.types);
+    free(j.td);
+    if (j.vg) gguf_close(j.vg);
+    return rc;
 }
 
 const cli_command cli_synth = {
