@@ -6,7 +6,7 @@
    tested too.  Flags: --no-bench, --no-reexec (tests/test-arm-build.sh uses both under qemu). */
 #include "test.h"
 
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 
 #include <math.h>
 #include <sys/wait.h>

@@ -10,7 +10,7 @@
 #ifndef HEARTH_QUANT_X86_KQ_H
 #define HEARTH_QUANT_X86_KQ_H
 
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 
 #include <immintrin.h>
 #include <stddef.h>

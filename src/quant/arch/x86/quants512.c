@@ -34,7 +34,7 @@
  * at 30-34 GB/s a core hot against the ~31 each core must take; x4v runs at ~90 (kbench 2048 x 2048,
  * one core), and Llama-3.2-1B Q8_0 decode went from 88.7-91.6% of the same-seconds stream to 95.8% at
  * ~63 GB/s (docs/benchmarks.md). */
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 
 #include <immintrin.h>
 
