@@ -139,7 +139,7 @@ static const uint8_t *hq_band_of(const void *x, int64_t nrows, int64_t r, size_t
     return (const uint8_t *)x + (size_t)b0 * bx;
 }
 
-/* A band of a layout without K-panels (quant.h) is its groups one after another: pack and unpack
+/* A band of a layout without K-panels (docs/quant.md) is its groups one after another: pack and unpack
    (hq_pack_fn, hq_unpack_fn) over the layout's functions for one group (_grp), whose rows take
    blocks of BS bytes per BLK elements. */
 #define HQ_GROUPS_BAND(t, L, BLK, BS)                                                                        \
@@ -156,7 +156,7 @@ static const uint8_t *hq_band_of(const void *x, int64_t nrows, int64_t r, size_t
                                   (int)(r % HQ_PACK_ROWS), ne0, e0, ne);                                     \
     }
 
-/* ---- Q4_0 x4 (quant.h): entry k of a group = scales of blocks 2k, 2k+1 of rows 0-3, then each row's
+/* ---- Q4_0 x4 (docs/quant.md): entry k of a group = scales of blocks 2k, 2k+1 of rows 0-3, then each row's
    codes of the two blocks ---- */
 enum { HQ_X4_ENTRY = 8 * sizeof(block_q4_0) };
 static void hq_pack_q4_0_x4_grp(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
@@ -184,12 +184,12 @@ static void hq_unpack_q4_0_x4_grp(void *restrict dst, const void *restrict group
 HQ_GROUPS_BAND(q4_0, x4, QK4_0, sizeof(block_q4_0))
 
 #if defined(HEARTH_ARCH_X86)
-/* ---- x4v of the 32-element kinds (quant.h, AVX-512): unit u of a group = blocks 4u .. 4u+3 of rows
+/* ---- x4v of the 32-element kinds (docs/quant.md, AVX-512): unit u of a group = blocks 4u .. 4u+3 of rows
    0-3: the scale of row r's block j at fp16 4r + j, then vector i (64 bytes) with bytes 4i .. 4i+3 of
    that block's qs at 16r + 4j (Q4_0: 4 vectors; Q8_0: 8, each code offset by 128, code ^ 0x80, the
    unsigned operand of vpdpbusd); a band's groups in K-panels (hq_panel_at).  Both kinds' blocks are
    the scale, then nq bytes of qs. ---- */
-enum { HQ_X4V_PU = HQ_PANEL / 128 }; /* units (4 blocks of 32) per K-panel (quant.h) */
+enum { HQ_X4V_PU = HQ_PANEL / 128 }; /* units (4 blocks of 32) per K-panel (docs/quant.md) */
 static_assert(offsetof(block_q4_0, qs) == 2 && offsetof(block_q8_0, qs) == 2, "x4v blocks: d, then qs");
 static void hq_pack_x4v(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows, int nq) {
     const int64_t nu = ne0 / 128;
@@ -250,7 +250,7 @@ static void hq_unpack_q8_0_x4(void *restrict dst, const void *restrict x, int64_
 }
 #endif
 
-/* ---- Q4_K x4 and x4v (quant.h): entry b of a group = d, dmin of rows 0-3, their scale fields, then
+/* ---- Q4_K x4 and x4v (docs/quant.md): entry b of a group = d, dmin of rows 0-3, their scale fields, then
    the codes: per sub-block s 16 bytes of each row, byte k holding quants k and k + 16 of s (the file
    pairs quant k of sub-blocks 2j and 2j + 1 in qs[32j + k]).  x4 (Q5_K's low bits) puts row r's 16 at
    64 + 64s + 16r; x4v (Q4_K) cuts them into 4-byte pieces, piece i in vector 4(s / 4) + i at lane
@@ -283,7 +283,7 @@ static void hq_unpack_q4_K_row(block_q4_K *x, const uint8_t *e, int r, bool v) {
             x->qs[j + k + 16] |= (uint8_t)((c >> 4) << sh);
         }
 }
-/* x4v's bands hold K-panels (quant.h, hq_panel_at) */
+/* x4v's bands hold K-panels (docs/quant.md, hq_panel_at) */
 static void hq_pack_q4_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows) {
     const int64_t nb = ne0 / QK_K;
     const int ng = nrows / HQ_PACK_ROWS;
@@ -304,7 +304,7 @@ static void hq_unpack_q4_K_x4(void *restrict dst, const void *restrict x, int64_
                            (int)(r % HQ_PACK_ROWS), true);
 }
 
-/* ---- Q5_K x4 (quant.h): Q4_K's entry for the low four bits (the block's fields up to qs match), then
+/* ---- Q5_K x4 (docs/quant.md): Q4_K's entry for the low four bits (the block's fields up to qs match), then
    the fifth bits: two 64-byte vectors (sub-blocks 0-3, 4-7), 16 bytes per row, bits 2j and 2j + 1 of
    byte k holding those of quants k and k + 16 of sub-block 4v + j.  In the file the fifth bit of
    quant l of sub-block s is bit s of qh[l]. ---- */
@@ -347,7 +347,7 @@ static void hq_unpack_q5_K_x4_grp(void *restrict dst, const void *restrict group
 }
 HQ_GROUPS_BAND(q5_K, x4, QK_K, sizeof(block_q5_K))
 
-/* ---- Q6_K x4v (quant.h): entry b of a group = the rows' scales (64 bytes: byte 16L + 4r + s = row r's
+/* ---- Q6_K x4v (docs/quant.md): entry b of a group = the rows' scales (64 bytes: byte 16L + 4r + s = row r's
    scale of sub-block hq_q6v_sub(L, s)), their d (8 bytes: row r at 64 + 2r), then the codes: lane set
    L (sub-blocks hq_q6v_sub(L, s), s < 4) takes 3 vectors at 72 + 192L, lane 4r + s of each = 4 bytes
    of row r's sub-block: byte t of vector w holds quant 4w + t in its low 6 bits and 2 bits of quant
