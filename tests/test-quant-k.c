@@ -7,7 +7,7 @@
  *   - real llama.cpp-quantized tensors (../shared/models/synth) dequantize to the F16 file's weights
  *   - prints (does not assert) single-thread vec_dot throughput on a 4096x4096 matrix
  * Runs in a few seconds; also meant to be run with HEARTH_NO_SIMD=1. */
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 #include "test.h"
 
 #include <math.h>

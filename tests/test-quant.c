@@ -6,7 +6,7 @@
    tested too.  Flags: --no-bench, --no-reexec (tests/test-arm-build.sh uses both under qemu). */
 #include "test.h"
 
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 
 #include <math.h>
 #include <sys/wait.h>
@@ -511,7 +511,7 @@ static void test_q8_0_avx512(void) {
 }
 #endif
 
-/* Packed layouts (quant.h): where the dispatched family has one, pack then unpack gives the rows
+/* Packed layouts (docs/quant.md): where the dispatched family has one, pack then unpack gives the rows
    back byte for byte, and gemm_packed over the packed rows gives gemm's results bit for bit — decode
    over whole shares and longer rows (x4v's K-panels: 8192 = two, 8320 = Q4_0's two and a unit, the
    K-quants' 33 super-blocks = two and one, a short prefill chunk; the longest rows x4v takes),
@@ -575,7 +575,7 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
                     }
                     if (memcmp(back, x + r * bx, bx)) bad_rt++;
                 }
-                /* the packed kernel's activation rows, prepared as the engine prepares them (quant.h) */
+                /* the packed kernel's activation rows, prepared as the engine prepares them (docs/quant.md) */
                 const size_t pys = tr->prep ? tr->prep_size(n) : by;
                 uint8_t *py = tr->prep ? malloc(pys * nc_max) : y;
                 REQUIRE_V(py);
@@ -595,7 +595,7 @@ static void test_packed_type(int type, const int *lens, size_t nlens, bool rando
     CHECKF(bad_gemm == 0, "%s: %d gemm_packed cases differ from gemm", tr->name, bad_gemm);
 }
 
-/* Which Q4_0 layout a table packs into (quant.h): on AVX-512 x4v for rows of whole 4-block units
+/* Which Q4_0 layout a table packs into (docs/quant.md): on AVX-512 x4v for rows of whole 4-block units
    (each (row r, block j)'s scale at fp16 4r + j, bytes 4i .. 4i+3 of its qs at 32 + 64i + 16r + 4j),
    x4 otherwise and on AVX2 (per block pair: 8 scales, then each row's two qs) */
 static void test_q4_0_layouts(void) {
@@ -628,7 +628,7 @@ static void test_q4_0_layouts(void) {
     CHECKF(bad == 0, "Q4_0: %d packed bytes not where the %s layout puts them", bad, x4v ? "x4v" : "x4");
 }
 
-/* Q8_0's x4v (quant.h, AVX-512): each (row r, block j)'s scale at fp16 4r + j, byte k of its qs at
+/* Q8_0's x4v (docs/quant.md, AVX-512): each (row r, block j)'s scale at fp16 4r + j, byte k of its qs at
    32 + 64 * (k / 4) + 16r + 4j + k % 4, offset by 128 (code ^ 0x80) */
 static void test_q8_0_layout(void) {
     const hq_traits *tr = hq_get_traits(HQ_TYPE_Q8_0);
@@ -654,7 +654,7 @@ static void test_q8_0_layout(void) {
     CHECKF(bad == 0, "Q8_0: %d packed bytes not where x4v puts them", bad);
 }
 
-/* x4v's K-panels (quant.h): in a band of 16 rows of 8192 Q4_K / Q6_K elements (two panels of 16
+/* x4v's K-panels (docs/quant.md): in a band of 16 rows of 8192 Q4_K / Q6_K elements (two panels of 16
    super-blocks), group g's entry for super-block b at 576 / 840 * (64 * (b / 16) + 16 * g + b % 16):
    checked through each row's d, which the entry keeps at 4r (Q4_K) / 64 + 2r (Q6_K) */
 static void test_x4v_panels(void) {

@@ -1,70 +1,18 @@
-/* quant: the one dispatch table — see quant.h */
-#include "quant.h"
+/* quant: the dispatch table, the generic attention kernels and the packed layouts */
+#include "quant/quant-impl.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <strings.h>
 
-/* Kernels are referenced weakly: a kernel an architecture does not provide is NULL here and the
-   table falls back to the portable one. tests/test-quant checks that on a CPU with AVX2 every
-   type does get its SIMD kernel, so a misnamed kernel cannot hide behind the fallback. */
-#define HQ_WEAK_REF(t)                                                                                   \
-    __attribute__((weak)) void hq_quantize_ref_##t(const float *restrict, void *restrict, int64_t);      \
-    __attribute__((weak)) void hq_dequantize_ref_##t(const void *restrict, float *restrict, int64_t);    \
-    __attribute__((weak)) void hq_vec_dot_ref_##t(int, float *restrict, const void *restrict, const void *restrict);
-HQ_WEAK_REF(f32) HQ_WEAK_REF(f16) HQ_WEAK_REF(bf16)
-HQ_WEAK_REF(q4_0) HQ_WEAK_REF(q4_1) HQ_WEAK_REF(q5_0) HQ_WEAK_REF(q5_1) HQ_WEAK_REF(q8_0) HQ_WEAK_REF(q8_1)
-HQ_WEAK_REF(q2_K) HQ_WEAK_REF(q3_K) HQ_WEAK_REF(q4_K) HQ_WEAK_REF(q5_K) HQ_WEAK_REF(q6_K) HQ_WEAK_REF(q8_K)
-
-#define HQ_WEAK_SIMD(arch, t) \
-    __attribute__((weak)) void hq_vec_dot_##arch##_##t(int, float *restrict, const void *restrict, const void *restrict);
-#define HQ_WEAK_GEMM(arch, t)                                                                          \
-    __attribute__((weak)) void hq_gemm_##arch##_##t(int, float *restrict, size_t, const void *restrict,  \
-                                                    size_t, int, const void *restrict, size_t, int);
-#define HQ_WEAK_PACKED(arch, t)                                                                          \
-    __attribute__((weak)) void hq_gemm_packed_##arch##_##t(int, float *restrict, size_t, const void *restrict, \
-                                                           size_t, int, const void *restrict, size_t, int);   \
-    __attribute__((weak)) void hq_prep_##arch##_##t(void *restrict, const void *restrict, int64_t);          \
-    __attribute__((weak)) size_t hq_prep_size_##arch##_##t(int64_t);
-#define HQ_WEAK_SIMD_ALL(arch)                                                                          \
-    HQ_WEAK_GEMM(arch, q4_0) HQ_WEAK_GEMM(arch, q8_0) HQ_WEAK_GEMM(arch, q4_K) HQ_WEAK_GEMM(arch, q5_K)  \
-    HQ_WEAK_GEMM(arch, q6_K) HQ_WEAK_GEMM(arch, q4_1) HQ_WEAK_GEMM(arch, q5_0) HQ_WEAK_GEMM(arch, q5_1)  \
-    HQ_WEAK_GEMM(arch, q2_K) HQ_WEAK_GEMM(arch, q3_K) HQ_WEAK_GEMM(arch, f16) HQ_WEAK_GEMM(arch, f32)    \
-    HQ_WEAK_GEMM(arch, bf16)                                                                            \
-    HQ_WEAK_PACKED(arch, q4_0) HQ_WEAK_PACKED(arch, q4_K) HQ_WEAK_PACKED(arch, q5_K) HQ_WEAK_PACKED(arch, q6_K) \
-    HQ_WEAK_PACKED(arch, q8_0)                                                                          \
-    HQ_WEAK_SIMD(arch, f32) HQ_WEAK_SIMD(arch, f16) HQ_WEAK_SIMD(arch, bf16) HQ_WEAK_SIMD(arch, q4_0)   \
-    HQ_WEAK_SIMD(arch, q4_1) HQ_WEAK_SIMD(arch, q5_0) HQ_WEAK_SIMD(arch, q5_1) HQ_WEAK_SIMD(arch, q8_0) \
-    HQ_WEAK_SIMD(arch, q2_K) HQ_WEAK_SIMD(arch, q3_K) HQ_WEAK_SIMD(arch, q4_K) HQ_WEAK_SIMD(arch, q5_K) \
-    HQ_WEAK_SIMD(arch, q6_K)                                                                            \
-    __attribute__((weak)) void hq_quantize_##arch##_f16(const float *restrict, void *restrict, int64_t);  \
-    __attribute__((weak)) void hq_quantize_##arch##_q8_0(const float *restrict, void *restrict, int64_t); \
-    __attribute__((weak)) void hq_quantize_##arch##_q8_1(const float *restrict, void *restrict, int64_t); \
-    __attribute__((weak)) void hq_quantize_##arch##_q8_K(const float *restrict, void *restrict, int64_t);
-HQ_WEAK_SIMD_ALL(avx2)
-HQ_WEAK_SIMD_ALL(avx512)
-HQ_WEAK_SIMD_ALL(neon)
-__attribute__((weak)) void hq_att_kq_avx2(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
-                                          size_t, bool, float *restrict, size_t);
-__attribute__((weak)) void hq_att_kv_avx2(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
-                                          size_t, bool, float *restrict, size_t);
-__attribute__((weak)) void hq_att_acc16_avx2(int, int, int, hr_fp16 *restrict, size_t, const uint8_t *restrict,
-                                             size_t, const float *restrict, const float *restrict, size_t);
-__attribute__((weak)) void hq_att_acc16_avx512(int, int, int, hr_fp16 *restrict, size_t, const uint8_t *restrict,
-                                               size_t, const float *restrict, const float *restrict, size_t);
-__attribute__((weak)) void hq_att_kq16_avx2(int, int, int, const hr_fp16 *restrict, size_t, const uint8_t *restrict,
-                                            size_t, float *restrict, size_t);
-__attribute__((weak)) void hq_att_exp_avx2(int, const float *, float *);
-__attribute__((weak)) void hq_att_kq_avx512(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
-                                            size_t, bool, float *restrict, size_t);
-__attribute__((weak)) void hq_silu_mul_avx2(int64_t, float *restrict, const float *restrict);
-__attribute__((weak)) void hq_att_kq_neon(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
-                                          size_t, bool, float *restrict, size_t);
-__attribute__((weak)) void hq_att_kv_neon(int, int, int, const float *restrict, size_t, const uint8_t *restrict,
-                                          size_t, bool, float *restrict, size_t);
-__attribute__((weak)) void hq_att_acc16_neon(int, int, int, hr_fp16 *restrict, size_t, const uint8_t *restrict,
-                                             size_t, const float *restrict, const float *restrict, size_t);
+/* Kernels are referenced weakly: a kernel a family does not define is NULL here and the table
+   keeps the portable one.  tests/test-quant checks that on a CPU with AVX2 every type does get its
+   SIMD kernel, so a misnamed kernel cannot hide behind the fallback. */
+#define HQ_WEAK __attribute__((weak))
+#define HQ_WEAK_KERNELS(T, t, ...) HQ_TYPE_KERNELS(HQ_WEAK, t)
+HQ_TYPES(HQ_WEAK_KERNELS)
+HQ_ATT_FAMILIES(HQ_WEAK)
 
 /* ---- attention, generic: the order and roundings hq_att_kq_fn / hq_att_kv_fn define ---- */
 static inline float hq_kv_elem(const uint8_t *row, int d, bool f16) {
@@ -150,7 +98,7 @@ static void hq_att_exp_generic(int n, const float *x, float *y) {
     for (int i = 0; i < n; i++) y[i] = hq_expf(x[i]);
 }
 
-static hq_traits hq_table[HQ_TYPE_COUNT];
+static hq_traits hq_table[HQ_TYPE_COUNT]; /* its entries are defined below */
 /* one vec_dot call per score: the definition the SIMD kernels reproduce */
 static void hq_att_kq16_generic(int n, int hd, int nq, const hr_fp16 *restrict q, size_t qs, const uint8_t *restrict k,
                                 size_t row, float *restrict s, size_t ss) {
@@ -175,15 +123,12 @@ static void hq_gemm_loop(hq_vec_dot_fn dot, int n, float *restrict s, size_t lds
         for (int i = 0; i < nr; i++)
             dot(n, &s[(size_t)j * lds + i], (const char *)x + (size_t)i * bx, (const char *)y + (size_t)j * by);
 }
-#define HQ_GEMM_GENERIC(T)                                                                               \
+#define HQ_GEMM_GENERIC(T, ...)                                                                          \
     static void hq_gemm_generic_##T(int n, float *restrict s, size_t lds, const void *restrict x,      \
                                     size_t bx, int nr, const void *restrict y, size_t by, int nc) {     \
         hq_gemm_loop(hq_table[HQ_TYPE_##T].vec_dot, n, s, lds, x, bx, nr, y, by, nc);                    \
     }
-HQ_GEMM_GENERIC(F32) HQ_GEMM_GENERIC(F16) HQ_GEMM_GENERIC(BF16) HQ_GEMM_GENERIC(Q4_0)
-HQ_GEMM_GENERIC(Q4_1) HQ_GEMM_GENERIC(Q5_0) HQ_GEMM_GENERIC(Q5_1) HQ_GEMM_GENERIC(Q8_0)
-HQ_GEMM_GENERIC(Q8_1) HQ_GEMM_GENERIC(Q2_K) HQ_GEMM_GENERIC(Q3_K) HQ_GEMM_GENERIC(Q4_K)
-HQ_GEMM_GENERIC(Q5_K) HQ_GEMM_GENERIC(Q6_K) HQ_GEMM_GENERIC(Q8_K)
+HQ_TYPES(HQ_GEMM_GENERIC)
 static const char *hq_simd = "generic";
 
 /* the band holding row r of a packed matrix of nrows rows of bx bytes: its start, and its number of
@@ -194,7 +139,7 @@ static const uint8_t *hq_band_of(const void *x, int64_t nrows, int64_t r, size_t
     return (const uint8_t *)x + (size_t)b0 * bx;
 }
 
-/* A band of a layout without K-panels (quant.h) is its groups one after another: pack and unpack
+/* A band of a layout without K-panels (docs/quant.md) is its groups one after another: pack and unpack
    (hq_pack_fn, hq_unpack_fn) over the layout's functions for one group (_grp), whose rows take
    blocks of BS bytes per BLK elements. */
 #define HQ_GROUPS_BAND(t, L, BLK, BS)                                                                        \
@@ -211,7 +156,7 @@ static const uint8_t *hq_band_of(const void *x, int64_t nrows, int64_t r, size_t
                                   (int)(r % HQ_PACK_ROWS), ne0, e0, ne);                                     \
     }
 
-/* ---- Q4_0 x4 (quant.h): entry k of a group = scales of blocks 2k, 2k+1 of rows 0-3, then each row's
+/* ---- Q4_0 x4 (docs/quant.md): entry k of a group = scales of blocks 2k, 2k+1 of rows 0-3, then each row's
    codes of the two blocks ---- */
 enum { HQ_X4_ENTRY = 8 * sizeof(block_q4_0) };
 static void hq_pack_q4_0_x4_grp(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0) {
@@ -239,12 +184,12 @@ static void hq_unpack_q4_0_x4_grp(void *restrict dst, const void *restrict group
 HQ_GROUPS_BAND(q4_0, x4, QK4_0, sizeof(block_q4_0))
 
 #if defined(HEARTH_ARCH_X86)
-/* ---- x4v of the 32-element kinds (quant.h, AVX-512): unit u of a group = blocks 4u .. 4u+3 of rows
+/* ---- x4v of the 32-element kinds (docs/quant.md, AVX-512): unit u of a group = blocks 4u .. 4u+3 of rows
    0-3: the scale of row r's block j at fp16 4r + j, then vector i (64 bytes) with bytes 4i .. 4i+3 of
    that block's qs at 16r + 4j (Q4_0: 4 vectors; Q8_0: 8, each code offset by 128, code ^ 0x80, the
    unsigned operand of vpdpbusd); a band's groups in K-panels (hq_panel_at).  Both kinds' blocks are
    the scale, then nq bytes of qs. ---- */
-enum { HQ_X4V_PU = HQ_PANEL / 128 }; /* units (4 blocks of 32) per K-panel (quant.h) */
+enum { HQ_X4V_PU = HQ_PANEL / 128 }; /* units (4 blocks of 32) per K-panel (docs/quant.md) */
 static_assert(offsetof(block_q4_0, qs) == 2 && offsetof(block_q8_0, qs) == 2, "x4v blocks: d, then qs");
 static void hq_pack_x4v(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows, int nq) {
     const int64_t nu = ne0 / 128;
@@ -305,7 +250,7 @@ static void hq_unpack_q8_0_x4(void *restrict dst, const void *restrict x, int64_
 }
 #endif
 
-/* ---- Q4_K x4 and x4v (quant.h): entry b of a group = d, dmin of rows 0-3, their scale fields, then
+/* ---- Q4_K x4 and x4v (docs/quant.md): entry b of a group = d, dmin of rows 0-3, their scale fields, then
    the codes: per sub-block s 16 bytes of each row, byte k holding quants k and k + 16 of s (the file
    pairs quant k of sub-blocks 2j and 2j + 1 in qs[32j + k]).  x4 (Q5_K's low bits) puts row r's 16 at
    64 + 64s + 16r; x4v (Q4_K) cuts them into 4-byte pieces, piece i in vector 4(s / 4) + i at lane
@@ -338,7 +283,7 @@ static void hq_unpack_q4_K_row(block_q4_K *x, const uint8_t *e, int r, bool v) {
             x->qs[j + k + 16] |= (uint8_t)((c >> 4) << sh);
         }
 }
-/* x4v's bands hold K-panels (quant.h, hq_panel_at) */
+/* x4v's bands hold K-panels (docs/quant.md, hq_panel_at) */
 static void hq_pack_q4_K_x4(void *restrict dst, const void *restrict src, size_t bx, int64_t ne0, int nrows) {
     const int64_t nb = ne0 / QK_K;
     const int ng = nrows / HQ_PACK_ROWS;
@@ -359,7 +304,7 @@ static void hq_unpack_q4_K_x4(void *restrict dst, const void *restrict x, int64_
                            (int)(r % HQ_PACK_ROWS), true);
 }
 
-/* ---- Q5_K x4 (quant.h): Q4_K's entry for the low four bits (the block's fields up to qs match), then
+/* ---- Q5_K x4 (docs/quant.md): Q4_K's entry for the low four bits (the block's fields up to qs match), then
    the fifth bits: two 64-byte vectors (sub-blocks 0-3, 4-7), 16 bytes per row, bits 2j and 2j + 1 of
    byte k holding those of quants k and k + 16 of sub-block 4v + j.  In the file the fifth bit of
    quant l of sub-block s is bit s of qh[l]. ---- */
@@ -402,7 +347,7 @@ static void hq_unpack_q5_K_x4_grp(void *restrict dst, const void *restrict group
 }
 HQ_GROUPS_BAND(q5_K, x4, QK_K, sizeof(block_q5_K))
 
-/* ---- Q6_K x4v (quant.h): entry b of a group = the rows' scales (64 bytes: byte 16L + 4r + s = row r's
+/* ---- Q6_K x4v (docs/quant.md): entry b of a group = the rows' scales (64 bytes: byte 16L + 4r + s = row r's
    scale of sub-block hq_q6v_sub(L, s)), their d (8 bytes: row r at 64 + 2r), then the codes: lane set
    L (sub-blocks hq_q6v_sub(L, s), s < 4) takes 3 vectors at 72 + 192L, lane 4r + s of each = 4 bytes
    of row r's sub-block: byte t of vector w holds quant 4w + t in its low 6 bits and 2 bits of quant
@@ -471,47 +416,58 @@ static void hq_unpack_q6_K_x4(void *restrict dst, const void *restrict x0, int64
     }
 }
 
-#define HQ_ENTRY(T, t, nm, blk, sz, q, vdt)                                                     \
-    hq_table[HQ_TYPE_##T] = (hq_traits){                                                        \
-        .name = nm, .blck_size = blk, .type_size = sz, .is_quantized = q,                       \
-        .to_float = hq_dequantize_ref_##t, .from_float_ref = hq_quantize_ref_##t,               \
-        .from_float = hq_quantize_ref_##t, .vec_dot_type = HQ_TYPE_##vdt,                       \
-        .vec_dot = hq_vec_dot_ref_##t, .vec_dot_ref = hq_vec_dot_ref_##t, .gemm = hq_gemm_generic_##T }
+/* The packed layout of each type that has one (docs/quant.md): what a family's gemm_packed for the
+   type reads.  Q4_0's AVX-512 kernel reads x4v instead, where it fits (hq_init_once). */
+static const struct {
+    hq_pack_fn pack;
+    hq_unpack_fn unpack;
+} hq_layout[HQ_TYPE_COUNT] = {
+    [HQ_TYPE_Q4_0] = {hq_pack_q4_0_x4, hq_unpack_q4_0_x4},
+#if defined(HEARTH_ARCH_X86)
+    [HQ_TYPE_Q8_0] = {hq_pack_q8_0_x4, hq_unpack_q8_0_x4},
+#endif
+    [HQ_TYPE_Q4_K] = {hq_pack_q4_K_x4, hq_unpack_q4_K_x4},
+    [HQ_TYPE_Q5_K] = {hq_pack_q5_K_x4, hq_unpack_q5_K_x4},
+    [HQ_TYPE_Q6_K] = {hq_pack_q6_K_x4, hq_unpack_q6_K_x4},
+};
 
-#define HQ_USE_SIMD(arch, T, t) \
-    if (hq_vec_dot_##arch##_##t) hq_table[HQ_TYPE_##T].vec_dot = hq_vec_dot_##arch##_##t
-#define HQ_USE_SIMD_Q(arch, T, t) \
-    if (hq_quantize_##arch##_##t) hq_table[HQ_TYPE_##T].from_float = hq_quantize_##arch##_##t
+/* a role's traits (HQ_TYPES) */
+#define HQ_QUANTIZED_FLOAT false
+#define HQ_QUANTIZED_QUANT true
+#define HQ_QUANTIZED_ACT   true
+#define HQ_WEIGHT_FLOAT    true
+#define HQ_WEIGHT_QUANT    true
+#define HQ_WEIGHT_ACT      false
 
-#define HQ_USE_GEMM(arch, T, t) \
-    if (hq_gemm_##arch##_##t) hq_table[HQ_TYPE_##T].gemm = hq_gemm_##arch##_##t
-/* a packed layout: its kernel where the family has one, with the layout's pack / unpack and the
-   kernel's activation form (prep NULL where the family has none) */
-#define HQ_USE_PACKED(arch, T, t)                                                                  \
-    if (hq_gemm_packed_##arch##_##t)                                                               \
-    hq_table[HQ_TYPE_##T].gemm_packed = hq_gemm_packed_##arch##_##t, hq_table[HQ_TYPE_##T].pack = hq_pack_##t##_x4, \
-    hq_table[HQ_TYPE_##T].unpack = hq_unpack_##t##_x4,                                             \
-    hq_table[HQ_TYPE_##T].prep = hq_prep_size_##arch##_##t ? hq_prep_##arch##_##t : NULL,          \
-    hq_table[HQ_TYPE_##T].prep_size = hq_prep_##arch##_##t ? hq_prep_size_##arch##_##t : NULL
-#define HQ_USE_SIMD_ALL(arch)                                                               \
-    do {                                                                                    \
-        HQ_USE_GEMM(arch, Q4_0, q4_0); HQ_USE_GEMM(arch, Q8_0, q8_0); HQ_USE_GEMM(arch, Q4_K, q4_K); \
-        HQ_USE_GEMM(arch, Q5_K, q5_K); HQ_USE_GEMM(arch, Q6_K, q6_K); HQ_USE_GEMM(arch, Q4_1, q4_1); \
-        HQ_USE_GEMM(arch, Q5_0, q5_0); HQ_USE_GEMM(arch, Q5_1, q5_1); HQ_USE_GEMM(arch, Q2_K, q2_K); \
-        HQ_USE_GEMM(arch, Q3_K, q3_K); HQ_USE_GEMM(arch, F16, f16); HQ_USE_GEMM(arch, F32, f32);     \
-        HQ_USE_GEMM(arch, BF16, bf16);                                                      \
-        HQ_USE_SIMD(arch, F32, f32); HQ_USE_SIMD(arch, F16, f16); HQ_USE_SIMD(arch, BF16, bf16); \
-        HQ_USE_SIMD(arch, Q4_0, q4_0); HQ_USE_SIMD(arch, Q4_1, q4_1);                       \
-        HQ_USE_SIMD(arch, Q5_0, q5_0); HQ_USE_SIMD(arch, Q5_1, q5_1);                       \
-        HQ_USE_SIMD(arch, Q8_0, q8_0); HQ_USE_SIMD(arch, Q2_K, q2_K);                       \
-        HQ_USE_SIMD(arch, Q3_K, q3_K); HQ_USE_SIMD(arch, Q4_K, q4_K);                       \
-        HQ_USE_SIMD(arch, Q5_K, q5_K); HQ_USE_SIMD(arch, Q6_K, q6_K);                       \
-        HQ_USE_SIMD_Q(arch, Q8_0, q8_0); HQ_USE_SIMD_Q(arch, Q8_1, q8_1);                   \
-        HQ_USE_SIMD_Q(arch, F16, f16);                                                      \
-        HQ_USE_SIMD_Q(arch, Q8_K, q8_K);                                                    \
-        HQ_USE_PACKED(arch, Q4_0, q4_0); HQ_USE_PACKED(arch, Q4_K, q4_K);                     \
-        HQ_USE_PACKED(arch, Q5_K, q5_K); HQ_USE_PACKED(arch, Q6_K, q6_K);                     \
-    } while (0)
+/* Each type's entry with its portable kernels; hq_init_once puts in the SIMD ones. */
+#define HQ_ENTRY(T, t, id, blk, bytes, vdt, role)                                                      \
+    [HQ_TYPE_##T] = {.name = #T, .blck_size = blk, .type_size = bytes, .is_quantized = HQ_QUANTIZED_##role, \
+                     .to_float = hq_dequantize_ref_##t, .from_float_ref = hq_quantize_ref_##t,         \
+                     .from_float = hq_quantize_ref_##t, .vec_dot_type = HQ_TYPE_##vdt,                 \
+                     .vec_dot = hq_vec_dot_ref_##t, .vec_dot_ref = hq_vec_dot_ref_##t,                 \
+                     .gemm = hq_gemm_generic_##T},
+static hq_traits hq_table[HQ_TYPE_COUNT] = {HQ_TYPES(HQ_ENTRY)}; /* an id out of order would not fit */
+#define HQ_WEIGHT(T, t, id, blk, bytes, vdt, role) [HQ_TYPE_##T] = HQ_WEIGHT_##role,
+static const bool hq_weight[HQ_TYPE_COUNT] = {HQ_TYPES(HQ_WEIGHT)};
+
+/* Family `arch`'s kernels for type T, where it has them; a packed kernel comes with the type's
+   layout and the kernel's activation form (prep NULL where the family has none). */
+#define HQ_USE(arch, T, t)                                                                           \
+    {                                                                                                \
+        hq_traits *e = &hq_table[HQ_TYPE_##T];                                                       \
+        if (hq_vec_dot_##arch##_##t) e->vec_dot = hq_vec_dot_##arch##_##t;                           \
+        if (hq_quantize_##arch##_##t) e->from_float = hq_quantize_##arch##_##t;                      \
+        if (hq_gemm_##arch##_##t) e->gemm = hq_gemm_##arch##_##t;                                    \
+        if (hq_gemm_packed_##arch##_##t && hq_layout[HQ_TYPE_##T].pack) {                            \
+            e->gemm_packed = hq_gemm_packed_##arch##_##t;                                            \
+            e->pack = hq_layout[HQ_TYPE_##T].pack, e->unpack = hq_layout[HQ_TYPE_##T].unpack;        \
+            e->prep = hq_prep_size_##arch##_##t ? hq_prep_##arch##_##t : NULL;                       \
+            e->prep_size = hq_prep_##arch##_##t ? hq_prep_size_##arch##_##t : NULL;                  \
+        }                                                                                            \
+    }
+#define HQ_USE_AVX2(T, t, ...) HQ_USE(avx2, T, t)
+#define HQ_USE_AVX512(T, t, ...) HQ_USE(avx512, T, t)
+#define HQ_USE_NEON(T, t, ...) HQ_USE(neon, T, t)
 
 /* an environment switch: set to anything but "" or "0" */
 static bool hq_env_set(const char *name) {
@@ -521,27 +477,11 @@ static bool hq_env_set(const char *name) {
 
 static void hq_init_once(void) {
     hr_init();
-    HQ_ENTRY(F32, f32, "F32", 1, 4, false, F32);
-    HQ_ENTRY(F16, f16, "F16", 1, 2, false, F16);
-    HQ_ENTRY(BF16, bf16, "BF16", 1, 2, false, BF16);
-    HQ_ENTRY(Q4_0, q4_0, "Q4_0", QK4_0, sizeof(block_q4_0), true, Q8_0);
-    HQ_ENTRY(Q4_1, q4_1, "Q4_1", QK4_1, sizeof(block_q4_1), true, Q8_1);
-    HQ_ENTRY(Q5_0, q5_0, "Q5_0", QK5_0, sizeof(block_q5_0), true, Q8_0);
-    HQ_ENTRY(Q5_1, q5_1, "Q5_1", QK5_1, sizeof(block_q5_1), true, Q8_1);
-    HQ_ENTRY(Q8_0, q8_0, "Q8_0", QK8_0, sizeof(block_q8_0), true, Q8_0);
-    HQ_ENTRY(Q8_1, q8_1, "Q8_1", QK8_1, sizeof(block_q8_1), true, Q8_1);
-    HQ_ENTRY(Q2_K, q2_K, "Q2_K", QK_K, sizeof(block_q2_K), true, Q8_K);
-    HQ_ENTRY(Q3_K, q3_K, "Q3_K", QK_K, sizeof(block_q3_K), true, Q8_K);
-    HQ_ENTRY(Q4_K, q4_K, "Q4_K", QK_K, sizeof(block_q4_K), true, Q8_K);
-    HQ_ENTRY(Q5_K, q5_K, "Q5_K", QK_K, sizeof(block_q5_K), true, Q8_K);
-    HQ_ENTRY(Q6_K, q6_K, "Q6_K", QK_K, sizeof(block_q6_K), true, Q8_K);
-    HQ_ENTRY(Q8_K, q8_K, "Q8_K", QK_K, sizeof(block_q8_K), true, Q8_K);
-
     if (hq_env_set("HEARTH_NO_SIMD")) return;
 #if defined(HEARTH_ARCH_X86)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-        HQ_USE_SIMD_ALL(avx2);
+        HQ_TYPES(HQ_USE_AVX2)
         if (hq_att_kq_avx2 && hq_att_kv_avx2 && hq_att_acc16_avx2 && hq_att_kq16_avx2 && hq_att_exp_avx2)
             hq_att = (hq_att_kernels){hq_att_kq_avx2, hq_att_kv_avx2, hq_att_acc16_avx2, hq_att_kq16_avx2,
                                       hq_att_exp_avx2};
@@ -549,15 +489,10 @@ static void hq_init_once(void) {
         hq_simd = "avx2";
         if (!hq_env_set("HEARTH_NO_AVX512") && __builtin_cpu_supports("avx512f") &&
             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") && hq_vec_dot_avx512_q4_K) {
-            HQ_USE_SIMD_ALL(avx512);
+            HQ_TYPES(HQ_USE_AVX512)
             if (hq_gemm_packed_avx512_q4_0) { /* Q4_0's AVX-512 kernel reads x4v, or x4 (hq_x4v_fits) */
                 hq_traits *t = &hq_table[HQ_TYPE_Q4_0];
                 t->pack = hq_pack_q4_0_x4v, t->unpack = hq_unpack_q4_0_x4v;
-            }
-            if (hq_gemm_packed_avx512_q8_0 && hq_prep_avx512_q8_0 && hq_prep_size_avx512_q8_0) { /* x4v only */
-                hq_traits *t = &hq_table[HQ_TYPE_Q8_0];
-                t->gemm_packed = hq_gemm_packed_avx512_q8_0, t->pack = hq_pack_q8_0_x4, t->unpack = hq_unpack_q8_0_x4;
-                t->prep = hq_prep_avx512_q8_0, t->prep_size = hq_prep_size_avx512_q8_0;
             }
             if (hq_att_acc16_avx512 && hq_att.acc16 == hq_att_acc16_avx2) hq_att.acc16 = hq_att_acc16_avx512;
             if (hq_att_kq_avx512 && hq_att.kq == hq_att_kq_avx2) hq_att.kq = hq_att_kq_avx512;
@@ -565,7 +500,7 @@ static void hq_init_once(void) {
         }
     }
 #elif defined(HEARTH_ARCH_ARM)
-    HQ_USE_SIMD_ALL(neon); /* NEON is mandatory on AArch64 */
+    HQ_TYPES(HQ_USE_NEON) /* NEON is mandatory on AArch64 */
     if (hq_att_kq_neon && hq_att_kv_neon && hq_att_acc16_neon)
         hq_att = (hq_att_kernels){hq_att_kq_neon, hq_att_kv_neon, hq_att_acc16_neon, hq_att_kq16_generic,
                                   hq_att_exp_generic};
@@ -598,18 +533,13 @@ const char *hq_simd_name(void) {
 }
 
 bool hq_type_valid(int type) {
-    return type != HQ_TYPE_Q8_1 && type != HQ_TYPE_Q8_K && hq_get_traits(type) != NULL;
+    return hq_get_traits(type) != NULL && hq_weight[type];
 }
 
+/* the names are set before hq_init_once runs and never change, so this needs no initialisation */
 const char *hq_type_name(int type) {
-    static const char *const names[HQ_TYPE_COUNT] = {
-        [HQ_TYPE_F32] = "F32", [HQ_TYPE_F16] = "F16", [HQ_TYPE_Q4_0] = "Q4_0", [HQ_TYPE_Q4_1] = "Q4_1",
-        [HQ_TYPE_Q5_0] = "Q5_0", [HQ_TYPE_Q5_1] = "Q5_1", [HQ_TYPE_Q8_0] = "Q8_0", [HQ_TYPE_Q8_1] = "Q8_1",
-        [HQ_TYPE_Q2_K] = "Q2_K", [HQ_TYPE_Q3_K] = "Q3_K", [HQ_TYPE_Q4_K] = "Q4_K", [HQ_TYPE_Q5_K] = "Q5_K",
-        [HQ_TYPE_Q6_K] = "Q6_K", [HQ_TYPE_Q8_K] = "Q8_K", [HQ_TYPE_BF16] = "BF16",
-    };
-    if (type < 0 || type >= HQ_TYPE_COUNT || !names[type]) return "unknown";
-    return names[type];
+    if (type < 0 || type >= HQ_TYPE_COUNT || !hq_table[type].name) return "unknown";
+    return hq_table[type].name;
 }
 
 int hq_type_from_name(const char *s) {

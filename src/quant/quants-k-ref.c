@@ -29,7 +29,7 @@
  * do not produce its bytes; the Q8_K activation quantizer does, because logits are compared with
  * llama.cpp's.
  */
-#include "quant.h"
+#include "quant/quant-impl.h"
 
 #include <math.h>
 

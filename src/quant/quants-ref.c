@@ -14,7 +14,7 @@
  *   Q8_0/Q8_1  d = amax / 127; q = roundf(x/d) (half away from zero); Q8_1 adds s = d * sum(q)
  * In every case x/d is computed as x * (1/d) with the float d, before d is rounded to fp16.
  */
-#include "quant.h"
+#include "quant/quant-impl.h"
 
 #include <float.h>
 #include <math.h>

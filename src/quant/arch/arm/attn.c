@@ -6,7 +6,7 @@
  * asm statement before its sum, so the compiler cannot fuse them into FMLA (a fused multiply-add
  * would round differently from the generic kernels, whose bits these must reproduce).
  */
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
 

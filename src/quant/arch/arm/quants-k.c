@@ -8,7 +8,7 @@
  * added once, then its float scales applied. Mins (Q2_K, Q4_K, Q5_K) go through the activation
  * block sums, one multiply per 16 or 32 values.
  */
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 
 #include <arm_neon.h>
 #include <math.h>

@@ -14,7 +14,7 @@
  * The activation quantizers round with FCVTAS (to nearest, ties away from zero), which is exactly
  * the reference's roundf, so their bytes equal the reference's.
  */
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
 

@@ -8,7 +8,7 @@
  * Measured against expf over the range silu sees (|x| < 80): within 2 ulp (test-quant).
  * Why: silu over the FFN's 8192 gates per layer was ~1.5% of a Llama-3.2-1B decode token through
  * expf one at a time. */
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 
 #include <immintrin.h>
 #include <math.h>

@@ -2,7 +2,7 @@
 #ifndef HEARTH_QUANT_X86_ATTN_H
 #define HEARTH_QUANT_X86_ATTN_H
 
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 
 #include <immintrin.h>
 

@@ -10,7 +10,7 @@
 #ifndef HEARTH_QUANT_X86_KQ_H
 #define HEARTH_QUANT_X86_KQ_H
 
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 
 #include <immintrin.h>
 #include <stddef.h>
@@ -170,11 +170,11 @@ enum { KQ_KC = 8, KQ_TR = 16 };
    the code vectors (quants-k512.c) */
 typedef struct { float d; int32_t bs32[QK_K / 16]; int8_t qs[QK_K]; } kq_q6p;
 
-/* super-blocks per K-panel of the x4v layouts (quant.h) */
+/* super-blocks per K-panel of the x4v layouts (docs/quant.md) */
 enum { KQ_PU = HQ_PANEL / QK_K };
 
 /* Decode over the x4v layouts: the activation row prepared (PT: hq_prep) by the caller, once per
-   matmul; then band by band (quant.h) K-panel by K-panel, each panel's groups one after another —
+   matmul; then band by band (docs/quant.md) K-panel by K-panel, each panel's groups one after another —
    one linear stream in which each panel's activations stay in L1 while its groups pass; each group's
    accumulators carried from panel to panel (one per sub-group: NSUB of them, of 4 / NSUB rows), so
    every lane still sums its super-blocks in order: the file-layout kernel's bits.  Within a panel a

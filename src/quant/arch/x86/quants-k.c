@@ -249,7 +249,7 @@ KQ_ENTRY(avx2, q4_K)
 KQ_ENTRY(avx2, q5_K)
 KQ_ENTRY(avx2, q6_K)
 
-/* ---- Q4_K in the x4v layout (quant.h) on 256-bit vectors -------------------------------------------
+/* ---- Q4_K in the x4v layout (docs/quant.md) on 256-bit vectors -------------------------------------------
  *
  * The AVX-512 kernel's layout and sums (quants-k512.c has the byte map): a 64-byte vector is two of
  * 32 bytes here, rows 0-1 and rows 2-3, each 128-bit lane one row and each int32 lane one sub-block
@@ -377,7 +377,7 @@ KQ_INLINE void kv2_store2(float *s, __m256 lo, __m256 hi) {
    pass per pair over a whole panel read each line twice from afar: kbench cold 14 against 21 GB/s) */
 KQ_PREP_GEMM(avx2, q4_K, block_q8_K, kv2_prep, kv2_cols_q4_K, __m256, _mm256_setzero_ps, kv2_store2, 2, KV2_ENTRY, KV2_DC)
 
-/* ---- Q6_K in the x4v layout (quant.h) on 256-bit vectors -------------------------------------------
+/* ---- Q6_K in the x4v layout (docs/quant.md) on 256-bit vectors -------------------------------------------
  * The AVX-512 kernel's layout and sums (quants-k512.c), two rows per vector as for Q4_K above: the
  * 6-bit quants' products in int16 two vectors at a time (at most 2 * 2 * 63 * 127 = 32004), then madd
  * with ones; bits: the file-layout body's (test-quant). */

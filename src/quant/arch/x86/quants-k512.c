@@ -171,7 +171,7 @@ KQ_ENTRY(avx512, q4_K)
 KQ_ENTRY(avx512, q5_K)
 KQ_ENTRY(avx512, q6_K)
 
-/* ---- the x4 layout (quant.h): Q5_K's packed form, decode and prefill over groups of 4 rows --------
+/* ---- the x4 layout (docs/quant.md): Q5_K's packed form, decode and prefill over groups of 4 rows --------
  *
  * An entry (super-block b of the group's 4 rows) holds d and dmin of rows 0-3 (16 bytes: d0 m0 d1 m1
  * ..), their 12-byte scale fields as in the file (48 bytes), then sub-block s = 0..7 at 64 + 64 s: 16
@@ -340,7 +340,7 @@ KQ_INLINE __m128 kx_hsum4(__m512 lo, __m512 hi) {
     }
 KX_GEMM_PACKED(q5_K)
 
-/* ---- Q4_K in the x4v layout (quant.h): one sub-block of one row per int32 lane --------------------
+/* ---- Q4_K in the x4v layout (docs/quant.md): one sub-block of one row per int32 lane --------------------
  *
  * An entry (super-block b of the group's 4 rows, 576 bytes) holds d and dmin of rows 0-3 and their
  * scale fields as x4 does (64 bytes), then 8 vectors: vector 4h + i, lane 4r + s = code bytes 4i ..
@@ -437,13 +437,13 @@ KQ_INLINE void kv_cols_q4_K(int i0, int i1, int yo, int NC, const uint8_t *g, co
 #define kv_tile_cols(sub, i0, i1, yo, NC, grp, y, acc) kv_cols_q4_K(i0, i1, yo, NC, grp, y, acc)
 KQ_INLINE void kv_store4(float *s, __m512 lo, __m512 hi) { _mm_storeu_ps(s, kx_hsum4(lo, hi)); }
 
-/* whole bands (quant.h), n <= HQ_KV_MAX_NE0 (hq_pack_ok), activation rows prepared by the caller
+/* whole bands (docs/quant.md), n <= HQ_KV_MAX_NE0 (hq_pack_ok), activation rows prepared by the caller
    (hq_prep_avx512_q4_K).  Decode walks the bands, each K-panel's groups one after another (one
    linear stream, no software prefetch); prefill: tiles of one band (4 groups) x 4 columns, K in
    chunks of KQ_KC super-blocks (kq.h) */
 KQ_PREP_GEMM(avx512, q4_K, block_q8_K, kv_prep, kv_tile_cols, __m512, _mm512_setzero_ps, kv_store4, 1, KX_ENTRY, KQ_PU)
 
-/* ---- Q6_K in the x4v layout (quant.h): one sub-block of one row per int32 lane ---------------------
+/* ---- Q6_K in the x4v layout (docs/quant.md): one sub-block of one row per int32 lane ---------------------
  *
  * An entry (super-block b of the group's 4 rows, 840 bytes) holds the rows' scales and d (72 bytes),
  * then 4 lane sets of 3 vectors: set L holds sub-blocks (0 2 4 6 | 1 3 5 7 | 8 10 12 14 | 9 11 13 15)[L],

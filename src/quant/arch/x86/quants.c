@@ -367,7 +367,7 @@ enum { HQ_TC = 4 /* most activation rows per tile */ };
 
 /* Rows xr[0..3] (the prefetch pointer pf walks them) against C (1..4) prepared activation rows
    (column c at buf + c * stride entries) over entries k0 .. k0+kc; acc[c] in the 4-row layout.
-   packed (Q4_0): xr[0] is a group in the x4 layout (quant.h), whose entry k holds the 8 scales and
+   packed (Q4_0): xr[0] is a group in the x4 layout (docs/quant.md), whose entry k holds the 8 scales and
    then the 4 rows' codes, just as they are used.  Q8_0's signed codes go by the sign trick |w| *
    (a with w's sign), |w| once per weight vector for all the columns (a code -128 stays exact: |w| is
    read unsigned, 2 * 128 * 127 < 32767), and each half's 16-bit pairs are widened before they are

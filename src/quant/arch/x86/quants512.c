@@ -1,5 +1,5 @@
 /* quant, x86 AVX-512 (F, BW, VNNI): Q4_0 and Q8_0 decode and prefill over their "x4v" packed layout
- * (quant.h), and the Q8_0 prefill tiles over the file layout.
+ * (docs/quant.md), and the Q8_0 prefill tiles over the file layout.
  *
  * Q4_0.  A unit of the layout is 4 consecutive blocks of a group's 4 rows: their 16 scales, then 4
  * vectors of 64 bytes in which int32 lane 4r + j holds 4 code bytes of row r's block j (vector i:
@@ -34,7 +34,7 @@
  * at 30-34 GB/s a core hot against the ~31 each core must take; x4v runs at ~90 (kbench 2048 x 2048,
  * one core), and Llama-3.2-1B Q8_0 decode went from 88.7-91.6% of the same-seconds stream to 95.8% at
  * ~63 GB/s (docs/benchmarks.md). */
-#include "quant/quant.h"
+#include "quant/quant-impl.h"
 
 #include <immintrin.h>
 
@@ -129,11 +129,11 @@ QZ_INLINE size_t qv_unit(bool q8) { return 16 * (q8 ? sizeof(block_q8_0) : sizeo
 
 enum {
     QV_KC = 8, QV_TC = 4, QV_TR = 16,  /* prefill: units per chunk, columns and rows per tile */
-    QV_PU = HQ_PANEL / 128,            /* units per K-panel (quant.h) */
+    QV_PU = HQ_PANEL / 128,            /* units per K-panel (docs/quant.md) */
 };
 static_assert((int)QV_TR == (int)HQ_BAND && (int)QV_PU % (int)QV_KC == 0, "prefill tiles: one band, chunks within a panel");
 
-/* decode: the activation row prepared by the caller (hq_prep_avx512_q4_0 / _q8_0), band by band (quant.h)
+/* decode: the activation row prepared by the caller (hq_prep_avx512_q4_0 / _q8_0), band by band (docs/quant.md)
    K-panel by K-panel, each panel's groups one after another, each group's accumulator carried from
    panel to panel */
 QZ_INLINE void qv_matvec(bool q8, int nu, float *restrict s, const char *restrict x, size_t bx, int nr,
