@@ -119,10 +119,7 @@ typedef struct hc_session {
     uint64_t   model_hash;
     uint32_t   index, n_dev;
     hc_share   share;
-    char       arch[32];
-    int64_t    hp[16];           /* hyper-parameters, in hc_hp_keys order */
-    float      rms_eps, rope_base;
-    bool       qkv_bias, qk_norm;
+    hm_hparams hp;               /* the model's, as the plan says (hm_hparams_from_kv) */
     int32_t    n_ctx, n_batch, kv_type;
     int        mode, timeout_ms;
     char       ring_next[256];
@@ -155,10 +152,6 @@ typedef struct hc_session {
     uint64_t   weight_bytes;
     hn_conn_stats base_stats, base_next, base_prev; /* counters at the last STATS */
 } hc_session;
-
-static const char *const hc_hp_keys[] = {"n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff",
-                                         "n_ctx_train"};
-enum { HP_VOCAB, HP_EMBD, HP_LAYER, HP_HEAD, HP_HEAD_KV, HP_HEAD_DIM, HP_FF, HP_CTX_TRAIN, HP_COUNT };
 
 static void hc_session_free(hc_session *s) {
     hm_ctx_free(s->ctx);
@@ -205,23 +198,17 @@ static bool hc_parse_u64(hn_str v, uint64_t *out, int base) {
     return true;
 }
 
-static bool hc_parse_f32(hn_str v, float *out) {
-    char b[64];
-    if (v.n == 0 || v.n >= sizeof b) return false;
-    memcpy(b, v.s, v.n);
-    b[v.n] = 0;
-    char *end;
-    errno = 0;
-    float x = strtof(b, &end);
-    if (errno || *end || !(x > 0) || x > 1e30f) return false;
-    *out = x;
-    return true;
-}
-
 static const hn_str *hc_param(const hn_load_plan *p, const char *key) {
     for (uint32_t i = 0; i < p->n_params; i++)
         if (hn_str_eq(p->params[i].key, key)) return &p->params[i].value;
     return NULL;
+}
+
+/* LOAD_PLAN's hyper-parameters as text (hm_hparams_from_kv's store) */
+static int hc_plan_get(void *user, const char *key, hm_kv_type type, hm_kv_val *v) {
+    const hn_str *t = hc_param(user, key);
+    if (!t) return 0;
+    return hm_kv_parse(t->s, t->n, type, v) ? 1 : HR_EFORMAT;
 }
 
 /* A ring connection is announced by HELLO with device "ring <token, 16 hex>". */
@@ -308,7 +295,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         KV("send_ns", "%" PRId64, s->ar.send_ns);
         KV("bytes_sent", "%" PRIu64, sent);
         KV("bytes_received", "%" PRIu64, recv);
-        KV("n_layers", "%d", s->pp ? s->n_layers : (int)s->hp[HP_LAYER]);
+        KV("n_layers", "%d", s->pp ? s->n_layers : s->hp.n_layer);
         if (s->mem) {
             hmem_sample smp;
             hmem_take_sample(s->mem, &smp);
@@ -349,7 +336,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
 
 /* pipeline units: whole layers, ascending, at least one; the share is every unit of them */
 static int hc_parse_layers(hc_session *s, const hn_load_plan *p, uint32_t seq) {
-    int L = (int)s->hp[HP_LAYER];
+    int L = s->hp.n_layer;
     if (p->n_units < 1 || p->n_units > (uint32_t)L)
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: a pipeline stage of %u layers out of %d", p->n_units, L);
     if (!(s->layers = calloc((size_t)L, 1))) return hc_bad(s, seq, HR_ENOMEM, "out of memory");
@@ -366,7 +353,7 @@ static int hc_parse_layers(hc_session *s, const hn_load_plan *p, uint32_t seq) {
         return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: %d windows of layers (at most %d per device)", runs,
                       HM_MAX_WINDOWS);
     s->n_layers = (int)p->n_units;
-    s->share = (hc_share){0, (int32_t)s->hp[HP_HEAD_KV], 0, (int32_t)s->hp[HP_FF]};
+    s->share = (hc_share){0, s->hp.n_head_kv, 0, s->hp.n_ff};
     return 0;
 }
 
@@ -378,31 +365,18 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     s->n_dev = p->n_devices;
     if (s->n_dev < 2 || s->n_dev > HC_MAX_DEVICES || s->index == 0)
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: device %u of %u is not a worker's place", s->index, s->n_dev);
-    if (p->arch.n == 0 || p->arch.n >= sizeof s->arch) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad arch");
-    hn_str_copy(s->arch, sizeof s->arch, p->arch);
-    for (const char *c = s->arch; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
-            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad arch");
-    for (int i = 0; i < HP_COUNT; i++) {
-        const hn_str *v = hc_param(p, hc_hp_keys[i]);
-        uint64_t x;
-        if (!v || !hc_parse_u64(*v, &x, 10) || x < 1 || x > (1u << 24))
-            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: parameter '%s' missing or out of range", hc_hp_keys[i]);
-        s->hp[i] = (int64_t)x;
-    }
-    if (s->hp[HP_LAYER] > 4096 || s->hp[HP_HEAD] % s->hp[HP_HEAD_KV] || s->hp[HP_HEAD_DIM] > 1024)
-        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: inconsistent hyper-parameters");
+    char arch[sizeof s->hp.arch_name];
+    if (p->arch.n == 0 || p->arch.n >= sizeof arch) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad arch");
+    hn_str_copy(arch, sizeof arch, p->arch);
+    hm_kv_io io = {.form = HM_KV_PLAN, .user = (void *)p, .get = hc_plan_get};
+    hr_err e = {0};
+    if (hm_hparams_from_kv(&s->hp, arch, &io, &e)) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %s", e.msg);
     const hn_str *v;
     uint64_t x;
-    if (!(v = hc_param(p, "rms_eps")) || !hc_parse_f32(*v, &s->rms_eps) || !(v = hc_param(p, "rope_base")) ||
-        !hc_parse_f32(*v, &s->rope_base))
-        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: rms_eps / rope_base missing or bad");
 #define U(key, var, lo, hi) \
     if (!(v = hc_param(p, key)) || !hc_parse_u64(*v, &x, 10) || (int64_t)x < (int64_t)(lo) || x > (hi)) \
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: parameter '%s' missing or out of range", key); \
     var = x;
-    U("qkv_bias", s->qkv_bias, 0, 1)
-    U("qk_norm", s->qk_norm, 0, 1)
     U("n_ctx", s->n_ctx, 1, 1u << 24)
     U("n_batch", s->n_batch, 1, 1u << 16)
     U("kv_type", s->kv_type, 0, 64)
@@ -420,20 +394,20 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad ring_token");
     if (s->pp) return hc_parse_layers(s, p, seq);
     /* units: the same attention heads and FFN rows in every layer (one share per device for now) */
-    int64_t gqa = s->hp[HP_HEAD] / s->hp[HP_HEAD_KV];
-    if (p->n_units != 2 * (uint32_t)s->hp[HP_LAYER])
-        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %u units for %lld layers (expected 2 per layer)", p->n_units,
-                      (long long)s->hp[HP_LAYER]);
+    int64_t gqa = s->hp.n_head / s->hp.n_head_kv;
+    if (p->n_units != 2 * (uint32_t)s->hp.n_layer)
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %u units for %d layers (expected 2 per layer)", p->n_units,
+                      s->hp.n_layer);
     for (uint32_t i = 0; i < p->n_units; i++) {
         const hn_unit *u = &p->units[i];
         bool att = u->kind == HN_UNIT_ATTN_HEADS;
         if (u->layer != i / 2 || u->kind != (i % 2 ? HN_UNIT_FFN_ROWS : HN_UNIT_ATTN_HEADS))
             return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: unit %u is not layer %u's %s", i, i / 2,
                           i % 2 ? "FFN rows" : "attention heads");
-        if (att && (u->begin % gqa || u->end % gqa || u->end > s->hp[HP_HEAD]))
+        if (att && (u->begin % gqa || u->end % gqa || u->end > (uint32_t)s->hp.n_head))
             return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: attention heads [%u, %u) do not cover whole KV groups",
                           u->begin, u->end);
-        if (!att && u->end > s->hp[HP_FF]) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: FFN rows beyond n_ff");
+        if (!att && u->end > (uint32_t)s->hp.n_ff) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: FFN rows beyond n_ff");
         hc_share sh = s->share;
         if (att) { sh.kv_begin = (int32_t)(u->begin / gqa); sh.kv_end = (int32_t)(u->end / gqa); }
         else { sh.ff_begin = (int32_t)u->begin; sh.ff_end = (int32_t)u->end; }
@@ -549,28 +523,12 @@ static const void *hc_index_find(const hc_index *x, uint64_t hash, uint64_t size
 }
 
 static int hc_writer_meta(hc_session *s, gguf_writer *gw, const uint64_t *hashes) {
-    char k[128];
-    int rc = gguf_writer_set_str(gw, "general.architecture", s->arch);
-#define SETU(suffix, v) do { if (snprintf(k, sizeof k, "%s.%s", s->arch, suffix) >= (int)sizeof k) return HR_ERANGE; \
-        rc |= gguf_writer_set_u32(gw, k, (uint32_t)(v)); } while (0)
-    SETU("embedding_length", s->hp[HP_EMBD]);
-    SETU("block_count", s->hp[HP_LAYER]);
-    SETU("attention.head_count", s->hp[HP_HEAD]);
-    SETU("attention.head_count_kv", s->hp[HP_HEAD_KV]);
-    SETU("feed_forward_length", s->hp[HP_FF]);
-    SETU("context_length", s->hp[HP_CTX_TRAIN]);
-    SETU("attention.key_length", s->hp[HP_HEAD_DIM]);
-    SETU("attention.value_length", s->hp[HP_HEAD_DIM]);
-#undef SETU
-    if (snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", s->arch) >= (int)sizeof k) return HR_ERANGE;
-    rc |= gguf_writer_set_f32(gw, k, s->rms_eps);
-    if (snprintf(k, sizeof k, "%s.rope.freq_base", s->arch) >= (int)sizeof k) return HR_ERANGE;
-    rc |= gguf_writer_set_f32(gw, k, s->rope_base);
+    hr_err e = {0};
+    hm_kv_io io = hm_kv_gguf_writer(gw, HM_KV_SLICE);
+    int rc = gguf_writer_set_str(gw, "general.architecture", s->hp.arch_name);
+    if (rc || (rc = hm_hparams_to_kv(&s->hp, &io, &e))) return rc;
     rc |= gguf_writer_set_u32(gw, "hearth.slice.n_head_kv", (uint32_t)(s->share.kv_end - s->share.kv_begin));
     rc |= gguf_writer_set_u32(gw, "hearth.slice.n_ff", (uint32_t)(s->share.ff_end - s->share.ff_begin));
-    rc |= gguf_writer_set_u32(gw, "hearth.slice.n_vocab", (uint32_t)s->hp[HP_VOCAB]);
-    rc |= gguf_writer_set_bool(gw, "hearth.slice.qkv_bias", s->qkv_bias);
-    rc |= gguf_writer_set_bool(gw, "hearth.slice.qk_norm", s->qk_norm);
     rc |= gguf_writer_set_u32(gw, "hearth.slice.kv_begin", (uint32_t)s->share.kv_begin);
     rc |= gguf_writer_set_u32(gw, "hearth.slice.ff_begin", (uint32_t)s->share.ff_begin);
     rc |= gguf_writer_set_u64(gw, "hearth.slice.model_hash", s->model_hash);
@@ -578,7 +536,7 @@ static int hc_writer_meta(hc_session *s, gguf_writer *gw, const uint64_t *hashes
     if (s->pp) {
         uint32_t ids[HC_PP_MAX_LAYERS];
         int n = 0;
-        for (int il = 0; il < (int)s->hp[HP_LAYER]; il++)
+        for (int il = 0; il < s->hp.n_layer; il++)
             if (s->layers[il]) ids[n++] = (uint32_t)il;
         rc |= gguf_writer_set_arr(gw, "hearth.slice.layers", GGUF_VT_UINT32, ids, (uint64_t)n);
     }
@@ -764,8 +722,8 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
     const hm_hparams *hp = &s->m->hp;
     bool layers_ok = !s->pp ? !s->m->has_layer : s->m->has_layer && !memcmp(s->m->has_layer, s->layers, (size_t)hp->n_layer);
     if (!s->m->is_slice || !layers_ok || s->m->slice_n_head_kv != s->share.kv_end - s->share.kv_begin ||
-        s->m->slice_n_ff != s->share.ff_end - s->share.ff_begin || hp->n_embd != s->hp[HP_EMBD] ||
-        hp->n_layer != s->hp[HP_LAYER] || hp->n_head != s->hp[HP_HEAD] || hp->head_dim != s->hp[HP_HEAD_DIM]) {
+        s->m->slice_n_ff != s->share.ff_end - s->share.ff_begin || hp->n_embd != s->hp.n_embd ||
+        hp->n_layer != s->hp.n_layer || hp->n_head != s->hp.n_head || hp->head_dim != s->hp.head_dim) {
         rc = hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share", s->path);
         goto done;
     }
