@@ -669,13 +669,8 @@ static int hc_ring_setup(hc_session *s) {
     return 0;
 }
 
-static int hc_handle_load(hc_session *s, const hn_msg *plan) {
-    int rc;
-    hc_index x = {0};
-    bool *have = NULL;
-    uint64_t *hv = NULL;
-    if ((rc = hc_parse_plan(s, plan)) || (rc = hc_recv_directory(s))) return rc;
-    /* which of these the cache has */
+/* Receives the head's SLICE_HAVE question (every slice of the directory, in its order); its seq. */
+static int hc_recv_have(hc_session *s, uint32_t *seq) {
     hn_msg m;
     hr_err e = {0};
     if (hn_msg_recv(s->head, &s->rx, &m, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e))
@@ -688,46 +683,72 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
         memcpy(&h, &m.u.slice_have.hashes[i], 8);
         if (h != s->dir[i].hash) return hc_bad(s, m.seq, HR_EPROTO, "SLICE_HAVE hash %d differs from the directory's", i);
     }
-    uint32_t have_seq = m.seq;
-    char model_dir[PATH_MAX];
-    if (snprintf(model_dir, sizeof model_dir, "%s/%016llx", s->w->cache, (unsigned long long)s->model_hash) >=
-        (int)sizeof model_dir)
+    *seq = m.seq;
+    return 0;
+}
+
+/* The model's cache folder (created) into model_dir, and the share's slice file in it into s->path. */
+static int hc_cache_path(hc_session *s, char *model_dir, size_t cap) {
+    hr_err e = {0};
+    if ((size_t)snprintf(model_dir, cap, "%s/%016llx", s->w->cache, (unsigned long long)s->model_hash) >= cap)
         return hc_bad(s, 0, HR_ERANGE, "cache path too long");
     if (hc_mkdirs(model_dir, &e)) return hc_bad(s, 0, e.code, "%s", e.msg);
     uint64_t key = hc_slice_key(s->model_hash, &s->share, s->dir, s->n_dir);
     if ((size_t)snprintf(s->path, sizeof s->path, "%s/%016llx.gguf", model_dir, (unsigned long long)key) >= sizeof s->path)
         return hc_bad(s, 0, HR_ERANGE, "cache path too long");
+    return 0;
+}
+
+/* Answers SLICE_HAVE from the cache and writes the share's slice file unless it is there whole
+   (*complete: then it is to be verified once loaded). */
+static int hc_fill_cache(hc_session *s, bool *complete) {
+    uint32_t have_seq = 0;
+    char model_dir[PATH_MAX];
+    int rc;
+    if ((rc = hc_recv_have(s, &have_seq)) || (rc = hc_cache_path(s, model_dir, sizeof model_dir))) return rc;
+    hc_index x = {0};
     hc_index_scan(model_dir, &x);
-    have = calloc((size_t)s->n_dir, sizeof *have);
-    hv = malloc((size_t)s->n_dir * sizeof *hv);
+    bool *have = calloc((size_t)s->n_dir, sizeof *have);
+    uint64_t *hv = malloc((size_t)s->n_dir * sizeof *hv);
+    hr_err e = {0};
     if (!have || !hv) { rc = hc_bad(s, 0, HR_ENOMEM, "out of memory"); goto done; }
     uint32_t nh = 0;
     for (int i = 0; i < s->n_dir; i++)
         if (hc_index_find(&x, s->dir[i].hash, s->dir[i].size, NULL)) { have[i] = true; hv[nh++] = s->dir[i].hash; }
-    bool complete = nh == (uint32_t)s->n_dir && access(s->path, R_OK) == 0;
+    *complete = nh == (uint32_t)s->n_dir && access(s->path, R_OK) == 0;
     hn_msg r = {.type = HN_MSG_SLICE_HAVE, .seq = have_seq};
     r.u.slice_have = (hn_slice_have){.model_hash = s->model_hash, .n_hashes = nh, .hashes = hv};
     if (hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
     HR_LOGI("worker: share kv [%d, %d) ff [%d, %d): %u of %d slices cached%s", s->share.kv_begin, s->share.kv_end,
-            s->share.ff_begin, s->share.ff_end, nh, s->n_dir, complete ? " (the whole file)" : "");
-    if (!complete && (rc = hc_write_slices(s, &x, have))) goto done;
+            s->share.ff_begin, s->share.ff_end, nh, s->n_dir, *complete ? " (the whole file)" : "");
+    if (!*complete) rc = hc_write_slices(s, &x, have);
+done:
     hc_index_free(&x);
+    free(have);
+    free(hv);
+    return rc;
+}
 
-    /* load the slice file as a model */
-    if (!(s->g = gguf_open(s->path, &e)) || !(s->m = hm_model_load(s->g, &e))) {
-        rc = hc_bad(s, 0, e.code ? e.code : HR_EFORMAT, "slice file %s: %s", s->path, e.msg);
-        goto done;
-    }
-    if (complete && (rc = hc_verify_file(s))) goto done;
+/* Loads the slice file as a model and checks it holds the planned share (verified first if reused). */
+static int hc_open_slices(hc_session *s, bool complete) {
+    hr_err e = {0};
+    int rc;
+    if (!(s->g = gguf_open(s->path, &e)) || !(s->m = hm_model_load(s->g, &e)))
+        return hc_bad(s, 0, e.code ? e.code : HR_EFORMAT, "slice file %s: %s", s->path, e.msg);
+    if (complete && (rc = hc_verify_file(s))) return rc;
     const hm_hparams *hp = &s->m->hp;
     bool layers_ok = !s->pp ? !s->m->has_layer : s->m->has_layer && !memcmp(s->m->has_layer, s->layers, (size_t)hp->n_layer);
     if (!s->m->is_slice || !layers_ok || s->m->slice_n_head_kv != s->share.kv_end - s->share.kv_begin ||
         s->m->slice_n_ff != s->share.ff_end - s->share.ff_begin || hp->n_embd != s->hp.n_embd ||
-        hp->n_layer != s->hp.n_layer || hp->n_head != s->hp.n_head || hp->head_dim != s->hp.head_dim) {
-        rc = hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share", s->path);
-        goto done;
-    }
-    /* the all-reduce and the context */
+        hp->n_layer != s->hp.n_layer || hp->n_head != s->hp.n_head || hp->head_dim != s->hp.head_dim)
+        return hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share", s->path);
+    return 0;
+}
+
+/* The all-reduce over the head, and the ring links to the neighbours (a ring all-reduce, or a
+   pipeline, which passes hidden states over them). */
+static int hc_link(hc_session *s) {
+    int rc;
     s->ar = (hc_ar){.mode = s->mode, .k = (int)s->n_dev, .me = (int)s->index, .timeout_ms = s->timeout_ms};
     s->ar_conn[0] = s->head;
     s->ar.conn = s->ar_conn;
@@ -737,22 +758,25 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
         s->name_ptr[i] = s->names[i];
     }
     s->ar.names = s->name_ptr;
-    if (s->mode == HC_ALLREDUCE_RING || s->pp) {
-        /* the pipeline passes hidden states over the same links */
-        if ((rc = hc_ring_setup(s))) goto done;
-        int nx = (int)(s->index + 1) % (int)s->n_dev, pv = (int)s->index - 1;
-        s->ar.next_dev = nx;
-        s->ar.prev_dev = pv;
-        s->ar.next = s->ring_next_conn ? s->ring_next_conn : s->head;
-        s->ar.prev = s->ring_prev_conn ? s->ring_prev_conn : s->head;
-        if (s->ring_next_conn) snprintf(s->names[nx], sizeof s->names[nx], "%s", s->ring_next);
-        if (s->ring_prev_conn) snprintf(s->names[pv], sizeof s->names[pv], "%s", hn_conn_peer(s->ring_prev_conn));
-        if ((nx == 0) != (s->ring_next_conn == NULL) || (pv == 0) != (s->ring_prev_conn == NULL)) {
-            rc = hc_bad(s, 0, HR_EPROTO, "LOAD_PLAN: ring links do not match device %u of %u", s->index, s->n_dev);
-            goto done;
-        }
-        hc_ar_ring_init(&s->ar);
-    }
+    if (s->mode != HC_ALLREDUCE_RING && !s->pp) return 0;
+    if ((rc = hc_ring_setup(s))) return rc;
+    int nx = (int)(s->index + 1) % (int)s->n_dev, pv = (int)s->index - 1;
+    s->ar.next_dev = nx;
+    s->ar.prev_dev = pv;
+    s->ar.next = s->ring_next_conn ? s->ring_next_conn : s->head;
+    s->ar.prev = s->ring_prev_conn ? s->ring_prev_conn : s->head;
+    if (s->ring_next_conn) snprintf(s->names[nx], sizeof s->names[nx], "%s", s->ring_next);
+    if (s->ring_prev_conn) snprintf(s->names[pv], sizeof s->names[pv], "%s", hn_conn_peer(s->ring_prev_conn));
+    if ((nx == 0) != (s->ring_next_conn == NULL) || (pv == 0) != (s->ring_prev_conn == NULL))
+        return hc_bad(s, 0, HR_EPROTO, "LOAD_PLAN: ring links do not match device %u of %u", s->index, s->n_dev);
+    hc_ar_ring_init(&s->ar);
+    return 0;
+}
+
+/* The residency manager, the weights in memory and the context (KV cache) of the share. */
+static int hc_create_context(hc_session *s) {
+    hr_err e = {0};
+    const hm_hparams *hp = &s->m->hp;
     hm_ctx_params cp = hm_ctx_default_params();
     cp.n_ctx = s->n_ctx;
     cp.n_batch = s->n_batch;
@@ -764,28 +788,27 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
         sh.sync_user = &s->ar;
     }
     if (hmem_setup(s->m, &sh, s->path, s->w->mem_budget[0] ? s->w->mem_budget : NULL, s->w->window,
-                      !s->w->no_prefetch, hm_ctx_bytes_for_shard(hp, &sh, &cp), &s->mem, &e)) {
-        rc = hc_bad(s, 0, e.code, "%s", e.msg);
-        goto done;
-    }
+                      !s->w->no_prefetch, hm_ctx_bytes_for_shard(hp, &sh, &cp), &s->mem, &e))
+        return hc_bad(s, 0, e.code, "%s", e.msg);
     if (s->mem) {
         char line[512];
         hmem_summary(s->mem, line, sizeof line);
         HR_LOGI("worker: %s", line);
     }
-    if (hmem_load_weights(s->mem, s->m, &sh, s->w->use_mmap, s->w->no_repack, &e)) {
-        rc = hc_bad(s, 0, e.code, "%s", e.msg);
-        goto done;
-    }
-    if (!(s->ctx = hm_ctx_create(s->m, &sh, &cp, &e))) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
+    if (hmem_load_weights(s->mem, s->m, &sh, s->w->use_mmap, s->w->no_repack, &e)) return hc_bad(s, 0, e.code, "%s", e.msg);
+    if (!(s->ctx = hm_ctx_create(s->m, &sh, &cp, &e))) return hc_bad(s, 0, e.code, "%s", e.msg);
     memcpy(s->win, sh.windows, sizeof s->win);
-    if (s->pp && !(s->pp_out = hr_alloc_aligned((size_t)s->n_batch * hp->n_embd * sizeof(float), 64))) {
-        rc = hc_bad(s, 0, HR_ENOMEM, "out of memory");
-        goto done;
-    }
-    hn_msg rd = {.type = HN_MSG_READY, .seq = plan->seq};
+    if (s->pp && !(s->pp_out = hr_alloc_aligned((size_t)s->n_batch * hp->n_embd * sizeof(float), 64)))
+        return hc_bad(s, 0, HR_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* READY to the plan's seq; the links' counters from here on are the session's. */
+static int hc_send_ready(hc_session *s, uint32_t seq) {
+    hr_err e = {0};
+    hn_msg rd = {.type = HN_MSG_READY, .seq = seq};
     rd.u.ready = (hn_ready){.model_hash = s->model_hash, .weight_bytes = s->weight_bytes, .n_slices = (uint32_t)s->n_dir};
-    if (hn_msg_send(s->head, &rd, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
+    if (hn_msg_send(s->head, &rd, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) return hc_bad(s, 0, e.code, "%s", e.msg);
     hn_conn_get_stats(s->head, &s->base_stats);
     if (s->ring_next_conn) hn_conn_get_stats(s->ring_next_conn, &s->base_next);
     if (s->ring_prev_conn) hn_conn_get_stats(s->ring_prev_conn, &s->base_prev);
@@ -793,11 +816,18 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
     HR_LOGI("worker: ready: device %u of %u, %.1f MiB of weights (%.1f MiB received), %s", s->index, s->n_dev,
             hm_model_weight_bytes(s->m) / 1048576.0, s->weight_bytes / 1048576.0,
             s->pp ? "pipeline stage" : s->mode == HC_ALLREDUCE_RING ? "ring all-reduce" : "star all-reduce");
-done:
-    hc_index_free(&x);
-    free(have);
-    free(hv);
-    return rc;
+    return 0;
+}
+
+/* LOAD_PLAN: the plan and the slice directory, the slices (cache or head), the model, the links, the
+   context, READY. Any failure has told the head and ends the session. */
+static int hc_handle_load(hc_session *s, const hn_msg *plan) {
+    bool complete = false;
+    int rc;
+    if ((rc = hc_parse_plan(s, plan)) || (rc = hc_recv_directory(s)) || (rc = hc_fill_cache(s, &complete)) ||
+        (rc = hc_open_slices(s, complete)) || (rc = hc_link(s)) || (rc = hc_create_context(s)))
+        return rc;
+    return hc_send_ready(s, plan->seq);
 }
 
 /* ---- FORWARD ---- */
