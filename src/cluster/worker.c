@@ -357,6 +357,34 @@ static int hc_parse_layers(hc_session *s, const hn_load_plan *p, uint32_t seq) {
     return 0;
 }
 
+/* tensor-parallel units: the same attention heads and FFN rows in every layer (one share per device
+   for now) */
+static int hc_parse_share(hc_session *s, const hn_load_plan *p, uint32_t seq) {
+    int64_t gqa = s->hp.n_head / s->hp.n_head_kv;
+    if (p->n_units != 2 * (uint32_t)s->hp.n_layer)
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %u units for %d layers (expected 2 per layer)", p->n_units,
+                      s->hp.n_layer);
+    for (uint32_t i = 0; i < p->n_units; i++) {
+        const hn_unit *u = &p->units[i];
+        bool att = u->kind == HN_UNIT_ATTN_HEADS;
+        if (u->layer != i / 2 || u->kind != (i % 2 ? HN_UNIT_FFN_ROWS : HN_UNIT_ATTN_HEADS))
+            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: unit %u is not layer %u's %s", i, i / 2,
+                          i % 2 ? "FFN rows" : "attention heads");
+        if (att && (u->begin % gqa || u->end % gqa || u->end > (uint32_t)s->hp.n_head))
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: attention heads [%u, %u) do not cover whole KV groups",
+                          u->begin, u->end);
+        if (!att && u->end > (uint32_t)s->hp.n_ff) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: FFN rows beyond n_ff");
+        hc_share sh = s->share;
+        if (att) { sh.kv_begin = (int32_t)(u->begin / gqa); sh.kv_end = (int32_t)(u->end / gqa); }
+        else { sh.ff_begin = (int32_t)u->begin; sh.ff_end = (int32_t)u->end; }
+        if (i >= 2 && memcmp(&sh, &s->share, sizeof sh))
+            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: shares that differ between layers are not supported");
+        s->share = sh;
+    }
+    return 0;
+}
+
+/* The plan into the session: devices, hyper-parameters (untrusted: the model's checks), settings, units. */
 static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     const hn_load_plan *p = &msg->u.load_plan;
     uint32_t seq = msg->seq;
@@ -392,30 +420,7 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     if ((v = hc_param(p, "ring_next"))) hn_str_copy(s->ring_next, sizeof s->ring_next, *v);
     if ((v = hc_param(p, "ring_token")) && !hc_parse_u64(*v, &s->ring_token, 16))
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad ring_token");
-    if (s->pp) return hc_parse_layers(s, p, seq);
-    /* units: the same attention heads and FFN rows in every layer (one share per device for now) */
-    int64_t gqa = s->hp.n_head / s->hp.n_head_kv;
-    if (p->n_units != 2 * (uint32_t)s->hp.n_layer)
-        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %u units for %d layers (expected 2 per layer)", p->n_units,
-                      s->hp.n_layer);
-    for (uint32_t i = 0; i < p->n_units; i++) {
-        const hn_unit *u = &p->units[i];
-        bool att = u->kind == HN_UNIT_ATTN_HEADS;
-        if (u->layer != i / 2 || u->kind != (i % 2 ? HN_UNIT_FFN_ROWS : HN_UNIT_ATTN_HEADS))
-            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: unit %u is not layer %u's %s", i, i / 2,
-                          i % 2 ? "FFN rows" : "attention heads");
-        if (att && (u->begin % gqa || u->end % gqa || u->end > (uint32_t)s->hp.n_head))
-            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: attention heads [%u, %u) do not cover whole KV groups",
-                          u->begin, u->end);
-        if (!att && u->end > (uint32_t)s->hp.n_ff) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: FFN rows beyond n_ff");
-        hc_share sh = s->share;
-        if (att) { sh.kv_begin = (int32_t)(u->begin / gqa); sh.kv_end = (int32_t)(u->end / gqa); }
-        else { sh.ff_begin = (int32_t)u->begin; sh.ff_end = (int32_t)u->end; }
-        if (i >= 2 && memcmp(&sh, &s->share, sizeof sh))
-            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: shares that differ between layers are not supported");
-        s->share = sh;
-    }
-    return 0;
+    return s->pp ? hc_parse_layers(s, p, seq) : hc_parse_share(s, p, seq);
 }
 
 static bool hc_name_ok(const char *n) {
