@@ -53,7 +53,8 @@ static const char *hm_hp_name(const hm_hp_key *k, const char *arch, hm_kv_form f
     bool own = !strncmp(k->gguf, "hearth.", 7);
     if (form == HM_KV_PLAN) return k->plan;
     if (own) return form == HM_KV_MODEL ? NULL : k->gguf;
-    if ((size_t)snprintf(buf, cap, "%s.%s", arch, k->gguf) >= cap) return NULL;
+    int n = snprintf(buf, cap, "%s.%s", arch, k->gguf);
+    HR_ASSERT(n > 0 && (size_t)n < cap);   /* arch names are short (hm_hparams.arch_name) */
     return buf;
 }
 
