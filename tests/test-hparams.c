@@ -51,10 +51,11 @@ static bool same_hparams(const hm_hparams *a, const hm_hparams *b) {
            a->rope_neox == b->rope_neox && a->has_qkv_bias == b->has_qkv_bias && a->has_qk_norm == b->has_qk_norm;
 }
 
-/* a GGUF writer's store that leaves out one key */
+/* a GGUF writer's store that leaves out one key, or writes another one's value doubled */
 static hm_kv_io file_io;
-static const char *file_skip;
+static const char *file_skip, *file_double;
 static int skip_set(void *user, const char *key, hm_kv_type type, hm_kv_val v) {
+    if (file_double && !strcmp(key, file_double)) v.i *= 2;
     return file_skip && !strcmp(key, file_skip) ? 0 : file_io.set(user, key, type, v);
 }
 
@@ -169,6 +170,9 @@ static void test_rejects(const hm_hparams *hp) {
     file_skip = "llama.attention.head_count_kv";   /* optional: n_head */
     CHECK(file_round_trip(hp, &out, &err) == 0 && out.n_head_kv == out.n_head);
     file_skip = NULL;
+    file_double = "llama.attention.value_length";
+    CHECK(file_round_trip(hp, &out, &err) == HR_EUNSUPPORTED && strstr(err.msg, "'llama.attention.value_length'"));
+    file_double = NULL;
     bad = *hp;
     bad.n_vocab = 0;
     CHECK(file_round_trip(&bad, &out, &err) == HR_EFORMAT && strstr(err.msg, "'hearth.slice.n_vocab' = 0"));

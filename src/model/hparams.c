@@ -88,6 +88,33 @@ static bool hm_hp_in_range(const hm_hp_key *k, hm_kv_val v) {
     return true;
 }
 
+/* One key from io into its field of hp: its default when absent, bounds checked. */
+static int hm_hp_read(hm_hparams *hp, const hm_hp_key *k, const char *name, const char *what, const hm_kv_io *io,
+                      hr_err *err) {
+    hm_kv_val v = {0};
+    int got = io->get(io->user, name, k->type, &v);
+    if (got < 0)
+        return hr_fail(err, HR_EFORMAT, "%s '%s' is not %s", what, name,
+                       k->type == HM_KV_I32 ? "an integer" : k->type == HM_KV_F32 ? "a number" : "a bool");
+    if (k->echo) {
+        if (got && v.i != hm_hp_field(hp, k).i)
+            return hr_fail(err, HR_EUNSUPPORTED, "%s '%s' = %lld differs from the key length %d: not supported",
+                           what, name, (long long)v.i, hp->head_dim);
+        return 0;
+    }
+    if (!got && !k->has_def) return hr_fail(err, HR_EFORMAT, "missing %s '%s'", what, name);
+    if (!got && k->type == HM_KV_F32) v.f = (float)k->def;
+    else if (!got) v.i = (int64_t)(k->def_fn ? k->def_fn(hp) : k->def);
+    if (!hm_hp_in_range(k, v)) {
+        if (k->type == HM_KV_F32)
+            return hr_fail(err, HR_EFORMAT, "%s '%s' = %g is out of range (%g, %g)", what, name, v.f, k->lo, k->hi);
+        return hr_fail(err, HR_EFORMAT, "%s '%s' = %lld is out of range [%.0f, %.0f]", what, name, (long long)v.i,
+                       k->lo, k->hi);
+    }
+    hm_hp_store(hp, k, v);
+    return 0;
+}
+
 int hm_hparams_to_kv(const hm_hparams *hp, const hm_kv_io *io, hr_err *err) {
     char buf[128];
     for (size_t i = 0; i < HR_ARRAY_LEN(hm_hp_keys); i++) {
@@ -117,28 +144,8 @@ int hm_hparams_from_kv(hm_hparams *hp, const char *arch, const hm_kv_io *io, hr_
         const hm_hp_key *k = &hm_hp_keys[i];
         const char *name = hm_hp_name(k, arch, io->form, buf, sizeof buf);
         if (!name) continue;
-        hm_kv_val v = {0};
-        int got = io->get(io->user, name, k->type, &v);
-        if (got < 0)
-            return hr_fail(err, HR_EFORMAT, "%s '%s' is not %s", what, name,
-                           k->type == HM_KV_I32 ? "an integer" : k->type == HM_KV_F32 ? "a number" : "a bool");
-        if (got == 0 && k->echo) continue;
-        if (got == 0 && !k->has_def) return hr_fail(err, HR_EFORMAT, "missing %s '%s'", what, name);
-        if (got == 0 && k->type == HM_KV_F32) v.f = (float)k->def;
-        else if (got == 0) v.i = (int64_t)(k->def_fn ? k->def_fn(hp) : k->def);
-        if (k->echo) {
-            if (v.i != hm_hp_field(hp, k).i)
-                return hr_fail(err, HR_EUNSUPPORTED, "%s '%s' = %lld differs from the key length %d: not supported",
-                               what, name, (long long)v.i, hp->head_dim);
-            continue;
-        }
-        if (!hm_hp_in_range(k, v)) {
-            if (k->type == HM_KV_F32)
-                return hr_fail(err, HR_EFORMAT, "%s '%s' = %g is out of range (%g, %g)", what, name, v.f, k->lo, k->hi);
-            return hr_fail(err, HR_EFORMAT, "%s '%s' = %lld is out of range [%.0f, %.0f]", what, name, (long long)v.i,
-                           k->lo, k->hi);
-        }
-        hm_hp_store(hp, k, v);
+        int rc = hm_hp_read(hp, k, name, what, io, err);
+        if (rc) return rc;
     }
     char b2[128];
     if (hp->n_head % hp->n_head_kv != 0)
