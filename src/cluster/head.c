@@ -157,6 +157,14 @@ static void hc_kv(hc_kvbuf *b, const char *k, const char *fmt, ...) {
     b->n++;
 }
 
+/* LOAD_PLAN's hyper-parameters as text (hm_hparams_to_kv's store; its keys are static there) */
+static int hc_kv_set(void *user, const char *key, hm_kv_type type, hm_kv_val v) {
+    char t[64];
+    hm_kv_format(t, sizeof t, type, v);
+    hc_kv(user, key, "%s", t);
+    return 0;
+}
+
 /* LOAD_PLAN, the slice directory, SLICE_HAVE, the missing slices, READY — for worker d */
 static int hc_load_worker(hc_head *h, int d, uint64_t model_hash, uint64_t token, const hm_ctx_params *cp,
                           uint64_t *done, uint64_t total, uint8_t *tmp, hr_err *err) {
@@ -187,18 +195,8 @@ static int hc_load_worker(hc_head *h, int d, uint64_t model_hash, uint64_t token
         units[nu++] = (hn_unit){(uint32_t)il, HN_UNIT_FFN_ROWS, (uint32_t)sh->ff_begin, (uint32_t)sh->ff_end};
     }
     hc_kvbuf kb = {0};
-    hc_kv(&kb, "n_vocab", "%d", hp->n_vocab);
-    hc_kv(&kb, "n_embd", "%d", hp->n_embd);
-    hc_kv(&kb, "n_layer", "%d", hp->n_layer);
-    hc_kv(&kb, "n_head", "%d", hp->n_head);
-    hc_kv(&kb, "n_head_kv", "%d", hp->n_head_kv);
-    hc_kv(&kb, "head_dim", "%d", hp->head_dim);
-    hc_kv(&kb, "n_ff", "%d", hp->n_ff);
-    hc_kv(&kb, "n_ctx_train", "%d", hp->n_ctx_train);
-    hc_kv(&kb, "rms_eps", "%.9g", hp->rms_eps);
-    hc_kv(&kb, "rope_base", "%.9g", hp->rope_base);
-    hc_kv(&kb, "qkv_bias", "%d", hp->has_qkv_bias);
-    hc_kv(&kb, "qk_norm", "%d", hp->has_qk_norm);
+    hm_kv_io io = {.form = HM_KV_PLAN, .user = &kb, .set = hc_kv_set};
+    if ((rc = hm_hparams_to_kv(hp, &io, err))) goto done;
     hc_kv(&kb, "n_ctx", "%d", h->n_ctx);
     hc_kv(&kb, "n_batch", "%d", h->n_batch);
     hc_kv(&kb, "kv_type", "%d", cp->kv_type);

@@ -106,10 +106,7 @@ typedef struct hc_session {
     uint64_t   model_hash;
     uint32_t   index, n_dev;
     hc_share   share;
-    char       arch[32];
-    int64_t    hp[16];           /* hyper-parameters, in hc_hp_keys order */
-    float      rms_eps, rope_base;
-    bool       qkv_bias, qk_norm;
+    hm_hparams hp;               /* the model's, as the plan says (hm_hparams_from_kv) */
     int32_t    n_ctx, n_batch, kv_type;
     int        mode, timeout_ms;
     char       ring_next[256];
@@ -142,10 +139,6 @@ typedef struct hc_session {
     uint64_t   weight_bytes;
     hn_conn_stats base_stats, base_next, base_prev; /* counters at the last STATS */
 } hc_session;
-
-static const char *const hc_hp_keys[] = {"n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff",
-                                         "n_ctx_train"};
-enum { HP_VOCAB, HP_EMBD, HP_LAYER, HP_HEAD, HP_HEAD_KV, HP_HEAD_DIM, HP_FF, HP_CTX_TRAIN, HP_COUNT };
 
 static void hc_session_free(hc_session *s) {
     hm_ctx_free(s->ctx);
@@ -192,23 +185,17 @@ static bool hc_parse_u64(hn_str v, uint64_t *out, int base) {
     return true;
 }
 
-static bool hc_parse_f32(hn_str v, float *out) {
-    char b[64];
-    if (v.n == 0 || v.n >= sizeof b) return false;
-    memcpy(b, v.s, v.n);
-    b[v.n] = 0;
-    char *end;
-    errno = 0;
-    float x = strtof(b, &end);
-    if (errno || *end || !(x > 0) || x > 1e30f) return false;
-    *out = x;
-    return true;
-}
-
 static const hn_str *hc_param(const hn_load_plan *p, const char *key) {
     for (uint32_t i = 0; i < p->n_params; i++)
         if (hn_str_eq(p->params[i].key, key)) return &p->params[i].value;
     return NULL;
+}
+
+/* LOAD_PLAN's hyper-parameters as text (hm_hparams_from_kv's store) */
+static int hc_plan_get(void *user, const char *key, hm_kv_type type, hm_kv_val *v) {
+    const hn_str *t = hc_param(user, key);
+    if (!t) return 0;
+    return hm_kv_parse(t->s, t->n, type, v) ? 1 : HR_EFORMAT;
 }
 
 /* A ring connection is announced by HELLO with device "ring <token, 16 hex>". */
@@ -295,7 +282,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         KV("send_ns", "%" PRId64, s->ar.send_ns);
         KV("bytes_sent", "%" PRIu64, sent);
         KV("bytes_received", "%" PRIu64, recv);
-        KV("n_layers", "%d", s->pp ? s->n_layers : (int)s->hp[HP_LAYER]);
+        KV("n_layers", "%d", s->pp ? s->n_layers : s->hp.n_layer);
         if (s->mem) {
             hmem_sample smp;
             hmem_take_sample(s->mem, &smp);
@@ -336,7 +323,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
 
 /* pipeline units: whole layers, ascending, at least one; the share is every unit of them */
 static int hc_parse_layers(hc_session *s, const hn_load_plan *p, uint32_t seq) {
-    int L = (int)s->hp[HP_LAYER];
+    int L = s->hp.n_layer;
     if (p->n_units < 1 || p->n_units > (uint32_t)L)
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: a pipeline stage of %u layers out of %d", p->n_units, L);
     if (!(s->layers = calloc((size_t)L, 1))) return hc_bad(s, seq, HR_ENOMEM, "out of memory");
@@ -353,10 +340,38 @@ static int hc_parse_layers(hc_session *s, const hn_load_plan *p, uint32_t seq) {
         return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: %d windows of layers (at most %d per device)", runs,
                       HM_MAX_WINDOWS);
     s->n_layers = (int)p->n_units;
-    s->share = (hc_share){0, (int32_t)s->hp[HP_HEAD_KV], 0, (int32_t)s->hp[HP_FF]};
+    s->share = (hc_share){0, s->hp.n_head_kv, 0, s->hp.n_ff};
     return 0;
 }
 
+/* tensor-parallel units: the same attention heads and FFN rows in every layer (one share per device
+   for now) */
+static int hc_parse_share(hc_session *s, const hn_load_plan *p, uint32_t seq) {
+    int64_t gqa = s->hp.n_head / s->hp.n_head_kv;
+    if (p->n_units != 2 * (uint32_t)s->hp.n_layer)
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %u units for %d layers (expected 2 per layer)", p->n_units,
+                      s->hp.n_layer);
+    for (uint32_t i = 0; i < p->n_units; i++) {
+        const hn_unit *u = &p->units[i];
+        bool att = u->kind == HN_UNIT_ATTN_HEADS;
+        if (u->layer != i / 2 || u->kind != (i % 2 ? HN_UNIT_FFN_ROWS : HN_UNIT_ATTN_HEADS))
+            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: unit %u is not layer %u's %s", i, i / 2,
+                          i % 2 ? "FFN rows" : "attention heads");
+        if (att && (u->begin % gqa || u->end % gqa || u->end > (uint32_t)s->hp.n_head))
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: attention heads [%u, %u) do not cover whole KV groups",
+                          u->begin, u->end);
+        if (!att && u->end > (uint32_t)s->hp.n_ff) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: FFN rows beyond n_ff");
+        hc_share sh = s->share;
+        if (att) { sh.kv_begin = (int32_t)(u->begin / gqa); sh.kv_end = (int32_t)(u->end / gqa); }
+        else { sh.ff_begin = (int32_t)u->begin; sh.ff_end = (int32_t)u->end; }
+        if (i >= 2 && memcmp(&sh, &s->share, sizeof sh))
+            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: shares that differ between layers are not supported");
+        s->share = sh;
+    }
+    return 0;
+}
+
+/* The plan into the session: devices, hyper-parameters (untrusted: the model's checks), settings, units. */
 static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     const hn_load_plan *p = &msg->u.load_plan;
     uint32_t seq = msg->seq;
@@ -365,31 +380,18 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     s->n_dev = p->n_devices;
     if (s->n_dev < 2 || s->n_dev > HC_MAX_DEVICES || s->index == 0)
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: device %u of %u is not a worker's place", s->index, s->n_dev);
-    if (p->arch.n == 0 || p->arch.n >= sizeof s->arch) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad arch");
-    hn_str_copy(s->arch, sizeof s->arch, p->arch);
-    for (const char *c = s->arch; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
-            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad arch");
-    for (int i = 0; i < HP_COUNT; i++) {
-        const hn_str *v = hc_param(p, hc_hp_keys[i]);
-        uint64_t x;
-        if (!v || !hc_parse_u64(*v, &x, 10) || x < 1 || x > (1u << 24))
-            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: parameter '%s' missing or out of range", hc_hp_keys[i]);
-        s->hp[i] = (int64_t)x;
-    }
-    if (s->hp[HP_LAYER] > 4096 || s->hp[HP_HEAD] % s->hp[HP_HEAD_KV] || s->hp[HP_HEAD_DIM] > 1024)
-        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: inconsistent hyper-parameters");
+    char arch[sizeof s->hp.arch_name];
+    if (p->arch.n == 0 || p->arch.n >= sizeof arch) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad arch");
+    hn_str_copy(arch, sizeof arch, p->arch);
+    hm_kv_io io = {.form = HM_KV_PLAN, .user = (void *)p, .get = hc_plan_get};
+    hr_err e = {0};
+    if (hm_hparams_from_kv(&s->hp, arch, &io, &e)) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %s", e.msg);
     const hn_str *v;
     uint64_t x;
-    if (!(v = hc_param(p, "rms_eps")) || !hc_parse_f32(*v, &s->rms_eps) || !(v = hc_param(p, "rope_base")) ||
-        !hc_parse_f32(*v, &s->rope_base))
-        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: rms_eps / rope_base missing or bad");
 #define U(key, var, lo, hi) \
     if (!(v = hc_param(p, key)) || !hc_parse_u64(*v, &x, 10) || (int64_t)x < (int64_t)(lo) || x > (hi)) \
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: parameter '%s' missing or out of range", key); \
     var = x;
-    U("qkv_bias", s->qkv_bias, 0, 1)
-    U("qk_norm", s->qk_norm, 0, 1)
     U("n_ctx", s->n_ctx, 1, 1u << 24)
     U("n_batch", s->n_batch, 1, 1u << 16)
     U("kv_type", s->kv_type, 0, 64)
@@ -405,30 +407,7 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     if ((v = hc_param(p, "ring_next"))) hn_str_copy(s->ring_next, sizeof s->ring_next, *v);
     if ((v = hc_param(p, "ring_token")) && !hc_parse_u64(*v, &s->ring_token, 16))
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad ring_token");
-    if (s->pp) return hc_parse_layers(s, p, seq);
-    /* units: the same attention heads and FFN rows in every layer (one share per device for now) */
-    int64_t gqa = s->hp[HP_HEAD] / s->hp[HP_HEAD_KV];
-    if (p->n_units != 2 * (uint32_t)s->hp[HP_LAYER])
-        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %u units for %lld layers (expected 2 per layer)", p->n_units,
-                      (long long)s->hp[HP_LAYER]);
-    for (uint32_t i = 0; i < p->n_units; i++) {
-        const hn_unit *u = &p->units[i];
-        bool att = u->kind == HN_UNIT_ATTN_HEADS;
-        if (u->layer != i / 2 || u->kind != (i % 2 ? HN_UNIT_FFN_ROWS : HN_UNIT_ATTN_HEADS))
-            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: unit %u is not layer %u's %s", i, i / 2,
-                          i % 2 ? "FFN rows" : "attention heads");
-        if (att && (u->begin % gqa || u->end % gqa || u->end > s->hp[HP_HEAD]))
-            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: attention heads [%u, %u) do not cover whole KV groups",
-                          u->begin, u->end);
-        if (!att && u->end > s->hp[HP_FF]) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: FFN rows beyond n_ff");
-        hc_share sh = s->share;
-        if (att) { sh.kv_begin = (int32_t)(u->begin / gqa); sh.kv_end = (int32_t)(u->end / gqa); }
-        else { sh.ff_begin = (int32_t)u->begin; sh.ff_end = (int32_t)u->end; }
-        if (i >= 2 && memcmp(&sh, &s->share, sizeof sh))
-            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: shares that differ between layers are not supported");
-        s->share = sh;
-    }
-    return 0;
+    return s->pp ? hc_parse_layers(s, p, seq) : hc_parse_share(s, p, seq);
 }
 
 static bool hc_name_ok(const char *n) {
@@ -536,28 +515,12 @@ static const void *hc_index_find(const hc_index *x, uint64_t hash, uint64_t size
 }
 
 static int hc_writer_meta(hc_session *s, gguf_writer *gw, const uint64_t *hashes) {
-    char k[128];
-    int rc = gguf_writer_set_str(gw, "general.architecture", s->arch);
-#define SETU(suffix, v) do { if (snprintf(k, sizeof k, "%s.%s", s->arch, suffix) >= (int)sizeof k) return HR_ERANGE; \
-        rc |= gguf_writer_set_u32(gw, k, (uint32_t)(v)); } while (0)
-    SETU("embedding_length", s->hp[HP_EMBD]);
-    SETU("block_count", s->hp[HP_LAYER]);
-    SETU("attention.head_count", s->hp[HP_HEAD]);
-    SETU("attention.head_count_kv", s->hp[HP_HEAD_KV]);
-    SETU("feed_forward_length", s->hp[HP_FF]);
-    SETU("context_length", s->hp[HP_CTX_TRAIN]);
-    SETU("attention.key_length", s->hp[HP_HEAD_DIM]);
-    SETU("attention.value_length", s->hp[HP_HEAD_DIM]);
-#undef SETU
-    if (snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", s->arch) >= (int)sizeof k) return HR_ERANGE;
-    rc |= gguf_writer_set_f32(gw, k, s->rms_eps);
-    if (snprintf(k, sizeof k, "%s.rope.freq_base", s->arch) >= (int)sizeof k) return HR_ERANGE;
-    rc |= gguf_writer_set_f32(gw, k, s->rope_base);
+    hr_err e = {0};
+    hm_kv_io io = hm_kv_gguf_writer(gw, HM_KV_SLICE);
+    int rc = gguf_writer_set_str(gw, "general.architecture", s->hp.arch_name);
+    if (rc || (rc = hm_hparams_to_kv(&s->hp, &io, &e))) return rc;
     rc |= gguf_writer_set_u32(gw, "hearth.slice.n_head_kv", (uint32_t)(s->share.kv_end - s->share.kv_begin));
     rc |= gguf_writer_set_u32(gw, "hearth.slice.n_ff", (uint32_t)(s->share.ff_end - s->share.ff_begin));
-    rc |= gguf_writer_set_u32(gw, "hearth.slice.n_vocab", (uint32_t)s->hp[HP_VOCAB]);
-    rc |= gguf_writer_set_bool(gw, "hearth.slice.qkv_bias", s->qkv_bias);
-    rc |= gguf_writer_set_bool(gw, "hearth.slice.qk_norm", s->qk_norm);
     rc |= gguf_writer_set_u32(gw, "hearth.slice.kv_begin", (uint32_t)s->share.kv_begin);
     rc |= gguf_writer_set_u32(gw, "hearth.slice.ff_begin", (uint32_t)s->share.ff_begin);
     rc |= gguf_writer_set_u64(gw, "hearth.slice.model_hash", s->model_hash);
@@ -565,7 +528,7 @@ static int hc_writer_meta(hc_session *s, gguf_writer *gw, const uint64_t *hashes
     if (s->pp) {
         uint32_t ids[HC_PP_MAX_LAYERS];
         int n = 0;
-        for (int il = 0; il < (int)s->hp[HP_LAYER]; il++)
+        for (int il = 0; il < s->hp.n_layer; il++)
             if (s->layers[il]) ids[n++] = (uint32_t)il;
         rc |= gguf_writer_set_arr(gw, "hearth.slice.layers", GGUF_VT_UINT32, ids, (uint64_t)n);
     }
@@ -698,13 +661,8 @@ static int hc_ring_setup(hc_session *s) {
     return 0;
 }
 
-static int hc_handle_load(hc_session *s, const hn_msg *plan) {
-    int rc;
-    hc_index x = {0};
-    bool *have = NULL;
-    uint64_t *hv = NULL;
-    if ((rc = hc_parse_plan(s, plan)) || (rc = hc_recv_directory(s))) return rc;
-    /* which of these the cache has */
+/* Receives the head's SLICE_HAVE question (every slice of the directory, in its order); its seq. */
+static int hc_recv_have(hc_session *s, uint32_t *seq) {
     hn_msg m;
     hr_err e = {0};
     if (hn_msg_recv(s->head, &s->rx, &m, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e))
@@ -717,46 +675,72 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
         memcpy(&h, &m.u.slice_have.hashes[i], 8);
         if (h != s->dir[i].hash) return hc_bad(s, m.seq, HR_EPROTO, "SLICE_HAVE hash %d differs from the directory's", i);
     }
-    uint32_t have_seq = m.seq;
-    char model_dir[PATH_MAX];
-    if (snprintf(model_dir, sizeof model_dir, "%s/%016llx", s->w->cache, (unsigned long long)s->model_hash) >=
-        (int)sizeof model_dir)
+    *seq = m.seq;
+    return 0;
+}
+
+/* The model's cache folder (created) into model_dir, and the share's slice file in it into s->path. */
+static int hc_cache_path(hc_session *s, char *model_dir, size_t cap) {
+    hr_err e = {0};
+    if ((size_t)snprintf(model_dir, cap, "%s/%016llx", s->w->cache, (unsigned long long)s->model_hash) >= cap)
         return hc_bad(s, 0, HR_ERANGE, "cache path too long");
     if (hc_mkdirs(model_dir, &e)) return hc_bad(s, 0, e.code, "%s", e.msg);
     uint64_t key = hc_slice_key(s->model_hash, &s->share, s->dir, s->n_dir);
     if ((size_t)snprintf(s->path, sizeof s->path, "%s/%016llx.gguf", model_dir, (unsigned long long)key) >= sizeof s->path)
         return hc_bad(s, 0, HR_ERANGE, "cache path too long");
+    return 0;
+}
+
+/* Answers SLICE_HAVE from the cache and writes the share's slice file unless it is there whole
+   (*complete: then it is to be verified once loaded). */
+static int hc_fill_cache(hc_session *s, bool *complete) {
+    uint32_t have_seq = 0;
+    char model_dir[PATH_MAX];
+    int rc;
+    if ((rc = hc_recv_have(s, &have_seq)) || (rc = hc_cache_path(s, model_dir, sizeof model_dir))) return rc;
+    hc_index x = {0};
     hc_index_scan(model_dir, &x);
-    have = calloc((size_t)s->n_dir, sizeof *have);
-    hv = malloc((size_t)s->n_dir * sizeof *hv);
+    bool *have = calloc((size_t)s->n_dir, sizeof *have);
+    uint64_t *hv = malloc((size_t)s->n_dir * sizeof *hv);
+    hr_err e = {0};
     if (!have || !hv) { rc = hc_bad(s, 0, HR_ENOMEM, "out of memory"); goto done; }
     uint32_t nh = 0;
     for (int i = 0; i < s->n_dir; i++)
         if (hc_index_find(&x, s->dir[i].hash, s->dir[i].size, NULL)) { have[i] = true; hv[nh++] = s->dir[i].hash; }
-    bool complete = nh == (uint32_t)s->n_dir && access(s->path, R_OK) == 0;
+    *complete = nh == (uint32_t)s->n_dir && access(s->path, R_OK) == 0;
     hn_msg r = {.type = HN_MSG_SLICE_HAVE, .seq = have_seq};
     r.u.slice_have = (hn_slice_have){.model_hash = s->model_hash, .n_hashes = nh, .hashes = hv};
     if (hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
     HR_LOGI("worker: share kv [%d, %d) ff [%d, %d): %u of %d slices cached%s", s->share.kv_begin, s->share.kv_end,
-            s->share.ff_begin, s->share.ff_end, nh, s->n_dir, complete ? " (the whole file)" : "");
-    if (!complete && (rc = hc_write_slices(s, &x, have))) goto done;
+            s->share.ff_begin, s->share.ff_end, nh, s->n_dir, *complete ? " (the whole file)" : "");
+    if (!*complete) rc = hc_write_slices(s, &x, have);
+done:
     hc_index_free(&x);
+    free(have);
+    free(hv);
+    return rc;
+}
 
-    /* load the slice file as a model */
-    if (!(s->g = gguf_open(s->path, &e)) || !(s->m = hm_model_load(s->g, &e))) {
-        rc = hc_bad(s, 0, e.code ? e.code : HR_EFORMAT, "slice file %s: %s", s->path, e.msg);
-        goto done;
-    }
-    if (complete && (rc = hc_verify_file(s))) goto done;
+/* Loads the slice file as a model and checks it holds the planned share (verified first if reused). */
+static int hc_open_slices(hc_session *s, bool complete) {
+    hr_err e = {0};
+    int rc;
+    if (!(s->g = gguf_open(s->path, &e)) || !(s->m = hm_model_load(s->g, &e)))
+        return hc_bad(s, 0, e.code ? e.code : HR_EFORMAT, "slice file %s: %s", s->path, e.msg);
+    if (complete && (rc = hc_verify_file(s))) return rc;
     const hm_hparams *hp = &s->m->hp;
     bool layers_ok = !s->pp ? !s->m->has_layer : s->m->has_layer && !memcmp(s->m->has_layer, s->layers, (size_t)hp->n_layer);
     if (!s->m->is_slice || !layers_ok || s->m->slice_n_head_kv != s->share.kv_end - s->share.kv_begin ||
-        s->m->slice_n_ff != s->share.ff_end - s->share.ff_begin || hp->n_embd != s->hp[HP_EMBD] ||
-        hp->n_layer != s->hp[HP_LAYER] || hp->n_head != s->hp[HP_HEAD] || hp->head_dim != s->hp[HP_HEAD_DIM]) {
-        rc = hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share", s->path);
-        goto done;
-    }
-    /* the all-reduce and the context */
+        s->m->slice_n_ff != s->share.ff_end - s->share.ff_begin || hp->n_embd != s->hp.n_embd ||
+        hp->n_layer != s->hp.n_layer || hp->n_head != s->hp.n_head || hp->head_dim != s->hp.head_dim)
+        return hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share", s->path);
+    return 0;
+}
+
+/* The all-reduce over the head, and the ring links to the neighbours (a ring all-reduce, or a
+   pipeline, which passes hidden states over them). */
+static int hc_link(hc_session *s) {
+    int rc;
     s->ar = (hc_ar){.mode = s->mode, .k = (int)s->n_dev, .me = (int)s->index, .timeout_ms = s->timeout_ms};
     s->ar_conn[0] = s->head;
     s->ar.conn = s->ar_conn;
@@ -766,22 +750,25 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
         s->name_ptr[i] = s->names[i];
     }
     s->ar.names = s->name_ptr;
-    if (s->mode == HC_ALLREDUCE_RING || s->pp) {
-        /* the pipeline passes hidden states over the same links */
-        if ((rc = hc_ring_setup(s))) goto done;
-        int nx = (int)(s->index + 1) % (int)s->n_dev, pv = (int)s->index - 1;
-        s->ar.next_dev = nx;
-        s->ar.prev_dev = pv;
-        s->ar.next = s->ring_next_conn ? s->ring_next_conn : s->head;
-        s->ar.prev = s->ring_prev_conn ? s->ring_prev_conn : s->head;
-        if (s->ring_next_conn) snprintf(s->names[nx], sizeof s->names[nx], "%s", s->ring_next);
-        if (s->ring_prev_conn) snprintf(s->names[pv], sizeof s->names[pv], "%s", hn_conn_peer(s->ring_prev_conn));
-        if ((nx == 0) != (s->ring_next_conn == NULL) || (pv == 0) != (s->ring_prev_conn == NULL)) {
-            rc = hc_bad(s, 0, HR_EPROTO, "LOAD_PLAN: ring links do not match device %u of %u", s->index, s->n_dev);
-            goto done;
-        }
-        hc_ar_ring_init(&s->ar);
-    }
+    if (s->mode != HC_ALLREDUCE_RING && !s->pp) return 0;
+    if ((rc = hc_ring_setup(s))) return rc;
+    int nx = (int)(s->index + 1) % (int)s->n_dev, pv = (int)s->index - 1;
+    s->ar.next_dev = nx;
+    s->ar.prev_dev = pv;
+    s->ar.next = s->ring_next_conn ? s->ring_next_conn : s->head;
+    s->ar.prev = s->ring_prev_conn ? s->ring_prev_conn : s->head;
+    if (s->ring_next_conn) snprintf(s->names[nx], sizeof s->names[nx], "%s", s->ring_next);
+    if (s->ring_prev_conn) snprintf(s->names[pv], sizeof s->names[pv], "%s", hn_conn_peer(s->ring_prev_conn));
+    if ((nx == 0) != (s->ring_next_conn == NULL) || (pv == 0) != (s->ring_prev_conn == NULL))
+        return hc_bad(s, 0, HR_EPROTO, "LOAD_PLAN: ring links do not match device %u of %u", s->index, s->n_dev);
+    hc_ar_ring_init(&s->ar);
+    return 0;
+}
+
+/* The residency manager, the weights in memory and the context (KV cache) of the share. */
+static int hc_create_context(hc_session *s) {
+    hr_err e = {0};
+    const hm_hparams *hp = &s->m->hp;
     hm_ctx_params cp = hm_ctx_default_params();
     cp.n_ctx = s->n_ctx;
     cp.n_batch = s->n_batch;
@@ -792,28 +779,27 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
         sh.sync = hc_ar_sync;
         sh.sync_user = &s->ar;
     }
-    if (hmem_setup(s->m, &sh, s->path, &s->w->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &s->mem, &e)) {
-        rc = hc_bad(s, 0, e.code, "%s", e.msg);
-        goto done;
-    }
+    if (hmem_setup(s->m, &sh, s->path, &s->w->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &s->mem, &e))
+        return hc_bad(s, 0, e.code, "%s", e.msg);
     if (s->mem) {
         char line[512];
         hmem_summary(s->mem, line, sizeof line);
         HR_LOGI("worker: %s", line);
     }
-    if (hmem_load_weights(s->mem, s->m, &sh, s->w->use_mmap, s->w->no_repack, &e)) {
-        rc = hc_bad(s, 0, e.code, "%s", e.msg);
-        goto done;
-    }
-    if (!(s->ctx = hm_ctx_create(s->m, &sh, &cp, &e))) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
+    if (hmem_load_weights(s->mem, s->m, &sh, s->w->use_mmap, s->w->no_repack, &e)) return hc_bad(s, 0, e.code, "%s", e.msg);
+    if (!(s->ctx = hm_ctx_create(s->m, &sh, &cp, &e))) return hc_bad(s, 0, e.code, "%s", e.msg);
     memcpy(s->win, sh.windows, sizeof s->win);
-    if (s->pp && !(s->pp_out = hr_alloc_aligned((size_t)s->n_batch * hp->n_embd * sizeof(float), 64))) {
-        rc = hc_bad(s, 0, HR_ENOMEM, "out of memory");
-        goto done;
-    }
-    hn_msg rd = {.type = HN_MSG_READY, .seq = plan->seq};
+    if (s->pp && !(s->pp_out = hr_alloc_aligned((size_t)s->n_batch * hp->n_embd * sizeof(float), 64)))
+        return hc_bad(s, 0, HR_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* READY to the plan's seq; the links' counters from here on are the session's. */
+static int hc_send_ready(hc_session *s, uint32_t seq) {
+    hr_err e = {0};
+    hn_msg rd = {.type = HN_MSG_READY, .seq = seq};
     rd.u.ready = (hn_ready){.model_hash = s->model_hash, .weight_bytes = s->weight_bytes, .n_slices = (uint32_t)s->n_dir};
-    if (hn_msg_send(s->head, &rd, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
+    if (hn_msg_send(s->head, &rd, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) return hc_bad(s, 0, e.code, "%s", e.msg);
     hn_conn_get_stats(s->head, &s->base_stats);
     if (s->ring_next_conn) hn_conn_get_stats(s->ring_next_conn, &s->base_next);
     if (s->ring_prev_conn) hn_conn_get_stats(s->ring_prev_conn, &s->base_prev);
@@ -821,11 +807,18 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
     HR_LOGI("worker: ready: device %u of %u, %.1f MiB of weights (%.1f MiB received), %s", s->index, s->n_dev,
             hm_model_weight_bytes(s->m) / 1048576.0, s->weight_bytes / 1048576.0,
             s->pp ? "pipeline stage" : s->mode == HC_ALLREDUCE_RING ? "ring all-reduce" : "star all-reduce");
-done:
-    hc_index_free(&x);
-    free(have);
-    free(hv);
-    return rc;
+    return 0;
+}
+
+/* LOAD_PLAN: the plan and the slice directory, the slices (cache or head), the model, the links, the
+   context, READY. Any failure has told the head and ends the session. */
+static int hc_handle_load(hc_session *s, const hn_msg *plan) {
+    bool complete = false;
+    int rc;
+    if ((rc = hc_parse_plan(s, plan)) || (rc = hc_recv_directory(s)) || (rc = hc_fill_cache(s, &complete)) ||
+        (rc = hc_open_slices(s, complete)) || (rc = hc_link(s)) || (rc = hc_create_context(s)))
+        return rc;
+    return hc_send_ready(s, plan->seq);
 }
 
 /* ---- FORWARD ---- */

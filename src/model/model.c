@@ -10,97 +10,30 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static const char *const hm_arch_names[HM_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
-
-static bool hm_get_i32(const gguf_ctx *g, const char *arch, const char *suffix, int32_t *out, bool required,
-                       hr_err *err, int *rc) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    int64_t v;
-    if (!gguf_get_i64(g, key, &v)) {
-        if (required) *rc = hr_fail(err, HR_EFORMAT, "missing or non-integer metadata key '%s'", key);
-        return false;
-    }
-    if (v <= 0 || v > (1 << 30)) {
-        *rc = hr_fail(err, HR_EFORMAT, "metadata '%s' = %lld is out of range", key, (long long)v);
-        return false;
-    }
-    *out = (int32_t)v;
-    return true;
-}
-
-static bool hm_get_f32(const gguf_ctx *g, const char *arch, const char *suffix, float *out) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    return gguf_get_f32(g, key, out);
-}
-
 int hm_hparams_load(const gguf_ctx *g, hm_hparams *hp, hr_err *err) {
     memset(hp, 0, sizeof *hp);
-    if (!gguf_get_cstr(g, "general.architecture", hp->arch_name, sizeof hp->arch_name))
+    char arch[32];
+    if (!gguf_get_cstr(g, "general.architecture", arch, sizeof arch))
         return hr_fail(err, HR_EFORMAT, "missing metadata key 'general.architecture'");
-    int a = -1;
-    for (int i = 0; i < HM_ARCH_COUNT; i++)
-        if (!strcmp(hp->arch_name, hm_arch_names[i])) a = i;
-    if (a < 0)
-        return hr_fail(err, HR_EUNSUPPORTED, "architecture '%s' is not supported (supported: llama, qwen2, qwen3)",
-                       hp->arch_name);
-    hp->arch = (hm_arch)a;
+    /* a slice file (model.h) stores what a model file's tensors would tell: a share without
+       attention units has no q/k tensors to look at */
+    bool slice = gguf_find_key(g, "hearth.slice.n_ff") >= 0;
+    hm_kv_io io = hm_kv_gguf_reader(g, slice ? HM_KV_SLICE : HM_KV_MODEL);
+    int rc = hm_hparams_from_kv(hp, arch, &io, err);
+    if (rc) return rc;
     gguf_get_cstr(g, "general.name", hp->name, sizeof hp->name);
-    const char *an = hp->arch_name;
-    int rc = 0;
-    if (!hm_get_i32(g, an, "embedding_length", &hp->n_embd, true, err, &rc)) return rc;
-    if (!hm_get_i32(g, an, "block_count", &hp->n_layer, true, err, &rc)) return rc;
-    if (!hm_get_i32(g, an, "attention.head_count", &hp->n_head, true, err, &rc)) return rc;
-    if (!hm_get_i32(g, an, "feed_forward_length", &hp->n_ff, true, err, &rc)) return rc;
-    hp->n_head_kv = hp->n_head;
-    if (!hm_get_i32(g, an, "attention.head_count_kv", &hp->n_head_kv, false, err, &rc) && rc) return rc;
-    hp->n_ctx_train = 4096;
-    if (!hm_get_i32(g, an, "context_length", &hp->n_ctx_train, false, err, &rc) && rc) return rc;
-    hp->head_dim = hp->n_embd / hp->n_head;
-    if (!hm_get_i32(g, an, "attention.key_length", &hp->head_dim, false, err, &rc) && rc) return rc;
-    int32_t vlen = hp->head_dim;
-    if (!hm_get_i32(g, an, "attention.value_length", &vlen, false, err, &rc) && rc) return rc;
-    if (vlen != hp->head_dim)
-        return hr_fail(err, HR_EUNSUPPORTED, "value_length %d != key_length %d is not supported", vlen, hp->head_dim);
-    hp->rms_eps = 1e-5f;
-    if (!hm_get_f32(g, an, "attention.layer_norm_rms_epsilon", &hp->rms_eps))
-        return hr_fail(err, HR_EFORMAT, "missing metadata key '%s.attention.layer_norm_rms_epsilon'", an);
-    hp->rope_base = 10000.0f;
-    hm_get_f32(g, an, "rope.freq_base", &hp->rope_base);
-    if (!(hp->rms_eps > 0 && hp->rms_eps < 1) || !(hp->rope_base > 1))
-        return hr_fail(err, HR_EFORMAT, "rms epsilon %g or rope base %g out of range", hp->rms_eps, hp->rope_base);
-    if (hp->n_head % hp->n_head_kv != 0)
-        return hr_fail(err, HR_EFORMAT, "head_count %d is not a multiple of head_count_kv %d", hp->n_head, hp->n_head_kv);
-    if (hp->head_dim % 2 != 0 || hp->head_dim > 1024)
-        return hr_fail(err, HR_EFORMAT, "head dimension %d must be even and at most 1024", hp->head_dim);
-
-    hp->rope_neox = hp->arch == HM_ARCH_QWEN2 || hp->arch == HM_ARCH_QWEN3;
     hp->has_rope_freqs = gguf_find_tensor(g, "rope_freqs.weight") != NULL;
-    if (gguf_find_key(g, "hearth.slice.n_ff") >= 0) {
-        /* a slice file (model.h): no embedding; what the tensors would tell is in metadata, since a
-           share without attention units has no q/k tensors to look at */
-        int64_t nv;
-        if (!gguf_get_i64(g, "hearth.slice.n_vocab", &nv) || nv < 1 || nv > (1 << 24))
-            return hr_fail(err, HR_EFORMAT, "slice file: missing or bad 'hearth.slice.n_vocab'");
-        hp->n_vocab = (int32_t)nv;
-        hp->tied_output = false;
-        if (!gguf_get_bool(g, "hearth.slice.qkv_bias", &hp->has_qkv_bias) ||
-            !gguf_get_bool(g, "hearth.slice.qk_norm", &hp->has_qk_norm))
-            return hr_fail(err, HR_EFORMAT, "slice file: missing 'hearth.slice.qkv_bias' or 'hearth.slice.qk_norm'");
-        if (hp->arch == HM_ARCH_QWEN3 && !hp->has_qk_norm)
-            return hr_fail(err, HR_EFORMAT, "qwen3 model without attn_q_norm tensors");
-        return 0;
+    if (!slice) {
+        const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+        if (!te) return hr_fail(err, HR_EFORMAT, "missing tensor 'token_embd.weight'");
+        if (te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] < 1 || te->ne[1] > (1 << 24))
+            return hr_fail(err, HR_EFORMAT, "tensor 'token_embd.weight' has shape [%lld, %lld], expected [%d, n_vocab]",
+                           (long long)te->ne[0], (long long)te->ne[1], hp->n_embd);
+        hp->n_vocab = (int32_t)te->ne[1];
+        hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
+        hp->has_qkv_bias = gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+        hp->has_qk_norm = gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
     }
-    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
-    if (!te) return hr_fail(err, HR_EFORMAT, "missing tensor 'token_embd.weight'");
-    if (te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] < 1 || te->ne[1] > (1 << 24))
-        return hr_fail(err, HR_EFORMAT, "tensor 'token_embd.weight' has shape [%lld, %lld], expected [%d, n_vocab]",
-                       (long long)te->ne[0], (long long)te->ne[1], hp->n_embd);
-    hp->n_vocab = (int32_t)te->ne[1];
-    hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
-    hp->has_qkv_bias = gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
-    hp->has_qk_norm = gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
     if (hp->arch == HM_ARCH_QWEN3 && !hp->has_qk_norm)
         return hr_fail(err, HR_EFORMAT, "qwen3 model without attn_q_norm tensors");
     return 0;

@@ -61,6 +61,40 @@ typedef struct hm_hparams {
 /* Reads and validates hyper-parameters from GGUF metadata (and checks the tensors it implies exist). */
 int hm_hparams_load(const gguf_ctx *g, hm_hparams *hp, hr_err *err);
 
+/* ---- hyper-parameters as key/values (hparams.c) --------------------------------------------------
+   One table names every stored hyper-parameter with its GGUF key ("<arch>.embedding_length"), its
+   LOAD_PLAN key ("n_embd"), its field, type, default (none: required) and bounds; both directions
+   walk it. The GGUF forms differ in what a model file tells by its tensors instead (n_vocab, q/k/v
+   biases, q/k norms): a slice file stores those as hearth.slice.* keys, a LOAD_PLAN as plain keys.
+   Reading checks every bound, GQA divisibility and an even head size, whatever the source, and
+   names the key in its errors (a LOAD_PLAN is untrusted input). general.architecture is not in the
+   table: the caller passes the arch name (a LOAD_PLAN carries it outside its key/values). */
+typedef enum hm_kv_form { HM_KV_MODEL = 0, HM_KV_SLICE = 1, HM_KV_PLAN = 2 } hm_kv_form;
+typedef enum hm_kv_type { HM_KV_I32 = 0, HM_KV_F32 = 1, HM_KV_BOOL = 2 } hm_kv_type;
+typedef union hm_kv_val { int64_t i; float f; bool b; } hm_kv_val;
+/* A store of typed key/values. get: 1 and *v set when key holds a value of that type, 0 when key is
+   absent, HR_EFORMAT when it holds something else. set: 0 or a negative HR_E* code. key lives for
+   the call only, except in HM_KV_PLAN form where it is a static string. */
+typedef struct hm_kv_io {
+    hm_kv_form form;
+    void      *user;
+    int      (*get)(void *user, const char *key, hm_kv_type type, hm_kv_val *v);
+    int      (*set)(void *user, const char *key, hm_kv_type type, hm_kv_val v);
+} hm_kv_io;
+
+/* Writes every table key of hp (whose arch_name prefixes the GGUF keys) through io->set. */
+int hm_hparams_to_kv(const hm_hparams *hp, const hm_kv_io *io, hr_err *err);
+/* Reads and validates hp from io->get for architecture arch: table fields, arch, arch_name and
+   rope_neox; the rest is zero (in HM_KV_MODEL form the caller fills n_vocab and the tensor flags). */
+int hm_hparams_from_kv(hm_hparams *hp, const char *arch, const hm_kv_io *io, hr_err *err);
+/* Adapters: GGUF metadata read (form HM_KV_MODEL or HM_KV_SLICE) and written. */
+hm_kv_io hm_kv_gguf_reader(const gguf_ctx *g, hm_kv_form form);
+hm_kv_io hm_kv_gguf_writer(gguf_writer *w, hm_kv_form form);
+/* The text form of a value (LOAD_PLAN): "%lld", "%.9g" (round-trips a float) or "0"/"1". Parsing is
+   strict: the whole text, decimal, no sign or space; false on anything else. */
+void hm_kv_format(char *buf, size_t cap, hm_kv_type type, hm_kv_val v);
+bool hm_kv_parse(const char *s, size_t n, hm_kv_type type, hm_kv_val *v);
+
 /* A 2-D weight: rows of ne0 elements of `type`, row-major; data borrowed. */
 typedef struct hm_tensor {
     int         type;      /* hq_type */
