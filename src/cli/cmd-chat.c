@@ -127,7 +127,6 @@ static void msgs_truncate(chat *ch, int n) {
 
 static void cache_clear(chat *ch) {
     ch->n_kv = 0;
-    hm_kv_truncate(ch->c, 0);
 }
 
 /* Renders and tokenizes the conversation into ch->toks; returns the token count or a negative code. */
@@ -209,7 +208,6 @@ static int chat_turn(chat *ch, const char *user, size_t user_len, hr_err *err) {
     while (keep < ch->n_kv && keep < n && ch->kv[keep] == ch->toks[keep]) keep++;
     if (keep == n) keep = n - 1;
     ch->n_kv = keep;
-    hm_kv_truncate(ch->c, keep);
 
     turn_stats st = {.reused = keep};
     int64_t t0 = hr_time_ns();

@@ -621,7 +621,6 @@ int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *
 
 int hc_head_reset(hc_head *h, int32_t pos, hr_err *err) {
     if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
-    hm_kv_truncate(h->ctx, pos);
     for (int d = 1; d < h->k; d++) {
         hn_msg m = {.type = HN_MSG_RESET};
         m.u.reset.pos_begin = (uint32_t)HR_MAX(pos, 0);

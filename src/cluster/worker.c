@@ -979,7 +979,7 @@ static void hc_session_run(hc_worker *w, hn_conn *c) {
             else rc = hc_handle_forward(s, &m);
             break;
         case HN_MSG_RESET:
-            if (s->ctx) hm_kv_truncate(s->ctx, (int32_t)HR_MIN(m.u.reset.pos_begin, (uint32_t)INT32_MAX));
+            /* nothing to forget: the next FORWARD overwrites the positions from pos_begin on */
             break;
         case HN_MSG_BYE:
             HR_LOGI("worker: head %s said goodbye (%.*s)", s->head_name, (int)m.u.bye.reason.n, m.u.bye.reason.s);

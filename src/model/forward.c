@@ -347,7 +347,6 @@ err:
 uint64_t hm_ctx_bytes(const hm_ctx *c) { return c->bytes; }
 int32_t hm_ctx_n_ctx(const hm_ctx *c) { return c->n_ctx; }
 hm_timings hm_ctx_timings(const hm_ctx *c) { return c->t; }
-void hm_kv_truncate(hm_ctx *c, int32_t pos) { (void)c; (void)pos; /* positions >= pos are simply overwritten */ }
 
 /* ---- element-wise ops -------------------------------------------------------------------------- */
 

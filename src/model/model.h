@@ -223,8 +223,6 @@ int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_
                    float *logits, bool all_logits, float *hidden_out, hr_err *err);
 int hm_ctx_n_windows(const hm_ctx *c);
 
-/* Forgets positions >= pos (e.g. to restart generation). */
-void hm_kv_truncate(hm_ctx *c, int32_t pos);
 int32_t hm_ctx_n_ctx(const hm_ctx *c);
 
 /* Per-phase timing of the last hm_eval, nanoseconds (for `--timings` and benchmarks). */
