@@ -269,7 +269,8 @@ int cmd_bench(int argc, char **argv) {
                 /* the context the test starts from: -d tokens as a prompt, untimed */
                 for (long i = filled; i < depth;) {
                     const int nb = (int)HR_MIN(n_batch, depth - i);
-                    if (hm_eval(c, toks + i, NULL, nb, (int32_t)i, logits, false, NULL, &err)) goto done;
+                    const hm_batch b = {.tokens = toks + i, .n = nb, .pos = (int32_t)i, .logits = logits};
+                    if (hm_eval(c, &b, &err)) goto done;
                     i += nb;
                 }
                 filled = HR_MAX(filled, depth + len);
@@ -280,7 +281,9 @@ int cmd_bench(int argc, char **argv) {
                     int64_t t0 = hr_time_ns();
                     for (long i = 0; i < len;) {
                         int nb = kind == 0 ? (int)HR_MIN(n_batch, len - i) : 1;
-                        if (hm_eval(c, toks + depth + i, NULL, nb, (int32_t)(depth + i), logits, false, NULL, &err))
+                        const hm_batch b = {.tokens = toks + depth + i, .n = nb, .pos = (int32_t)(depth + i),
+                                            .logits = logits};
+                        if (hm_eval(c, &b, &err))
                             goto done;
                         blocked += hm_ctx_timings(c).weights_ns;
                         i += nb;

@@ -214,7 +214,8 @@ static int chat_turn(chat *ch, const char *user, size_t user_len, hr_err *err) {
     for (int32_t i = keep; i < n; i += ch->n_batch) {
         if (g_interrupted) break;
         int nb = (int)HR_MIN(ch->n_batch, n - i);
-        if ((rc = hm_eval(ch->c, ch->toks + i, NULL, nb, i, ch->logits, false, NULL, err))) return rc;
+        const hm_batch b = {.tokens = ch->toks + i, .n = nb, .pos = i, .logits = ch->logits};
+        if ((rc = hm_eval(ch->c, &b, err))) return rc;
         for (int k = 0; k < nb; k++) ht_sampler_accept(ch->smp, ch->toks[i + k]);
         memcpy(ch->kv + i, ch->toks + i, (size_t)nb * sizeof *ch->kv);
         ch->n_kv = i + nb;
@@ -253,7 +254,8 @@ static int chat_turn(chat *ch, const char *user, size_t user_len, hr_err *err) {
         shown = safe;
         if (stopped || st.gen >= limit) break;
         if (ch->n_kv >= ch->n_ctx) { full = true; break; }
-        if ((rc = hm_eval(ch->c, &tok, NULL, 1, ch->n_kv, ch->logits, false, NULL, err))) break;
+        const hm_batch b = {.tokens = &tok, .n = 1, .pos = ch->n_kv, .logits = ch->logits};
+        if ((rc = hm_eval(ch->c, &b, err))) break;
         ch->kv[ch->n_kv++] = tok;
     }
     free(piece);

@@ -101,7 +101,7 @@ int cmd_eval(int argc, char **argv) {
     if (!(c = hm_ctx_create(m, &sh, &cp, &err))) goto done;
     logits = malloc(n * (size_t)m->hp.n_vocab * sizeof(float));
     if (!logits) { hr_fail(&err, HR_ENOMEM, "out of memory for logits"); goto done; }
-    if (hm_eval(c, ids, NULL, (int)n, 0, logits, true, NULL, &err)) goto done;
+    if (hm_eval(c, &(hm_batch){.tokens = ids, .n = (int32_t)n, .logits = logits, .all_logits = true}, &err)) goto done;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", out);
     if (!(f = fopen(tmp, "wb"))) { hr_fail(&err, HR_EIO, "cannot create '%s': %s", tmp, strerror(errno)); goto done; }

@@ -56,7 +56,8 @@ static void usage(FILE *f) {
    speed figures leave out) */
 static int eval_step(hm_ctx *c, hc_head *tp, hmem *mm, run_stats *rs, const int32_t *t, int n, int32_t pos,
                      float *logits, int64_t *stats_ns, hr_err *err) {
-    int rc = tp ? hc_head_eval(tp, t, n, pos, logits, false, err) : hm_eval(c, t, NULL, n, pos, logits, false, NULL, err);
+    int rc = tp ? hc_head_eval(tp, t, n, pos, logits, false, err)
+                : hm_eval(c, &(hm_batch){.tokens = t, .n = n, .pos = pos, .logits = logits}, err);
     if (rc || !rs) return rc;
     int64_t t0 = hr_time_ns();
     rc = run_stats_sample(rs, mm, tp, n, err);

@@ -1059,20 +1059,19 @@ static void hm_ffn_block(hm_ctx *c, const hm_layer *L, int n) {
 
 int hm_ctx_n_windows(const hm_ctx *c) { return c->shard.n_windows; }
 
-int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0, float *logits,
-            bool all_logits, float *hidden_out, hr_err *err) {
+int hm_eval(hm_ctx *c, const hm_batch *b, hr_err *err) {
     if (c->shard.n_windows != 1)
         return hr_fail(err, HR_EINVAL, "a shard of %d windows is run window by window (hm_eval_window)",
                        c->shard.n_windows);
-    return hm_eval_window(c, 0, tokens, hidden_in, n, pos0, logits, all_logits, hidden_out, err);
+    return hm_eval_window(c, 0, b, err);
 }
 
-int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0,
-                   float *logits, bool all_logits, float *hidden_out, hr_err *err) {
+int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err) {
     const hm_model *m = c->m;
     const hm_hparams *hp = &m->hp;
-    int64_t E = hp->n_embd, hd = hp->head_dim;
-    (void)hd;
+    const int64_t E = hp->n_embd;
+    const int n = b->n;
+    const int32_t pos0 = b->pos;
     memset(&c->t, 0, sizeof c->t);
     int64_t t_start = hr_time_ns();
     if (n < 1 || n > c->p.n_batch)
@@ -1086,12 +1085,12 @@ int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_
 
     /* input: token embeddings (first shard) or the previous stage's hidden states */
     if (first) {
-        if (!tokens) return hr_fail(err, HR_EINVAL, "first shard needs token ids");
-        const int rc = hm_embed(m, tokens, n, c->x, err);
+        if (!b->tokens) return hr_fail(err, HR_EINVAL, "first shard needs token ids");
+        const int rc = hm_embed(m, b->tokens, n, c->x, err);
         if (rc) return rc;
     } else {
-        if (!hidden_in) return hr_fail(err, HR_EINVAL, "non-first shard needs hidden states");
-        memcpy(c->x, hidden_in, (size_t)n * E * sizeof(float));
+        if (!b->embd) return hr_fail(err, HR_EINVAL, "non-first shard needs hidden states");
+        memcpy(c->x, b->embd, (size_t)n * E * sizeof(float));
     }
     hm_rope_cache(c, n, pos0);
 
@@ -1115,23 +1114,23 @@ int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_
     }
 
     if (!last) {
-        if (hidden_out) memcpy(hidden_out, c->x, (size_t)n * E * sizeof(float));
+        if (b->embd_out) memcpy(b->embd_out, c->x, (size_t)n * E * sizeof(float));
         c->t.total_ns = hr_time_ns() - t_start;
         return 0;
     }
     /* final norm and output head, for the last token or all of them */
-    int t0 = all_logits ? 0 : n - 1, cnt = all_logits ? n : 1;
+    int t0 = b->all_logits ? 0 : n - 1, cnt = b->all_logits ? n : 1;
     hm_weights(c, m->hp.n_layer, HM_BLOCK_OUTPUT, HM_PHASE_BEGIN);
     for (int t = t0; t < n; t++)
         hm_rmsnorm(c->xn + (t - t0) * E, c->x + (int64_t)t * E, m->output_norm.data, E, hp->rms_eps);
-    if (logits) {
+    if (b->logits) {
         hm_act_set(&c->act_in, c->xn, cnt, E);
         const hm_tensor *wout[] = {&m->output};
-        float *olog[] = {logits};
+        float *olog[] = {b->logits};
         hm_matmul(c, &c->act_in, wout, olog, 1, false, NULL);
     }
     hm_weights(c, m->hp.n_layer, HM_BLOCK_OUTPUT, HM_PHASE_END);
-    if (hidden_out) memcpy(hidden_out, c->x, (size_t)n * E * sizeof(float));
+    if (b->embd_out) memcpy(b->embd_out, c->x, (size_t)n * E * sizeof(float));
     c->t.total_ns = hr_time_ns() - t_start;
     return 0;
 }

@@ -210,19 +210,25 @@ uint64_t hm_ctx_bytes_estimate(const hm_hparams *hp, const hm_ctx_params *p);
 /* the same for a shard: the KV cache of its layers only */
 uint64_t hm_ctx_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const hm_ctx_params *p);
 
-/* Runs tokens[0..n) at positions pos0..pos0+n-1 (n <= n_batch, pos0+n <= n_ctx) through the shard.
-   first shard: tokens in; else hidden_in[n][n_embd] in. last shard: writes logits of the last
-   token (all_logits=false) or of every token (all_logits=true) to logits ([n or 1][n_vocab]);
-   else writes hidden states out to hidden_out[n][n_embd]. Returns 0 or a negative HR_E* code.
-   A shard of several windows must use hm_eval_window (HR_EINVAL here). */
-int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0,
-            float *logits, bool all_logits, float *hidden_out, hr_err *err);
+/* One call's tokens, what goes in and what comes out (all borrowed). A batch at pos overwrites the
+   cache from pos on: to restart generation or drop a turn, run the next batch at the earlier pos. */
+typedef struct hm_batch {
+    const int32_t *tokens;     /* [n] token ids: the input of a first shard (its first window) */
+    const float   *embd;       /* [n][n_embd] hidden states: the input of any other shard or window */
+    int32_t        n;          /* tokens, 1..n_batch */
+    int32_t        pos;        /* the first token's position: the batch fills pos..pos+n-1 (< n_ctx) */
+    float         *logits;     /* last shard: [all_logits ? n : 1][n_vocab] out, or NULL */
+    bool           all_logits; /* logits of every token, not only of the last */
+    float         *embd_out;   /* [n][n_embd] hidden states out (after the layers), or NULL */
+} hm_batch;
+
+/* Runs a batch through the shard. Returns 0 or a negative HR_E* code. A shard of several windows
+   must use hm_eval_window (HR_EINVAL here). */
+int hm_eval(hm_ctx *c, const hm_batch *b, hr_err *err);
 /* The same for window w of the shard (0 <= w < n_windows): tokens in only in window 0 of a first
    shard, logits out only after the last window of a last shard; hidden states otherwise. */
-int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0,
-                   float *logits, bool all_logits, float *hidden_out, hr_err *err);
+int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err);
 int hm_ctx_n_windows(const hm_ctx *c);
-
 int32_t hm_ctx_n_ctx(const hm_ctx *c);
 
 /* Per-phase timing of the last hm_eval, nanoseconds (for `--timings` and benchmarks). */
