@@ -199,8 +199,10 @@ static float *run(const hm_model *m, const hm_shard *shard_in, hmem *h, const in
     float *out = calloc(*n_out, sizeof *out);
     for (int i = 0; out && i < N_TOK;) {
         int nb = i == 0 ? N_PROMPT : 1;
-        int rc = sh.last ? hm_eval(c, toks + i, NULL, nb, i, out + row * (size_t)i, true, NULL, &err)
-                         : hm_eval(c, toks + i, NULL, nb, i, NULL, false, out + row * (size_t)i, &err);
+        hm_batch b = {.tokens = toks + i, .n = nb, .pos = i};
+        if (sh.last) b.logits = out + row * (size_t)i, b.all_logits = true;
+        else b.embd_out = out + row * (size_t)i;
+        int rc = hm_eval(c, &b, &err);
         if (rc) { fprintf(stderr, "%s\n", err.msg); free(out); out = NULL; break; }
         if (h) CHECK(hmem_take_sample(h, NULL) == 0);
         i += nb;

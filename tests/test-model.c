@@ -56,7 +56,9 @@ static float *eval_threads(const char *path, const int32_t *tokens, int n, int k
         logits = malloc((size_t)n * m->hp.n_vocab * sizeof(float));
         for (int i = 0; i < n; i += n_batch) {
             int nb = HR_MIN(n_batch, n - i);
-            if (hm_eval(c, tokens + i, NULL, nb, i, logits + (size_t)i * m->hp.n_vocab, true, NULL, &err)) {
+            const hm_batch b = {.tokens = tokens + i, .n = nb, .pos = i, .logits = logits + (size_t)i * m->hp.n_vocab,
+                                .all_logits = true};
+            if (hm_eval(c, &b, &err)) {
                 fprintf(stderr, "%s\n", err.msg);
                 free(logits);
                 logits = NULL;
@@ -198,14 +200,14 @@ static void test_stories(const char *shared) {
         hm_ctx *c = m ? hm_ctx_create(m, &sh, &cp, &err) : NULL;
         REQUIRE_VOID(c);
         float *lg = malloc((size_t)m->hp.n_vocab * sizeof(float));
-        int rc = hm_eval(c, prompt, NULL, np, 0, lg, false, NULL, &err);
+        int rc = hm_eval(c, &(hm_batch){.tokens = prompt, .n = np, .logits = lg}, &err);
         int match = 0;
         for (int i = 0; i < ng && rc == 0; i++) {
             int best = 0;
             for (int v = 1; v < m->hp.n_vocab; v++) if (lg[v] > lg[best]) best = v;
             if (best != gen[i]) break;
             match++;
-            if (i + 1 < ng) rc = hm_eval(c, &best, NULL, 1, np + i, lg, false, NULL, &err);
+            if (i + 1 < ng) rc = hm_eval(c, &(hm_batch){.tokens = &best, .n = 1, .pos = np + i, .logits = lg}, &err);
         }
         printf("stories260K public-%d greedy: %d/%d tokens match\n", k, match, ng);
         CHECKF(match == ng, "public-%d: greedy continuation diverges at token %d", k, match);
@@ -233,10 +235,10 @@ static void test_bad_inputs(const char *shared) {
     REQUIRE_VOID(c);
     float *lg = malloc((size_t)m->hp.n_vocab * sizeof(float));
     int32_t bad = m->hp.n_vocab, ok[5] = {1, 2, 3, 4, 5};
-    CHECK(hm_eval(c, &bad, NULL, 1, 0, lg, false, NULL, &err) == HR_EINVAL && err.msg[0]);
-    CHECK(hm_eval(c, ok, NULL, 5, 0, lg, false, NULL, &err) == HR_EINVAL);   /* > n_batch */
-    CHECK(hm_eval(c, ok, NULL, 2, 7, lg, false, NULL, &err) == HR_ERANGE);   /* past n_ctx */
-    CHECK(hm_eval(c, ok, NULL, 2, 6, lg, false, NULL, &err) == 0);
+    CHECK(hm_eval(c, &(hm_batch){.tokens = &bad, .n = 1, .logits = lg}, &err) == HR_EINVAL && err.msg[0]);
+    CHECK(hm_eval(c, &(hm_batch){.tokens = ok, .n = 5, .logits = lg}, &err) == HR_EINVAL);   /* > n_batch */
+    CHECK(hm_eval(c, &(hm_batch){.tokens = ok, .n = 2, .pos = 7, .logits = lg}, &err) == HR_ERANGE);   /* past n_ctx */
+    CHECK(hm_eval(c, &(hm_batch){.tokens = ok, .n = 2, .pos = 6, .logits = lg}, &err) == 0);
     free(lg);
     hm_ctx_free(c);
     hm_model_free(m);

@@ -63,7 +63,7 @@ typedef struct job {
 static void *run_job(void *arg) {
     job *j = arg;
     hr_err err = {0};
-    j->rc = hm_eval(j->c, j->toks, NULL, j->n, j->pos0, j->logits, false, NULL, &err);
+    j->rc = hm_eval(j->c, &(hm_batch){.tokens = j->toks, .n = j->n, .pos = j->pos0, .logits = j->logits}, &err);
     if (j->rc) fprintf(stderr, "shard eval: %s\n", err.msg);
     return NULL;
 }
@@ -133,7 +133,7 @@ static void check_split(const char *path, int k, const int32_t *kv_cuts, const i
         const int32_t *in_r = step == 0 ? prompt : &tok_r, *in_s = step == 0 ? prompt : &tok_s;
         int n = step == 0 ? np : 1;
         int32_t pos = step == 0 ? 0 : np + step - 1;
-        REQUIRE_VOID(hm_eval(ref, in_r, NULL, n, pos, lr, false, NULL, &err) == 0);
+        REQUIRE_VOID(hm_eval(ref, &(hm_batch){.tokens = in_r, .n = n, .pos = pos, .logits = lr}, &err) == 0);
         pthread_t th[MAX_SHARDS];
         job jobs[MAX_SHARDS];
         for (int i = 0; i < k; i++) {
@@ -218,11 +218,12 @@ static void check_pipeline(const char *path, int k, const int *sizes, int kv_typ
         const int32_t *in_r = step == 0 ? prompt : &tok_r, *in_s = step == 0 ? prompt : &tok_s;
         int n = step == 0 ? np : 1;
         int32_t pos = step == 0 ? 0 : np + step - 1;
-        REQUIRE_VOID(hm_eval(ref, in_r, NULL, n, pos, lr, false, NULL, &err) == 0);
+        REQUIRE_VOID(hm_eval(ref, &(hm_batch){.tokens = in_r, .n = n, .pos = pos, .logits = lr}, &err) == 0);
         int next_w[MAX_SHARDS] = {0};
         for (int r = 0; r < rounds; r++) {
             int d = owner[r];
-            int rc = hm_eval_window(cs[d], next_w[d]++, in_s, h0, n, pos, ls, false, h1, &err);
+            const hm_batch b = {.tokens = in_s, .embd = h0, .n = n, .pos = pos, .logits = ls, .embd_out = h1};
+            int rc = hm_eval_window(cs[d], next_w[d]++, &b, &err);
             CHECKF(rc == 0, "%s: device %d window %d: %s", path, d, next_w[d] - 1, err.msg);
             float *t = h0; h0 = h1; h1 = t;
         }
@@ -232,7 +233,8 @@ static void check_pipeline(const char *path, int k, const int *sizes, int kv_typ
         same_tokens += tok_r == tok_s;
     }
     /* a window shard refuses the one-call form */
-    CHECK(k < 2 || sh[1].n_windows < 2 || hm_eval(cs[1], NULL, h0, 1, 0, NULL, false, h1, &err) == HR_EINVAL);
+    CHECK(k < 2 || sh[1].n_windows < 2 ||
+          hm_eval(cs[1], &(hm_batch){.embd = h0, .n = 1, .embd_out = h1}, &err) == HR_EINVAL);
     printf("%-44s pipeline %d devices, windows", strrchr(path, '/') + 1, k);
     for (int d = 0; d < k; d++) printf("%s%d", d ? "," : " ", sizes[d]);
     printf(" (%d windows per token): %d/%d steps bit-identical, tokens %d/%d equal\n", rounds, exact, n_gen + 1,

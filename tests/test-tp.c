@@ -231,7 +231,7 @@ static void check_run(wk *ws, const run_cfg *rc) {
         const int32_t *in_r = step == 0 ? prompt : &tok_r, *in_s = step == 0 ? prompt : &tok_s;
         int n = step == 0 ? np : 1;
         int32_t pos = step == 0 ? 0 : np + step - 1;
-        CHECK(hm_eval(ref, in_r, NULL, n, pos, lr, false, NULL, &err) == 0);
+        CHECK(hm_eval(ref, &(hm_batch){.tokens = in_r, .n = n, .pos = pos, .logits = lr}, &err) == 0);
         in.fed = in_s;
         in.n_fed = n;
         int r = hc_head_eval(h, in_s, n, pos, ls, false, &err);

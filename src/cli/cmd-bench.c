@@ -196,7 +196,8 @@ static void bench_stop(bench *b) {
 static int bench_fill(bench *b, long depth, long len, hr_err *err) {
     for (long i = b->filled; i < depth;) {
         const int nb = (int)HR_MIN(b->o->n_batch, depth - i);
-        if (hm_eval(b->c, b->toks + i, NULL, nb, (int32_t)i, b->logits, false, NULL, err)) return err->code;
+        const hm_batch hb = {.tokens = b->toks + i, .n = nb, .pos = (int32_t)i, .logits = b->logits};
+        if (hm_eval(b->c, &hb, err)) return err->code;
         i += nb;
     }
     b->filled = HR_MAX(b->filled, depth + len);
@@ -214,8 +215,8 @@ static int bench_run(bench *b, int kind, long len, long depth, long r, hr_err *e
     int64_t t0 = hr_time_ns();
     for (long i = 0; i < len;) {
         int nb = kind == 0 ? (int)HR_MIN(o->n_batch, len - i) : 1;
-        if (hm_eval(b->c, b->toks + depth + i, NULL, nb, (int32_t)(depth + i), b->logits, false, NULL, err))
-            return err->code;
+        const hm_batch hb = {.tokens = b->toks + depth + i, .n = nb, .pos = (int32_t)(depth + i), .logits = b->logits};
+        if (hm_eval(b->c, &hb, err)) return err->code;
         blocked += hm_ctx_timings(b->c).weights_ns;
         i += nb;
         if (o->roofline && kind == 1 && depth == 0) { /* the same weights as one stream, not timed */

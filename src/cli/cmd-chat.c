@@ -111,7 +111,6 @@ static void msgs_truncate(chat_state *ch, int n) {
 
 static void cache_clear(chat_state *ch) {
     ch->n_kv = 0;
-    hm_kv_truncate(ch->c, 0);
 }
 
 /* Renders and tokenizes the conversation into ch->toks; returns the token count or a negative code. */
@@ -193,14 +192,14 @@ static int chat_turn(chat_state *ch, const char *user, size_t user_len, hr_err *
     while (keep < ch->n_kv && keep < n && ch->kv[keep] == ch->toks[keep]) keep++;
     if (keep == n) keep = n - 1;
     ch->n_kv = keep;
-    hm_kv_truncate(ch->c, keep);
 
     turn_stats st = {.reused = keep};
     int64_t t0 = hr_time_ns();
     for (int32_t i = keep; i < n; i += ch->n_batch) {
         if (g_interrupted) break;
         int nb = (int)HR_MIN(ch->n_batch, n - i);
-        if ((rc = hm_eval(ch->c, ch->toks + i, NULL, nb, i, ch->logits, false, NULL, err))) return rc;
+        const hm_batch b = {.tokens = ch->toks + i, .n = nb, .pos = i, .logits = ch->logits};
+        if ((rc = hm_eval(ch->c, &b, err))) return rc;
         for (int k = 0; k < nb; k++) ht_sampler_accept(ch->smp, ch->toks[i + k]);
         memcpy(ch->kv + i, ch->toks + i, (size_t)nb * sizeof *ch->kv);
         ch->n_kv = i + nb;
@@ -239,7 +238,8 @@ static int chat_turn(chat_state *ch, const char *user, size_t user_len, hr_err *
         shown = safe;
         if (stopped || st.gen >= limit) break;
         if (ch->n_kv >= ch->n_ctx) { full = true; break; }
-        if ((rc = hm_eval(ch->c, &tok, NULL, 1, ch->n_kv, ch->logits, false, NULL, err))) break;
+        const hm_batch b = {.tokens = &tok, .n = 1, .pos = ch->n_kv, .logits = ch->logits};
+        if ((rc = hm_eval(ch->c, &b, err))) break;
         ch->kv[ch->n_kv++] = tok;
     }
     free(piece);

@@ -31,7 +31,8 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
 
 int cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all, hr_err *err) {
     if (e->tp) return hc_head_eval(e->tp, tokens, n, pos0, logits, all, err);
-    return hm_eval(e->c, tokens, NULL, n, pos0, logits, all, NULL, err);
+    const hm_batch b = {.tokens = tokens, .n = n, .pos = pos0, .logits = logits, .all_logits = all};
+    return hm_eval(e->c, &b, err);
 }
 
 int32_t cli_engine_n_ctx(const cli_engine *e) { return e->tp ? hc_head_n_ctx(e->tp) : hm_ctx_n_ctx(e->c); }

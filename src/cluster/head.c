@@ -498,7 +498,9 @@ static int hc_pp_batch(hc_head *h, int nb, int32_t p0, float *lg, bool all_logit
         int64_t t1 = hr_time_ns();
         if (w < nw && h->pp.win[0][w].begin == layer) {
             hr_err e = {0};
-            rc = hm_eval_window(h->ctx, w, NULL, h->x, nb, p0, w == nw - 1 ? lg : NULL, all_logits, h->y, &e);
+            const hm_batch b = {.embd = h->x, .n = nb, .pos = p0, .logits = w == nw - 1 ? lg : NULL,
+                                .all_logits = all_logits, .embd_out = h->y};
+            rc = hm_eval_window(h->ctx, w, &b, &e);
             int64_t t2 = hr_time_ns();
             h->ar.compute_ns += t2 - t1;
             t1 = t2;
@@ -555,7 +557,7 @@ int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *
         h->ar.mark = hr_time_ns();
         h->ar.send_ns += h->ar.mark - t1;
         hr_err e = {0};
-        rc = hm_eval(h->ctx, NULL, h->x, nb, p0, lg, all_logits, NULL, &e);
+        rc = hm_eval(h->ctx, &(hm_batch){.embd = h->x, .n = nb, .pos = p0, .logits = lg, .all_logits = all_logits}, &e);
         h->ar.compute_ns += hr_time_ns() - h->ar.mark;
         if (rc) {
             h->failed = true;
@@ -569,7 +571,6 @@ int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *
 
 int hc_head_reset(hc_head *h, int32_t pos, hr_err *err) {
     if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
-    hm_kv_truncate(h->ctx, pos);
     for (int d = 1; d < h->k; d++) {
         hn_msg m = {.type = HN_MSG_RESET};
         m.u.reset.pos_begin = (uint32_t)HR_MAX(pos, 0);

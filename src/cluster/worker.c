@@ -849,7 +849,7 @@ static int hc_handle_forward(hc_session *s, const hn_msg *m) {
     hr_err e = {0};
     memset(&s->ar.err, 0, sizeof s->ar.err);
     s->ar.mark = hr_time_ns();
-    rc = hm_eval(s->ctx, NULL, f->data, (int)f->n_tokens, pos0, NULL, false, NULL, &e);
+    rc = hm_eval(s->ctx, &(hm_batch){.embd = f->data, .n = (int32_t)f->n_tokens, .pos = pos0}, &e);
     s->ar.compute_ns += hr_time_ns() - s->ar.mark;
     if (rc) {
         /* the all-reduce's own message says which peer failed */
@@ -875,7 +875,8 @@ static int hc_pp_forward(hc_session *s, const hn_msg *m) {
     if (w < 0) return hc_bad(s, m->seq, HR_EPROTO, "FORWARD at layer %u, where no window of this worker begins", f->layer_begin);
     hr_err e = {0};
     int64_t t0 = hr_time_ns();
-    rc = hm_eval_window(s->ctx, w, NULL, f->data, (int)f->n_tokens, pos0, NULL, false, s->pp_out, &e);
+    const hm_batch b = {.embd = f->data, .n = (int32_t)f->n_tokens, .pos = pos0, .embd_out = s->pp_out};
+    rc = hm_eval_window(s->ctx, w, &b, &e);
     int64_t t1 = hr_time_ns();
     s->ar.compute_ns += t1 - t0;
     if (rc) return hc_bad(s, m->seq, rc, "forward pass failed: %s", e.msg);
@@ -958,7 +959,7 @@ static void hc_session_run(hc_worker *w, hn_conn *c) {
             else rc = hc_handle_forward(s, &m);
             break;
         case HN_MSG_RESET:
-            if (s->ctx) hm_kv_truncate(s->ctx, (int32_t)HR_MIN(m.u.reset.pos_begin, (uint32_t)INT32_MAX));
+            /* nothing to forget: the next FORWARD overwrites the positions from pos_begin on */
             break;
         case HN_MSG_BYE:
             HR_LOGI("worker: head %s said goodbye (%.*s)", s->head_name, (int)m.u.bye.reason.n, m.u.bye.reason.s);

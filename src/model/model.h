@@ -1,32 +1,17 @@
 /*
  * model — transformer architectures, their weights, and the forward pass over a *shard*.  Prefix: hm_.
  *
- * A decoder layer is two blocks, attention and FFN, each ending in a residual add. The forward pass
- * runs any contiguous range of layers [layer_begin, layer_end) of the model, optionally with the
- * head-side parts (token embedding at the start, final norm + output head at the end). After each
- * block's output projection — before the residual add — it calls the shard's sync hook: a no-op on
- * one device, an all-reduce under tensor parallelism (the block's weights then hold only this
- * device's heads/neurons, so its output is a partial sum), or nothing but a hand-off at a pipeline
- * stage boundary. The forward pass knows nothing else about the cluster (../shared/DESIGN.md).
- *
- * Architectures (general.architecture): llama (Llama 2/3.x, Mistral, SmolLM, DeepSeek-R1 distills;
- * RoPE on adjacent pairs), qwen2 (q/k/v biases; RoPE on NeoX halves), qwen3 (per-head q/k RMS norm;
- * NeoX RoPE). Tied embeddings (no output.weight) use token_embd as the output head.
- *
- * Slice files: a tensor-parallel worker's weight cache (src/cluster) is a GGUF holding only its share
- * of every layer — hm_model_load recognises one by the key "hearth.slice.n_ff". Its metadata holds
- * the whole model's hyper-parameters (head counts, n_ff: so the GQA ratio and head size stay right)
- * plus hearth.slice.n_head_kv / .n_ff (the units the file holds, either may be 0), .n_vocab,
- * .qkv_bias and .qk_norm (bools); its wq/wk/wv/wo/w_gate/w_up/w_down hold those units only, with the
- * usual names, and it has no token_embd, output_norm or output (they stay on the head). Its
- * hm_shard_full is {all layers (a pipeline slice: its layers, one window per run), kv [0, slice
- * n_head_kv), ff [0, slice n_ff), first = last = false}.
- * A pipeline stage's slice file holds whole layers, but only some of them: hearth.slice.layers lists
- * them (u32 array; absent = every layer); hm_model.has_layer says which, and a shard may only run those.
+ * A decoder layer is an attention block and an FFN block, each ending in a residual add. hm_eval runs
+ * a shard — some of the layers and, under tensor parallelism, a share of each one's heads and neurons
+ * — with the token embedding first and the output head last where the shard has them. After each
+ * block's output projection it calls the shard's sync hook (a no-op on one device, an all-reduce under
+ * tensor parallelism) and knows nothing else about the cluster (../shared/DESIGN.md).
+ * Architectures: llama, qwen2, qwen3. Shards, windows, slice files (a worker's share of a model) and
+ * the loaded weights: docs/model.md.
  *
  * Ownership: hm_model borrows tensor data from the gguf_ctx it was loaded from (mmap), which must
- * outlive it; after hm_model_load_weights it owns the copy its tensors then point to (freed with
- * it). hm_ctx owns the KV cache and scratch buffers.
+ * outlive it, until hm_model_load_weights gives it a copy of its own (freed with it); hm_ctx owns the
+ * KV cache and scratch buffers.
  */
 #ifndef HEARTH_MODEL_H
 #define HEARTH_MODEL_H
@@ -171,19 +156,11 @@ int hm_block_weights(const hm_model *m, int layer, enum hm_block block, hr_span 
    forward pass then stops and returns it). */
 typedef int (*hm_sync_fn)(void *user, int layer, enum hm_block block, float *x, int n_tokens, int n_embd);
 
-/* A shard is a set of layers and, for tensor parallelism, a share of every layer in it: the attention
-   units [kv_begin, kv_end) (a unit is one KV head and the n_head/n_head_kv query heads that share it)
-   and the FFN neurons [ff_begin, ff_end). The shard's wq/wk/wv/w_gate/w_up are row ranges and its
-   wo/w_down column ranges of the full tensors (views, no copy); column ranges must fall on block
-   boundaries of those tensors' types. Its block outputs are then partial sums, which sync must add
-   up across the shards. A share may be empty (kv_begin == kv_end: no attention heads here; the
-   block's partial output is then zero): FFN can be split finer than attention. kv_end / ff_end < 0
-   mean "to the end".
-   The layers are one range [layer_begin, layer_end), or — a pipeline device that owns several
-   non-adjacent ranges (prima.cpp's piped ring) — n_windows *windows*, ascending and disjoint, each
-   run by its own hm_eval_window call with other devices' layers in between. A window may be empty
-   (a head that owns no layer at the end still runs the output head). hm_shard_normalize turns the
-   single-range form into one window and sets layer_begin/layer_end to the windows' span. */
+/* A shard: some layers — one range, or several windows run one hm_eval_window call each — and, for
+   tensor parallelism, a share of every layer in it: the attention units [kv_begin, kv_end) (a unit
+   is a KV head and its query heads) and the FFN neurons [ff_begin, ff_end), as row and column views
+   of the tensors. Its block outputs are then partial sums, which sync adds up across the shards.
+   kv_end / ff_end < 0 mean "to the end". The rules (empty shares, windows): docs/model.md. */
 #define HM_MAX_WINDOWS 64
 typedef struct hm_window { int32_t begin, end; } hm_window;
 typedef struct hm_shard {
@@ -209,16 +186,11 @@ int hm_shard_validate(const hm_model *m, const hm_shard *s, hr_err *err);
 /* Layers the shard runs (the sum of its windows' lengths). */
 int32_t hm_shard_n_layers(const hm_shard *s);
 
-/* Loads the weights a shard reads into memory of the model's own: one anonymous mapping (transparent
-   huge pages advised), the types that have a packed layout for the dispatched kernels packed
-   (quant.h) unless repack is false; the file's pages are then dropped from this process
-   (MADV_DONTNEED on the mapping: the page cache keeps them for the next run). A tensor stays a view
-   of the mapping where the shard reads only part of it (a tensor-parallel share of a whole file;
-   token_embd when it is not also the output head: lookups read a few rows). Why: on some machines
-   the kernels stream a file mapping at half the speed of anonymous memory (docs/design.md, "Loading
-   the weights"), and packing saves the decode kernels work. Never with a streaming residency manager,
-   which must find the weights in the mapping. Call before hm_ctx_create; a second call does nothing.
-   Reports the bytes copied and, of those, packed. HR_ENOMEM if the memory cannot be had. */
+/* Copies the weights a shard reads into one anonymous mapping of the model's own, packed for the
+   dispatched kernels unless repack is false (quant.h), and drops the file's pages from this process;
+   why, and what stays a view of the file: docs/model.md. Never with a streaming residency manager.
+   Call before hm_ctx_create; a second call does nothing. Reports the bytes copied and, of those,
+   packed. HR_ENOMEM if the memory cannot be had. */
 int hm_model_load_weights(hm_model *m, const hm_shard *shard, bool repack, uint64_t *copied, uint64_t *packed,
                           hr_err *err);
 /* Row r of a weight as F32 (any layout): out[0..ne0) */
@@ -244,21 +216,25 @@ uint64_t hm_ctx_bytes_estimate(const hm_hparams *hp, const hm_ctx_params *p);
 /* the same for a shard: the KV cache of its layers only */
 uint64_t hm_ctx_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const hm_ctx_params *p);
 
-/* Runs tokens[0..n) at positions pos0..pos0+n-1 (n <= n_batch, pos0+n <= n_ctx) through the shard.
-   first shard: tokens in; else hidden_in[n][n_embd] in. last shard: writes logits of the last
-   token (all_logits=false) or of every token (all_logits=true) to logits ([n or 1][n_vocab]);
-   else writes hidden states out to hidden_out[n][n_embd]. Returns 0 or a negative HR_E* code.
-   A shard of several windows must use hm_eval_window (HR_EINVAL here). */
-int hm_eval(hm_ctx *c, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0,
-            float *logits, bool all_logits, float *hidden_out, hr_err *err);
+/* One call's tokens, what goes in and what comes out (all borrowed). A batch at pos overwrites the
+   cache from pos on: to restart generation or drop a turn, run the next batch at the earlier pos. */
+typedef struct hm_batch {
+    const int32_t *tokens;     /* [n] token ids: the input of a first shard (its first window) */
+    const float   *embd;       /* [n][n_embd] hidden states: the input of any other shard or window */
+    int32_t        n;          /* tokens, 1..n_batch */
+    int32_t        pos;        /* the first token's position: the batch fills pos..pos+n-1 (< n_ctx) */
+    float         *logits;     /* last shard: [all_logits ? n : 1][n_vocab] out, or NULL */
+    bool           all_logits; /* logits of every token, not only of the last */
+    float         *embd_out;   /* [n][n_embd] hidden states out (after the layers), or NULL */
+} hm_batch;
+
+/* Runs a batch through the shard. Returns 0 or a negative HR_E* code. A shard of several windows
+   must use hm_eval_window (HR_EINVAL here). */
+int hm_eval(hm_ctx *c, const hm_batch *b, hr_err *err);
 /* The same for window w of the shard (0 <= w < n_windows): tokens in only in window 0 of a first
    shard, logits out only after the last window of a last shard; hidden states otherwise. */
-int hm_eval_window(hm_ctx *c, int w, const int32_t *tokens, const float *hidden_in, int n, int32_t pos0,
-                   float *logits, bool all_logits, float *hidden_out, hr_err *err);
+int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err);
 int hm_ctx_n_windows(const hm_ctx *c);
-
-/* Forgets positions >= pos (e.g. to restart generation). */
-void hm_kv_truncate(hm_ctx *c, int32_t pos);
 int32_t hm_ctx_n_ctx(const hm_ctx *c);
 
 /* Per-phase timing of the last hm_eval, nanoseconds (for `--timings` and benchmarks). */
