@@ -4,8 +4,9 @@
    and continuations, special-token parsing against llama.cpp, BPE merge order and pre-tokenizer
    choice on hand-made vocabularies (an unknown pre-tokenizer refused by name), the streaming
    detokenizer's UTF-8 handling, long and invalid input (the GPL-3 text round trip among it), and
-   vocabulary validation; tools/textbench measures the tokenizer's speed. HEARTH_TOKENIZER_VECTORS=DIR adds the vectors of every vocabulary in DIR (e.g.
-   llama.cpp's models/ folder, which has llama-bpe, qwen2 and more). */
+   vocabulary validation; tools/textbench measures the tokenizer's speed.
+   HEARTH_TOKENIZER_VECTORS=DIR adds the vectors of every vocabulary in DIR (e.g. llama.cpp's
+   models/ folder, which has llama-bpe, qwen2 and more). */
 #include "test.h"
 #include "text/text.h"
 #include "text/text-impl.h"  /* ht_vocab.spm_words, ht_bpe_by_id: fast paths are checked against the plain ones */
