@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages hearth builds and tests with (needs root or sudo).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev libpcre2-dev
-      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static iproute2 nftables iputils-ping gnuplot-nox python3)
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static iproute2 nftables iputils-ping gnuplot-nox python3
+      clang libclang-rt-dev)  # clang + compiler-rt: libFuzzer for scripts/fuzz.sh
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,17 +1,12 @@
-// fuzz-gguf — libFuzzer harness for the GGUF reader (not built by CMake).
+// fuzz-gguf — libFuzzer harness for the GGUF reader (built with clang by scripts/fuzz.sh, not CMake).
 //
 // Every input is opened with gguf_open_buffer; when it opens, everything the ctx hands out is
 // walked and checked to lie inside the input, and every kv is copied into a writer (exercising
 // gguf_writer_copy_kv). A crash, sanitizer report or failed check is a bug; a refusal is not.
 //
-// Build and run (from the repository root; clang >= 11):
-//   SRC="tests/fuzz-gguf.c src/gguf/*.c src/base/*.c src/quant/*.c"
-//   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc $SRC -lpthread -lm -o /tmp/fuzz-gguf
-//   mkdir -p /tmp/gguf-corpus
-//   HEARTH_GGUF_SEED_DIR=/tmp/gguf-corpus HEARTH_SHARED=../shared build/test-gguf   # writes seeds
-//   /tmp/fuzz-gguf -max_total_time=60 -max_len=65536 /tmp/gguf-corpus
-// (The seeds are small valid files with every value type and several tensor types; without them
-// the fuzzer spends its time rediscovering the magic and the header.)
+// `scripts/fuzz.sh -t SECONDS` builds it, seeds it with the small valid files test-gguf writes
+// (HEARTH_GGUF_SEED_DIR; every value type and several tensor types, so the fuzzer need not
+// rediscover the magic and the header) and runs it; CI runs it for 45 s.
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 

@@ -1,4 +1,5 @@
-// fuzz-net — libFuzzer harness for the wire protocol's decoders (not built by CMake).
+// fuzz-net — libFuzzer harness for the wire protocol's decoders (built with clang by scripts/fuzz.sh,
+// not CMake).
 //
 // Input: byte 0 picks the message type (any value, so unknown types are tried too), the rest is the
 // payload. It is decoded from an exact-size heap copy (so ASan sees any read past the end); when it
@@ -7,12 +8,8 @@
 // more bytes are also run through the frame header check. A crash, sanitizer report or failed check
 // is a bug; a refusal is not.
 //
-// Build and run (from the repository root; clang >= 11):
-//   SRC="tests/fuzz-net.c src/net/proto.c src/base/base.c"
-//   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc $SRC -lpthread -lm -o /tmp/fuzz-net
-//   mkdir -p /tmp/net-corpus
-//   HEARTH_NET_SEED_DIR=/tmp/net-corpus build/test-net      # writes one seed per message type
-//   /tmp/fuzz-net -max_total_time=60 -max_len=4096 /tmp/net-corpus
+// `scripts/fuzz.sh -t SECONDS` builds it, seeds it with one message per type from test-net
+// (HEARTH_NET_SEED_DIR) and runs it; CI runs it for 45 s.
 #include "net/net.h"
 
 #include <stdio.h>

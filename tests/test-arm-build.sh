@@ -69,14 +69,14 @@ else
             continue
         fi
         # qemu's default CPU model ("max") has the dot-product extension
-        if "$qemu" "$exe" --no-bench --no-reexec >"$tmp/out" 2>&1; then
+        if "$qemu" "$exe" --no-reexec >"$tmp/out" 2>&1; then
             ok "test-quant under $qemu ($variant): $(tail -n 1 "$tmp/out")"
         else
             bad "test-quant under $qemu ($variant)"
             cat "$tmp/out"
         fi
         if [ "$variant" = neon ]; then
-            if HEARTH_NO_SIMD=1 "$qemu" "$exe" --no-bench --no-reexec >"$tmp/out" 2>&1; then
+            if HEARTH_NO_SIMD=1 "$qemu" "$exe" --no-reexec >"$tmp/out" 2>&1; then
                 ok "test-quant under $qemu (HEARTH_NO_SIMD=1): $(tail -n 1 "$tmp/out")"
             else
                 bad "test-quant under $qemu (HEARTH_NO_SIMD=1)"

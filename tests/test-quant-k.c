@@ -5,8 +5,8 @@
  *   - the dispatched (SIMD) dot products and tile kernels against the reference ones
  *   - the SIMD Q8_K quantizer gives the reference's bytes
  *   - real llama.cpp-quantized tensors (../shared/models/synth) dequantize to the F16 file's weights
- *   - prints (does not assert) single-thread vec_dot throughput on a 4096x4096 matrix
- * Runs in a few seconds; also meant to be run with HEARTH_NO_SIMD=1. */
+ * Runs in a few seconds; also meant to be run with HEARTH_NO_SIMD=1.  tools/kbench measures the
+ * kernels' speed (-T Q4_K,Q6_K,...). */
 #include "quant/quant-impl.h"
 #include "test.h"
 
@@ -648,58 +648,6 @@ static void test_real_files(void) {
     free(fbuf);
 }
 
-/* ---- throughput (printed, not asserted) ----------------------------------------------------------- */
-
-/* a 4096 x 4096 weight matrix of random bytes with sane fp16 scales: decoding reads every weight
-   once per token, so GB/s of weight bytes is the figure that bounds tokens/s */
-static void bench(int type) {
-    const hq_traits *tr = hq_get_traits(type);
-    const int rows = 4096, n = 4096, nb = n / QK_K;
-    const size_t rs = tr->type_size * nb, total = rs * rows;
-    uint8_t *w = malloc(total);
-    for (size_t i = 0; i < total; i++) w[i] = (uint8_t)rng_u64();
-    /* fp16 d (and dmin) sit at known offsets: the last 2 bytes (Q3_K, Q6_K), the first 4 (Q4/5_K),
-       bytes 80..83 of Q2_K */
-    for (int b = 0; b < rows * nb; b++) {
-        uint8_t *blk = w + (size_t)b * tr->type_size;
-        hr_fp16 *d = NULL;
-        if (type == HQ_TYPE_Q4_K || type == HQ_TYPE_Q5_K) d = (hr_fp16 *)blk;
-        else if (type == HQ_TYPE_Q2_K) d = (hr_fp16 *)(blk + 80);
-        else d = (hr_fp16 *)(blk + tr->type_size - 2);
-        d[0] = hr_fp32_to_fp16(1e-3f);
-        if (type == HQ_TYPE_Q4_K || type == HQ_TYPE_Q5_K || type == HQ_TYPE_Q2_K) d[1] = hr_fp32_to_fp16(5e-4f);
-    }
-    float *x = malloc(n * sizeof(float));
-    for (int i = 0; i < n; i++) x[i] = rng_gauss();
-    block_q8_K *a = malloc(nb * sizeof(block_q8_K));
-    hq_get_traits(HQ_TYPE_Q8_K)->from_float(x, a, n);
-    float *out = malloc(rows * sizeof(float));
-    /* best of a few runs, fewer when slow (generic kernels, sanitizers) */
-    double best = 1e30, spent = 0;
-    for (int rep = 0; rep < 5 && spent < 0.3; rep++) {
-        const double t0 = hr_time_s();
-        for (int r = 0; r < rows; r++) tr->vec_dot(n, &out[r], w + (size_t)r * rs, a);
-        best = fmin(best, hr_time_s() - t0);
-        spent += hr_time_s() - t0;
-    }
-    /* the tile kernel on 8 activation columns, as prefill uses it */
-    float *tile = malloc(rows * 8 * sizeof(float));
-    block_q8_K *a8 = malloc(8 * nb * sizeof(block_q8_K));
-    for (int j = 0; j < 8; j++) memcpy(a8 + j * nb, a, nb * sizeof(block_q8_K));
-    double tbest = 1e30;
-    spent = 0;
-    for (int rep = 0; rep < 3 && spent < 0.3; rep++) {
-        const double t0 = hr_time_s();
-        tr->gemm(n, tile, rows, w, rs, rows, a8, nb * sizeof(block_q8_K), 8);
-        tbest = fmin(tbest, hr_time_s() - t0);
-        spent += hr_time_s() - t0;
-    }
-    printf("  bench %-4s vec_dot 4096x4096: %6.2f ms, %6.2f GB/s of weights (%s); gemm x8 columns: %6.2f ms "
-           "(%.2f ms/column)\n", tr->name, best * 1e3, (double)total / best * 1e-9, hq_simd_name(), tbest * 1e3,
-           tbest * 1e3 / 8);
-    free(w), free(x), free(a), free(out), free(tile), free(a8);
-}
-
 int main(void) {
     hr_init();
     test_dispatch();
@@ -716,13 +664,5 @@ int main(void) {
     test_gemm_large();
     test_avx512_vs_avx2();
     test_real_files();
-    const char *nb = getenv("HEARTH_BENCH");
-    if (!nb || strcmp(nb, "0") != 0) {
-        bench(HQ_TYPE_Q4_K);
-        bench(HQ_TYPE_Q6_K);
-        bench(HQ_TYPE_Q5_K);
-        bench(HQ_TYPE_Q3_K);
-        bench(HQ_TYPE_Q2_K);
-    }
     return test_summary();
 }

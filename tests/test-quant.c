@@ -1,9 +1,9 @@
 // modules: base quant
 /* test-quant — the float types and the 32-element quants: reference (de)quantizers (byte layout and
    error bounds), and every dispatched kernel (vec_dot, from_float, gemm) against its reference.
-   Prints single-thread vec_dot bandwidth for 4096x4096 Q4_0 / Q8_0 (best pass; not asserted).
    Without HEARTH_NO_SIMD it runs itself once more with HEARTH_NO_SIMD=1, so the generic table is
-   tested too.  Flags: --no-bench, --no-reexec (tests/test-arm-build.sh uses both under qemu). */
+   tested too.  Flag: --no-reexec (tests/test-arm-build.sh uses it under qemu).  tools/kbench
+   measures the kernels' speed. */
 #include "test.h"
 
 #include "quant/quant-impl.h"
@@ -777,55 +777,6 @@ static void test_dispatch(void) {
 #endif
 }
 
-/* ---- bandwidth ---------------------------------------------------------------------------------------- */
-
-/* vec_dot over every row of a rows x cols matrix with random codes, one thread */
-static void bench(int t, int rows, int cols, double min_s) {
-    const hq_traits *tr = hq_get_traits(t), *vt = hq_get_traits(tr->vec_dot_type);
-    const size_t rs = hq_row_size(t, cols);
-    uint8_t *w = hr_alloc_aligned(rs * (size_t)rows, 64);
-    float *f = malloc((size_t)cols * sizeof(float)), *out = malloc((size_t)rows * 4 * sizeof(float));
-    void *a = malloc(hq_row_size(tr->vec_dot_type, cols) * 4);
-    if (!w || !f || !a || !out) {
-        printf("  bench %s: out of memory\n", tr->name);
-        goto done;
-    }
-    for (size_t i = 0; i < rs * (size_t)rows; i += 8) {
-        const uint64_t r = rng_next();
-        memcpy(w + i, &r, HR_MIN(8, rs * (size_t)rows - i));
-    }
-    for (size_t i = 0; i < rs * (size_t)rows; i += tr->type_size) { /* sane scales; codes stay random */
-        const hr_fp16 d = 0x2000;
-        memcpy(w + i, &d, 2);
-    }
-    const size_t ars = hq_row_size(tr->vec_dot_type, cols);
-    for (int c = 0; c < 4; c++) {
-        fill_uniform(f, cols);
-        vt->from_float(f, (char *)a + c * ars, cols);
-    }
-    /* best pass, not the mean: other processes on a small machine only ever add time */
-    double best = 1e30, gbest = 1e30;
-    const double t0 = hr_time_s();
-    for (int pass = 0; pass < 2 || hr_time_s() - t0 < min_s; pass++) {
-        const double p0 = hr_time_s();
-        for (int r = 0; r < rows; r++) tr->vec_dot(cols, &out[r], w + (size_t)r * rs, a);
-        best = HR_MIN(best, hr_time_s() - p0);
-    }
-    /* gemm with 4 activation rows: weights read once per 4 dots */
-    const double g0 = hr_time_s();
-    for (int pass = 0; pass < 2 || hr_time_s() - g0 < min_s / 2; pass++) {
-        const double p0 = hr_time_s();
-        tr->gemm(cols, out, (size_t)rows, w, rs, rows, a, ars, 4);
-        gbest = HR_MIN(gbest, hr_time_s() - p0);
-    }
-    printf("  bench %s %dx%d, 1 thread, %s: vec_dot %.2f GB/s (%.0f ns/row); "
-           "gemm 4 cols: %.2fx the dots/s of vec_dot\n", tr->name, rows, cols, hq_simd_name(), (double)rs * rows / best * 1e-9, 1e9 * best / rows,
-           4.0 * best / gbest);
-done:
-    hr_free_aligned(w);
-    free(f), free(a), free(out);
-}
-
 /* ---- main --------------------------------------------------------------------------------------------- */
 
 /* the same tests with env=1 (HEARTH_NO_SIMD: the generic table; HEARTH_NO_AVX512: the AVX2 family on a
@@ -836,7 +787,7 @@ static void run_child(const char *self, const char *env) {
     const pid_t pid = fork();
     if (pid == 0) {
         setenv(env, "1", 1);
-        execl("/proc/self/exe", self, "--no-reexec", "--short-bench", (char *)NULL);
+        execl("/proc/self/exe", self, "--no-reexec", (char *)NULL);
         _exit(127);
     }
     int status = 0;
@@ -1029,15 +980,9 @@ static void test_silu_mul(void) {
 }
 
 int main(int argc, char **argv) {
-    bool do_bench = true, reexec = true, short_bench = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--no-bench")) do_bench = false;
+    bool reexec = true;
+    for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--no-reexec")) reexec = false;
-        if (!strcmp(argv[i], "--short-bench")) short_bench = true;
-    }
-#if defined(__SANITIZE_ADDRESS__)
-    short_bench = true;
-#endif
     hr_init();
     printf("test-quant (%s kernels%s)\n", hq_simd_name(), is_simd_disabled() ? ", HEARTH_NO_SIMD" : "");
     test_dispatch();
@@ -1052,12 +997,6 @@ int main(int argc, char **argv) {
     test_attention();
     test_att_exp();
     test_silu_mul();
-    if (do_bench) {
-        const double min_s = short_bench ? 0.05 : 1.0;
-        bench(HQ_TYPE_Q4_0, 4096, 4096, min_s);
-        bench(HQ_TYPE_Q8_0, 4096, 4096, min_s);
-        if (!short_bench) bench(HQ_TYPE_Q4_0, 16384, 4096, min_s); /* 38 MB: past the L3 */
-    }
     if (reexec && !strcmp(hq_simd_name(), "avx512")) run_child(argv[0], "HEARTH_NO_AVX512");
     if (reexec && !is_simd_disabled()) run_child(argv[0], "HEARTH_NO_SIMD");
     return test_summary();

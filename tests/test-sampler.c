@@ -268,34 +268,6 @@ static void test_temperature(void) {
     ht_sampler_free(s);
 }
 
-static void test_speed(void) {
-    enum { N = 151936, RUNS = 50 };
-    float *logits = malloc(sizeof *logits * N), *tmp = malloc(sizeof *tmp * N);
-    for (int i = 0; i < N; i++) logits[i] = frand() * 8.0f + (i % 97 == 0 ? 6.0f : 0.0f);
-    struct { const char *name; ht_sampler_params p; } cfg[] = {
-        { "defaults (top-k 40)", ht_sampler_default_params() },
-        { "top-k off, top-p 0.95", params(0.8f, 0, 0.95f, 0.0f, 1) },
-        { "top-k off, min-p 0.05, top-p 0.95", params(0.8f, 0, 0.95f, 0.05f, 1) },
-        { "greedy", params(0.0f, 0, 1.0f, 0.0f, 1) },
-    };
-    for (size_t c = 0; c < HR_ARRAY_LEN(cfg); c++) {
-        cfg[c].p.repeat_penalty = 1.1f;
-        ht_sampler *s = ht_sampler_create(&cfg[c].p, N);
-        for (int i = 0; i < 64; i++) ht_sampler_accept(s, i * 17);
-        double t0 = hr_time_s();
-        for (int r = 0; r < RUNS; r++) {
-            memcpy(tmp, logits, sizeof *tmp * N);
-            int32_t t = ht_sampler_sample(s, tmp);
-            CHECK(t >= 0 && t < N);
-        }
-        printf("sampler speed, %d-token vocab, %s: %.3f ms/token\n", N, cfg[c].name,
-               (hr_time_s() - t0) * 1e3 / RUNS);
-        ht_sampler_free(s);
-    }
-    free(logits);
-    free(tmp);
-}
-
 int main(void) {
     hr_init();
     test_defaults();
@@ -305,6 +277,5 @@ int main(void) {
     test_top_p_min_p();
     test_penalty();
     test_temperature();
-    test_speed();
     return test_summary();
 }

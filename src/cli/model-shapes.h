@@ -4,16 +4,10 @@
  * type per tensor, and a multi-threaded row converter (float rows in, rows of any type out).
  * Part of the cli layer (prefix cli_); nothing here prints except cli_convert's progress bar.
  *
- * Recipes. A plain type name (Q4_0, Q6_K, F16, ...) is "pure": every 2-D weight gets that type.
- * The recipe names follow llama.cpp's mixes for the same names (llama_tensor_get_type):
- *   more(i, n)  = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2     (first, last and every third layer)
- *   Q4_K_M  Q4_K everywhere; attn_v and ffn_down of the more(i, n) layers Q6_K; output Q6_K
- *   Q5_K_M  the same with Q5_K as the base type
- *   Q3_K_M  Q3_K everywhere; attn_v Q5_K in layers 0-1 and Q4_K after; ffn_down Q5_K in the
- *           first n/16 layers and Q4_K after; attn_output Q4_K; output Q6_K
- * With tied embeddings (no output.weight) token_embd is the output head and gets output's type.
- * Rows whose length is not a multiple of the chosen type's block fall back to a type that fits
- * (K-quants to the 32-element quant of similar size, 32-element quants to F16).
+ * A recipe is a type name (every 2-D weight gets that type) or one of llama.cpp's mixes Q3_K_M,
+ * Q4_K_M, Q5_K_M, which give the same tensors the same types as llama.cpp does (docs/design.md,
+ * "Quantization recipes"). Rows whose length is no multiple of a type's block fall back to a type
+ * that fits.
  */
 #ifndef HEARTH_CLI_MODEL_SHAPES_H
 #define HEARTH_CLI_MODEL_SHAPES_H

@@ -1,103 +1,17 @@
 /*
  * cluster — the head and worker runtimes that run one model on several devices, by tensor
- * parallelism (TPI-LLM §3.1: every device computes every layer, over its share of the attention
- * units (KV heads with their query heads) and FFN neurons, and the partial block outputs are summed
- * by an all-reduce after each block) or by a piped-ring pipeline (prima.cpp §3.1: every device
- * computes whole layers, in windows dealt round the ring, and the hidden state goes round the ring
- * of devices once per round — see "Pipeline").  Prefix: hc_.
+ * parallelism (every device computes every layer over its share of KV heads and FFN neurons; an
+ * all-reduce sums the partial outputs after each block) or by a piped-ring pipeline (every device
+ * computes whole layers, in windows dealt round the ring of devices). Prefix: hc_.
  *
- * Roles: the *head* (device 0) is the process the user runs; it holds the GGUF, the tokenizer, the
- * token embedding, the final norm, the output head and the sampler, and computes a share too.
- * *Workers* (devices 1..k-1) run `hearth worker`: they never see the GGUF, token ids, text or
- * logits — only their weight slices and hidden states. The engine (model.h) knows nothing of this:
- * each device runs hm_eval over its shard, and the shard's sync hook is the all-reduce below.
+ * The head (device 0) is the process the user runs: it alone holds the GGUF, the tokenizer, the
+ * embedding, the output head and the sampler, and computes a share too. Workers (`hearth worker`)
+ * see only their weight slices (cached per model and share) and hidden states. The engine knows
+ * nothing of this: each device runs hm_eval over its shard, whose sync hook is the all-reduce.
  *
- * ==== Plan ======================================================================================
- * Shares are weights w0..w(k-1) (head first), taken as given. Without them every device is assumed
- * equally fast, and `auto` measures each device's matvec throughput (PROFILE_REQ); from speeds, the
- * shares are balanced so that all devices finish a token together, counting the output head that
- * only the head runs (hc_plan_balance: with 2 equal devices and Llama-3.2-1B's tied 128k-vocabulary
- * head, 21% of a token's weight reads, the head takes 37% of the layers). Attention units are dealt in groups of g_a KV heads and FFN neurons in
- * groups of g_f, proportionally by largest remainder, as contiguous ranges in device order. g_f is
- * the lcm of ffn_down's block sizes over the layers (256 for K-quants, 32 for Q4_0/Q8_0, 1 for F32),
- * so every device's ffn_down columns start on a block; g_a is the smallest number of KV heads whose
- * attn_output columns (g_a x n_head/n_head_kv x head_dim) are a whole number of blocks. A device may
- * get no attention units (more devices than KV-head groups, or a small weight), no FFN neurons, or
- * neither; its partial output is then zero and it still takes part in the all-reduce.
- *
- * ==== Session protocol (one TCP connection from the head to each worker; messages of net.h) ====
- *   head -> worker                              worker -> head
- *   HELLO (versions, caps, device)              HELLO_ACK, or ERROR and close
- *   [PROFILE_REQ BENCH, bench_ms]               [PROFILE: matvec_gbps, threads, ...]
- *   LOAD_PLAN (model hash, index, k, arch,
- *     params = hyper-parameters + session
- *     settings as text, units = per layer
- *     ATTN_HEADS [q0,q1) and FFN_ROWS [f0,f1))
- *   SLICE_BEGIN x n_slices: the directory of
- *     the worker's slice file, in file order
- *   SLICE_HAVE (all content hashes)             SLICE_HAVE (the hashes it already has)
- *   for each missing slice, in order:
- *     SLICE_CHUNK x m (offsets ascending), SLICE_END
- *                                               READY (model hash, bytes received), or ERROR
- *   per forward pass: FORWARD (layers 0..L, n tokens' hidden states after the embedding, positions)
- *     star, per block: <- PARTIAL (layer, ATTN|FFN, the worker's partial, compute_ns) seq = s
- *                      -> RESULT (the sum, the head's compute_ns) seq = s
- *     ring, per block: PARTIAL chunks around the ring (below)
- *   RESET (pos): forget KV positions >= pos     (no reply)
- *   PROFILE_REQ STATS                           PROFILE: run-time counters since the last STATS
- *   BYE: the worker frees the session and waits for the next head. A closed connection does the same.
- * seq of a PARTIAL/RESULT counts the session's all-reduces (both sides count the same way), so a
- * stale or out-of-order message is a protocol error, not a wrong sum.
- *
- * ==== All-reduce =================================================================================
- * star (default, TPI-LLM §3.2): every worker sends its whole partial to the head; the head adds them
- * to its own in the fixed order 0, 1, 2, ... (so the sum does not depend on arrival order) and sends
- * the sum back: 2 link crossings per all-reduce, the head's link carries 2(k-1) hidden states.
- * ring (for comparison): reduce-scatter then all-gather over k chunks, 2(k-1) steps each moving 1/k
- * of the data to the next device. Links are direct: head -> worker 1 and worker k-1 -> head use the
- * session connections; worker i -> worker i+1 is a connection worker i opens to worker i+1's listen
- * address (as the head knows it) and announces with HELLO "ring <session token>". A step's chunk
- * moves in pieces of at most 64 KiB, and every device sends a piece before it receives one: all sends
- * of a step are on the wire at once, and a link's socket buffer always has room for the one unread
- * piece, so the ring cannot deadlock. Ring sums are added in ring order, so they may differ from
- * star's in the last bit.
- *
- * ==== Slice cache (worker) ========================================================================
- * CACHE/<model hash, 16 hex>/<slice key, 16 hex>.gguf: one GGUF per (model, share), written with the
- * gguf writer: the model's hyper-parameters plus hearth.slice.* (model.h), tensors with their usual
- * names and sliced shapes (rows of wq/wk/wv/w_gate/w_up and q/k/v biases, block-aligned columns of
- * wo/w_down, whole norms and rope_freqs), never token_embd/output, and hearth.slice.hashes (u64 per
- * tensor). The slice key hashes the share and the directory (names, types, shapes, content hashes).
- * A worker "has" a content hash if any slice file of that model holds a tensor with it; those bytes
- * are copied from the old file (and re-hashed), so a second run with the same model and shares sends
- * 0 weight bytes, and a changed share sends only what changed. Model hash: hr_hash64 of the GGUF's
- * bytes before the tensor data (header, metadata, tensor directory), seeded with the file size.
- * Content hash: hr_hash64 of the slice's bytes as stored in the slice file.
- *
- * ==== Pipeline (--pp) ============================================================================
- * --layer-windows 2,3,2 (head first): device i owns windows of that many layers, dealt round the ring
- * 0, 1, ..., k-1, 0, 1, ... from layer 0 until every layer is placed (the last window may be cut
- * short), so a token takes ceil(L / sum) rounds; without it, one round with the layers split evenly
- * (the head, which also runs the output head, takes the fewest). The head keeps the embedding, the
- * output head and the sampler: it has an empty window [0, 0) first if it owns no layer 0 and
- * [L, L) last if the last layer is not its own. Every worker must own at least one layer.
- * The hidden state travels head -> worker 1 -> ... -> worker k-1 -> head over the same links as the
- * ring all-reduce (the session connection from the head to worker 1, worker i -> i+1 by a ring
- * connection, worker k-1 -> head by its session connection), as FORWARD messages whose
- * [layer_begin, layer_end) is what remains of the pass: the receiver runs its window that starts at
- * layer_begin and sends on [its end, L). Workers hold slice files of whole layers (hearth.slice.layers).
- * Each device runs its own residency manager (src/mem) over its windows' blocks in execution order
- * under its own --mem-budget: when its layers do not fit, the loader streams the next blocks while the
- * other devices compute and releases used ones — prima.cpp's prefetch (its next window) and release.
- *
- * Failure: every receive inside a forward pass has a deadline (timeout_ms); a closed connection is
- * noticed at once, so a killed worker stops the head with a message naming it. A malformed or
- * unexpected message ends that connection with a logged reason. Idle waits (a worker between heads
- * or between tokens) have none.
- *
- * Ownership and threads: hc_head borrows the model (which borrows its gguf_ctx); one thread drives
- * a head. A worker serves one head at a time on the thread that calls hc_worker_serve; others that
- * connect meanwhile get ERROR "busy". hc_worker_stop may be called from any thread.
+ * Ownership and threads: hc_head borrows the model; one thread drives a head. A worker serves one
+ * head at a time on hc_worker_serve's thread; hc_worker_stop may be called from any thread.
+ * docs/tensor-parallel.md (plan, slices, all-reduce, failures), docs/pipeline.md, docs/protocol.md.
  */
 #ifndef HEARTH_CLUSTER_H
 #define HEARTH_CLUSTER_H
@@ -124,7 +38,7 @@ typedef struct hc_plan {
     hc_share dev[HC_MAX_DEVICES];
 } hc_plan;
 
-/* Deals the model's units to n devices in proportion to weights (see "Plan"). */
+/* Deals the model's units to n devices in proportion to weights (docs/tensor-parallel.md, "The plan"). */
 int hc_plan_make(const hm_model *m, const double *weights, int n, hc_plan *out, hr_err *err);
 /* Shares from relative device speeds (head first) such that all devices finish a decode step
    together, counting the output norm and head, which only the head runs: with W_L the layers' weight
@@ -143,7 +57,7 @@ typedef struct hc_pp_plan {
     int       n_steps;                                  /* windows per pass, all devices */
     uint8_t   step_dev[HC_MAX_STEPS];                   /* who runs the i-th window of a pass */
 } hc_pp_plan;
-/* Deals windows of sizes[d] layers round the ring (see "Pipeline"). sizes NULL: one round, even. */
+/* Deals windows of sizes[d] layers round the ring (docs/pipeline.md). sizes NULL: one round, even. */
 int hc_pp_plan_make(int n_layer, const int *sizes, int k, hc_pp_plan *out, hr_err *err);
 
 /* ---- hashes -------------------------------------------------------------------------------------- */

@@ -10,13 +10,9 @@
  *   string = u64 length + bytes (no NUL);  array = u32 elem_type + u64 count + elems
  * Version 1 (u32 counts) is refused with a message.
  *
- * The reader validates everything before use: every count, string length, array length, dimension,
- * type, offset and size is checked against the bytes that remain in the file, so a truncated,
- * corrupt or hostile file yields an error message (naming the offending key/tensor) and NULL,
- * never a crash or a huge allocation.
- *
- * Ownership: gguf_ctx owns the mapping; every pointer it hands out (names, strings, array data,
- * tensor data) is borrowed and valid until gguf_close().
+ * The reader checks every count, length, type, offset and size against the bytes that remain: a
+ * truncated or hostile file gives NULL and a message naming the key or tensor, never a crash.
+ * Ownership: gguf_ctx owns the mapping; every pointer it hands out is borrowed until gguf_close().
  */
 #ifndef HEARTH_GGUF_H
 #define HEARTH_GGUF_H

@@ -1,41 +1,16 @@
 /*
- * mem — the residency manager: which of a shard's weights are in memory, under a memory budget.
- * Prefix: hmem_.
+ * mem — the residency manager: which of a shard's weights are in memory, under a memory budget
+ * (weights + the ctx's KV cache and scratch). Prefix: hmem_.
  *
- * A streamed model's weights stay an mmap of the GGUF file (never copied); the manager only decides
- * which pages of that mapping are resident, through the forward pass's weights hook (model.h:
- * hm_weights_fn), which it calls around every *block* — the attention or FFN half of a layer, or
- * the output norm + head.
- * Execution order is a cycle: attn 0, ffn 0, attn 1, ..., ffn L-1, output, and back to attn 0 for
- * the next token. The budget covers the shard's resident weights plus the ctx's KV cache and scratch.
+ * The weights stay an mmap of the GGUF file; the manager only changes which pages are resident,
+ * through the forward pass's weights hook (hm_weights_fn), called around every block (attention or
+ * FFN half of a layer, or output). KEEP: everything fits, one MADV_WILLNEED. STREAM: some blocks are
+ * pinned, a loader thread prefetches the rest in execution order and releases each after use.
+ * OBSERVE: figures only. Bytes never change: a managed run gives bit-identical logits.
  *
- * - KEEP (everything fits the budget): one MADV_WILLNEED over all blocks at create; the hook does
- *   nothing. This is llama.cpp's mmap behaviour plus a prefetch; the commands then load the weights
- *   into memory of the model's own (hmem_load_weights, below; --mmap keeps the mapping), and the
- *   manager's blocks and figures go on describing the file's pages.
- * - STREAM (it does not): blocks that fit beside a streaming window are *pinned* (loaded once, never
- *   released; by default one run of blocks from the first, or spread as TPI-LLM §3.3, Prop. 6 keeps
- *   every T-th FFN block; hmem_plan_make says which). A loader thread fills the rest of the budget,
- *   the *room*, with the streamed blocks that come next in execution order — the computing one
- *   first, a block that does not fit whole in part — using
- *   MADV_POPULATE_READ (or a read per page) in 4 MiB chunks, so the pages are in and mapped before
- *   compute reaches them. The hook at BEGIN waits until its block is wholly loaded (that wait is the
- *   time blocked on weights); at END the window slides and the loader releases the block —
- *   MADV_DONTNEED on the mapping and POSIX_FADV_DONTNEED on the file, so the page cache shrinks
- *   too — and loads further ahead. `window` (TPI-LLM's w, in blocks) is what the plan guarantees:
- *   room for at least the `window` largest streamed blocks; the loader then uses all the room, so
- *   small blocks stream further ahead.
- * - OBSERVE: nothing is managed; only the figures (samples) work, for comparing with plain mmap.
- * Only residency changes, never bytes: a managed run gives bit-identical logits (tests/test-mem.c).
- *
- * Figures: hmem_take_sample() once per token records resident weight bytes (mincore over the blocks),
- * the manager's own accounting, bytes loaded, bytes read from disk (/proc/self/io read_bytes), time
- * blocked and MemAvailable; memory pressure is prima.cpp's (§4.3): the drop of MemAvailable during
- * the run divided by MemTotal. docs/memory.md has the design and measurements.
- *
- * Ownership: hmem borrows the model (and through it the gguf_ctx and its mapping), which must
- * outlive it; it opens its own descriptor of the file for posix_fadvise. Threads: the hook runs on
- * the thread that calls hm_eval; the manager's loader thread only advises and touches the mapping.
+ * Ownership: hmem borrows the model and its mapping, which must outlive it. Threads: the hook runs
+ * on hm_eval's thread; the loader thread only advises and touches the mapping.
+ * docs/memory.md has the plan, the loader, the figures and the measurements.
  */
 #ifndef HEARTH_MEM_H
 #define HEARTH_MEM_H
@@ -126,15 +101,10 @@ typedef struct hmem_plan {
 } hmem_plan;
 
 /* The residency plan for n blocks of the given byte sizes and kinds (enum hm_block) in execution
-   order, under budget (resolved, > 0): KEEP if mode is KEEP, or AUTO and sum(bytes) + ctx_bytes <=
-   budget; else STREAM with window shrunk until the window's room fits budget - ctx_bytes, then
-   blocks pinned (pinned[i] = true) while pinned + window room still fit. Pin choice: walking the
-   candidates in execution order, a running credit grows by f * size for each one and a block is
-   pinned when the credit covers it and it fits. RUN: f = 1, blocks are pinned in order from the
-   first. SPREAD, FFN: f = room for pins / candidate bytes, so pins are spread evenly — with equal
-   FFN blocks and f = 1/T this is "every T-th FFN block". Pinning shrinks the window's room, so it
-   repeats until nothing more fits. Errors: HR_EINVAL for bad parameters, HR_ERANGE (message with
-   the minimum) if the budget cannot hold ctx_bytes and the largest block. */
+   order, under budget (resolved, > 0): KEEP when everything fits (or mode is KEEP), else STREAM with
+   the window shrunk to fit and then blocks pinned (pinned[i] = true) by p->pin while they fit beside
+   the window's room (docs/memory.md, "Stream"). Errors: HR_EINVAL for bad parameters, HR_ERANGE
+   (message with the minimum) if the budget cannot hold ctx_bytes and the largest block. */
 int hmem_plan_make(const uint64_t *bytes, const uint8_t *kinds, int n, const hmem_params *p, uint64_t budget,
                    bool *pinned, hmem_plan *out, hr_err *err);
 

@@ -1,78 +1,19 @@
 /*
- * net — hearth's wire protocol (framed, versioned, little-endian messages with hard length limits)
- * and its TCP transport (every send and receive has a deadline).  Prefix: hn_.
+ * net — hearth's wire protocol and its TCP transport, in which every send and receive has a
+ * deadline. Prefix: hn_. It knows messages and sockets, not roles (head or worker).
  *
- * The module knows messages and sockets, not roles: nothing here asks whether it runs on the head
- * or on a worker (../shared/DESIGN.md, "Network").
+ * Frame: a 16-byte header, then `length` payload bytes; all integers little-endian:
+ *   u32 magic 0x48545248 ("HRTH") | u16 version (HN_PROTO_VERSION) | u16 type (enum hn_msg_type) |
+ *   u32 length (<= hn_msg_max_payload(type)) | u32 seq (a reply carries its request's seq)
+ * The header is checked before anything is allocated; a frame of another version is refused.
+ * Payload: the message struct's fields in order; str = u32 n + n bytes of UTF-8 without NUL; blob =
+ * u32 n + n bytes; T[] = u32 count, zero padding to min(sizeof T, 8) from the payload's start (so
+ * arrays are read in place), the elements; kv[] = u32 count + that many {str key, str value}.
+ * Decoding is strict (counts, limits, padding, leftovers) and encoding checks the same, so the
+ * encoding is canonical. The bulk array of FORWARD, PARTIAL, RESULT, SLICE_CHUNK comes last.
  *
- * ==== Frame ====================================================================================
- * Every message is one frame: a fixed 16-byte header, then `length` payload bytes.
- *
- *   offset size  field
- *      0    4    magic    u32 0x48545248, the bytes "HRTH"
- *      4    2    version  u16 protocol version, HN_PROTO_VERSION (1)
- *      6    2    type     u16 enum hn_msg_type
- *      8    4    length   u32 payload bytes; at most hn_msg_max_payload(type)
- *     12    4    seq      u32 chosen by the sender and not interpreted by this module; a reply carries
- *                         the seq of the request it answers (HELLO_ACK, PROFILE, READY, PARTIAL,
- *                         RESULT, ERROR), so a receiver can match replies and drop stale ones.
- *
- * A receiver checks magic, version, type and length against the per-type limit *before* it
- * allocates anything; any mismatch is HR_EPROTO with a message naming what was wrong. A frame of
- * another version is refused outright: a peer that speaks several versions sends HELLO in the
- * lowest one the other side may know and both move to the highest common one after HELLO_ACK.
- *
- * ==== Payload encoding =========================================================================
- * All integers little-endian; f32 is IEEE binary32 little-endian.
- *   str      u32 n, n bytes of UTF-8, no NUL inside, no terminator; each field has a maximum n
- *   blob     u32 n, n bytes
- *   T[]      u32 count, zero bytes up to the next multiple of min(sizeof(T), 8) counted from the
- *            start of the payload, count * sizeof(T) bytes. The padding lets a receiver read arrays
- *            in place (payload buffers are 8-byte aligned), so a 64 MiB hidden state is not copied.
- *   kv[]     u32 count (<= HN_MAX_KV), count x { str key (<= HN_MAX_KEY), str value (<= HN_MAX_VALUE) }
- * Decoders are strict: every count is checked against the bytes that remain, padding must be zero,
- * and a payload with bytes left after the last field is refused. Fields must also agree: version_min
- * <= version_max, device_index < n_devices, known unit kinds and stages, begin <= end,
- * layer_begin <= layer_end, counts equal to n_tokens (x n_embd). Encoders check the same, so
- * decode(encode(m)) == m and encode(decode(p)) == p for every payload p that decodes.
- *
- * ==== Messages (value, name, payload limit, layout) ============================================
- *  1 HELLO        4 KiB   u32 version_min, u32 version_max, u64 caps (HN_CAP_*),
- *                         u8 auth_tag[32] (reserved for a tag derived from the cluster key; zero for
- *                         now), str device (<= HN_MAX_NAME)
- *  2 HELLO_ACK    4 KiB   u32 version (chosen), u64 caps, u8 auth_tag[32], str device
- *  3 ERROR        4 KiB   i32 code (an HR_E* value), str message (<= HN_MAX_MESSAGE)
- *  4 PROFILE_REQ  256     u32 flags (HN_PROFILE_*), u32 bench_ms (time budget of the benchmark)
- *  5 PROFILE      64 KiB  kv[] facts: "threads", "mem_bytes", "matvec_gflops", "cpu", ... (text)
- *  6 LOAD_PLAN    1 MiB   u64 model_hash, u32 device_index, u32 n_devices, str arch (<= HN_MAX_NAME),
- *                         kv[] params (hyper-parameters as text, "n_embd" = "288"),
- *                         hn_unit[] units (16 bytes each: u32 layer, u32 kind, u32 begin, u32 end)
- *  7 SLICE_HAVE   1 MiB   u64 model_hash, u64[] hashes (content hashes already in the cache)
- *  8 SLICE_BEGIN  4 KiB   u64 hash, u64 size, u32 dtype (hq_type), u32 n_dims (<= 4), u64 ne[4],
- *                         str name (<= HN_MAX_SLICE_NAME)
- *  9 SLICE_CHUNK  16 MiB+64  u64 hash, u64 offset, blob data (<= HN_MAX_CHUNK)
- * 10 SLICE_END    256     u64 hash, u64 size
- * 11 READY        256     u64 model_hash, u64 weight_bytes, u32 n_slices
- * 12 FORWARD      64 MiB  u32 layer_begin, u32 layer_end, u32 stage (HN_STAGE_*), u32 n_tokens,
- *                         u32 n_embd, i32[] pos (count n_tokens), f32[] data (n_tokens x n_embd)
- * 13 PARTIAL      64 MiB  u32 layer, u32 stage, u32 n_tokens, u32 n_embd, u32 offset,
- *                         u64 compute_ns, f32[] data (offset + count <= n_tokens x n_embd)
- * 14 RESULT       64 MiB  u32 layer_end, u32 n_tokens, u32 n_embd, u64 compute_ns,
- *                         f32[] data (n_tokens x n_embd)
- * 15 RESET        256     u32 pos_begin (drop KV cache entries at positions >= pos_begin)
- * 16 BYE          4 KiB   i32 code (0 = normal), str reason (<= HN_MAX_MESSAGE)
- * Type 0 is never valid. Values are append-only; HN_MSG_COUNT ends the list.
- * In FORWARD/PARTIAL/RESULT/SLICE_CHUNK the bulk array is the last field, so it can be sent from
- * the caller's memory as a second iovec (hn_msg_encode returns it as `tail`).
- *
- * ==== Ownership and threads ====================================================================
- * Decoded messages borrow: hn_str, array and data pointers point into the payload they were decoded
- * from and live as long as it (for hn_msg_recv: until the hn_frame is reused or freed). Messages to
- * encode borrow the caller's memory. A connection may be used by one sending and one receiving
- * thread at the same time; its counters may be read from any thread. No global state.
- *
- * The protocol assumes a little-endian host (x86-64, ARM64, RISC-V): f32 arrays travel in host order
- * so that they are sent and received without a copy. proto.c refuses to compile elsewhere.
+ * Decoded messages borrow their payload; one sender and one receiver thread per connection at a
+ * time; little-endian hosts only. docs/protocol.md: each message's layout and limit, the session.
  */
 #ifndef HEARTH_NET_H
 #define HEARTH_NET_H

@@ -3,19 +3,10 @@
  * before it is tokenized, in the format each model family was fine-tuned on, and the helpers a
  * chat front end needs around it (special-token tokenization, stop strings).  Prefix: ht_chat_.
  *
- * hearth runs no Jinja. A GGUF's tokenizer.chat_template is a Jinja program; like llama.cpp's
- * built-in templates (llama-chat.cpp, llm_chat_detect_template) it is recognised by distinctive
- * substrings ("<|im_start|>" -> chatml, "<|start_header_id|>" -> llama3, "[INST]" -> a mistral or
- * llama2 variant, ...) and each family is rendered by fixed code that produces what llama.cpp's
- * built-in template of the same name produces. A template outside these families is reported as
- * unknown, so the caller can say so and fall back (ht_chat_for_model falls back to chatml).
- *
- * BOS: rendered text never begins with the BOS token, as with llama.cpp's built-in templates — the
- * Jinja texts that start with {{ bos_token }} leave it to the tokenizer. Tokenize with
- * ht_chat_tokenize and the vocabulary's own convention (add_bos = ht_add_bos(v)); it adds no
- * second BOS if the text already starts with one. Other special tokens do occur in the text
- * (<|im_start|>, </s> after an assistant message for llama2/mistral, ...), which is why the text
- * must be tokenized with special-token parsing.
+ * No Jinja: a GGUF's tokenizer.chat_template is recognised by distinctive substrings, as llama.cpp
+ * recognises its built-in templates, and each family is rendered by fixed code to llama.cpp's text.
+ * Rendered text never begins with BOS (the tokenizer adds it) but holds other special tokens, so it
+ * is tokenized with ht_chat_tokenize. docs/design.md, "Chat templates", has the details.
  *
  * Ownership: nothing here keeps a pointer to its arguments; rendered text is written to the
  * caller's buffer (ht_chat_render) or returned malloc'd (ht_chat_render_alloc, caller frees).
