@@ -26,7 +26,7 @@ for t in Q4_0 Q8_0; do
         -o "$TMP/tied-$t.gguf" >"$TMP/synth.log" 2>&1 || { cat "$TMP/synth.log"; bad "synth $t"; }
 done
 # the AVX2 table has Q4_0's packed kernel, the AVX-512 one Q4_K's, Q5_K's, Q6_K's and Q8_0's too
-# (quant.h); the generic and NEON ones have none
+# (docs/quant.md); the generic and NEON ones have none
 simd=$("$BIN" eval -m "$SHARED/models/synth/synth-llama-Q4_0.gguf" --tokens 1 --logits "$TMP/x.f32" --force 2>&1 |
     grep -o 'for the [a-z0-9]* kernels' | head -n1 | awk '{print $3}')
 

@@ -5,7 +5,7 @@
  * a shard — some of the layers and, under tensor parallelism, a share of each one's heads and neurons
  * — with the token embedding first and the output head last where the shard has them. After each
  * block's output projection it calls the shard's sync hook (a no-op on one device, an all-reduce under
- * tensor parallelism) and knows nothing else about the cluster (../shared/DESIGN.md).
+ * tensor parallelism) and knows nothing else about the cluster (docs/design.md).
  * Architectures: llama, qwen2, qwen3. Shards, windows, slice files (a worker's share of a model) and
  * the loaded weights: docs/model.md.
  *
@@ -88,7 +88,7 @@ typedef struct hm_tensor {
     size_t      row_bytes;
     const void *data;      /* what the kernels read: the file mapping, or the model's copy */
     const void *map;       /* where the bytes lie in the file mapping (= data until loaded) */
-    bool        packed;    /* data is in the type's packed layout (quant.h), bands of HQ_BAND rows */
+    bool        packed;    /* data is in the type's packed layout (docs/quant.md), bands of HQ_BAND rows */
 } hm_tensor;
 
 typedef struct hm_layer {
@@ -187,7 +187,7 @@ int hm_shard_validate(const hm_model *m, const hm_shard *s, hr_err *err);
 int32_t hm_shard_n_layers(const hm_shard *s);
 
 /* Copies the weights a shard reads into one anonymous mapping of the model's own, packed for the
-   dispatched kernels unless repack is false (quant.h), and drops the file's pages from this process;
+   dispatched kernels unless repack is false (docs/quant.md), and drops the file's pages from this process;
    why, and what stays a view of the file: docs/model.md. Never with a streaming residency manager.
    Call before hm_ctx_create; a second call does nothing. Reports the bytes copied and, of those,
    packed. HR_ENOMEM if the memory cannot be had. */
