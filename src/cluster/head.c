@@ -391,7 +391,7 @@ static int hc_own_slice(hc_head *h, uint64_t model_hash, hr_err *err) {
             int bad = hc_slice_file_check(h->sg, sl, ns);
             if (bad < 0) {
                 HR_LOGI("tp: head: its share (%.1f MiB) from %s", bytes / 1048576.0, h->slice_path);
-                goto open;
+                goto opened;
             }
             snprintf(e.msg, sizeof e.msg, "'%s' differs", sl[bad].name);
             gguf_close(h->sg);
@@ -411,7 +411,7 @@ static int hc_own_slice(hc_head *h, uint64_t model_hash, hr_err *err) {
     HR_LOGI("tp: head: wrote its share (%.1f MiB) to %s in %.2f s", bytes / 1048576.0, h->slice_path,
             (hr_time_ns() - t0) * 1e-9);
     if (!(h->sg = gguf_open(h->slice_path, &e))) { rc = hr_fail(err, e.code, "%s", e.msg); goto done; }
-open:
+opened:
     if (!(h->sm = hm_model_load(h->sg, &e))) rc = hr_fail(err, e.code, "%s: %s", h->slice_path, e.msg);
     else if (!h->sm->slice_head || h->sm->slice_n_head_kv != sh->kv_end - sh->kv_begin ||
              h->sm->slice_n_ff != sh->ff_end - sh->ff_begin)
