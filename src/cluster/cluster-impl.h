@@ -68,6 +68,10 @@ int hc_slice_file_write(const char *path, const hc_slice_meta *mt, const hc_slic
 /* The first of dir's tensors that the opened slice file lacks or holds with another content hash,
    or -1 when it has them all (a reused file is checked, not trusted). */
 int hc_slice_file_check(const gguf_ctx *g, const hc_slice *dir, int n);
+/* Unmaps from this process the pages of g's tensor data that reading them (hashing, copying) mapped
+   in; the page cache keeps them, and a later read maps them again. A head that computes from its own
+   slice file keeps only what it computes with. */
+void hc_drop_pages(const gguf_ctx *g);
 
 /* ---- sending with the test hook ---- */
 typedef struct hc_hook { hc_send_hook_fn fn; void *user; } hc_hook;

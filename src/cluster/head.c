@@ -461,7 +461,13 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     }
     uint64_t model_hash = hc_model_hash(m->gguf);
     bool own = !p->pp && !p->share_views;
-    if (own && hc_own_slice(h, model_hash, err)) goto err;
+    if (own) {
+        if (hc_own_slice(h, model_hash, err)) goto err;
+        /* hashing the share and checking the file mapped both in: neither is what the head computes
+           with until the weights are loaded (or streamed) below */
+        hc_drop_pages(m->gguf);
+        hc_drop_pages(h->sg);
+    }
     h->run = own ? h->sm : m;
     hm_shard sh = hm_shard_full(h->run);
     if (!own) {
@@ -505,6 +511,7 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     for (int d = 1; d < h->k; d++)
         if (hc_load_worker(h, d, model_hash, token, &cp, &done, total, tmp, err)) goto err;
     if (h->p.progress && h->bytes_sent) h->p.progress(h->p.progress_user, total, total);
+    if (own) hc_drop_pages(m->gguf);   /* the workers' slices were read from the mapping */
     free(tmp);
     tmp = NULL;
     double s = (hr_time_ns() - t0) * 1e-9;

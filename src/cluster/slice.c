@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -263,6 +264,20 @@ int hc_slice_file_check(const gguf_ctx *g, const hc_slice *dir, int n) {
         if (!t || t->nbytes != dir[i].size || hr_hash64(t->data, (size_t)t->nbytes, 0) != dir[i].hash) return i;
     }
     return -1;
+}
+
+void hc_drop_pages(const gguf_ctx *g) {
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if (!t->nbytes) continue;
+        lo = HR_MIN(lo, (uintptr_t)t->data);
+        hi = HR_MAX(hi, (uintptr_t)t->data + t->nbytes);
+    }
+    const uintptr_t pg = sysconf(_SC_PAGESIZE) > 0 ? (uintptr_t)sysconf(_SC_PAGESIZE) : 4096;
+    lo = (lo + pg - 1) / pg * pg;
+    hi = hi / pg * pg;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);   /* advice: the bytes stay the file's */
 }
 
 int hc_send(const hc_hook *hk, int dev, hn_conn *c, hn_msg *m, int64_t deadline, hr_err *err) {
