@@ -404,7 +404,7 @@ static int hc_own_slice(hc_head *h, uint64_t model_hash, hr_err *err) {
     if (max && !(buf = malloc((size_t)max))) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
     hc_slice_meta mt = {.hp = &h->m->hp, .share = *sh, .model_hash = model_hash, .head = true};
     if ((rc = hc_slice_file_write(h->slice_path, &mt, sl, ns, hc_own_bytes, &(hc_own_src){sl, buf}, &e))) {
-        rc = hr_fail(err, rc, "the head's slice file: %s", e.msg);
+        rc = hr_fail(err, rc, "the head's slice file (its share; --cache DIR puts it elsewhere): %s", e.msg);
         goto done;
     }
     h->slice_written = bytes;
