@@ -7,6 +7,7 @@ if [[ -z "$BIN" || ! -x "$BIN" ]]; then echo "HEARTH_BIN is not set to the heart
 if [[ ! -f "$SHARED/models/stories260K.gguf" ]]; then echo "shared models not found; skipping" >&2; exit 77; fi
 
 TMP=$(mktemp -d)
+export XDG_CACHE_HOME=$TMP/xdg   # the heads' slice cache (their own shares)
 declare -A WPID WPORT
 cleanup() {
     for i in "${!WPID[@]}"; do kill -9 "${WPID[$i]}" 2> /dev/null; done

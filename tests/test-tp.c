@@ -8,6 +8,10 @@
  *   token_embd/output slices, the prompt's token ids nowhere in any payload as int32s, and every
  *   FORWARD carries exactly the embedding rows of its tokens (hidden states, not ids).
  * - Slice cache: a second head with the same model and shares sends 0 weight bytes.
+ * - The head's own share (a slice file in its cache, loaded and packed like a worker's): logits
+ *   bit-identical to the head computing on views of the whole model, on the first run (which writes
+ *   the file), on the second (which reuses it: nothing written), streamed under a budget smaller than
+ *   its share, and from the file mapping in the file's layout (--mmap --no-repack).
  * - Robustness: garbage, a wrong protocol version, an oversized or truncated frame, messages out of
  *   order and a second head while one is served: the worker logs the reason, closes that connection
  *   and goes on serving (a normal head afterwards gets the right tokens). */
@@ -273,6 +277,106 @@ done:
     cli_opts_free(&o);
     hn_buf_free(&in.buf);
     hm_ctx_free(ref);
+    hm_model_free(m);
+    gguf_close(g);
+}
+
+/* ---- the head's own share ---- */
+
+typedef struct head_way {
+    bool views;            /* the head computes on views of the whole model (the reference) */
+    bool mmap, no_repack;
+    uint64_t budget;       /* a residency budget (0: the default) */
+} head_way;
+
+/* The head's logits (into out, [n_steps + 1][V]) for the prompt and then seq[0..n_steps) one token
+   at a time (choose: seq is filled with the greedy tokens as it goes). The head's slice bytes written
+   go to *written and its residency plan to *plan (mode -1: no manager). */
+static bool head_logits(wk *ws, hm_model *m, int n_workers, const char *shares, const char *cache, const head_way *w,
+                        int32_t *seq, int n_steps, bool choose, float *out, uint64_t *written, hmem_plan *plan) {
+    static const int32_t prompt[] = {1, 403, 407, 261, 378, 432, 383, 286};
+    const int V = m->hp.n_vocab;
+    char list[512];
+    worker_list(ws, n_workers, list, sizeof list);
+    cli_opts o;
+    CHECK(head_flags(&o, list, shares, NULL, false));
+    hc_head_params hp = o.head;
+    hp.cache_dir = cache;
+    hp.share_views = w->views;
+    hp.use_mmap = w->mmap;
+    hp.no_repack = w->no_repack;
+    if (w->budget) hp.mem = (hmem_request){.given = true, .bytes = w->budget, .window = 2};
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_ctx = 64;
+    cp.n_batch = 16;
+    cp.n_threads = 1;
+    hr_err err = {0};
+    hc_head *h = hc_head_create(m, &hp, &cp, &err);
+    CHECKF(h != NULL, "head: %s", err.msg);
+    bool ok = h != NULL;
+    for (int step = 0; ok && step <= n_steps; step++) {
+        float *lg = out + (size_t)step * V;
+        int r = step == 0 ? hc_head_eval(h, prompt, 8, 0, lg, false, &err)
+                          : hc_head_eval(h, &seq[step - 1], 1, 8 + step - 1, lg, false, &err);
+        CHECKF(r == 0, "head eval: %s", err.msg);
+        ok = r == 0;
+        if (ok && choose && step < n_steps) seq[step] = argmax(lg, V);
+    }
+    if (h) {
+        *written = hc_head_slice_bytes_written(h);
+        *plan = hc_head_mem(h) ? *hmem_get_plan(hc_head_mem(h)) : (hmem_plan){.mode = (hmem_mode)-1};
+    }
+    hc_head_free(h);
+    cli_opts_free(&o);
+    return ok;
+}
+
+/* The compact share against the views, every way the head can hold it; each call uses a fresh cache. */
+static void check_head_share(wk *ws, const char *model, int n_workers, const char *shares) {
+    static int calls;
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open(model, &err);
+    hm_model *m = g ? hm_model_load(g, &err) : NULL;
+    REQUIRE_VOID(m);
+    const int n_steps = 8, V = m->hp.n_vocab;
+    char cache[256];
+    snprintf(cache, sizeof cache, "%s/head%d", tmpdir, calls++);
+    size_t n = (size_t)(n_steps + 1) * V;
+    float *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    int32_t seq[8];
+    uint64_t written = 0;
+    hmem_plan plan;
+    const struct { const char *what; head_way w; bool wrote; bool stream; } ways[] = {
+        {"views", {.views = true}, false, false},
+        {"first run", {0}, true, false},
+        {"second run", {0}, false, false},
+        {"streamed", {.budget = 1}, false, true},   /* set from the second run's plan */
+        {"--mmap --no-repack", {.mmap = true, .no_repack = true}, false, false},
+    };
+    const char *name = strrchr(model, '/') + 1;
+    uint64_t small = 0;
+    for (size_t i = 0; i < HR_ARRAY_LEN(ways); i++) {
+        log_clear();
+        head_way w = ways[i].w;
+        if (w.budget) w.budget = small;
+        if (!head_logits(ws, m, n_workers, shares, cache, &w, seq, n_steps, i == 0, i ? got : ref, &written, &plan))
+            break;
+        /* a budget below the share: its KV cache and scratch, its largest block and half the rest */
+        if (i == 2) small = plan.ctx_bytes + plan.largest_bytes + (plan.weight_bytes - plan.largest_bytes) / 2;
+        if (i == 0) continue;
+        CHECKF(!memcmp(ref, got, n * sizeof(float)), "%s %s: the head's share (%s) gives other logits than its views",
+               name, shares ? shares : "equal", ways[i].what);
+        CHECKF((written > 0) == ways[i].wrote, "%s: %s wrote %llu bytes of the head's slice file", name, ways[i].what,
+               (unsigned long long)written);
+        if (i == 2) CHECK(log_has("tp: head: its share"));
+        if (i == 2) CHECKF(plan.mode == HMEM_KEEP, "%s: the head's share is not kept whole by default", name);
+        if (ways[i].stream) CHECKF(plan.mode == HMEM_STREAM, "%s: a budget of %llu bytes did not stream the head's "
+                                   "share (mode %d)", name, (unsigned long long)small, (int)plan.mode);
+    }
+    printf("%-30s %d workers shares %-8s: the head's own share == its views (written, reused, streamed, mmap)\n",
+           name, n_workers, shares ? shares : "equal");
+    free(ref);
+    free(got);
     hm_model_free(m);
     gguf_close(g);
 }
@@ -567,6 +671,7 @@ int main(void) {
     hr_log(HR_LOG_DEBUG, "test-tp"); /* settles base's lazily read log level before threads log */
     const char *sh = test_shared_dir();
     REQUIRE(mkdtemp(tmpdir) != NULL);
+    setenv("XDG_CACHE_HOME", tmpdir, 1);   /* the heads' default cache */
     wk ws[MAX_W] = {0};
     REQUIRE(start_workers(ws, MAX_W));
     const char *stories = test_path(sh, "models/stories260K.gguf");
@@ -617,6 +722,23 @@ int main(void) {
     check_run(ws, &pp);
     pp.model = q4km; pp.n_workers = 2; pp.pp = "0,1,1";
     check_run(ws, &pp);
+
+    /* the head's own share: F32, Q8_0, K-quant mixes, biases, q/k norms, a tied Q4_0 head, a head
+       with no units */
+    char tied[300];
+    snprintf(tied, sizeof tied, "%s/tied-q4_0.gguf", tmpdir);
+    char *synth[] = {"synth", "--shape", "custom", "--arch", "llama", "--n-embd", "256", "--n-layer", "2", "--n-head", "8",
+                     "--n-head-kv", "4", "--n-ff", "512", "--type", "Q4_0", "--tied", "--vocab-from",
+                     (char *)stories, "-o", tied};
+    CHECK(cli_main(&cli_synth, (int)HR_ARRAY_LEN(synth), synth) == 0);
+    check_head_share(ws, stories, 1, NULL);
+    check_head_share(ws, stories, 2, "3,1,2");
+    check_head_share(ws, q8, 1, NULL);
+    check_head_share(ws, q4km, 3, "3,1,2,1");
+    check_head_share(ws, qw2, 2, NULL);
+    check_head_share(ws, qw3, 1, NULL);
+    check_head_share(ws, tied, 1, NULL);
+    check_head_share(ws, tied, 2, "0,1,1");
 
     check_malformed(ws, stories);
     check_pp_malformed(ws, stories);

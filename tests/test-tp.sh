@@ -3,7 +3,8 @@
 # `hearth run --workers ...` heads.
 # - head + 1, 2, 3 workers (even, uneven and measured shares; star and ring) print exactly the
 #   single-device greedy text (`hearth run --temp 0 -n 24`) on stories260K and on synth models;
-# - a second run with the same model and shares sends 0 weight bytes (the counter the head prints);
+# - a second run with the same model and shares sends 0 weight bytes (the counter the head prints)
+#   and the head reuses its own slice file (it wrote it on the first run);
 # - a head under a memory budget smaller than its share streams it and prints the same text;
 # - SIGKILL of a worker mid-generation: the head exits non-zero within 5 s naming that worker; the
 #   restarted worker and the others then serve a new head;
@@ -41,6 +42,9 @@ model=$S/synth/synth-llama-Q8_0.gguf
 run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
 check_same "$model" "$(workers 1 2)" --mem-budget 2M -c 64 -b 8
 if grep -q "mem: stream" "$TMP/cl.err"; then ok; else bad "the TP head did not stream under --mem-budget 2M: $(grep mem: "$TMP/cl.err")"; fi
+# its share from the slice file's mapping, in the file's layout; in its own cache folder
+check_same "$model" "$(workers 1 2)" --mmap --no-repack --cache "$TMP/headcache"
+if grep -q "tp: head: wrote its share .* to $TMP/headcache/" "$TMP/cl.err"; then ok; else bad "the head's --cache: $(grep 'tp: head' "$TMP/cl.err")"; fi
 
 # ---- the slice cache: the second identical run sends nothing ---------------------------------------
 model=$S/stories260K.gguf
@@ -49,6 +53,9 @@ run -m "$model" --workers "$(workers 3 1)" --tp-shares 1,2,3 > /dev/null 2> "$TM
 s1=$(sent "$TMP/s1.err")
 s2=$(sent "$TMP/s2.err")
 if [[ -n "$s1" && "$s1" -gt 0 && "$s2" == 0 ]]; then ok; else bad "weight bytes sent: first run '$s1', second run '$s2' (want > 0, then 0)"; fi
+if grep -q "tp: head: wrote its share" "$TMP/s1.err" && grep -q "tp: head: its share .* from " "$TMP/s2.err" &&
+    ! grep -q "tp: head: wrote" "$TMP/s2.err"; then ok
+else bad "the head's own slice file: first run '$(grep 'tp: head' "$TMP/s1.err")', second '$(grep 'tp: head' "$TMP/s2.err")'"; fi
 
 # ---- a worker killed mid-generation -----------------------------------------------------------------
 big=$TMP/big.gguf

@@ -18,6 +18,9 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
         /* the head makes its own residency manager, for its shard */
         o->head.model_path = o->model;
         o->head.mem = o->mem;
+        o->head.cache_dir = o->cache_dir;
+        o->head.use_mmap = o->use_mmap;
+        o->head.no_repack = o->no_repack;
         o->head.progress = progress;
         return (e->tp = hc_head_create(e->m, &o->head, cp, err)) ? 0 : err->code;
     }

@@ -33,14 +33,45 @@ typedef struct hc_slice {
 } hc_slice;
 
 /* The slices a device with share s of the layers marked in `layers` (NULL: all) holds, in slice-file
-   order (unhashed). *out is malloc'd. */
-int  hc_slices_make(const hm_model *m, const hc_share *s, const uint8_t *layers, hc_slice **out, int *n, hr_err *err);
+   order (unhashed); head: also token_embd, output_norm and output (unless tied), which only the
+   head's own slice file holds. *out is malloc'd. */
+int  hc_slices_make(const hm_model *m, const hc_share *s, const uint8_t *layers, bool head, hc_slice **out, int *n,
+                    hr_err *err);
 void hc_slices_hash(hc_slice *s, int n);
 /* The slice's bytes [off, off + len) in file layout: a pointer into the mapping when they are
    contiguous there (rows, whole tensors), else gathered into tmp (column slices). */
 const void *hc_slice_bytes(const hc_slice *s, uint64_t off, size_t len, void *tmp);
 /* The cache file name of a share: model hash + units + directory. */
 uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *s, int n);
+
+/* ---- slice files: CACHE/<model hash>/<slice key>.gguf ---- */
+int hc_mkdirs(const char *path, hr_err *err);   /* mkdir -p */
+/* dir = CACHE/<model hash> (created), path = the file of that key in it */
+int hc_slice_path(const char *cache, uint64_t model_hash, uint64_t key, char *dir, size_t dir_cap, char *path,
+                  size_t cap, hr_err *err);
+/* what a slice file says about itself besides its tensors (docs/model.md, "Slice files") */
+typedef struct hc_slice_meta {
+    const hm_hparams *hp;      /* the whole model's */
+    hc_share share;
+    uint64_t model_hash;
+    const uint8_t *layers;     /* a pipeline stage: [n_layer], the layers it holds; NULL: all */
+    bool     head;             /* the head's own: hearth.slice.head (embedding and output tensors too) */
+} hc_slice_meta;
+/* The bytes of dir[i] while its file is written: 0 and *bytes (valid until the next call), or a
+   negative code with err set. */
+typedef int (*hc_slice_src_fn)(void *user, int i, const void **bytes, hr_err *err);
+/* Writes path with dir's tensors in order (their content hashes in hearth.slice.hashes): under a
+   private name first, renamed when complete, so that two processes sharing a cache cannot clobber
+   each other and no half-written file ever has the final name. */
+int hc_slice_file_write(const char *path, const hc_slice_meta *mt, const hc_slice *dir, int n, hc_slice_src_fn src,
+                        void *user, hr_err *err);
+/* The first of dir's tensors that the opened slice file lacks or holds with another content hash,
+   or -1 when it has them all (a reused file is checked, not trusted). */
+int hc_slice_file_check(const gguf_ctx *g, const hc_slice *dir, int n);
+/* Unmaps from this process the pages of g's tensor data that reading them (hashing, copying) mapped
+   in; the page cache keeps them, and a later read maps them again. A head that computes from its own
+   slice file keeps only what it computes with. */
+void hc_drop_pages(const gguf_ctx *g);
 
 /* ---- sending with the test hook ---- */
 typedef struct hc_hook { hc_send_hook_fn fn; void *user; } hc_hook;

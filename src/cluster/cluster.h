@@ -89,9 +89,15 @@ typedef struct hc_head_params {
     bool  pp;                /* piped-ring pipeline instead of tensor parallelism */
     int   n_windows;                              /* pipeline: 0 = one even round; else one per device */
     int   layer_windows[HC_MAX_DEVICES];          /* window sizes in layers, head first */
-    /* the head's residency manager (src/mem; workers have their own) */
+    /* tensor parallel: the head's share, a slice file in its cache (docs/tensor-parallel.md) */
+    const char  *cache_dir;  /* NULL: hc_default_cache_dir() */
+    bool         use_mmap;   /* run it from the file mapping (mem.h: hmem_load_weights) */
+    bool         no_repack;  /* load it in the file's layout */
+    bool         share_views;/* tests: compute on views of the model's mapping instead (no slice file) */
+    /* the head's residency manager (src/mem; workers have their own): over its slice file, or over
+       the GGUF (pipeline; views: only when a budget is given) */
     const char  *model_path; /* the GGUF the model was mapped from (needed to manage residency) */
-    hmem_request mem;        /* tensor parallel: a manager only when a budget is given */
+    hmem_request mem;
     hc_progress_fn  progress;  void *progress_user;    /* weight transfer progress (bytes) */
     hc_send_hook_fn send_hook; void *send_hook_user;
 } hc_head_params;
@@ -112,6 +118,7 @@ const hc_pp_plan *hc_head_pp_plan(const hc_head *h);            /* NULL unless -
 hmem    *hc_head_mem(const hc_head *h);                    /* the head's residency manager or NULL */
 uint64_t hc_head_weight_bytes_sent(const hc_head *h);           /* slice bytes sent at create */
 uint64_t hc_head_weight_bytes_total(const hc_head *h);          /* slice bytes the workers hold */
+uint64_t hc_head_slice_bytes_written(const hc_head *h);         /* into the head's own slice file (0: reused) */
 /* Sends BYE to every worker and frees everything. NULL is fine. */
 void     hc_head_free(hc_head *h);
 

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,12 @@ struct hc_head {
     hn_conn   *conn[HC_MAX_DEVICES];       /* [1..k): the workers */
     hn_frame   rx[HC_MAX_DEVICES];
     hc_hook    hook;
+    /* tensor parallel: the head's share as a slice file of its own, run like a worker's */
+    char       slice_path[PATH_MAX];
+    gguf_ctx  *sg;
+    hm_model  *sm;
+    uint64_t   slice_written;              /* bytes written into it by this head (0: reused) */
+    const hm_model *run;                   /* what the head computes with: sm, or m (pipeline, views) */
     hm_ctx    *ctx;
     hmem      *mem;                        /* the head's residency manager, or NULL */
     hc_ar      ar;
@@ -178,7 +185,7 @@ static int hc_load_worker(hc_head *h, int d, uint64_t model_hash, uint64_t token
     bool *missing = NULL;
     uint8_t layers[HC_PP_MAX_LAYERS];
     if (h->p.pp) hc_pp_layers(&h->pp, d, layers);
-    if ((rc = hc_slices_make(m, sh, h->p.pp ? layers : NULL, &sl, &ns, err))) return rc;
+    if ((rc = hc_slices_make(m, sh, h->p.pp ? layers : NULL, false, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
     units = malloc((size_t)hp->n_layer * 2 * sizeof *units);
     hv = malloc((size_t)ns * sizeof *hv);
@@ -279,7 +286,7 @@ static uint64_t hc_total_slice_bytes(const hc_head *h) {
         int ns;
         uint8_t layers[HC_PP_MAX_LAYERS];
         if (h->p.pp) hc_pp_layers(&h->pp, d, layers);
-        if (hc_slices_make(h->m, &h->plan.dev[d], h->p.pp ? layers : NULL, &sl, &ns, NULL)) continue;
+        if (hc_slices_make(h->m, &h->plan.dev[d], h->p.pp ? layers : NULL, false, &sl, &ns, NULL)) continue;
         for (int i = 0; i < ns; i++) t += sl[i].size;
         free(sl);
     }
@@ -347,6 +354,74 @@ static int hc_pp_setup(hc_head *h, hr_err *err) {
     return 0;
 }
 
+/* the head's slice file: its bytes from the model's mapping, column slices gathered into buf */
+typedef struct hc_own_src { const hc_slice *dir; uint8_t *buf; } hc_own_src;
+static int hc_own_bytes(void *user, int i, const void **bytes, hr_err *err) {
+    (void)err;
+    const hc_own_src *o = user;
+    *bytes = hc_slice_bytes(&o->dir[i], 0, (size_t)o->dir[i].size, o->buf);
+    return 0;
+}
+
+/* Tensor parallel: the head's share as a slice file in its cache, as a worker holds its own —
+   reused when the cache has it (checked against the content hashes), else cut from the mapping and
+   written — then opened as a slice model. Besides a worker's tensors it holds the embedding and the
+   output head, so that the head's computation never reads the model's mapping again. */
+static int hc_own_slice(hc_head *h, uint64_t model_hash, hr_err *err) {
+    const hc_share *sh = &h->plan.dev[0];
+    char cache[PATH_MAX - 64], dir[PATH_MAX];
+    hc_slice *sl = NULL;
+    uint8_t *buf = NULL;
+    int ns = 0, rc;
+    if (h->p.cache_dir && h->p.cache_dir[0]) {
+        if (strlen(h->p.cache_dir) >= sizeof cache) return hr_fail(err, HR_ERANGE, "cache path too long");
+        snprintf(cache, sizeof cache, "%s", h->p.cache_dir);
+    } else if ((rc = hc_default_cache_dir(cache, sizeof cache, err))) return rc;
+    if ((rc = hc_slices_make(h->m, sh, NULL, true, &sl, &ns, err))) return rc;
+    hc_slices_hash(sl, ns);
+    uint64_t key = hc_slice_key(model_hash, sh, sl, ns), bytes = 0, max = 0;
+    if ((rc = hc_slice_path(cache, model_hash, key, dir, sizeof dir, h->slice_path, sizeof h->slice_path, err))) goto done;
+    for (int i = 0; i < ns; i++) {
+        bytes += sl[i].size;
+        if (sl[i].cut == HC_CUT_COLS) max = HR_MAX(max, sl[i].size);
+    }
+    hr_err e = {0};
+    if (access(h->slice_path, R_OK) == 0) {
+        if ((h->sg = gguf_open(h->slice_path, &e))) {
+            int bad = hc_slice_file_check(h->sg, sl, ns);
+            if (bad < 0) {
+                HR_LOGI("tp: head: its share (%.1f MiB) from %s", bytes / 1048576.0, h->slice_path);
+                goto opened;
+            }
+            snprintf(e.msg, sizeof e.msg, "'%s' differs", sl[bad].name);
+            gguf_close(h->sg);
+            h->sg = NULL;
+        }
+        HR_LOGW("tp: head: rewriting %s: %s", h->slice_path, e.msg);
+        unlink(h->slice_path);
+    }
+    int64_t t0 = hr_time_ns();
+    if (max && !(buf = malloc((size_t)max))) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
+    hc_slice_meta mt = {.hp = &h->m->hp, .share = *sh, .model_hash = model_hash, .head = true};
+    if ((rc = hc_slice_file_write(h->slice_path, &mt, sl, ns, hc_own_bytes, &(hc_own_src){sl, buf}, &e))) {
+        rc = hr_fail(err, rc, "the head's slice file (its share; --cache DIR puts it elsewhere): %s", e.msg);
+        goto done;
+    }
+    h->slice_written = bytes;
+    HR_LOGI("tp: head: wrote its share (%.1f MiB) to %s in %.2f s", bytes / 1048576.0, h->slice_path,
+            (hr_time_ns() - t0) * 1e-9);
+    if (!(h->sg = gguf_open(h->slice_path, &e))) { rc = hr_fail(err, e.code, "%s", e.msg); goto done; }
+opened:
+    if (!(h->sm = hm_model_load(h->sg, &e))) rc = hr_fail(err, e.code, "%s: %s", h->slice_path, e.msg);
+    else if (!h->sm->slice_head || h->sm->slice_n_head_kv != sh->kv_end - sh->kv_begin ||
+             h->sm->slice_n_ff != sh->ff_end - sh->ff_begin)
+        rc = hr_fail(err, HR_EFORMAT, "%s does not hold the head's share", h->slice_path);
+done:
+    free(buf);
+    free(sl);
+    return rc;
+}
+
 hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx_params *cp_in, hr_err *err) {
     hc_head *h = calloc(1, sizeof *h);
     uint8_t *tmp = NULL;
@@ -384,11 +459,23 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         h->ar.prev_dev = h->k - 1;
         hc_ar_ring_init(&h->ar);
     }
-    hm_shard sh = hm_shard_full(m);
-    sh.kv_begin = h->plan.dev[0].kv_begin;
-    sh.kv_end = h->plan.dev[0].kv_end;
-    sh.ff_begin = h->plan.dev[0].ff_begin;
-    sh.ff_end = h->plan.dev[0].ff_end;
+    uint64_t model_hash = hc_model_hash(m->gguf);
+    bool own = !p->pp && !p->share_views;
+    if (own) {
+        if (hc_own_slice(h, model_hash, err)) goto err;
+        /* hashing the share and checking the file mapped both in: neither is what the head computes
+           with until the weights are loaded (or streamed) below */
+        hc_drop_pages(m->gguf);
+        hc_drop_pages(h->sg);
+    }
+    h->run = own ? h->sm : m;
+    hm_shard sh = hm_shard_full(h->run);
+    if (!own) {
+        sh.kv_begin = h->plan.dev[0].kv_begin;
+        sh.kv_end = h->plan.dev[0].kv_end;
+        sh.ff_begin = h->plan.dev[0].ff_begin;
+        sh.ff_end = h->plan.dev[0].ff_end;
+    }
     sh.first = false;   /* the head embeds the tokens itself, so that it can send the hidden states */
     if (p->pp) {
         sh.n_windows = h->pp.n_win[0];
@@ -397,13 +484,18 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         sh.sync = hc_ar_sync;
         sh.sync_user = &h->ar;
     }
-    /* tensor parallel: only when asked for — the shard's rows of wq/wk/wv/w_gate/w_up are its own,
-       but wo and w_down are column slices the manager handles whole (hm_block_ranges), so it would
-       read the other devices' columns of those too; a pipeline stage's blocks are all its own */
-    if (p->model_path && (p->pp || p->mem.given) &&
-        hmem_setup(m, &sh, p->model_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err))
+    if (own) {
+        /* as a worker: a manager over the slice file, and the weights loaded and packed when they fit */
+        if (hmem_setup(h->sm, &sh, h->slice_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err) ||
+            hmem_load_weights(h->mem, h->sm, &sh, p->use_mmap, p->no_repack, err))
+            goto err;
+    } else if (p->model_path && (p->pp || p->mem.given) &&
+               hmem_setup(m, &sh, p->model_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err)) {
+        /* views of the model (tests): only when asked for — wo and w_down are column slices the
+           manager handles whole (hm_block_ranges); a pipeline stage's blocks are all its own */
         goto err;
-    if (!(h->ctx = hm_ctx_create(m, &sh, &cp, err))) goto err;
+    }
+    if (!(h->ctx = hm_ctx_create(h->run, &sh, &cp, err))) goto err;
     h->n_ctx = hm_ctx_n_ctx(h->ctx);
     h->n_batch = HR_MIN(cp.n_batch, h->n_ctx);
     h->x = hr_alloc_aligned((size_t)h->n_batch * hp->n_embd * sizeof(float), 64);
@@ -412,14 +504,14 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     tmp = malloc(HC_CHUNK_BYTES);
     if (!h->x || !h->y || !h->pos || !tmp) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
 
-    /* weights */
-    uint64_t model_hash = hc_model_hash(m->gguf);
+    /* the workers' weights */
     uint64_t token = (uint64_t)hr_time_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^ model_hash;
     uint64_t done = 0, total = hc_total_slice_bytes(h);
     int64_t t0 = hr_time_ns();
     for (int d = 1; d < h->k; d++)
         if (hc_load_worker(h, d, model_hash, token, &cp, &done, total, tmp, err)) goto err;
     if (h->p.progress && h->bytes_sent) h->p.progress(h->p.progress_user, total, total);
+    if (own) hc_drop_pages(m->gguf);   /* the workers' slices were read from the mapping */
     free(tmp);
     tmp = NULL;
     double s = (hr_time_ns() - t0) * 1e-9;
@@ -538,7 +630,7 @@ int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *
         int32_t p0 = pos0 + off;
         /* the embedding stays here: workers get hidden states, never token ids */
         int64_t t0 = hr_time_ns();
-        int rc = hm_embed(h->m, tokens + off, nb, h->x, err);
+        int rc = hm_embed(h->run, tokens + off, nb, h->x, err);
         if (rc) return rc;
         for (int i = 0; i < nb; i++) h->pos[i] = p0 + i;
         int64_t t1 = hr_time_ns();
@@ -586,6 +678,7 @@ const hc_pp_plan *hc_head_pp_plan(const hc_head *h) { return h->p.pp ? &h->pp : 
 hmem *hc_head_mem(const hc_head *h) { return h->mem; }
 uint64_t hc_head_weight_bytes_sent(const hc_head *h) { return h->bytes_sent; }
 uint64_t hc_head_weight_bytes_total(const hc_head *h) { return h->bytes_total; }
+uint64_t hc_head_slice_bytes_written(const hc_head *h) { return h->slice_written; }
 
 static int64_t hc_kv_i64(const hn_profile *p, const char *key) {
     for (uint32_t i = 0; i < p->n_kv; i++)
@@ -744,6 +837,8 @@ void hc_head_free(hc_head *h) {
     hn_frame_free(&h->ar.ring_rx);
     hm_ctx_free(h->ctx);
     hmem_free(h->mem);
+    hm_model_free(h->sm);
+    gguf_close(h->sg);
     hr_free_aligned(h->x);
     hr_free_aligned(h->y);
     free(h->pos);

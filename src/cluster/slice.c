@@ -1,11 +1,17 @@
-/* cluster/slice: which bytes of the model each device holds, their hashes, and the cache key —
-   see cluster.h ("Slice cache") */
+/* cluster/slice: which bytes of the model each device holds, their hashes, the cache key, and the
+   slice files — see cluster.h ("Slice cache") */
+#define _GNU_SOURCE
 #include "cluster-impl.h"
 
 #include "quant/quant.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct hc_slist {
     hc_slice *v;
@@ -44,13 +50,14 @@ static hc_slice *hc_slist_add(hc_slist *l, const hm_tensor *t, int cut, int64_t 
     return s;
 }
 
-int hc_slices_make(const hm_model *m, const hc_share *sh, const uint8_t *layers, hc_slice **out, int *n_out,
-                   hr_err *err) {
+int hc_slices_make(const hm_model *m, const hc_share *sh, const uint8_t *layers, bool head, hc_slice **out,
+                   int *n_out, hr_err *err) {
     const hm_hparams *hp = &m->hp;
     hc_slist l = {0};
     int64_t hd = hp->head_dim, unit = (int64_t)(hp->n_head / hp->n_head_kv) * hd;
     int64_t q0 = sh->kv_begin * unit, q1 = sh->kv_end * unit, k0 = sh->kv_begin * hd, k1 = sh->kv_end * hd;
     bool att = sh->kv_end > sh->kv_begin, ffn = sh->ff_end > sh->ff_begin;
+    if (head) hc_slist_add(&l, &m->tok_embd, HC_CUT_WHOLE, 0, 0, "token_embd.weight", -1, 2);
     if (m->rope_freqs.data) hc_slist_add(&l, &m->rope_freqs, HC_CUT_WHOLE, 0, 0, "rope_freqs.weight", -1, 1);
     for (int il = 0; il < hp->n_layer; il++) {
         if (layers && !layers[il]) continue;
@@ -78,6 +85,10 @@ int hc_slices_make(const hm_model *m, const hc_share *sh, const uint8_t *layers,
             hc_slist_add(&l, &L->w_up, HC_CUT_ROWS, sh->ff_begin, sh->ff_end, "ffn_up.weight", il, 2);
             hc_slist_add(&l, &L->w_down, HC_CUT_COLS, sh->ff_begin, sh->ff_end, "ffn_down.weight", il, 2);
         }
+    }
+    if (head) {
+        hc_slist_add(&l, &m->output_norm, HC_CUT_WHOLE, 0, 0, "output_norm.weight", -1, 1);
+        if (!m->hp.tied_output) hc_slist_add(&l, &m->output, HC_CUT_WHOLE, 0, 0, "output.weight", -1, 2);
     }
     if (l.oom) {
         free(l.v);
@@ -161,6 +172,112 @@ uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *v
         hr_hasher_update(&h, b, k);
     }
     return hr_hasher_final(&h);
+}
+
+/* ---- slice files ---- */
+
+int hc_mkdirs(const char *path, hr_err *err) {
+    char tmp[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof tmp) return hr_fail(err, HR_EINVAL, "bad directory '%s'", path);
+    memcpy(tmp, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (tmp[i] != '/' && tmp[i] != 0) continue;
+        char c = tmp[i];
+        tmp[i] = 0;
+        if (mkdir(tmp, 0755) && errno != EEXIST) return hr_fail(err, HR_EIO, "mkdir '%s': %s", tmp, strerror(errno));
+        tmp[i] = c;
+    }
+    struct stat st;
+    if (stat(path, &st) || !S_ISDIR(st.st_mode)) return hr_fail(err, HR_EIO, "'%s' is not a directory", path);
+    return 0;
+}
+
+int hc_slice_path(const char *cache, uint64_t model_hash, uint64_t key, char *dir, size_t dir_cap, char *path,
+                  size_t cap, hr_err *err) {
+    if ((size_t)snprintf(dir, dir_cap, "%s/%016llx", cache, (unsigned long long)model_hash) >= dir_cap)
+        return hr_fail(err, HR_ERANGE, "cache path too long");
+    int rc = hc_mkdirs(dir, err);
+    if (rc) return rc;
+    if ((size_t)snprintf(path, cap, "%s/%016llx.gguf", dir, (unsigned long long)key) >= cap)
+        return hr_fail(err, HR_ERANGE, "cache path too long");
+    return 0;
+}
+
+/* the hyper-parameters and hearth.slice.* keys (docs/model.md, "Slice files"); nonzero: out of memory */
+static int hc_slice_meta_put(gguf_writer *gw, const hc_slice_meta *mt, const uint64_t *hashes, int n) {
+    hm_kv_io io = hm_kv_gguf_writer(gw, HM_KV_SLICE);
+    int rc = gguf_writer_set_str(gw, "general.architecture", mt->hp->arch_name);
+    hr_err e = {0};
+    if (rc || (rc = hm_hparams_to_kv(mt->hp, &io, &e))) return rc;
+    const hc_share *sh = &mt->share;
+    rc |= gguf_writer_set_u32(gw, "hearth.slice.n_head_kv", (uint32_t)(sh->kv_end - sh->kv_begin));
+    rc |= gguf_writer_set_u32(gw, "hearth.slice.n_ff", (uint32_t)(sh->ff_end - sh->ff_begin));
+    rc |= gguf_writer_set_u32(gw, "hearth.slice.kv_begin", (uint32_t)sh->kv_begin);
+    rc |= gguf_writer_set_u32(gw, "hearth.slice.ff_begin", (uint32_t)sh->ff_begin);
+    rc |= gguf_writer_set_u64(gw, "hearth.slice.model_hash", mt->model_hash);
+    rc |= gguf_writer_set_arr(gw, "hearth.slice.hashes", GGUF_VT_UINT64, hashes, (uint64_t)n);
+    if (mt->head) rc |= gguf_writer_set_bool(gw, "hearth.slice.head", true);
+    if (mt->layers) {
+        uint32_t ids[HC_PP_MAX_LAYERS];
+        int k = 0;
+        for (int il = 0; il < mt->hp->n_layer && il < HC_PP_MAX_LAYERS; il++)
+            if (mt->layers[il]) ids[k++] = (uint32_t)il;
+        rc |= gguf_writer_set_arr(gw, "hearth.slice.layers", GGUF_VT_UINT32, ids, (uint64_t)k);
+    }
+    return rc;
+}
+
+int hc_slice_file_write(const char *path, const hc_slice_meta *mt, const hc_slice *dir, int n, hc_slice_src_fn src,
+                        void *user, hr_err *err) {
+    uint64_t *hashes = malloc((size_t)n * sizeof *hashes);
+    gguf_writer *gw = gguf_writer_create();
+    char part[PATH_MAX + 64];
+    int rc = 0;
+    if (!hashes || !gw) { rc = hr_fail(err, HR_ENOMEM, "out of memory for the slice file"); goto done; }
+    for (int i = 0; i < n; i++) hashes[i] = dir[i].hash;
+    if (hc_slice_meta_put(gw, mt, hashes, n)) { rc = hr_fail(err, HR_ENOMEM, "out of memory for the slice file"); goto done; }
+    for (int i = 0; i < n; i++)
+        if ((rc = gguf_writer_add_tensor(gw, dir[i].name, dir[i].type, dir[i].n_dims, dir[i].ne, err))) goto done;
+    /* a name of our own: two processes sharing a cache may write the same file at once */
+    snprintf(part, sizeof part, "%s.%ld.%llx", path, (long)getpid(), (unsigned long long)hr_time_ns());
+    if ((rc = gguf_writer_begin(gw, part, false, err))) goto done;
+    for (int i = 0; i < n; i++) {
+        const void *bytes = NULL;
+        if ((rc = src(user, i, &bytes, err)) || (rc = gguf_writer_write_data(gw, bytes, (size_t)dir[i].size, err)))
+            goto done;
+    }
+    if ((rc = gguf_writer_finish(gw, err))) goto done;
+    if (rename(part, path)) {
+        rc = hr_fail(err, HR_EIO, "rename to %s: %s", path, strerror(errno));
+        unlink(part);
+    }
+done:
+    gguf_writer_free(gw);
+    free(hashes);
+    return rc;
+}
+
+int hc_slice_file_check(const gguf_ctx *g, const hc_slice *dir, int n) {
+    for (int i = 0; i < n; i++) {
+        const gguf_tensor *t = gguf_find_tensor(g, dir[i].name);
+        if (!t || t->nbytes != dir[i].size || hr_hash64(t->data, (size_t)t->nbytes, 0) != dir[i].hash) return i;
+    }
+    return -1;
+}
+
+void hc_drop_pages(const gguf_ctx *g) {
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if (!t->nbytes) continue;
+        lo = HR_MIN(lo, (uintptr_t)t->data);
+        hi = HR_MAX(hi, (uintptr_t)t->data + t->nbytes);
+    }
+    const uintptr_t pg = sysconf(_SC_PAGESIZE) > 0 ? (uintptr_t)sysconf(_SC_PAGESIZE) : 4096;
+    lo = (lo + pg - 1) / pg * pg;
+    hi = hi / pg * pg;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);   /* advice: the bytes stay the file's */
 }
 
 int hc_send(const hc_hook *hk, int dev, hn_conn *c, hn_msg *m, int64_t deadline, hr_err *err) {

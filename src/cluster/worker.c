@@ -46,24 +46,6 @@ int hc_default_cache_dir(char *buf, size_t cap, hr_err *err) {
     return 0;
 }
 
-/* mkdir -p */
-static int hc_mkdirs(const char *path, hr_err *err) {
-    char tmp[PATH_MAX];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof tmp) return hr_fail(err, HR_EINVAL, "bad directory '%s'", path);
-    memcpy(tmp, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (tmp[i] != '/' && tmp[i] != 0) continue;
-        char c = tmp[i];
-        tmp[i] = 0;
-        if (mkdir(tmp, 0755) && errno != EEXIST) return hr_fail(err, HR_EIO, "mkdir '%s': %s", tmp, strerror(errno));
-        tmp[i] = c;
-    }
-    struct stat st;
-    if (stat(path, &st) || !S_ISDIR(st.st_mode)) return hr_fail(err, HR_EIO, "'%s' is not a directory", path);
-    return 0;
-}
-
 hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
     hc_worker *w = calloc(1, sizeof *w);
     if (!w) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
@@ -514,27 +496,6 @@ static const void *hc_index_find(const hc_index *x, uint64_t hash, uint64_t size
     return NULL;
 }
 
-static int hc_writer_meta(hc_session *s, gguf_writer *gw, const uint64_t *hashes) {
-    hr_err e = {0};
-    hm_kv_io io = hm_kv_gguf_writer(gw, HM_KV_SLICE);
-    int rc = gguf_writer_set_str(gw, "general.architecture", s->hp.arch_name);
-    if (rc || (rc = hm_hparams_to_kv(&s->hp, &io, &e))) return rc;
-    rc |= gguf_writer_set_u32(gw, "hearth.slice.n_head_kv", (uint32_t)(s->share.kv_end - s->share.kv_begin));
-    rc |= gguf_writer_set_u32(gw, "hearth.slice.n_ff", (uint32_t)(s->share.ff_end - s->share.ff_begin));
-    rc |= gguf_writer_set_u32(gw, "hearth.slice.kv_begin", (uint32_t)s->share.kv_begin);
-    rc |= gguf_writer_set_u32(gw, "hearth.slice.ff_begin", (uint32_t)s->share.ff_begin);
-    rc |= gguf_writer_set_u64(gw, "hearth.slice.model_hash", s->model_hash);
-    rc |= gguf_writer_set_arr(gw, "hearth.slice.hashes", GGUF_VT_UINT64, hashes, (uint64_t)s->n_dir);
-    if (s->pp) {
-        uint32_t ids[HC_PP_MAX_LAYERS];
-        int n = 0;
-        for (int il = 0; il < s->hp.n_layer; il++)
-            if (s->layers[il]) ids[n++] = (uint32_t)il;
-        rc |= gguf_writer_set_arr(gw, "hearth.slice.layers", GGUF_VT_UINT32, ids, (uint64_t)n);
-    }
-    return rc ? HR_ENOMEM : 0;
-}
-
 /* Receives one missing slice's chunks and SLICE_END into buf (its size) and checks the hash. */
 static int hc_recv_slice(hc_session *s, const hc_slice *d, uint8_t *buf) {
     uint64_t got = 0;
@@ -566,69 +527,55 @@ static int hc_recv_slice(hc_session *s, const hc_slice *d, uint8_t *buf) {
     }
 }
 
+/* Where hc_write_slices takes a slice's bytes from: the cache or the head. */
+typedef struct hc_fill {
+    hc_session *s;
+    const hc_index *x;
+    const bool *have;
+    uint8_t *buf;      /* a received slice */
+    bool reported;     /* the failure was told to the head already */
+} hc_fill;
+
+static int hc_fill_src(void *user, int i, const void **bytes, hr_err *err) {
+    hc_fill *f = user;
+    const hc_slice *d = &f->s->dir[i];
+    if (!f->have[i]) {
+        int rc = hc_recv_slice(f->s, d, f->buf);
+        f->reported = rc != 0;
+        *bytes = f->buf;
+        return rc;
+    }
+    int k = -1;
+    *bytes = hc_index_find(f->x, d->hash, d->size, &k);
+    if (!*bytes || hr_hash64(*bytes, (size_t)d->size, 0) != d->hash) {
+        /* the cache lied: drop that file so the next run re-sends it */
+        if (k >= 0) unlink(f->x->src[k].path);
+        return hr_fail(err, HR_EIO, "cached slice '%s' is corrupt (removed it; run again)", d->name);
+    }
+    return 0;
+}
+
 /* Writes the share's slice file from cached tensors and received ones. */
 static int hc_write_slices(hc_session *s, const hc_index *x, const bool *have) {
-    uint64_t *hashes = malloc((size_t)s->n_dir * sizeof *hashes);
     uint64_t max = 0;
     for (int i = 0; i < s->n_dir; i++) if (!have[i]) max = HR_MAX(max, s->dir[i].size);
-    uint8_t *buf = max ? malloc((size_t)max) : NULL;
-    gguf_writer *gw = gguf_writer_create();
-    char part[PATH_MAX + 64];
-    int rc = 0;
+    hc_fill f = {.s = s, .x = x, .have = have, .buf = max ? malloc((size_t)max) : NULL};
+    if (max && !f.buf) return hc_bad(s, 0, HR_ENOMEM, "out of memory for the slice file");
+    hc_slice_meta mt = {.hp = &s->hp, .share = s->share, .model_hash = s->model_hash, .layers = s->pp ? s->layers : NULL};
     hr_err e = {0};
-    if (!hashes || (max && !buf) || !gw) { rc = hc_bad(s, 0, HR_ENOMEM, "out of memory for the slice file"); goto done; }
-    for (int i = 0; i < s->n_dir; i++) hashes[i] = s->dir[i].hash;
-    if (hc_writer_meta(s, gw, hashes)) { rc = hc_bad(s, 0, HR_ENOMEM, "out of memory for the slice file"); goto done; }
-    for (int i = 0; i < s->n_dir; i++)
-        if (gguf_writer_add_tensor(gw, s->dir[i].name, s->dir[i].type, s->dir[i].n_dims, s->dir[i].ne, &e)) {
-            rc = hc_bad(s, 0, e.code, "%s", e.msg);
-            goto done;
-        }
-    /* a name of our own: two workers sharing a cache may write the same file at once */
-    snprintf(part, sizeof part, "%s.%ld.%llx", s->path, (long)getpid(), (unsigned long long)hr_time_ns());
-    if (gguf_writer_begin(gw, part, false, &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
-    for (int i = 0; i < s->n_dir; i++) {
-        const hc_slice *d = &s->dir[i];
-        const void *src = NULL;
-        if (have[i]) {
-            int f = -1;
-            src = hc_index_find(x, d->hash, d->size, &f);
-            if (!src || hr_hash64(src, (size_t)d->size, 0) != d->hash) {
-                /* the cache lied: drop that file so the next run re-sends it */
-                if (f >= 0) unlink(x->src[f].path);
-                rc = hc_bad(s, 0, HR_EIO, "cached slice '%s' is corrupt (removed it; run again)", d->name);
-                goto done;
-            }
-        } else {
-            if ((rc = hc_recv_slice(s, d, buf))) goto done;
-            src = buf;
-        }
-        if (gguf_writer_write_data(gw, src, (size_t)d->size, &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
-    }
-    if (gguf_writer_finish(gw, &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
-    if (rename(part, s->path)) {
-        rc = hc_bad(s, 0, HR_EIO, "rename to %s: %s", s->path, strerror(errno));
-        unlink(part);
-        goto done;
-    }
-done:
-    gguf_writer_free(gw);
-    free(buf);
-    free(hashes);
+    int rc = hc_slice_file_write(s->path, &mt, s->dir, s->n_dir, hc_fill_src, &f, &e);
+    if (rc && !f.reported) rc = hc_bad(s, 0, rc, "%s", e.msg);
+    free(f.buf);
     return rc;
 }
 
 /* Every tensor of the file has the announced content hash (a reused file is checked, not trusted). */
 static int hc_verify_file(hc_session *s) {
-    for (int i = 0; i < s->n_dir; i++) {
-        const gguf_tensor *t = gguf_find_tensor(s->g, s->dir[i].name);
-        if (!t || t->nbytes != s->dir[i].size || hr_hash64(t->data, (size_t)t->nbytes, 0) != s->dir[i].hash) {
-            unlink(s->path);
-            return hc_bad(s, 0, HR_EIO, "cached slice file %s is corrupt at '%s' (removed it; run again)", s->path,
-                          s->dir[i].name);
-        }
-    }
-    return 0;
+    int bad = hc_slice_file_check(s->g, s->dir, s->n_dir);
+    if (bad < 0) return 0;
+    unlink(s->path);
+    return hc_bad(s, 0, HR_EIO, "cached slice file %s is corrupt at '%s' (removed it; run again)", s->path,
+                  s->dir[bad].name);
 }
 
 static int hc_ring_setup(hc_session *s) {
@@ -682,12 +629,9 @@ static int hc_recv_have(hc_session *s, uint32_t *seq) {
 /* The model's cache folder (created) into model_dir, and the share's slice file in it into s->path. */
 static int hc_cache_path(hc_session *s, char *model_dir, size_t cap) {
     hr_err e = {0};
-    if ((size_t)snprintf(model_dir, cap, "%s/%016llx", s->w->cache, (unsigned long long)s->model_hash) >= cap)
-        return hc_bad(s, 0, HR_ERANGE, "cache path too long");
-    if (hc_mkdirs(model_dir, &e)) return hc_bad(s, 0, e.code, "%s", e.msg);
     uint64_t key = hc_slice_key(s->model_hash, &s->share, s->dir, s->n_dir);
-    if ((size_t)snprintf(s->path, sizeof s->path, "%s/%016llx.gguf", model_dir, (unsigned long long)key) >= sizeof s->path)
-        return hc_bad(s, 0, HR_ERANGE, "cache path too long");
+    if (hc_slice_path(s->w->cache, s->model_hash, key, model_dir, cap, s->path, sizeof s->path, &e))
+        return hc_bad(s, 0, e.code, "%s", e.msg);
     return 0;
 }
 

@@ -23,7 +23,10 @@ int hm_hparams_load(const gguf_ctx *g, hm_hparams *hp, hr_err *err) {
     if (rc) return rc;
     gguf_get_cstr(g, "general.name", hp->name, sizeof hp->name);
     hp->has_rope_freqs = gguf_find_tensor(g, "rope_freqs.weight") != NULL;
-    if (!slice) {
+    if (slice) {
+        /* a head's slice file has the model's embedding and output tensors (model.h) */
+        hp->tied_output = gguf_find_tensor(g, "token_embd.weight") && !gguf_find_tensor(g, "output.weight");
+    } else {
         const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
         if (!te) return hr_fail(err, HR_EFORMAT, "missing tensor 'token_embd.weight'");
         if (te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] < 1 || te->ne[1] > (1 << 24))
@@ -99,11 +102,14 @@ hm_model *hm_model_load(const gguf_ctx *g, hr_err *err) {
         Dq = skv * (hp->n_head / hp->n_head_kv) * hp->head_dim;
         Dkv = skv * hp->head_dim;
         F = sff;
-        if (gguf_find_tensor(g, "token_embd.weight") || gguf_find_tensor(g, "output.weight")) {
+        bool head = false;
+        m->slice_head = gguf_get_bool(g, "hearth.slice.head", &head) && head;
+        if (!m->slice_head && (gguf_find_tensor(g, "token_embd.weight") || gguf_find_tensor(g, "output.weight"))) {
             hr_fail(err, HR_EFORMAT, "slice file holds token_embd or output, which must stay on the head");
             goto err;
         }
-    } else {
+    }
+    if (!m->is_slice || m->slice_head) {
         if (hm_bind(g, &m->tok_embd, "token_embd.weight", E, hp->n_vocab, false, false, err)) goto err;
         if (hm_bind(g, &m->output_norm, "output_norm.weight", E, 1, false, true, err)) goto err;
         if (hp->tied_output) m->output = m->tok_embd;
@@ -180,7 +186,7 @@ void hm_model_free(hm_model *m) {
 }
 
 int hm_embed(const hm_model *m, const int32_t *tokens, int n, float *out, hr_err *err) {
-    if (m->is_slice || !m->tok_embd.data) return hr_fail(err, HR_EINVAL, "a slice file has no token embedding");
+    if (!m->tok_embd.data) return hr_fail(err, HR_EINVAL, "a worker's slice file has no token embedding");
     int64_t E = m->hp.n_embd;
     for (int t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab)
@@ -228,7 +234,7 @@ static int hm_load_list(hm_model *m, const hm_shard *shard, hm_tensor **out) {
             for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
                 if (ts[i]->data && ts[i]->ne1 > 0) out[n++] = ts[i];
         }
-    if (s.last && !m->is_slice && m->output.data) out[n++] = &m->output;
+    if (s.last && m->output.data) out[n++] = &m->output;
     return n;
 }
 
@@ -335,7 +341,8 @@ hm_shard hm_shard_full(const hm_model *m) {
     if (m->is_slice) {
         s.kv_end = m->slice_n_head_kv;
         s.ff_end = m->slice_n_ff;
-        s.first = s.last = false;
+        s.first = false;
+        s.last = m->slice_head;
     }
     if (m->has_layer) {
         /* the file's layers, as maximal runs (a pipeline stage's windows) */
@@ -398,7 +405,7 @@ int hm_shard_validate(const hm_model *m, const hm_shard *in, hr_err *err) {
     if (s->ff_begin < 0 || s->ff_end > hp->n_ff || s->ff_begin > s->ff_end)
         return hr_fail(err, HR_EINVAL, "shard FFN neurons [%d, %d) outside the model's %d", s->ff_begin, s->ff_end,
                        hp->n_ff);
-    if (m->is_slice && (s->kv_end > m->slice_n_head_kv || s->ff_end > m->slice_n_ff || s->first || s->last))
+    if (m->is_slice && (s->kv_end > m->slice_n_head_kv || s->ff_end > m->slice_n_ff || ((s->first || s->last) && !m->slice_head)))
         return hr_fail(err, HR_EINVAL, "shard kv [%d, %d) ff [%d, %d)%s is not inside the slice file's %d KV heads and "
                        "%d FFN neurons", s->kv_begin, s->kv_end, s->ff_begin, s->ff_end,
                        s->first || s->last ? " with embedding/output" : "", m->slice_n_head_kv, m->slice_n_ff);

@@ -111,6 +111,7 @@ typedef struct hm_model {
     hm_layer  *layers;                     /* n_layer */
     const gguf_ctx *gguf;                  /* borrowed */
     bool       is_slice;                   /* a slice file (see above): no embedding/output tensors */
+    bool       slice_head;                 /* a head's slice file: token_embd, output_norm and output too */
     uint8_t   *has_layer;                  /* [n_layer]: the layer's tensors are in the file; NULL = all */
     int32_t    slice_n_head_kv, slice_n_ff;/* units a slice file holds (0..n_head_kv, 0..n_ff) */
     void      *loaded;                     /* hm_model_load_weights's buffer (anonymous mmap) or NULL */
@@ -124,7 +125,7 @@ uint64_t  hm_model_weight_bytes(const hm_model *m);
 
 /* Token embedding lookup: out[n][n_embd] = rows tokens[0..n) of token_embd, as F32 (what a first
    shard starts from; a tensor-parallel head sends this, never the ids). HR_EINVAL for an id outside
-   the vocabulary or a slice file. */
+   the vocabulary or a worker's slice file. */
 int       hm_embed(const hm_model *m, const int32_t *tokens, int n, float *out, hr_err *err);
 
 /* ---- shard and sync ------------------------------------------------------------------------------ */
