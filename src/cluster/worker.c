@@ -19,7 +19,12 @@
 #include <unistd.h>
 
 #define HC_IDLE_POLL_MS   250
-#define HC_HELLO_WAIT_MS  10000
+#define HC_HELLO_WAIT_MS  10000 /* a new connection must have begun its HELLO by then, or is dropped */
+#define HC_HELLO_READ_MS  1000  /* and a HELLO once begun must be complete within this */
+#define HC_DOOR_MAX       16    /* connections not yet past HELLO; the oldest goes when one more comes */
+
+/* a connection that has not said who it is yet */
+typedef struct hc_guest { hn_conn *c; int64_t deadline; } hc_guest;
 
 struct hc_worker {
     char        cache[PATH_MAX];
@@ -27,12 +32,16 @@ struct hc_worker {
     int         n_threads;
     hmem_request mem;
     bool        use_mmap, no_repack;  /* how a session holds its slice (hmem_load_weights) */
+    int         setup_ms;
     hn_listener *l;
+    hc_guest    door[HC_DOOR_MAX];
+    int         n_door;
     _Atomic int stop;
 };
 
 hc_worker_params hc_worker_default_params(void) {
-    hc_worker_params p = {.listen = "0.0.0.0:7070", .cache_dir = NULL, .n_threads = 0, .name = NULL, .mem.window = 2};
+    hc_worker_params p = {.listen = "0.0.0.0:7070", .cache_dir = NULL, .n_threads = 0, .name = NULL, .mem.window = 2,
+                          .setup_ms = 20000};
     return p;
 }
 
@@ -77,6 +86,7 @@ hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
     w->mem = p->mem;
     w->use_mmap = p->use_mmap;
     w->no_repack = p->no_repack;
+    w->setup_ms = p->setup_ms > 0 ? p->setup_ms : 20000;
     if (!(w->l = hn_listen(p->listen, err))) goto err;
     return w;
 err:
@@ -88,6 +98,7 @@ uint16_t hc_worker_port(const hc_worker *w) { return hn_listener_port(w->l); }
 void hc_worker_stop(hc_worker *w) { atomic_store(&w->stop, 1); }
 void hc_worker_free(hc_worker *w) {
     if (!w) return;
+    for (int i = 0; i < w->n_door; i++) hn_conn_close(w->door[i].c);
     hn_listener_close(w->l);
     free(w);
 }
@@ -205,35 +216,84 @@ static bool hc_ring_hello(const hn_msg *m, uint64_t *token) {
     return hc_parse_u64(t, token, 16);
 }
 
-/* Someone connected while a head is being served: keep it if it is a ring peer, else say busy. */
+/* ---- the door: connections until their HELLO ------------------------------------------------------- */
+
+static void hc_door_drop(hc_worker *w, int i, const char *why) {
+    HR_LOGI("worker: dropped %s (%s)", hn_conn_peer(w->door[i].c), why);
+    hn_conn_close(w->door[i].c);
+    w->door[i] = w->door[--w->n_door];
+}
+
+/* Takes waiting connections in and waits up to wait_ms for one of them to send its first message:
+   returns that connection with the message in *m (borrowing *f), or NULL. A connection silent past
+   HC_HELLO_WAIT_MS, or whose first frame is slow or malformed, is closed, and the oldest makes room
+   when HC_DOOR_MAX wait: idle or half-open connections never keep a head out. */
+static hn_conn *hc_door_next(hc_worker *w, int wait_ms, hn_frame *f, hn_msg *m) {
+    hn_conn *c;
+    while ((c = hn_accept(w->l, hr_time_ns(), NULL))) {
+        if (w->n_door == HC_DOOR_MAX) {
+            int old = 0;
+            for (int i = 1; i < w->n_door; i++) if (w->door[i].deadline < w->door[old].deadline) old = i;
+            hc_door_drop(w, old, "too many connections waiting for their HELLO");
+        }
+        w->door[w->n_door++] = (hc_guest){c, hn_deadline_ms(HC_HELLO_WAIT_MS)};
+    }
+    struct pollfd p[HC_DOOR_MAX + 1] = {{.fd = hn_listener_fd(w->l), .events = POLLIN}};
+    for (int i = 0; i < w->n_door; i++) p[i + 1] = (struct pollfd){.fd = hn_conn_fd(w->door[i].c), .events = POLLIN};
+    int n = w->n_door;
+    if (poll(p, (nfds_t)n + 1, wait_ms) < 0) return NULL;
+    int64_t now = hr_time_ns();
+    /* from the last, so that dropping (which moves the last guest into the gap) skips none */
+    for (int i = n - 1; i >= 0; i--) {
+        if (!p[i + 1].revents) {
+            if (now > w->door[i].deadline) hc_door_drop(w, i, "no HELLO in time");
+            continue;
+        }
+        c = w->door[i].c;
+        w->door[i] = w->door[--w->n_door];
+        hr_err e = {0};
+        if (hn_msg_recv(c, f, m, now + (int64_t)HC_HELLO_READ_MS * 1000000, &e) == 0) return c;
+        HR_LOGW("worker: connection from %s: %s; closed", hn_conn_peer(c), e.msg);
+        if (e.code == HR_EPROTO || e.code == HR_EFORMAT) hc_send_error(c, 0, e.code, e.msg);
+        hn_conn_close(c);
+        return NULL;
+    }
+    return NULL;
+}
+
+/* Someone connected while a head is being served: keep it if it is a ring peer, else say busy at once. */
 static void hc_check_pending(hc_session *s) {
-    hn_conn *c = hn_accept(s->w->l, hr_time_ns(), NULL);
-    if (!c) return;
     hn_frame f = {0};
     hn_msg m;
-    hr_err e = {0};
     uint64_t tok;
-    if (hn_msg_recv(c, &f, &m, hn_deadline_ms(500), &e) == 0 && hc_ring_hello(&m, &tok)) {
+    hn_conn *c = hc_door_next(s->w, 0, &f, &m);
+    if (c && hc_ring_hello(&m, &tok)) {
         hn_conn_close(s->pending_ring);
         s->pending_ring = c;
         s->pending_token = tok;
-    } else {
+    } else if (c) {
         char msg[256];
         snprintf(msg, sizeof msg, "busy: serving head %s", s->head_name);
-        HR_LOGI("worker: refused %s (%s)", hn_conn_peer(c), e.msg[0] ? e.msg : "busy");
+        HR_LOGI("worker: refused %s (busy)", hn_conn_peer(c));
         hc_send_error(c, 0, HR_EUNSUPPORTED, msg);
         hn_conn_close(c);
     }
     hn_frame_free(&f);
 }
 
-/* Waits for the head's next message with no deadline (the head may wait on its user), checking for
-   stop requests and turning away other heads meanwhile; the message itself, once it starts, has one.
-   A pipeline stage after the first also listens to the previous worker (*from_prev). */
+/* Waits for the head's next message, checking for stop requests and turning away other heads
+   meanwhile; the message itself, once it starts, has a deadline. Until the model is loaded the wait
+   has one too (w->setup_ms: a peer that says HELLO and then nothing must not hold the worker); after
+   that none (the head may wait on its user). A pipeline stage after the first also listens to the
+   previous worker (*from_prev). */
 static int hc_recv_idle(hc_session *s, hn_msg *m, bool *from_prev, hr_err *err) {
     *from_prev = false;
+    int64_t deadline = s->planned ? HN_NO_DEADLINE : hn_deadline_ms(s->w->setup_ms);
     for (;;) {
         if (atomic_load(&s->w->stop)) return hr_fail(err, HR_ENET, "worker stopping");
+        if (hr_time_ns() > deadline)
+            return hr_fail(err, HR_ETIMEDOUT, "no message for %d ms while setting up", s->w->setup_ms);
+        hc_check_pending(s);
         struct pollfd p[2] = {{.fd = hn_conn_fd(s->head), .events = POLLIN}};
         int np = 1;
         if (s->pp && s->ring_prev_conn) p[np++] = (struct pollfd){.fd = hn_conn_fd(s->ring_prev_conn), .events = POLLIN};
@@ -248,7 +308,6 @@ static int hc_recv_idle(hc_session *s, hn_msg *m, bool *from_prev, hr_err *err) 
                                hn_msg_name(m->type));
             return rc;
         }
-        hc_check_pending(s);
     }
 }
 
@@ -898,20 +957,17 @@ static int hc_pp_forward(hc_session *s, const hn_msg *m) {
     return 0;
 }
 
-/* One head, from HELLO to BYE (or failure). Takes ownership of c. */
-static void hc_session_run(hc_worker *w, hn_conn *c) {
+/* One head, from HELLO to BYE (or failure): its first message is m (borrowing f, which the session
+   takes). Takes ownership of c. */
+static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
     hc_session *s = calloc(1, sizeof *s);
     if (!s) { hn_conn_close(c); return; }
     s->w = w;
     s->head = c;
+    s->rx = *f;
+    *f = (hn_frame){0};
     snprintf(s->head_name, sizeof s->head_name, "%s", hn_conn_peer(c));
-    hn_msg m;
     hr_err e = {0};
-    if (hn_msg_recv(c, &s->rx, &m, hn_deadline_ms(HC_HELLO_WAIT_MS), &e)) {
-        HR_LOGW("worker: connection from %s: %s; closed", s->head_name, e.msg);
-        if (e.code == HR_EPROTO || e.code == HR_EFORMAT) hc_send_error(c, 0, e.code, e.msg);
-        goto end;
-    }
     if (m.type != HN_MSG_HELLO) { hc_bad(s, m.seq, HR_EPROTO, "expected HELLO, got %s", hn_msg_name(m.type)); goto end; }
     if (hc_ring_hello(&m, &(uint64_t){0})) { hc_bad(s, m.seq, HR_EPROTO, "ring connection outside a session"); goto end; }
     if (m.u.hello.version_min > HN_PROTO_VERSION || m.u.hello.version_max < HN_PROTO_VERSION) {
@@ -977,15 +1033,17 @@ end:
 }
 
 int hc_worker_serve(hc_worker *w, int max_sessions, hr_err *err) {
+    (void)err; /* a connection's failure ends that connection only (hc_door_next) */
     int served = 0;
     while (!atomic_load(&w->stop) && (max_sessions <= 0 || served < max_sessions)) {
-        hr_err e = {0};
-        hn_conn *c = hn_accept(w->l, hn_deadline_ms(HC_IDLE_POLL_MS), &e);
+        hn_frame f = {0};
+        hn_msg m;
+        hn_conn *c = hc_door_next(w, HC_IDLE_POLL_MS, &f, &m);
         if (!c) {
-            if (e.code == HR_ETIMEDOUT) continue;
-            return hr_fail(err, e.code, "%s", e.msg);
+            hn_frame_free(&f);
+            continue;
         }
-        hc_session_run(w, c);
+        hc_session_run(w, c, &f, m);
         served++;
         HR_LOGI("worker: waiting for the next head");
     }
