@@ -44,6 +44,7 @@ def main():
     port, mode = int(sys.argv[1]), sys.argv[2]
     if mode == "idle":
         conns = [connect(port) for _ in range(int(sys.argv[3]))]
+        print("connected", len(conns), flush=True)
         time.sleep(float(sys.argv[4]))
     elif mode == "hello-silent":
         s = connect(port)

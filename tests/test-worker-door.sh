@@ -17,9 +17,9 @@ run -m "$M" > "$TMP/ref.txt" 2> /dev/null || { echo "one-device run failed"; exi
 start_worker 1 0 --setup-timeout 3
 
 # ---- idle connections: a real head is served at once ------------------------------------------------
-$HC "${WPORT[1]}" idle 4 60 &
+$HC "${WPORT[1]}" idle 4 60 > "$TMP/idle.out" &
 CPIDS+=($!)
-sleep 0.5
+for _ in $(seq 100); do [[ -s "$TMP/idle.out" ]] && break; sleep 0.05; done
 t0=$(date +%s%N)
 check_same "$M" "$(workers 1)"
 ms=$(ms_since "$t0")
@@ -29,7 +29,8 @@ stop_clients
 # ---- HELLO then silence: busy at once, then dropped after --setup-timeout -------------------------
 $HC "${WPORT[1]}" hello-silent 60 > "$TMP/silent.out" &
 CPIDS+=($!)
-sleep 0.5
+for _ in $(seq 100); do [[ -s "$TMP/silent.out" ]] && break; sleep 0.05; done
+grep -q HELLO_ACK "$TMP/silent.out" && ok || bad "the silent client got no HELLO_ACK: $(cat "$TMP/silent.out")"
 t0=$(date +%s%N)
 run -m "$M" --workers "$(workers 1)" > /dev/null 2> "$TMP/busy.err"
 rc=$?
@@ -63,5 +64,6 @@ sleep 0.5
 check_same "$M" "$(workers 1)"
 stop_worker 1
 
+[[ $fail -eq 0 ]] || { echo "worker log:"; cat "$TMP/w1.log"; } >&2
 echo "test-worker-door: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

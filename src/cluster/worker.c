@@ -20,7 +20,7 @@
 
 #define HC_IDLE_POLL_MS   250
 #define HC_HELLO_WAIT_MS  10000 /* a new connection must have begun its HELLO by then, or is dropped */
-#define HC_HELLO_READ_MS  1000  /* and a HELLO once begun must be complete within this */
+#define HC_HELLO_READ_MS  500   /* and its first frame, once begun, must be complete within this */
 #define HC_DOOR_MAX       16    /* connections not yet past HELLO; the oldest goes when one more comes */
 
 /* a connection that has not said who it is yet */
@@ -224,11 +224,11 @@ static void hc_door_drop(hc_worker *w, int i, const char *why) {
     w->door[i] = w->door[--w->n_door];
 }
 
-/* Takes waiting connections in and waits up to wait_ms for one of them to send its first message:
-   returns that connection with the message in *m (borrowing *f), or NULL. A connection silent past
-   HC_HELLO_WAIT_MS, or whose first frame is slow or malformed, is closed, and the oldest makes room
-   when HC_DOOR_MAX wait: idle or half-open connections never keep a head out. */
-static hn_conn *hc_door_next(hc_worker *w, int wait_ms, hn_frame *f, hn_msg *m) {
+/* Takes waiting connections in and waits up to wait_ms for one of them to send something: returns
+   that connection with its first message in *m (borrowing *f), or with e->code set when that message
+   was slow or malformed; NULL if none spoke. A connection silent past HC_HELLO_WAIT_MS is closed, and
+   the oldest makes room when HC_DOOR_MAX wait: idle or half-open connections never keep a head out. */
+static hn_conn *hc_door_next(hc_worker *w, int wait_ms, hn_frame *f, hn_msg *m, hr_err *e) {
     hn_conn *c;
     while ((c = hn_accept(w->l, hr_time_ns(), NULL))) {
         if (w->n_door == HC_DOOR_MAX) {
@@ -251,12 +251,8 @@ static hn_conn *hc_door_next(hc_worker *w, int wait_ms, hn_frame *f, hn_msg *m) 
         }
         c = w->door[i].c;
         w->door[i] = w->door[--w->n_door];
-        hr_err e = {0};
-        if (hn_msg_recv(c, f, m, now + (int64_t)HC_HELLO_READ_MS * 1000000, &e) == 0) return c;
-        HR_LOGW("worker: connection from %s: %s; closed", hn_conn_peer(c), e.msg);
-        if (e.code == HR_EPROTO || e.code == HR_EFORMAT) hc_send_error(c, 0, e.code, e.msg);
-        hn_conn_close(c);
-        return NULL;
+        hn_msg_recv(c, f, m, now + (int64_t)HC_HELLO_READ_MS * 1000000, e);
+        return c;
     }
     return NULL;
 }
@@ -265,16 +261,17 @@ static hn_conn *hc_door_next(hc_worker *w, int wait_ms, hn_frame *f, hn_msg *m) 
 static void hc_check_pending(hc_session *s) {
     hn_frame f = {0};
     hn_msg m;
+    hr_err e = {0};
     uint64_t tok;
-    hn_conn *c = hc_door_next(s->w, 0, &f, &m);
-    if (c && hc_ring_hello(&m, &tok)) {
+    hn_conn *c = hc_door_next(s->w, 0, &f, &m, &e);
+    if (c && !e.code && hc_ring_hello(&m, &tok)) {
         hn_conn_close(s->pending_ring);
         s->pending_ring = c;
         s->pending_token = tok;
     } else if (c) {
         char msg[256];
         snprintf(msg, sizeof msg, "busy: serving head %s", s->head_name);
-        HR_LOGI("worker: refused %s (busy)", hn_conn_peer(c));
+        HR_LOGI("worker: refused %s (%s)", hn_conn_peer(c), e.msg[0] ? e.msg : "busy");
         hc_send_error(c, 0, HR_EUNSUPPORTED, msg);
         hn_conn_close(c);
     }
@@ -293,11 +290,16 @@ static int hc_recv_idle(hc_session *s, hn_msg *m, bool *from_prev, hr_err *err) 
         if (atomic_load(&s->w->stop)) return hr_fail(err, HR_ENET, "worker stopping");
         if (hr_time_ns() > deadline)
             return hr_fail(err, HR_ETIMEDOUT, "no message for %d ms while setting up", s->w->setup_ms);
-        hc_check_pending(s);
         struct pollfd p[2] = {{.fd = hn_conn_fd(s->head), .events = POLLIN}};
         int np = 1;
         if (s->pp && s->ring_prev_conn) p[np++] = (struct pollfd){.fd = hn_conn_fd(s->ring_prev_conn), .events = POLLIN};
-        int r = poll(p, (nfds_t)np, HC_IDLE_POLL_MS);
+        /* what the head (or the previous stage) already sent comes first: a head that says BYE
+           and reconnects at once must not be told it is busy with itself */
+        int r = poll(p, (nfds_t)np, 0);
+        if (r == 0) {
+            hc_check_pending(s);
+            r = poll(p, (nfds_t)np, HC_IDLE_POLL_MS);
+        }
         if (r < 0 && errno != EINTR) return hr_fail(err, HR_ENET, "poll: %s", strerror(errno));
         if (r > 0 && p[0].revents) return hn_msg_recv(s->head, &s->rx, m, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), err);
         if (r > 0 && np > 1 && p[1].revents) {
@@ -1038,7 +1040,14 @@ int hc_worker_serve(hc_worker *w, int max_sessions, hr_err *err) {
     while (!atomic_load(&w->stop) && (max_sessions <= 0 || served < max_sessions)) {
         hn_frame f = {0};
         hn_msg m;
-        hn_conn *c = hc_door_next(w, HC_IDLE_POLL_MS, &f, &m);
+        hr_err e = {0};
+        hn_conn *c = hc_door_next(w, HC_IDLE_POLL_MS, &f, &m, &e);
+        if (c && e.code) {
+            HR_LOGW("worker: connection from %s: %s; closed", hn_conn_peer(c), e.msg);
+            if (e.code == HR_EPROTO || e.code == HR_EFORMAT) hc_send_error(c, 0, e.code, e.msg);
+            hn_conn_close(c);
+            c = NULL;
+        }
         if (!c) {
             hn_frame_free(&f);
             continue;
