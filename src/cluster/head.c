@@ -400,6 +400,8 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     /* tensor parallel: only when asked for — the shard's rows of wq/wk/wv/w_gate/w_up are its own,
        but wo and w_down are column slices the manager handles whole (hm_block_ranges), so it would
        read the other devices' columns of those too; a pipeline stage's blocks are all its own */
+    /* as on one device: the head's share of the KV cache must fit before any of it is committed */
+    if (hmem_check_ctx(hm_ctx_bytes_for_shard(hp, &sh, &cp), err)) goto err;
     if (p->model_path && (p->pp || p->mem.given) &&
         hmem_setup(m, &sh, p->model_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err))
         goto err;

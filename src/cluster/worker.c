@@ -873,10 +873,27 @@ static int hc_send_ready(hc_session *s, uint32_t seq) {
 
 /* LOAD_PLAN: the plan and the slice directory, the slices (cache or head), the model, the links, the
    context, READY. Any failure has told the head and ends the session. */
+/* This worker's share of the KV cache (and scratch) must fit the memory there is: checked when the plan
+   arrives, before any weight is sent or any of the cache committed. */
+static int hc_check_mem(hc_session *s, uint32_t seq) {
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_ctx = s->n_ctx;
+    cp.n_batch = s->n_batch;
+    cp.kv_type = s->kv_type;
+    hm_shard sh = {.layer_end = s->pp ? s->n_layers : s->hp.n_layer, .kv_begin = 0, .kv_end = -1};
+    if (!s->pp) {
+        sh.kv_begin = s->share.kv_begin;
+        sh.kv_end = s->share.kv_end;
+    }
+    hr_err e = {0};
+    if (hmem_check_ctx(hm_ctx_bytes_for_shard(&s->hp, &sh, &cp), &e)) return hc_bad(s, seq, e.code, "%s", e.msg);
+    return 0;
+}
+
 static int hc_handle_load(hc_session *s, const hn_msg *plan) {
     bool complete = false;
     int rc;
-    if ((rc = hc_parse_plan(s, plan)) || (rc = hc_recv_directory(s)) || (rc = hc_fill_cache(s, &complete)) ||
+    if ((rc = hc_parse_plan(s, plan)) || (rc = hc_check_mem(s, plan->seq)) || (rc = hc_recv_directory(s)) || (rc = hc_fill_cache(s, &complete)) ||
         (rc = hc_open_slices(s, complete)) || (rc = hc_link(s)) || (rc = hc_create_context(s)))
         return rc;
     return hc_send_ready(s, plan->seq);
