@@ -117,6 +117,11 @@ static inline size_t hr_pad(size_t x, size_t n) { return (x + n - 1) / n * n; }
 
 /* Parses sizes like "300M", "1.5G", "4096" (bytes; K/M/G/T are powers of 1024). -1 on error. */
 int64_t hr_parse_size(const char *s);
+/* Untrusted text (a peer's device name, a reason it gives) made safe to print: n bytes of src into dst
+   (NUL-terminated, cut at cap, never inside an escape) with control characters — C0, DEL and C1 as
+   UTF-8 — and the backslash written as \xNN, so that it cannot forge log lines or drive a terminal.
+   Returns dst. */
+char *hr_escape(char *dst, size_t cap, const char *src, size_t n);
 /* An output file (outfile.c). A regular file, or a path that does not exist yet, is written to PATH.tmp
    and renamed over PATH by commit (readers never see half a file); a device, a FIFO or a symbolic
    link is written through in place, so /dev/null or a pipe stays what it is. commit reports every

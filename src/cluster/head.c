@@ -52,7 +52,7 @@ static int hc_dev_fail(hc_head *h, int d, int rc, const char *msg, hr_err *err) 
 /* fails device d with the reason its ERROR message gives */
 static int hc_worker_error(hc_head *h, int d, const hn_msg *m, hr_err *err) {
     char why[HN_MAX_MESSAGE + 32];
-    snprintf(why, sizeof why, "%.*s", (int)m->u.error.message.n, m->u.error.message.s);
+    hr_escape(why, sizeof why, m->u.error.message.s, m->u.error.message.n);
     return hc_dev_fail(h, d, m->u.error.code < 0 ? m->u.error.code : HR_EPROTO, why, err);
 }
 

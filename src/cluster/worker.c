@@ -443,7 +443,7 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: device %u of %u is not a worker's place", s->index, s->n_dev);
     char arch[sizeof s->hp.arch_name];
     if (p->arch.n == 0 || p->arch.n >= sizeof arch) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad arch");
-    hn_str_copy(arch, sizeof arch, p->arch);
+    hr_escape(arch, sizeof arch, p->arch.s, p->arch.n); /* it may end up in a message */
     hm_kv_io io = {.form = HM_KV_PLAN, .user = (void *)p, .get = hc_plan_get};
     hr_err e = {0};
     if (hm_hparams_from_kv(&s->hp, arch, &io, &e)) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %s", e.msg);
@@ -465,7 +465,7 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'pp'");
     s->pp = v && x == 1;
     if (s->kv_type != HQ_TYPE_F16 && s->kv_type != HQ_TYPE_F32) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad kv_type");
-    if ((v = hc_param(p, "ring_next"))) hn_str_copy(s->ring_next, sizeof s->ring_next, *v);
+    if ((v = hc_param(p, "ring_next"))) hr_escape(s->ring_next, sizeof s->ring_next, v->s, v->n);
     if ((v = hc_param(p, "ring_token")) && !hc_parse_u64(*v, &s->ring_token, 16))
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad ring_token");
     return s->pp ? hc_parse_layers(s, p, seq) : hc_parse_share(s, p, seq);
@@ -994,8 +994,8 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
                m.u.hello.version_min, m.u.hello.version_max, HN_PROTO_VERSION);
         goto end;
     }
-    char peer_dev[HN_MAX_NAME + 1];
-    hn_str_copy(peer_dev, sizeof peer_dev, m.u.hello.device);
+    char peer_dev[4 * HN_MAX_NAME + 1];
+    hr_escape(peer_dev, sizeof peer_dev, m.u.hello.device.s, m.u.hello.device.n);
     hn_msg ack = {.type = HN_MSG_HELLO_ACK, .seq = m.seq};
     ack.u.hello_ack = (hn_hello_ack){.version = HN_PROTO_VERSION, .caps = HN_CAP_F32_ACT | HN_CAP_SLICE_CACHE,
                                      .device = hn_cstr(w->name)};
@@ -1022,6 +1022,7 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
             break;
         }
         int rc = 0;
+        char why[HN_MAX_MESSAGE + 1]; /* a peer's text, escaped */
         switch (m.type) {
         case HN_MSG_PROFILE_REQ: rc = hc_handle_profile(s, &m); break;
         case HN_MSG_LOAD_PLAN:
@@ -1037,11 +1038,12 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
             /* nothing to forget: the next FORWARD overwrites the positions from pos_begin on */
             break;
         case HN_MSG_BYE:
-            HR_LOGI("worker: head %s said goodbye (%.*s)", s->head_name, (int)m.u.bye.reason.n, m.u.bye.reason.s);
+            HR_LOGI("worker: head %s said goodbye (%s)", s->head_name,
+                    hr_escape(why, sizeof why, m.u.bye.reason.s, m.u.bye.reason.n));
             goto end;
         case HN_MSG_ERROR:
-            HR_LOGW("worker: head %s reported: %.*s; session ended", s->head_name, (int)m.u.error.message.n,
-                    m.u.error.message.s);
+            HR_LOGW("worker: head %s reported: %s; session ended", s->head_name,
+                    hr_escape(why, sizeof why, m.u.error.message.s, m.u.error.message.n));
             goto end;
         default: rc = hc_bad(s, m.seq, HR_EPROTO, "unexpected %s", hn_msg_name(m.type)); break;
         }
