@@ -5,6 +5,7 @@ the tests of what hearth does with a damaged file.
   gguf-mutate.py FILE kv KEY DELTA       adds DELTA to a numeric scalar value (u32/i32/f32/u64/...)
   gguf-mutate.py FILE swap-dims PATTERN  swaps ne[0] and ne[1] of the first 2-D tensor whose name
                                          contains PATTERN and whose dims differ
+  gguf-mutate.py FILE nan NAME           fills the F32 tensor NAME with NaN
 """
 import struct
 import sys
@@ -36,6 +37,7 @@ def main():
             return p
         sys.exit("unknown type %d" % t)
 
+    align = 32
     for _ in range(n_kv):
         key, pos = string(pos)
         t = struct.unpack_from("<I", b, pos)[0]
@@ -48,17 +50,32 @@ def main():
             open(path, "wb").write(b)
             print("%s: %s -> %s" % (key, v, nv))
             return
+        if key == "general.alignment" and t == 4:
+            align = struct.unpack_from("<I", b, pos)[0]
         pos = skip_value(t, pos)
+    infos = []
     for _ in range(n_t):
         name, pos = string(pos)
         nd = struct.unpack_from("<I", b, pos)[0]
         dims_at = pos + 4
         ne = list(struct.unpack_from("<%dQ" % nd, b, dims_at))
+        ttype, off = struct.unpack_from("<IQ", b, dims_at + 8 * nd)
+        infos.append((name, ne, ttype, off))
         pos = dims_at + 8 * nd + 4 + 8
         if mode == "swap-dims" and arg in name and nd == 2 and ne[0] != ne[1]:
             struct.pack_into("<QQ", b, dims_at, ne[1], ne[0])
             open(path, "wb").write(b)
             print("%s: %s -> %s" % (name, ne, [ne[1], ne[0]]))
+            return
+    data = (pos + align - 1) // align * align
+    for name, ne, ttype, off in infos:
+        if mode == "nan" and name == arg and ttype == 0:
+            n = 1
+            for d in ne:
+                n *= d
+            struct.pack_into("<%df" % n, b, data + off, *([float("nan")] * n))
+            open(path, "wb").write(b)
+            print("%s: %d NaN" % (name, n))
             return
     sys.exit("nothing to change for %s %s" % (mode, arg))
 

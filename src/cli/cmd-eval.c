@@ -33,6 +33,9 @@ static int eval(cli_opts *o) {
     if (!rc && !(logits = malloc(n * (size_t)e.m->hp.n_vocab * sizeof(float))))
         rc = hr_fail(&err, HR_ENOMEM, "out of memory for logits");
     if (!rc) rc = cli_engine_eval(&e, o->tokens, (int)n, 0, logits, true, &err);
+    hr_err warn = {0};
+    if (!rc && cli_engine_check_logits(logits, n * (size_t)e.m->hp.n_vocab, &warn))
+        fprintf(stderr, "hearth eval: warning: %s\n", warn.msg);
     if (!rc) rc = write_logits(o->logits_out, logits, n * (size_t)e.m->hp.n_vocab, &err);
     if (!rc) fprintf(stderr, "hearth eval: wrote %zu x %d logits to %s\n", n, e.m->hp.n_vocab, o->logits_out);
     else fprintf(stderr, "hearth eval: %s\n", err.msg[0] ? err.msg : "failed");

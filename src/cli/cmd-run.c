@@ -107,6 +107,7 @@ static int run_tokenize(run_job *j, hr_err *err) {
 /* one forward pass; then, with --stats-json, one sample of every device's figures */
 static int run_eval(run_job *j, const int32_t *t, int n, int32_t pos, hr_err *err) {
     int rc = cli_engine_eval(&j->e, t, n, pos, j->logits, false, err);
+    if (!rc) rc = cli_engine_check_logits(j->logits, (size_t)j->e.m->hp.n_vocab, err);
     if (rc || !j->rs) return rc;
     int64_t t0 = hr_time_ns();
     rc = run_stats_sample(j->rs, j->e.mm, j->e.tp, n, err);
