@@ -6,6 +6,8 @@ the tests of what hearth does with a damaged file.
   gguf-mutate.py FILE swap-dims PATTERN  swaps ne[0] and ne[1] of the first 2-D tensor whose name
                                          contains PATTERN and whose dims differ
   gguf-mutate.py FILE nan NAME           fills the F32 tensor NAME with NaN
+  gguf-mutate.py FILE flip PATTERN       inverts the first data byte of the first tensor whose name
+                                         contains PATTERN
 """
 import struct
 import sys
@@ -76,6 +78,11 @@ def main():
             struct.pack_into("<%df" % n, b, data + off, *([float("nan")] * n))
             open(path, "wb").write(b)
             print("%s: %d NaN" % (name, n))
+            return
+        if mode == "flip" and arg in name:
+            b[data + off] ^= 0xFF
+            open(path, "wb").write(b)
+            print("%s: first byte inverted" % name)
             return
     sys.exit("nothing to change for %s %s" % (mode, arg))
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A cached slice file whose metadata no longer matches the plan (a hearth.slice.* value, a
+# A cached slice file with a corrupt data byte, or whose metadata no longer matches the plan (a hearth.slice.* value, a
 # hyper-parameter, a tensor's shape) is treated as corrupt data is: that run fails saying so, the file
 # is removed, and the next run re-sends the share and gives the one-device text. Loopback only.
 # Env: HEARTH_BIN, HEARTH_SHARED (see lib-cluster.sh).
@@ -33,6 +33,7 @@ damage() {
     [[ -n "$s" && "$s" -gt 0 ]] && ok || bad "$mode $*: the share was not re-sent ($s bytes)"
 }
 
+damage "" flip attn_q           # corrupt data: found by its hash (as before issue 32)
 damage "" kv hearth.slice.ff_begin 1
 damage "" kv hearth.slice.kv_begin 1
 damage "" kv llama.rope.freq_base 1000
