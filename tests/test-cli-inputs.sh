@@ -4,18 +4,7 @@
 # a fixed limit), so an endless pipe ends in an error within seconds instead of the OOM killer.
 # Env: HEARTH_BIN (the hearth binary), HEARTH_SHARED (the shared/ folder with models/).
 set -u
-BIN=${HEARTH_BIN:-}
-SHARED=${HEARTH_SHARED:-../shared}
-M="$SHARED/models/stories260K.gguf"
-if [[ -z "$BIN" || ! -x "$BIN" ]]; then echo "HEARTH_BIN is not set to the hearth binary; skipping" >&2; exit 77; fi
-if [[ ! -f "$M" ]]; then echo "$M not found (set HEARTH_SHARED); skipping" >&2; exit 77; fi
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+source "$(dirname "$0")/lib-cli.sh"
 # the address space is capped (not under the sanitizers, which reserve terabytes) so that a reader
 # without a bound fails here rather than taking the machine's memory
 limit() {

@@ -4,21 +4,10 @@
 # regular file, and fail (non-zero exit, a message) on every write error (/dev/full behind a link).
 # Env: HEARTH_BIN (the hearth binary), HEARTH_SHARED (the shared/ folder with models/).
 set -u
-BIN=${HEARTH_BIN:-}
-SHARED=${HEARTH_SHARED:-../shared}
-M="$SHARED/models/stories260K.gguf"
-if [[ -z "$BIN" || ! -x "$BIN" ]]; then echo "HEARTH_BIN is not set to the hearth binary; skipping" >&2; exit 77; fi
-if [[ ! -f "$M" ]]; then echo "$M not found (set HEARTH_SHARED); skipping" >&2; exit 77; fi
+source "$(dirname "$0")/lib-cli.sh"
 if [[ ! -w /dev/full ]]; then echo "/dev/full is not writable here; skipping" >&2; exit 77; fi
-
-TMP=$(mktemp -d)
 READER=
 cleanup() { [[ -n "$READER" ]] && kill -9 "$READER" 2> /dev/null; wait 2> /dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
 
 # each command writes its output to the path given last
 ev() { timeout 60 "$BIN" eval -m "$M" --tokens 1,2,3 --force --logits "$1"; }

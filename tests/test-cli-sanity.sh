@@ -4,19 +4,8 @@
 # inspection); -t far above the cores and -c beyond the trained context are warned about.
 # Env: HEARTH_BIN (the hearth binary), HEARTH_SHARED (the shared/ folder with models/).
 set -u
-BIN=${HEARTH_BIN:-}
-SHARED=${HEARTH_SHARED:-../shared}
-M="$SHARED/models/stories260K.gguf"
-if [[ -z "$BIN" || ! -x "$BIN" ]]; then echo "HEARTH_BIN is not set to the hearth binary; skipping" >&2; exit 77; fi
-if [[ ! -f "$M" ]]; then echo "$M not found (set HEARTH_SHARED); skipping" >&2; exit 77; fi
+source "$(dirname "$0")/lib-cli.sh"
 command -v python3 > /dev/null || { echo "python3 not found; skipping"; exit 77; }
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
 
 cp "$M" "$TMP/nan.gguf"
 python3 "$(dirname "$0")/gguf-mutate.py" "$TMP/nan.gguf" nan output_norm.weight > /dev/null || { echo "could not damage the model"; exit 1; }

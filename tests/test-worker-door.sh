@@ -12,6 +12,16 @@ declare -a CPIDS=()
 stop_clients() { for p in "${CPIDS[@]}"; do kill -9 "$p" 2> /dev/null; wait "$p" 2> /dev/null; done; CPIDS=(); }
 trap 'stop_clients; cleanup' EXIT
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
+# expect_busy DESC: a head now fails within 3 s, told the worker is busy
+expect_busy() {
+    local t0 rc ms
+    t0=$(date +%s%N)
+    run -m "$M" --workers "$(workers 1)" > /dev/null 2> "$TMP/busy.err"
+    rc=$?
+    ms=$(ms_since "$t0")
+    if [[ $rc -ne 0 && $ms -lt 3000 ]] && grep -q busy "$TMP/busy.err"; then ok
+    else bad "$1: exit $rc after $ms ms: $(tail -1 "$TMP/busy.err")"; fi
+}
 
 run -m "$M" > "$TMP/ref.txt" 2> /dev/null || { echo "one-device run failed"; exit 1; }
 start_worker 1 0 --setup-timeout 3
@@ -31,12 +41,7 @@ $HC "${WPORT[1]}" hello-silent 60 > "$TMP/silent.out" &
 CPIDS+=($!)
 for _ in $(seq 100); do [[ -s "$TMP/silent.out" ]] && break; sleep 0.05; done
 grep -q HELLO_ACK "$TMP/silent.out" && ok || bad "the silent client got no HELLO_ACK: $(cat "$TMP/silent.out")"
-t0=$(date +%s%N)
-run -m "$M" --workers "$(workers 1)" > /dev/null 2> "$TMP/busy.err"
-rc=$?
-ms=$(ms_since "$t0")
-if [[ $rc -ne 0 && $ms -lt 3000 ]] && grep -q busy "$TMP/busy.err"; then ok
-else bad "a head while a silent one holds the worker: exit $rc after $ms ms: $(tail -1 "$TMP/busy.err")"; fi
+expect_busy "a head while a silent one holds the worker"
 sleep 3.5
 check_same "$M" "$(workers 1)"
 grep -q "setting up" "$TMP/w1.log" && ok || bad "the worker's log does not say why the silent session ended"
@@ -50,12 +55,7 @@ big=$TMP/big.gguf
     > "$TMP/long.out" 2> "$TMP/long.err" &
 HEAD_PID=$!
 for _ in $(seq 200); do [[ $(stat -c %s "$TMP/long.out" 2> /dev/null || echo 0) -gt 100 ]] && break; sleep 0.05; done
-t0=$(date +%s%N)
-run -m "$M" --workers "$(workers 1)" > /dev/null 2> "$TMP/busy2.err"
-rc=$?
-ms=$(ms_since "$t0")
-if [[ $rc -ne 0 && $ms -lt 3000 ]] && grep -q busy "$TMP/busy2.err"; then ok
-else bad "a second head during generation: exit $rc after $ms ms: $(tail -1 "$TMP/busy2.err")"; fi
+expect_busy "a second head during generation"
 kill -0 "$HEAD_PID" 2> /dev/null && ok || bad "the generating head ended early: $(tail -2 "$TMP/long.err")"
 kill -9 "$HEAD_PID"
 wait "$HEAD_PID" 2> /dev/null
