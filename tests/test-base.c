@@ -1,7 +1,7 @@
 // modules: base
 /* test-base: the thread pool's streaming read (hr_pool_read, the roofline of hearth bench
  * --roofline): every byte of every span read once, whatever the spans' lengths and alignment and
- * however many threads split them. */
+ * however many threads split them; hr_escape, which makes a peer's text safe to print. */
 #include "test.h"
 
 #include "base/pool.h"
@@ -42,8 +42,25 @@ static void test_pool_read(void) {
     free(buf);
 }
 
+static void test_escape(void) {
+    char out[64];
+    const char evil[] = "a\nb\rc\x1b[31m\\d\x7f\xc2\x9b\xc3\xa9\0z";
+    hr_escape(out, sizeof out, evil, sizeof evil - 1);
+    /* controls, DEL, the backslash and a UTF-8 C1 escaped; printable UTF-8 (é) and the NUL's successor kept */
+    CHECKF(!strcmp(out, "a\\x0ab\\x0dc\\x1b[31m\\x5cd\\x7f\\xc2\\x9b\xc3\xa9\\x00z"), "hr_escape gave '%s'", out);
+    /* cut at cap, never inside an escape */
+    char small[8];
+    hr_escape(small, sizeof small, "ab\ncd", 5);
+    CHECKF(!strcmp(small, "ab\\x0ac"), "hr_escape into 8 bytes gave '%s'", small);
+    hr_escape(small, 6, "ab\ncd", 5);
+    CHECKF(!strcmp(small, "ab"), "hr_escape into 6 bytes gave '%s'", small);
+    hr_escape(small, 1, "ab", 2);
+    CHECK(small[0] == 0);
+}
+
 int main(void) {
     hr_init();
     test_pool_read();
+    test_escape();
     return test_summary();
 }

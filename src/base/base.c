@@ -155,3 +155,31 @@ uint64_t hr_fnv1a(const void *data, size_t n, uint64_t h) {
     for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ULL; }
     return h;
 }
+
+char *hr_escape(char *dst, size_t cap, const char *src, size_t n) {
+    if (!cap) return dst;
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)src[i];
+        /* U+0080..U+009F (C1, CSI among them) are 0xc2 0x80..0x9f in UTF-8 */
+        bool c1 = c == 0xc2 && i + 1 < n && (unsigned char)src[i + 1] >= 0x80 && (unsigned char)src[i + 1] <= 0x9f;
+        if (c >= 0x20 && c != 0x7f && c != '\\' && !c1) {
+            if (o + 1 >= cap) break;
+            dst[o++] = (char)c;
+            continue;
+        }
+        int k = c1 ? 2 : 1;
+        if (o + 4 * (size_t)k >= cap) break;
+        for (int j = 0; j < k; j++) {
+            unsigned char b = (unsigned char)src[i + (size_t)j];
+            dst[o++] = '\\';
+            dst[o++] = 'x';
+            dst[o++] = hex[b >> 4];
+            dst[o++] = hex[b & 15];
+        }
+        i += (size_t)k - 1;
+    }
+    dst[o] = 0;
+    return dst;
+}

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- error codes (append only; values are stable) ------------------------------------------------ */
@@ -116,6 +117,20 @@ static inline size_t hr_pad(size_t x, size_t n) { return (x + n - 1) / n * n; }
 
 /* Parses sizes like "300M", "1.5G", "4096" (bytes; K/M/G/T are powers of 1024). -1 on error. */
 int64_t hr_parse_size(const char *s);
+/* Untrusted text (a peer's device name, a reason it gives) made safe to print: n bytes of src into dst
+   (NUL-terminated, cut at cap, never inside an escape) with control characters — C0, DEL and C1 as
+   UTF-8 — and the backslash written as \xNN, so that it cannot forge log lines or drive a terminal.
+   Returns dst. */
+char *hr_escape(char *dst, size_t cap, const char *src, size_t n);
+/* An output file (outfile.c). A regular file, or a path that does not exist yet, is written to PATH.tmp
+   and renamed over PATH by commit (readers never see half a file); a device, a FIFO or a symbolic
+   link is written through in place, so /dev/null or a pipe stays what it is. commit reports every
+   write error (a full disk, /dev/full); abort closes and removes the temporary file. */
+typedef struct hr_outfile { FILE *f; char *path, *tmp; } hr_outfile;
+int         hr_outfile_open(hr_outfile *o, const char *path, hr_err *err);
+int         hr_outfile_commit(hr_outfile *o, hr_err *err);
+void        hr_outfile_abort(hr_outfile *o);
+const char *hr_outfile_name(const hr_outfile *o); /* the path being written, for messages */
 /* 64-bit FNV-1a, for content hashes that need not be cryptographic. */
 uint64_t hr_fnv1a(const void *data, size_t n, uint64_t seed);
 #define HR_FNV_SEED 0xcbf29ce484222325ULL

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 bool cli_parse_int(const char *cmd, const char *flag, const char *v, long min, long max, long *out) {
@@ -31,6 +32,41 @@ bool cli_parse_float(const char *cmd, const char *flag, const char *v, double mi
     }
     *out = x;
     return true;
+}
+
+char *cli_read_text(const char *path, size_t max, size_t *len, hr_err *err) {
+    FILE *f = path ? fopen(path, "rb") : stdin;
+    const char *name = path ? path : "stdin";
+    if (!f) { hr_fail(err, HR_EIO, "cannot open '%s': %s", name, strerror(errno)); return NULL; }
+    struct stat st;
+    /* a directory reads as nothing and /dev/zero as everything: neither is a prompt */
+    if (path && (fstat(fileno(f), &st) != 0 || !(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode)))) {
+        hr_fail(err, HR_EINVAL, "'%s' is not a regular file or a pipe", path);
+        fclose(f);
+        return NULL;
+    }
+    size_t cap = 4096, n = 0, r;
+    char *buf = malloc(cap + 1);
+    while (buf && n <= max && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap && n <= max) {
+            char *nb = realloc(buf, (cap *= 2) + 1);
+            if (!nb) { free(buf); buf = NULL; }
+            buf = nb;
+        }
+    }
+    bool bad = buf && ferror(f);
+    if (path) fclose(f);
+    if (!buf) { hr_fail(err, HR_ENOMEM, "out of memory reading '%s'", name); return NULL; }
+    if (bad) { hr_fail(err, HR_EIO, "reading '%s' failed", name); free(buf); return NULL; }
+    if (n > max) {
+        hr_fail(err, HR_ERANGE, "'%s' holds more than %zu bytes, the most this command reads", name, max);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
 }
 
 bool cli_is_tty(void) { return isatty(STDERR_FILENO); }

@@ -84,6 +84,7 @@ typedef struct chat_state {
     int32_t *toks;            /* [cap_toks] the rendered conversation, tokenized */
     int      cap_toks;
     float   *logits;          /* [n_vocab] */
+    int32_t  n_vocab;
 
     turn_stats last, total;
     int        turns;
@@ -199,7 +200,8 @@ static int chat_turn(chat_state *ch, const char *user, size_t user_len, hr_err *
         if (g_interrupted) break;
         int nb = (int)HR_MIN(ch->n_batch, n - i);
         const hm_batch b = {.tokens = ch->toks + i, .n = nb, .pos = i, .logits = ch->logits};
-        if ((rc = hm_eval(ch->c, &b, err))) return rc;
+        if ((rc = hm_eval(ch->c, &b, err)) || (rc = cli_engine_check_logits(ch->logits, (size_t)ch->n_vocab, err)))
+            return rc;
         for (int k = 0; k < nb; k++) ht_sampler_accept(ch->smp, ch->toks[i + k]);
         memcpy(ch->kv + i, ch->toks + i, (size_t)nb * sizeof *ch->kv);
         ch->n_kv = i + nb;
@@ -239,7 +241,8 @@ static int chat_turn(chat_state *ch, const char *user, size_t user_len, hr_err *
         if (stopped || st.gen >= limit) break;
         if (ch->n_kv >= ch->n_ctx) { full = true; break; }
         const hm_batch b = {.tokens = &tok, .n = 1, .pos = ch->n_kv, .logits = ch->logits};
-        if ((rc = hm_eval(ch->c, &b, err))) break;
+        if ((rc = hm_eval(ch->c, &b, err)) || (rc = cli_engine_check_logits(ch->logits, (size_t)ch->n_vocab, err)))
+            break;
         ch->kv[ch->n_kv++] = tok;
     }
     free(piece);
@@ -387,7 +390,7 @@ static int chat_setup(chat_state *ch, cli_engine *e, cli_opts *o, hr_err *err) {
     if (eot[0]) o->stops[o->n_stops++] = eot;
     ch->stops = o->stops;
     ch->n_stops = o->n_stops;
-    int n_vocab = e->m->hp.n_vocab;
+    int n_vocab = ch->n_vocab = e->m->hp.n_vocab;
     ch->smp = ht_sampler_create(&o->sp, n_vocab);
     ch->kv = malloc((size_t)ch->n_ctx * sizeof *ch->kv);
     ch->logits = malloc((size_t)n_vocab * sizeof *ch->logits);

@@ -8,19 +8,18 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-/* n rows of logits to path, through a temporary file renamed over it */
+/* n rows of logits to path (a regular file through a temporary one renamed over it; see hr_outfile) */
 static int write_logits(const char *path, const float *logits, size_t cnt, hr_err *err) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return hr_fail(err, HR_EIO, "cannot create '%s': %s", tmp, strerror(errno));
+    hr_outfile out;
+    int rc = hr_outfile_open(&out, path, err);
+    if (rc) return rc;
     /* the file format is little-endian; this build is for little-endian hosts (checked in base) */
-    if (fwrite(logits, sizeof(float), cnt, f) != cnt || fclose(f) != 0) {
-        remove(tmp);
-        return hr_fail(err, HR_EIO, "cannot write '%s': %s", tmp, strerror(errno));
+    if (fwrite(logits, sizeof(float), cnt, out.f) != cnt) {
+        hr_fail(err, HR_EIO, "cannot write '%s': %s", hr_outfile_name(&out), strerror(errno));
+        hr_outfile_abort(&out);
+        return HR_EIO;
     }
-    if (rename(tmp, path) != 0) return hr_fail(err, HR_EIO, "cannot rename to '%s': %s", path, strerror(errno));
-    return 0;
+    return hr_outfile_commit(&out, err);
 }
 
 static int eval(cli_opts *o) {
@@ -34,6 +33,9 @@ static int eval(cli_opts *o) {
     if (!rc && !(logits = malloc(n * (size_t)e.m->hp.n_vocab * sizeof(float))))
         rc = hr_fail(&err, HR_ENOMEM, "out of memory for logits");
     if (!rc) rc = cli_engine_eval(&e, o->tokens, (int)n, 0, logits, true, &err);
+    hr_err warn = {0};
+    if (!rc && cli_engine_check_logits(logits, n * (size_t)e.m->hp.n_vocab, &warn))
+        fprintf(stderr, "hearth eval: warning: %s\n", warn.msg);
     if (!rc) rc = write_logits(o->logits_out, logits, n * (size_t)e.m->hp.n_vocab, &err);
     if (!rc) fprintf(stderr, "hearth eval: wrote %zu x %d logits to %s\n", n, e.m->hp.n_vocab, o->logits_out);
     else fprintf(stderr, "hearth eval: %s\n", err.msg[0] ? err.msg : "failed");

@@ -58,32 +58,22 @@ static bool append(char **b, size_t *len, size_t *cap, const char *s, int n) {
     return true;
 }
 
-static char *read_file(const char *path, hr_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { hr_fail(err, HR_EIO, "cannot open '%s': %s", path, strerror(errno)); return NULL; }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); buf = NULL; }
-            buf = nb;
-        }
-    }
-    fclose(f);
-    if (!buf) { hr_fail(err, HR_ENOMEM, "out of memory reading '%s'", path); return NULL; }
-    buf[n] = 0;
-    return buf;
-}
-
 /* The prompt's text and tokens: -p or -f, with --chat the user's message in the model's template
    (its end-of-turn text becomes one more stop string). */
 static int run_tokenize(run_job *j, hr_err *err) {
     cli_opts *o = j->o;
-    j->text = o->file ? read_file(o->file, err) : strdup(o->prompt ? o->prompt : "");
-    if (!j->text) return o->file ? err->code : hr_fail(err, HR_ENOMEM, "out of memory");
+    if (o->file) {
+        /* no more than the context could hold: a token seldom covers 32 bytes of text */
+        int32_t ctx = o->n_ctx > 0 ? (int32_t)o->n_ctx : j->e.m->hp.n_ctx_train > 0 ? j->e.m->hp.n_ctx_train : 4096;
+        size_t len;
+        if (!(j->text = cli_read_text(o->file, (size_t)ctx * 32 + 4096, &len, err))) {
+            if (err->code != HR_ERANGE) return err->code;
+            return hr_fail(err, HR_ERANGE, "'%s' holds more text than a context of %d tokens can take (use -c)",
+                           o->file, ctx);
+        }
+    } else if (!(j->text = strdup(o->prompt ? o->prompt : ""))) {
+        return hr_fail(err, HR_ENOMEM, "out of memory");
+    }
     j->len = strlen(j->text);
     if (o->chat) {
         char note[256];
@@ -117,6 +107,7 @@ static int run_tokenize(run_job *j, hr_err *err) {
 /* one forward pass; then, with --stats-json, one sample of every device's figures */
 static int run_eval(run_job *j, const int32_t *t, int n, int32_t pos, hr_err *err) {
     int rc = cli_engine_eval(&j->e, t, n, pos, j->logits, false, err);
+    if (!rc) rc = cli_engine_check_logits(j->logits, (size_t)j->e.m->hp.n_vocab, err);
     if (rc || !j->rs) return rc;
     int64_t t0 = hr_time_ns();
     rc = run_stats_sample(j->rs, j->e.mm, j->e.tp, n, err);

@@ -14,22 +14,7 @@ static void tokenize_epilog(FILE *f) {
     fprintf(f, "Exit status: 0 ok, 1 the model or text could not be read or tokenized, 2 usage error.\n");
 }
 
-/* whole stream into a malloc'd buffer; NULL on error (errno set) */
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 4096, n = 0, r;
-    char *buf = malloc(cap);
-    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); errno = ENOMEM; return NULL; }
-            buf = nb;
-        }
-    }
-    if (buf && ferror(f)) { free(buf); return NULL; }
-    *len = n;
-    return buf;
-}
+enum { TOKENIZE_MAX_BYTES = 64 << 20 };
 
 static int hexval(char c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
@@ -87,12 +72,11 @@ static int tokenize(cli_opts *o) {
         text = malloc(len + 1);
         if (text) memcpy(text, prompt, len + 1);
     } else {
-        FILE *f = pfile ? fopen(pfile, "rb") : stdin;
-        if (!f) { fprintf(stderr, "hearth tokenize: cannot open '%s': %s\n", pfile, strerror(errno)); goto done; }
-        text = read_all(f, &len);
-        int e = errno;
-        if (pfile) fclose(f);
-        if (!text) { fprintf(stderr, "hearth tokenize: reading %s: %s\n", pfile ? pfile : "stdin", strerror(e)); goto done; }
+        /* a fixed limit: a text this long would not fit any model's context anyway */
+        if (!(text = cli_read_text(pfile, TOKENIZE_MAX_BYTES, &len, &err))) {
+            fprintf(stderr, "hearth tokenize: %s\n", err.msg);
+            goto done;
+        }
     }
     if (!text) { fprintf(stderr, "hearth tokenize: out of memory\n"); goto done; }
     if (escape) len = unescape(text, len);

@@ -26,6 +26,7 @@ static int worker(cli_opts *o) {
     p.mem = o->mem;
     p.use_mmap = o->use_mmap;
     p.no_repack = o->no_repack;
+    if (o->setup_timeout > 0) p.setup_ms = (int)o->setup_timeout * 1000;
     hr_err err = {0};
     hc_worker *w = hc_worker_create(&p, &err);
     if (!w) { fprintf(stderr, "hearth worker: %s\n", err.msg); return 1; }

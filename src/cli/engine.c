@@ -1,9 +1,24 @@
 /* cli/engine: a model set up from the flags, on this device or on a cluster */
 #include "engine.h"
 
+#include <math.h>
+
+/* flags that work but are likely mistakes: said once, the run goes on */
+static void cli_engine_warn(const cli_engine *e, const cli_opts *o) {
+    int cores = hr_physical_cores();
+    if (o->threads > 2 * cores)
+        HR_LOGW("-t %ld is far above this machine's %d cores: the threads will take turns (slower than -t %d)",
+                o->threads, cores, cores);
+    int32_t train = e->m->hp.n_ctx_train;
+    if (train > 0 && o->n_ctx > train)
+        HR_LOGW("-c %ld is longer than the %d tokens %s was trained on: text past that may degrade", o->n_ctx, train,
+                e->m->hp.name[0] ? e->m->hp.name : "the model");
+}
+
 int cli_engine_open(cli_engine *e, const cli_opts *o, bool vocab, hr_err *err) {
     *e = (cli_engine){0};
     if (!(e->g = gguf_open(o->model, err)) || !(e->m = hm_model_load(e->g, err))) return err->code;
+    cli_engine_warn(e, o);
     if (!vocab) return 0;
     if (!(e->voc = ht_vocab_load(e->g, err))) return err->code;
     if (ht_vocab_size(e->voc) > e->m->hp.n_vocab)
@@ -36,6 +51,14 @@ int cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, f
     if (e->tp) return hc_head_eval(e->tp, tokens, n, pos0, logits, all, err);
     const hm_batch b = {.tokens = tokens, .n = n, .pos = pos0, .logits = logits, .all_logits = all};
     return hm_eval(e->c, &b, err);
+}
+
+int cli_engine_check_logits(const float *logits, size_t n, hr_err *err) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += !isfinite(logits[i]);
+    if (!bad) return 0;
+    return hr_fail(err, HR_ERANGE, "%zu of %zu logits are not finite (NaN or Inf): the model's weights hold NaN or "
+                   "Inf, or overflow", bad, n);
 }
 
 int32_t cli_engine_n_ctx(const cli_engine *e) { return e->tp ? hc_head_n_ctx(e->tp) : hm_ctx_n_ctx(e->c); }

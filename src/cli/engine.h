@@ -25,6 +25,9 @@ int  cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool 
                       hr_err *err);
 /* One forward pass of tokens[0..n) at pos0.. -> the logits of the last token (all: of every token). */
 int  cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all, hr_err *err);
+/* HR_ERANGE, with how many, when any of logits[0..n) is NaN or Inf (broken weights): run and chat stop
+   on it, eval warns. */
+int  cli_engine_check_logits(const float *logits, size_t n, hr_err *err);
 int32_t cli_engine_n_ctx(const cli_engine *e);
 void cli_engine_close(cli_engine *e);
 

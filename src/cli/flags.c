@@ -341,6 +341,8 @@ static const cli_flag flags[] = {
     {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL, "name shown to heads (default: worker)"},
     {CLI_WORKER, "--sessions", "N", F_LONG, AT(sessions), 1, 1 << 30, NULL,
      "exit after serving N heads (default: serve until interrupted)"},
+    {CLI_WORKER, "--setup-timeout", "SEC", F_LONG, AT(setup_timeout), 1, 3600, NULL,
+     "drop a head that has not sent its next set-up message within SEC s\n(default 20)"},
 
     /* bench */
     {CLI_BENCH, "-t, --threads", "LIST", F_FN, AT(bench_threads), 1, 1024, fn_list,

@@ -28,7 +28,7 @@ typedef struct cli_list { long v[CLI_MAX_LIST]; int n; } cli_list;
 typedef struct cli_opts {
     const char *model, *prompt, *file, *output, *logits_out, *listen, *cache_dir, *name;
     const char *system, *chat_template, *stats_json;
-    long        n_predict, threads, n_ctx, n_batch, sessions, reps;
+    long        n_predict, threads, n_ctx, n_batch, sessions, reps, setup_timeout;
     int         kv_type;             /* HQ_TYPE_F16 or HQ_TYPE_F32 */
     bool        ignore_eos, no_bos, no_echo, chat, force, json, roofline, tensors, keep_embd;
     bool        from_stdin, ids_only, parse_special, escape, show_count;

@@ -22,13 +22,15 @@ static int hc_ar_recv(hc_ar *a, int dev, hn_conn *c, hn_frame *f, hn_msg *m, int
     int rc = hn_msg_recv(c, f, m, hc_ar_deadline(a, n), &e);
     a->wait_ns += hr_time_ns() - t0;
     if (rc) return hc_ar_fail(a, dev, rc, e.msg);
-    char why[HN_MAX_MESSAGE + 64];
+    char why[HN_MAX_MESSAGE + 64], text[HN_MAX_MESSAGE + 1];
     if (m->type == HN_MSG_ERROR) {
-        snprintf(why, sizeof why, "reported an error: %.*s", (int)m->u.error.message.n, m->u.error.message.s);
+        snprintf(why, sizeof why, "reported an error: %s",
+                 hr_escape(text, sizeof text, m->u.error.message.s, m->u.error.message.n));
         return hc_ar_fail(a, dev, m->u.error.code < 0 ? m->u.error.code : HR_EPROTO, why);
     }
     if (m->type == HN_MSG_BYE) {
-        snprintf(why, sizeof why, "ended the session: %.*s", (int)m->u.bye.reason.n, m->u.bye.reason.s);
+        snprintf(why, sizeof why, "ended the session: %s",
+                 hr_escape(text, sizeof text, m->u.bye.reason.s, m->u.bye.reason.n));
         return hc_ar_fail(a, dev, HR_ENET, why);
     }
     if (m->type != want) {

@@ -164,6 +164,8 @@ typedef struct hc_worker_params {
     hmem_request mem;        /* residency manager over the slice file */
     bool        use_mmap;    /* --mmap: run the slice from its file mapping (mem.h: hmem_load_weights) */
     bool        no_repack;   /* --no-repack: load it in the file's layout */
+    int         setup_ms;    /* a head that has said HELLO must have sent its plan by then (and each
+                                message until it is loaded within it); else the session is dropped */
 } hc_worker_params;
 hc_worker_params hc_worker_default_params(void);
 
@@ -173,8 +175,8 @@ int hc_default_cache_dir(char *buf, size_t cap, hr_err *err);
 typedef struct hc_worker hc_worker;
 hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err);
 uint16_t   hc_worker_port(const hc_worker *w);
-/* Serves heads one after another until hc_worker_stop (or max_sessions > 0 of them). A session that
-   fails is logged and ended; only a failure of the listener itself returns an error. */
+/* Serves heads one after another until hc_worker_stop (or max_sessions > 0 of them). A session or a
+   connection that fails is logged and ended; the worker goes on (0). */
 int        hc_worker_serve(hc_worker *w, int max_sessions, hr_err *err);
 void       hc_worker_stop(hc_worker *w);
 void       hc_worker_free(hc_worker *w);

@@ -59,7 +59,7 @@ static int hc_dev_fail(hc_head *h, int d, int rc, const char *msg, hr_err *err) 
 /* fails device d with the reason its ERROR message gives */
 static int hc_worker_error(hc_head *h, int d, const hn_msg *m, hr_err *err) {
     char why[HN_MAX_MESSAGE + 32];
-    snprintf(why, sizeof why, "%.*s", (int)m->u.error.message.n, m->u.error.message.s);
+    hr_escape(why, sizeof why, m->u.error.message.s, m->u.error.message.n);
     return hc_dev_fail(h, d, m->u.error.code < 0 ? m->u.error.code : HR_EPROTO, why, err);
 }
 
@@ -484,6 +484,8 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         sh.sync = hc_ar_sync;
         sh.sync_user = &h->ar;
     }
+    /* as on one device: the head's share of the KV cache must fit before any of it is committed */
+    if (hmem_check_ctx(hm_ctx_bytes_for_shard(hp, &sh, &cp), err)) goto err;
     if (own) {
         /* as a worker: a manager over the slice file, and the weights loaded and packed when they fit */
         if (hmem_setup(h->sm, &sh, h->slice_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err) ||

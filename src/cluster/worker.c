@@ -19,7 +19,12 @@
 #include <unistd.h>
 
 #define HC_IDLE_POLL_MS   250
-#define HC_HELLO_WAIT_MS  10000
+#define HC_HELLO_WAIT_MS  10000 /* a new connection must have begun its HELLO by then, or is dropped */
+#define HC_HELLO_READ_MS  500   /* and its first frame, once begun, must be complete within this */
+#define HC_DOOR_MAX       16    /* connections not yet past HELLO; the oldest goes when one more comes */
+
+/* a connection that has not said who it is yet */
+typedef struct hc_guest { hn_conn *c; int64_t deadline; } hc_guest;
 
 struct hc_worker {
     char        cache[PATH_MAX];
@@ -27,12 +32,16 @@ struct hc_worker {
     int         n_threads;
     hmem_request mem;
     bool        use_mmap, no_repack;  /* how a session holds its slice (hmem_load_weights) */
+    int         setup_ms;
     hn_listener *l;
+    hc_guest    door[HC_DOOR_MAX];
+    int         n_door;
     _Atomic int stop;
 };
 
 hc_worker_params hc_worker_default_params(void) {
-    hc_worker_params p = {.listen = "0.0.0.0:7070", .cache_dir = NULL, .n_threads = 0, .name = NULL, .mem.window = 2};
+    hc_worker_params p = {.listen = "0.0.0.0:7070", .cache_dir = NULL, .n_threads = 0, .name = NULL, .mem.window = 2,
+                          .setup_ms = 20000};
     return p;
 }
 
@@ -59,6 +68,7 @@ hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
     w->mem = p->mem;
     w->use_mmap = p->use_mmap;
     w->no_repack = p->no_repack;
+    w->setup_ms = p->setup_ms > 0 ? p->setup_ms : 20000;
     if (!(w->l = hn_listen(p->listen, err))) goto err;
     return w;
 err:
@@ -70,6 +80,7 @@ uint16_t hc_worker_port(const hc_worker *w) { return hn_listener_port(w->l); }
 void hc_worker_stop(hc_worker *w) { atomic_store(&w->stop, 1); }
 void hc_worker_free(hc_worker *w) {
     if (!w) return;
+    for (int i = 0; i < w->n_door; i++) hn_conn_close(w->door[i].c);
     hn_listener_close(w->l);
     free(w);
 }
@@ -187,19 +198,59 @@ static bool hc_ring_hello(const hn_msg *m, uint64_t *token) {
     return hc_parse_u64(t, token, 16);
 }
 
-/* Someone connected while a head is being served: keep it if it is a ring peer, else say busy. */
+/* ---- the door: connections until their HELLO ------------------------------------------------------- */
+
+static void hc_door_drop(hc_worker *w, int i, const char *why) {
+    HR_LOGI("worker: dropped %s (%s)", hn_conn_peer(w->door[i].c), why);
+    hn_conn_close(w->door[i].c);
+    w->door[i] = w->door[--w->n_door];
+}
+
+/* Takes waiting connections in and waits up to wait_ms for one of them to send something: returns
+   that connection with its first message in *m (borrowing *f), or with e->code set when that message
+   was slow or malformed; NULL if none spoke. A connection silent past HC_HELLO_WAIT_MS is closed, and
+   the oldest makes room when HC_DOOR_MAX wait: idle or half-open connections never keep a head out. */
+static hn_conn *hc_door_next(hc_worker *w, int wait_ms, hn_frame *f, hn_msg *m, hr_err *e) {
+    hn_conn *c;
+    while ((c = hn_accept(w->l, hr_time_ns(), NULL))) {
+        if (w->n_door == HC_DOOR_MAX) {
+            int old = 0;
+            for (int i = 1; i < w->n_door; i++) if (w->door[i].deadline < w->door[old].deadline) old = i;
+            hc_door_drop(w, old, "too many connections waiting for their HELLO");
+        }
+        w->door[w->n_door++] = (hc_guest){c, hn_deadline_ms(HC_HELLO_WAIT_MS)};
+    }
+    struct pollfd p[HC_DOOR_MAX + 1] = {{.fd = hn_listener_fd(w->l), .events = POLLIN}};
+    for (int i = 0; i < w->n_door; i++) p[i + 1] = (struct pollfd){.fd = hn_conn_fd(w->door[i].c), .events = POLLIN};
+    int n = w->n_door;
+    if (poll(p, (nfds_t)n + 1, wait_ms) < 0) return NULL;
+    int64_t now = hr_time_ns();
+    /* from the last, so that dropping (which moves the last guest into the gap) skips none */
+    for (int i = n - 1; i >= 0; i--) {
+        if (!p[i + 1].revents) {
+            if (now > w->door[i].deadline) hc_door_drop(w, i, "no HELLO in time");
+            continue;
+        }
+        c = w->door[i].c;
+        w->door[i] = w->door[--w->n_door];
+        hn_msg_recv(c, f, m, now + (int64_t)HC_HELLO_READ_MS * 1000000, e);
+        return c;
+    }
+    return NULL;
+}
+
+/* Someone connected while a head is being served: keep it if it is a ring peer, else say busy at once. */
 static void hc_check_pending(hc_session *s) {
-    hn_conn *c = hn_accept(s->w->l, hr_time_ns(), NULL);
-    if (!c) return;
     hn_frame f = {0};
     hn_msg m;
     hr_err e = {0};
     uint64_t tok;
-    if (hn_msg_recv(c, &f, &m, hn_deadline_ms(500), &e) == 0 && hc_ring_hello(&m, &tok)) {
+    hn_conn *c = hc_door_next(s->w, 0, &f, &m, &e);
+    if (c && !e.code && hc_ring_hello(&m, &tok)) {
         hn_conn_close(s->pending_ring);
         s->pending_ring = c;
         s->pending_token = tok;
-    } else {
+    } else if (c) {
         char msg[256];
         snprintf(msg, sizeof msg, "busy: serving head %s", s->head_name);
         HR_LOGI("worker: refused %s (%s)", hn_conn_peer(c), e.msg[0] ? e.msg : "busy");
@@ -209,17 +260,28 @@ static void hc_check_pending(hc_session *s) {
     hn_frame_free(&f);
 }
 
-/* Waits for the head's next message with no deadline (the head may wait on its user), checking for
-   stop requests and turning away other heads meanwhile; the message itself, once it starts, has one.
-   A pipeline stage after the first also listens to the previous worker (*from_prev). */
+/* Waits for the head's next message, checking for stop requests and turning away other heads
+   meanwhile; the message itself, once it starts, has a deadline. Until the model is loaded the wait
+   has one too (w->setup_ms: a peer that says HELLO and then nothing must not hold the worker); after
+   that none (the head may wait on its user). A pipeline stage after the first also listens to the
+   previous worker (*from_prev). */
 static int hc_recv_idle(hc_session *s, hn_msg *m, bool *from_prev, hr_err *err) {
     *from_prev = false;
+    int64_t deadline = s->planned ? HN_NO_DEADLINE : hn_deadline_ms(s->w->setup_ms);
     for (;;) {
         if (atomic_load(&s->w->stop)) return hr_fail(err, HR_ENET, "worker stopping");
+        if (hr_time_ns() > deadline)
+            return hr_fail(err, HR_ETIMEDOUT, "no message for %d ms while setting up", s->w->setup_ms);
         struct pollfd p[2] = {{.fd = hn_conn_fd(s->head), .events = POLLIN}};
         int np = 1;
         if (s->pp && s->ring_prev_conn) p[np++] = (struct pollfd){.fd = hn_conn_fd(s->ring_prev_conn), .events = POLLIN};
-        int r = poll(p, (nfds_t)np, HC_IDLE_POLL_MS);
+        /* what the head (or the previous stage) already sent comes first: a head that says BYE
+           and reconnects at once must not be told it is busy with itself */
+        int r = poll(p, (nfds_t)np, 0);
+        if (r == 0) {
+            hc_check_pending(s);
+            r = poll(p, (nfds_t)np, HC_IDLE_POLL_MS);
+        }
         if (r < 0 && errno != EINTR) return hr_fail(err, HR_ENET, "poll: %s", strerror(errno));
         if (r > 0 && p[0].revents) return hn_msg_recv(s->head, &s->rx, m, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), err);
         if (r > 0 && np > 1 && p[1].revents) {
@@ -230,7 +292,6 @@ static int hc_recv_idle(hc_session *s, hn_msg *m, bool *from_prev, hr_err *err) 
                                hn_msg_name(m->type));
             return rc;
         }
-        hc_check_pending(s);
     }
 }
 
@@ -364,7 +425,7 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: device %u of %u is not a worker's place", s->index, s->n_dev);
     char arch[sizeof s->hp.arch_name];
     if (p->arch.n == 0 || p->arch.n >= sizeof arch) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad arch");
-    hn_str_copy(arch, sizeof arch, p->arch);
+    hr_escape(arch, sizeof arch, p->arch.s, p->arch.n); /* it may end up in a message */
     hm_kv_io io = {.form = HM_KV_PLAN, .user = (void *)p, .get = hc_plan_get};
     hr_err e = {0};
     if (hm_hparams_from_kv(&s->hp, arch, &io, &e)) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %s", e.msg);
@@ -386,7 +447,7 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'pp'");
     s->pp = v && x == 1;
     if (s->kv_type != HQ_TYPE_F16 && s->kv_type != HQ_TYPE_F32) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad kv_type");
-    if ((v = hc_param(p, "ring_next"))) hn_str_copy(s->ring_next, sizeof s->ring_next, *v);
+    if ((v = hc_param(p, "ring_next"))) hr_escape(s->ring_next, sizeof s->ring_next, v->s, v->n);
     if ((v = hc_param(p, "ring_token")) && !hc_parse_u64(*v, &s->ring_token, 16))
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad ring_token");
     return s->pp ? hc_parse_layers(s, p, seq) : hc_parse_share(s, p, seq);
@@ -665,19 +726,75 @@ done:
     return rc;
 }
 
-/* Loads the slice file as a model and checks it holds the planned share (verified first if reused). */
+/* hm_hparams_to_kv's sink that compares instead of writing: HR_EFORMAT at the first key the slice
+   file lacks or holds another value of */
+typedef struct hc_kv_cmp { hm_kv_io file; char key[128]; } hc_kv_cmp;
+static int hc_kv_same(void *user, const char *key, hm_kv_type type, hm_kv_val v) {
+    hc_kv_cmp *c = user;
+    hm_kv_val f = {0};
+    if (c->file.get(c->file.user, key, type, &f) == 1 &&
+        (type == HM_KV_F32 ? hr_f32_to_bits(f.f) == hr_f32_to_bits(v.f) : type == HM_KV_BOOL ? f.b == v.b : f.i == v.i))
+        return 0;
+    snprintf(c->key, sizeof c->key, "%s", key);
+    return HR_EFORMAT;
+}
+
+/* The slice file against the plan, in full: the hyper-parameters, the hearth.slice.* keys, every
+   tensor's name, type and shape in the directory's order. What differs is described in why. */
+static bool hc_slice_matches(hc_session *s, char *why, size_t cap) {
+    const gguf_ctx *g = s->g;
+    const hm_model *m = s->m;
+    hc_kv_cmp c = {.file = hm_kv_gguf_reader(g, HM_KV_SLICE)};
+    hm_kv_io io = {.form = HM_KV_SLICE, .user = &c, .set = hc_kv_same};
+    hr_err e = {0};
+    char arch[64];
+    if (!gguf_get_cstr(g, "general.architecture", arch, sizeof arch) || strcmp(arch, s->hp.arch_name))
+        return snprintf(why, cap, "another architecture"), false;
+    if (hm_hparams_to_kv(&s->hp, &io, &e)) return snprintf(why, cap, "hyper-parameter %.120s differs", c.key), false;
+    uint32_t kb, fb;
+    if (!gguf_get_u32(g, "hearth.slice.kv_begin", &kb) || kb != (uint32_t)s->share.kv_begin ||
+        !gguf_get_u32(g, "hearth.slice.ff_begin", &fb) || fb != (uint32_t)s->share.ff_begin)
+        return snprintf(why, cap, "its share's place differs"), false;
+    bool layers_ok = !s->pp ? !m->has_layer : m->has_layer && !memcmp(m->has_layer, s->layers, (size_t)m->hp.n_layer);
+    if (!m->is_slice || !layers_ok || m->slice_n_head_kv != s->share.kv_end - s->share.kv_begin ||
+        m->slice_n_ff != s->share.ff_end - s->share.ff_begin)
+        return snprintf(why, cap, "its share's size or layers differ"), false;
+    int et;
+    uint64_t n;
+    const void *hashes;
+    if (gguf_n_tensors(g) != s->n_dir || !gguf_get_arr(g, "hearth.slice.hashes", &et, &n, &hashes) ||
+        et != GGUF_VT_UINT64 || n != (uint64_t)s->n_dir)
+        return snprintf(why, cap, "another number of tensors"), false;
+    for (int i = 0; i < s->n_dir; i++) {
+        const hc_slice *d = &s->dir[i];
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        uint64_t h;
+        memcpy(&h, (const uint8_t *)hashes + (size_t)i * 8, 8);
+        bool same = !strcmp(t->name, d->name) && t->type == d->type && t->n_dims == d->n_dims && h == d->hash &&
+                    t->nbytes == d->size;
+        for (int k = 0; same && k < d->n_dims; k++) same = t->ne[k] == d->ne[k];
+        if (!same) return snprintf(why, cap, "tensor %d ('%s') differs", i, t->name), false;
+    }
+    return true;
+}
+
+/* Loads the slice file as a model and checks it holds the planned share (verified first if reused).
+   A file that fails any of it is removed, as one with a corrupt byte is, so that the next run sends
+   the share again. */
 static int hc_open_slices(hc_session *s, bool complete) {
     hr_err e = {0};
+    char why[256];
     int rc;
-    if (!(s->g = gguf_open(s->path, &e)) || !(s->m = hm_model_load(s->g, &e)))
-        return hc_bad(s, 0, e.code ? e.code : HR_EFORMAT, "slice file %s: %s", s->path, e.msg);
+    if (!(s->g = gguf_open(s->path, &e)) || !(s->m = hm_model_load(s->g, &e))) {
+        unlink(s->path);
+        return hc_bad(s, 0, e.code ? e.code : HR_EFORMAT, "slice file %s: %s (removed it; run again)", s->path, e.msg);
+    }
+    if (!hc_slice_matches(s, why, sizeof why)) {
+        unlink(s->path);
+        return hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share: %s (removed it; run again)",
+                      s->path, why);
+    }
     if (complete && (rc = hc_verify_file(s))) return rc;
-    const hm_hparams *hp = &s->m->hp;
-    bool layers_ok = !s->pp ? !s->m->has_layer : s->m->has_layer && !memcmp(s->m->has_layer, s->layers, (size_t)hp->n_layer);
-    if (!s->m->is_slice || !layers_ok || s->m->slice_n_head_kv != s->share.kv_end - s->share.kv_begin ||
-        s->m->slice_n_ff != s->share.ff_end - s->share.ff_begin || hp->n_embd != s->hp.n_embd ||
-        hp->n_layer != s->hp.n_layer || hp->n_head != s->hp.n_head || hp->head_dim != s->hp.head_dim)
-        return hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share", s->path);
     return 0;
 }
 
@@ -756,10 +873,27 @@ static int hc_send_ready(hc_session *s, uint32_t seq) {
 
 /* LOAD_PLAN: the plan and the slice directory, the slices (cache or head), the model, the links, the
    context, READY. Any failure has told the head and ends the session. */
+/* This worker's share of the KV cache (and scratch) must fit the memory there is: checked when the plan
+   arrives, before any weight is sent or any of the cache committed. */
+static int hc_check_mem(hc_session *s, uint32_t seq) {
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_ctx = s->n_ctx;
+    cp.n_batch = s->n_batch;
+    cp.kv_type = s->kv_type;
+    hm_shard sh = {.layer_end = s->pp ? s->n_layers : s->hp.n_layer, .kv_begin = 0, .kv_end = -1};
+    if (!s->pp) {
+        sh.kv_begin = s->share.kv_begin;
+        sh.kv_end = s->share.kv_end;
+    }
+    hr_err e = {0};
+    if (hmem_check_ctx(hm_ctx_bytes_for_shard(&s->hp, &sh, &cp), &e)) return hc_bad(s, seq, e.code, "%s", e.msg);
+    return 0;
+}
+
 static int hc_handle_load(hc_session *s, const hn_msg *plan) {
     bool complete = false;
     int rc;
-    if ((rc = hc_parse_plan(s, plan)) || (rc = hc_recv_directory(s)) || (rc = hc_fill_cache(s, &complete)) ||
+    if ((rc = hc_parse_plan(s, plan)) || (rc = hc_check_mem(s, plan->seq)) || (rc = hc_recv_directory(s)) || (rc = hc_fill_cache(s, &complete)) ||
         (rc = hc_open_slices(s, complete)) || (rc = hc_link(s)) || (rc = hc_create_context(s)))
         return rc;
     return hc_send_ready(s, plan->seq);
@@ -842,20 +976,17 @@ static int hc_pp_forward(hc_session *s, const hn_msg *m) {
     return 0;
 }
 
-/* One head, from HELLO to BYE (or failure). Takes ownership of c. */
-static void hc_session_run(hc_worker *w, hn_conn *c) {
+/* One head, from HELLO to BYE (or failure): its first message is m (borrowing f, which the session
+   takes). Takes ownership of c. */
+static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
     hc_session *s = calloc(1, sizeof *s);
     if (!s) { hn_conn_close(c); return; }
     s->w = w;
     s->head = c;
+    s->rx = *f;
+    *f = (hn_frame){0};
     snprintf(s->head_name, sizeof s->head_name, "%s", hn_conn_peer(c));
-    hn_msg m;
     hr_err e = {0};
-    if (hn_msg_recv(c, &s->rx, &m, hn_deadline_ms(HC_HELLO_WAIT_MS), &e)) {
-        HR_LOGW("worker: connection from %s: %s; closed", s->head_name, e.msg);
-        if (e.code == HR_EPROTO || e.code == HR_EFORMAT) hc_send_error(c, 0, e.code, e.msg);
-        goto end;
-    }
     if (m.type != HN_MSG_HELLO) { hc_bad(s, m.seq, HR_EPROTO, "expected HELLO, got %s", hn_msg_name(m.type)); goto end; }
     if (hc_ring_hello(&m, &(uint64_t){0})) { hc_bad(s, m.seq, HR_EPROTO, "ring connection outside a session"); goto end; }
     if (m.u.hello.version_min > HN_PROTO_VERSION || m.u.hello.version_max < HN_PROTO_VERSION) {
@@ -863,8 +994,8 @@ static void hc_session_run(hc_worker *w, hn_conn *c) {
                m.u.hello.version_min, m.u.hello.version_max, HN_PROTO_VERSION);
         goto end;
     }
-    char peer_dev[HN_MAX_NAME + 1];
-    hn_str_copy(peer_dev, sizeof peer_dev, m.u.hello.device);
+    char peer_dev[4 * HN_MAX_NAME + 1];
+    hr_escape(peer_dev, sizeof peer_dev, m.u.hello.device.s, m.u.hello.device.n);
     hn_msg ack = {.type = HN_MSG_HELLO_ACK, .seq = m.seq};
     ack.u.hello_ack = (hn_hello_ack){.version = HN_PROTO_VERSION, .caps = HN_CAP_F32_ACT | HN_CAP_SLICE_CACHE,
                                      .device = hn_cstr(w->name)};
@@ -891,6 +1022,7 @@ static void hc_session_run(hc_worker *w, hn_conn *c) {
             break;
         }
         int rc = 0;
+        char why[HN_MAX_MESSAGE + 1]; /* a peer's text, escaped */
         switch (m.type) {
         case HN_MSG_PROFILE_REQ: rc = hc_handle_profile(s, &m); break;
         case HN_MSG_LOAD_PLAN:
@@ -906,11 +1038,12 @@ static void hc_session_run(hc_worker *w, hn_conn *c) {
             /* nothing to forget: the next FORWARD overwrites the positions from pos_begin on */
             break;
         case HN_MSG_BYE:
-            HR_LOGI("worker: head %s said goodbye (%.*s)", s->head_name, (int)m.u.bye.reason.n, m.u.bye.reason.s);
+            HR_LOGI("worker: head %s said goodbye (%s)", s->head_name,
+                    hr_escape(why, sizeof why, m.u.bye.reason.s, m.u.bye.reason.n));
             goto end;
         case HN_MSG_ERROR:
-            HR_LOGW("worker: head %s reported: %.*s; session ended", s->head_name, (int)m.u.error.message.n,
-                    m.u.error.message.s);
+            HR_LOGW("worker: head %s reported: %s; session ended", s->head_name,
+                    hr_escape(why, sizeof why, m.u.error.message.s, m.u.error.message.n));
             goto end;
         default: rc = hc_bad(s, m.seq, HR_EPROTO, "unexpected %s", hn_msg_name(m.type)); break;
         }
@@ -921,15 +1054,24 @@ end:
 }
 
 int hc_worker_serve(hc_worker *w, int max_sessions, hr_err *err) {
+    (void)err; /* a connection's failure ends that connection only (hc_door_next) */
     int served = 0;
     while (!atomic_load(&w->stop) && (max_sessions <= 0 || served < max_sessions)) {
+        hn_frame f = {0};
+        hn_msg m;
         hr_err e = {0};
-        hn_conn *c = hn_accept(w->l, hn_deadline_ms(HC_IDLE_POLL_MS), &e);
-        if (!c) {
-            if (e.code == HR_ETIMEDOUT) continue;
-            return hr_fail(err, e.code, "%s", e.msg);
+        hn_conn *c = hc_door_next(w, HC_IDLE_POLL_MS, &f, &m, &e);
+        if (c && e.code) {
+            HR_LOGW("worker: connection from %s: %s; closed", hn_conn_peer(c), e.msg);
+            if (e.code == HR_EPROTO || e.code == HR_EFORMAT) hc_send_error(c, 0, e.code, e.msg);
+            hn_conn_close(c);
+            c = NULL;
         }
-        hc_session_run(w, c);
+        if (!c) {
+            hn_frame_free(&f);
+            continue;
+        }
+        hc_session_run(w, c, &f, m);
         served++;
         HR_LOGI("worker: waiting for the next head");
     }

@@ -40,8 +40,8 @@ struct gguf_writer {
     size_t   n_t, t_cap;
 
     int      state;
-    FILE    *f;
-    char    *path, *tmp_path;
+    hr_outfile out;
+    char    *path;
     bool     overwrite;
     size_t   alignment;
     size_t   next;        /* the tensor write_data expects */
@@ -54,8 +54,7 @@ gguf_writer *gguf_writer_create(void) {
 
 void gguf_writer_free(gguf_writer *w) {
     if (!w) return;
-    if (w->f) fclose(w->f);
-    if (w->tmp_path && w->state != W_DONE) unlink(w->tmp_path);
+    hr_outfile_abort(&w->out);
     for (size_t i = 0; i < w->n_kv; i++) {
         free(w->kv[i].key);
         free(w->kv[i].val);
@@ -64,7 +63,6 @@ void gguf_writer_free(gguf_writer *w) {
     free(w->kv);
     free(w->t);
     free(w->path);
-    free(w->tmp_path);
     free(w);
 }
 
@@ -237,9 +235,9 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, int n_dim
 /* ---- streaming ----------------------------------------------------------------------------------- */
 
 static int put(gguf_writer *w, const void *p, size_t n, hr_err *err) {
-    if (n && fwrite(p, 1, n, w->f) != n) {
+    if (n && fwrite(p, 1, n, w->out.f) != n) {
         w->state = W_FAILED;
-        return hr_fail(err, HR_EIO, "%s: write failed: %s", w->tmp_path, strerror(errno));
+        return hr_fail(err, HR_EIO, "%s: write failed: %s", hr_outfile_name(&w->out), strerror(errno));
     }
     w->pos += n;
     return 0;
@@ -303,26 +301,12 @@ int gguf_writer_begin(gguf_writer *w, const char *path, bool overwrite, hr_err *
             return hr_fail(err, HR_EINVAL, "gguf writer: tensor data exceeds 2^64 bytes");
     }
 
-    size_t plen = strlen(path);
-    w->path = strdup(path);
-    w->tmp_path = malloc(plen + 5);
-    if (!w->path || !w->tmp_path) return hr_fail(err, HR_ENOMEM, "gguf writer: out of memory");
-    memcpy(w->tmp_path, path, plen);
-    memcpy(w->tmp_path + plen, ".tmp", 5);
     w->overwrite = overwrite;
-    /* a .tmp left by a crashed run is ours to replace */
-    int fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int e = errno;
-        free(w->tmp_path);
-        w->tmp_path = NULL; /* nothing of ours to remove */
-        return hr_fail(err, HR_EIO, "%s.tmp: cannot create: %s", path, strerror(e));
-    }
-    w->f = fdopen(fd, "wb");
-    if (!w->f) {
-        close(fd);
+    if (!(w->path = strdup(path))) return hr_fail(err, HR_ENOMEM, "gguf writer: out of memory");
+    int orc = hr_outfile_open(&w->out, path, err);
+    if (orc) {
         w->state = W_FAILED;
-        return hr_fail(err, HR_EIO, "%s: fdopen failed: %s", w->tmp_path, strerror(errno));
+        return orc;
     }
     w->state = W_WRITING;
 
@@ -366,19 +350,13 @@ int gguf_writer_finish(gguf_writer *w, hr_err *err) {
     if (w->next != w->n_t)
         return hr_fail(err, HR_EINVAL, "%s: only %zu of %zu tensors were written (next: '%s')", w->path, w->next,
                        w->n_t, w->t[w->next].name);
-    FILE *f = w->f;
-    w->f = NULL;
-    w->state = W_FAILED; /* until the rename succeeds */
-    bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int e = errno;
-    if (fclose(f) != 0 && ok) { ok = false; e = errno; }
-    if (!ok) return hr_fail(err, HR_EIO, "%s: write failed: %s", w->tmp_path, strerror(e));
+    w->state = W_FAILED; /* until the file is in place */
     /* checked again: the file may have appeared while we were writing */
-    if (!w->overwrite && path_exists(w->path))
+    if (!w->overwrite && w->out.tmp && path_exists(w->path))
         return hr_fail(err, HR_EEXIST, "%s already exists; pass --force to overwrite it or choose another name",
                        w->path);
-    if (rename(w->tmp_path, w->path) != 0)
-        return hr_fail(err, HR_EIO, "cannot rename %s to %s: %s", w->tmp_path, w->path, strerror(errno));
+    int rc = hr_outfile_commit(&w->out, err);
+    if (rc) return rc;
     w->state = W_DONE;
     return 0;
 }

@@ -289,6 +289,7 @@ typedef struct hn_conn_stats {
 hn_listener *hn_listen(const char *addr, hr_err *err);
 uint16_t     hn_listener_port(const hn_listener *l); /* the bound port (useful after port 0) */
 void         hn_listener_close(hn_listener *l);      /* NULL is fine */
+int          hn_listener_fd(const hn_listener *l);   /* to poll for a waiting connection */
 /* Waits for one connection until the deadline: NULL with HR_ETIMEDOUT, or HR_ENET. */
 hn_conn     *hn_accept(hn_listener *l, int64_t deadline, hr_err *err);
 

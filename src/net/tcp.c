@@ -205,6 +205,7 @@ hn_listener *hn_listen(const char *addr, hr_err *err) {
 }
 
 uint16_t hn_listener_port(const hn_listener *l) { return l->port; }
+int hn_listener_fd(const hn_listener *l) { return l->fd; }
 
 void hn_listener_close(hn_listener *l) {
     if (!l) return;
