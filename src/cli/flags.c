@@ -77,7 +77,6 @@ int cli_parse_size_budget(const char *s, hmem_request *rq, char *why, size_t cap
 #define FIELD(o, f, type) ((type *)((char *)(o) + (f)->off))
 
 static int fn_kv_type(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    (void)f;
     if (!strcmp(v, "f16")) o->kv_type = HQ_TYPE_F16;
     else if (!strcmp(v, "f32")) o->kv_type = HQ_TYPE_F32;
     else { snprintf(why, cap, "f16 or f32"); return -1; }
@@ -85,7 +84,6 @@ static int fn_kv_type(cli_opts *o, const cli_flag *f, const char *v, char *why, 
 }
 
 static int fn_seed(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    (void)f;
     char *end;
     errno = 0;
     long long s = strtoll(v, &end, 10);
@@ -95,7 +93,6 @@ static int fn_seed(cli_opts *o, const cli_flag *f, const char *v, char *why, siz
 }
 
 static int fn_stop(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    (void)f, (void)why, (void)cap;
     o->stops[o->n_stops++] = v;  /* room for every argument was made by cli_parse */
     return 0;
 }
@@ -118,7 +115,6 @@ static int fn_list(cli_opts *o, const cli_flag *f, const char *v, char *why, siz
 }
 
 static int fn_tokens(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    (void)f;
     int n = 1;
     for (const char *p = v; *p; p++) n += *p == ',';
     int32_t *t = realloc(o->tokens, (size_t)n * sizeof *t);
@@ -140,7 +136,6 @@ static int fn_tokens(cli_opts *o, const cli_flag *f, const char *v, char *why, s
 }
 
 static int fn_budget(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    (void)f;
     size_t n = strlen(v);
     o->mem_pct = 0;
     if ((f->cmds & CLI_BENCH) && n >= 2 && v[n - 1] == '%') { /* bench: N% of the weights */
@@ -157,7 +152,6 @@ static int fn_budget(cli_opts *o, const cli_flag *f, const char *v, char *why, s
 }
 
 static int fn_pin(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    (void)f;
     static const struct { const char *name; int pin; } pins[] = {
         {"run", HMEM_PIN_RUN}, {"spread", HMEM_PIN_SPREAD}, {"ffn", HMEM_PIN_FFN}, {"none", HMEM_PIN_NONE}};
     for (size_t i = 0; i < HR_ARRAY_LEN(pins); i++)
@@ -167,7 +161,6 @@ static int fn_pin(cli_opts *o, const cli_flag *f, const char *v, char *why, size
 }
 
 static int fn_workers(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    (void)f;
     free(o->workers_copy);
     if (!(o->workers_copy = strdup(v))) { snprintf(why, cap, "out of memory"); return -1; }
     o->head.n_workers = 0;
@@ -183,7 +176,6 @@ static int fn_workers(cli_opts *o, const cli_flag *f, const char *v, char *why, 
 }
 
 static int fn_shares(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    (void)f;
     o->head.shares_auto = !strcmp(v, "auto");
     o->head.n_shares = 0;
     if (o->head.shares_auto) return 0;
@@ -197,7 +189,6 @@ static int fn_shares(cli_opts *o, const cli_flag *f, const char *v, char *why, s
 }
 
 static int fn_windows(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    (void)f;
     double x[HC_MAX_DEVICES];
     int n = cli_parse_numbers(v, x, HC_MAX_DEVICES, why, cap);
     if (n < 0) return -1;
@@ -213,7 +204,6 @@ static int fn_windows(cli_opts *o, const cli_flag *f, const char *v, char *why, 
 }
 
 static int fn_allreduce(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    (void)f;
     if (!strcmp(v, "star")) o->head.allreduce = HC_ALLREDUCE_STAR;
     else if (!strcmp(v, "ring")) o->head.allreduce = HC_ALLREDUCE_RING;
     else { snprintf(why, cap, "star or ring"); return -1; }
@@ -221,7 +211,6 @@ static int fn_allreduce(cli_opts *o, const cli_flag *f, const char *v, char *why
 }
 
 static int fn_tied(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    (void)v, (void)why, (void)cap;
     o->tied = !strcmp(f->names, "--tied");
     return 0;
 }
@@ -411,7 +400,7 @@ static const cli_flag flags[] = {
 /* ---- parsing -------------------------------------------------------------------------------------- */
 
 cli_opts cli_opts_default(void) {
-    cli_opts o = {.n_predict = 256, .n_batch = 512, .kv_type = HQ_TYPE_F16, .reps = 5, .pin = HMEM_PIN_RUN,
+    cli_opts o = {.n_predict = 256, .n_batch = 512, .kv_type = HQ_TYPE_F16, .reps = 5,
                   .sp = ht_sampler_default_params(), .head = hc_head_default_params(), .seed = 1, .n_embd = -1,
                   .n_layer = -1, .n_head = -1, .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1,
                   .synth_n_ctx = -1, .rope_base = -1, .tied = -1};
