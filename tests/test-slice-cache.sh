@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A cached slice file with a corrupt data byte, or whose metadata no longer matches the plan (a hearth.slice.* value, a
 # hyper-parameter, a tensor's shape) is treated as corrupt data is: that run fails saying so, the file
-# is removed, and the next run re-sends the share and gives the one-device text. Loopback only.
+# is removed, and the next run re-sends the share and gives the one-device text. The head's own slice
+# file (tensor parallel) is checked the same way and written again at once. Loopback only.
 # Env: HEARTH_BIN, HEARTH_SHARED (see lib-cluster.sh).
 set -u
 source "$(dirname "$0")/lib-cluster.sh"
@@ -41,6 +42,22 @@ damage "" kv llama.attention.layer_norm_rms_epsilon 0.01
 damage "" swap-dims ffn_gate
 damage --pp kv llama.block_count 1
 damage --pp kv llama.embedding_length 8
+
+# the head's own slice file (tensor parallel): one that no longer matches its share is written again
+# in the same run, and the text is the one-device text
+damage_head() {
+    rm -rf "$XDG_CACHE_HOME"
+    check_same "$M" "$(workers 1)"
+    local f
+    f=$(find "$XDG_CACHE_HOME" -type f -name '*.gguf' | head -1)
+    [[ -n "$f" ]] || { bad "head: no slice file of its own"; return; }
+    $MUT "$f" "$@" > /dev/null || { bad "could not change $*"; return; }
+    check_same "$M" "$(workers 1)"
+    grep -q "rewriting" "$TMP/cl.err" && ok || bad "head $*: its changed slice file was not rewritten"
+}
+damage_head kv llama.attention.layer_norm_rms_epsilon 0.01
+damage_head kv hearth.slice.ff_begin 1
+damage_head flip attn_q
 stop_worker 1
 
 echo "test-slice-cache: $pass passed, $fail failed"

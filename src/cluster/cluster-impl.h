@@ -68,6 +68,11 @@ int hc_slice_file_write(const char *path, const hc_slice_meta *mt, const hc_slic
 /* The first of dir's tensors that the opened slice file lacks or holds with another content hash,
    or -1 when it has them all (a reused file is checked, not trusted). */
 int hc_slice_file_check(const gguf_ctx *g, const hc_slice *dir, int n);
+/* An opened slice file (g, loaded as m) against what it should hold, in full: the hyper-parameters,
+   the hearth.slice.* keys, head or not, the layers, every tensor's name, type, shape and announced
+   hash in dir's order. false with what differs in why: such a file is to be removed and made again. */
+bool hc_slice_file_matches(const gguf_ctx *g, const hm_model *m, const hc_slice_meta *mt, const hc_slice *dir, int n,
+                           char *why, size_t cap);
 /* Unmaps from this process the pages of g's tensor data that reading them (hashing, copying) mapped
    in; the page cache keeps them, and a later read maps them again. A head that computes from its own
    slice file keeps only what it computes with. */

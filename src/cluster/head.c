@@ -386,23 +386,26 @@ static int hc_own_slice(hc_head *h, uint64_t model_hash, hr_err *err) {
         if (sl[i].cut == HC_CUT_COLS) max = HR_MAX(max, sl[i].size);
     }
     hr_err e = {0};
+    hc_slice_meta mt = {.hp = &h->m->hp, .share = *sh, .model_hash = model_hash, .head = true};
+    char why[256] = "";
     if (access(h->slice_path, R_OK) == 0) {
-        if ((h->sg = gguf_open(h->slice_path, &e))) {
-            int bad = hc_slice_file_check(h->sg, sl, ns);
-            if (bad < 0) {
-                HR_LOGI("tp: head: its share (%.1f MiB) from %s", bytes / 1048576.0, h->slice_path);
-                goto opened;
-            }
-            snprintf(e.msg, sizeof e.msg, "'%s' differs", sl[bad].name);
-            gguf_close(h->sg);
-            h->sg = NULL;
+        /* a reused file is checked in full, not trusted: its data, and its metadata against the share */
+        int bad = -1;
+        if ((h->sg = gguf_open(h->slice_path, &e)) && (h->sm = hm_model_load(h->sg, &e)) &&
+            (bad = hc_slice_file_check(h->sg, sl, ns)) < 0 && hc_slice_file_matches(h->sg, h->sm, &mt, sl, ns, why, sizeof why)) {
+            HR_LOGI("tp: head: its share (%.1f MiB) from %s", bytes / 1048576.0, h->slice_path);
+            goto done;
         }
-        HR_LOGW("tp: head: rewriting %s: %s", h->slice_path, e.msg);
+        if (bad >= 0) snprintf(why, sizeof why, "'%s' differs", sl[bad].name);
+        HR_LOGW("tp: head: rewriting %s: %s", h->slice_path, why[0] ? why : e.msg);
+        hm_model_free(h->sm);
+        h->sm = NULL;
+        if (h->sg) gguf_close(h->sg);
+        h->sg = NULL;
         unlink(h->slice_path);
     }
     int64_t t0 = hr_time_ns();
     if (max && !(buf = malloc((size_t)max))) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
-    hc_slice_meta mt = {.hp = &h->m->hp, .share = *sh, .model_hash = model_hash, .head = true};
     if ((rc = hc_slice_file_write(h->slice_path, &mt, sl, ns, hc_own_bytes, &(hc_own_src){sl, buf}, &e))) {
         rc = hr_fail(err, rc, "the head's slice file (its share; --cache DIR puts it elsewhere): %s", e.msg);
         goto done;
@@ -410,12 +413,10 @@ static int hc_own_slice(hc_head *h, uint64_t model_hash, hr_err *err) {
     h->slice_written = bytes;
     HR_LOGI("tp: head: wrote its share (%.1f MiB) to %s in %.2f s", bytes / 1048576.0, h->slice_path,
             (hr_time_ns() - t0) * 1e-9);
-    if (!(h->sg = gguf_open(h->slice_path, &e))) { rc = hr_fail(err, e.code, "%s", e.msg); goto done; }
-opened:
-    if (!(h->sm = hm_model_load(h->sg, &e))) rc = hr_fail(err, e.code, "%s: %s", h->slice_path, e.msg);
-    else if (!h->sm->slice_head || h->sm->slice_n_head_kv != sh->kv_end - sh->kv_begin ||
-             h->sm->slice_n_ff != sh->ff_end - sh->ff_begin)
-        rc = hr_fail(err, HR_EFORMAT, "%s does not hold the head's share", h->slice_path);
+    if (!(h->sg = gguf_open(h->slice_path, &e)) || !(h->sm = hm_model_load(h->sg, &e)))
+        rc = hr_fail(err, e.code, "%s: %s", h->slice_path, e.msg);
+    else if (!hc_slice_file_matches(h->sg, h->sm, &mt, sl, ns, why, sizeof why))
+        rc = hr_fail(err, HR_EFORMAT, "%s does not hold the head's share: %s", h->slice_path, why);
 done:
     free(buf);
     free(sl);

@@ -293,3 +293,52 @@ void hc_send_error(hn_conn *c, uint32_t seq, int code, const char *msg) {
     if (m.u.error.message.n > HN_MAX_MESSAGE) m.u.error.message.n = HN_MAX_MESSAGE;
     hn_msg_send(c, &m, hn_deadline_ms(1000), NULL);
 }
+
+/* hm_hparams_to_kv's sink that compares instead of writing: HR_EFORMAT at the first key the slice
+   file lacks or holds another value of */
+typedef struct hc_kv_cmp { hm_kv_io file; char key[128]; } hc_kv_cmp;
+static int hc_kv_same(void *user, const char *key, hm_kv_type type, hm_kv_val v) {
+    hc_kv_cmp *c = user;
+    hm_kv_val f = {0};
+    if (c->file.get(c->file.user, key, type, &f) == 1 &&
+        (type == HM_KV_F32 ? hr_f32_to_bits(f.f) == hr_f32_to_bits(v.f) : type == HM_KV_BOOL ? f.b == v.b : f.i == v.i))
+        return 0;
+    snprintf(c->key, sizeof c->key, "%s", key);
+    return HR_EFORMAT;
+}
+
+bool hc_slice_file_matches(const gguf_ctx *g, const hm_model *m, const hc_slice_meta *mt, const hc_slice *dir, int n,
+                           char *why, size_t cap) {
+    hc_kv_cmp c = {.file = hm_kv_gguf_reader(g, HM_KV_SLICE)};
+    hm_kv_io io = {.form = HM_KV_SLICE, .user = &c, .set = hc_kv_same};
+    hr_err e = {0};
+    char arch[64];
+    if (!gguf_get_cstr(g, "general.architecture", arch, sizeof arch) || strcmp(arch, mt->hp->arch_name))
+        return snprintf(why, cap, "another architecture"), false;
+    if (hm_hparams_to_kv(mt->hp, &io, &e)) return snprintf(why, cap, "hyper-parameter %.120s differs", c.key), false;
+    uint32_t kb, fb;
+    if (!gguf_get_u32(g, "hearth.slice.kv_begin", &kb) || kb != (uint32_t)mt->share.kv_begin ||
+        !gguf_get_u32(g, "hearth.slice.ff_begin", &fb) || fb != (uint32_t)mt->share.ff_begin)
+        return snprintf(why, cap, "its share's place differs"), false;
+    bool layers_ok = !mt->layers ? !m->has_layer : m->has_layer && !memcmp(m->has_layer, mt->layers, (size_t)m->hp.n_layer);
+    if (!m->is_slice || !layers_ok || m->slice_head != mt->head ||
+        m->slice_n_head_kv != mt->share.kv_end - mt->share.kv_begin || m->slice_n_ff != mt->share.ff_end - mt->share.ff_begin)
+        return snprintf(why, cap, "its share's size or layers differ"), false;
+    int et;
+    uint64_t nh;
+    const void *hashes;
+    if (gguf_n_tensors(g) != n || !gguf_get_arr(g, "hearth.slice.hashes", &et, &nh, &hashes) ||
+        et != GGUF_VT_UINT64 || nh != (uint64_t)n)
+        return snprintf(why, cap, "another number of tensors"), false;
+    for (int i = 0; i < n; i++) {
+        const hc_slice *d = &dir[i];
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        uint64_t h;
+        memcpy(&h, (const uint8_t *)hashes + (size_t)i * 8, 8);
+        bool same = !strcmp(t->name, d->name) && t->type == d->type && t->n_dims == d->n_dims && h == d->hash &&
+                    t->nbytes == d->size;
+        for (int k = 0; same && k < d->n_dims; k++) same = t->ne[k] == d->ne[k];
+        if (!same) return snprintf(why, cap, "tensor %d ('%s') differs", i, t->name), false;
+    }
+    return true;
+}

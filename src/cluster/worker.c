@@ -726,58 +726,6 @@ done:
     return rc;
 }
 
-/* hm_hparams_to_kv's sink that compares instead of writing: HR_EFORMAT at the first key the slice
-   file lacks or holds another value of */
-typedef struct hc_kv_cmp { hm_kv_io file; char key[128]; } hc_kv_cmp;
-static int hc_kv_same(void *user, const char *key, hm_kv_type type, hm_kv_val v) {
-    hc_kv_cmp *c = user;
-    hm_kv_val f = {0};
-    if (c->file.get(c->file.user, key, type, &f) == 1 &&
-        (type == HM_KV_F32 ? hr_f32_to_bits(f.f) == hr_f32_to_bits(v.f) : type == HM_KV_BOOL ? f.b == v.b : f.i == v.i))
-        return 0;
-    snprintf(c->key, sizeof c->key, "%s", key);
-    return HR_EFORMAT;
-}
-
-/* The slice file against the plan, in full: the hyper-parameters, the hearth.slice.* keys, every
-   tensor's name, type and shape in the directory's order. What differs is described in why. */
-static bool hc_slice_matches(hc_session *s, char *why, size_t cap) {
-    const gguf_ctx *g = s->g;
-    const hm_model *m = s->m;
-    hc_kv_cmp c = {.file = hm_kv_gguf_reader(g, HM_KV_SLICE)};
-    hm_kv_io io = {.form = HM_KV_SLICE, .user = &c, .set = hc_kv_same};
-    hr_err e = {0};
-    char arch[64];
-    if (!gguf_get_cstr(g, "general.architecture", arch, sizeof arch) || strcmp(arch, s->hp.arch_name))
-        return snprintf(why, cap, "another architecture"), false;
-    if (hm_hparams_to_kv(&s->hp, &io, &e)) return snprintf(why, cap, "hyper-parameter %.120s differs", c.key), false;
-    uint32_t kb, fb;
-    if (!gguf_get_u32(g, "hearth.slice.kv_begin", &kb) || kb != (uint32_t)s->share.kv_begin ||
-        !gguf_get_u32(g, "hearth.slice.ff_begin", &fb) || fb != (uint32_t)s->share.ff_begin)
-        return snprintf(why, cap, "its share's place differs"), false;
-    bool layers_ok = !s->pp ? !m->has_layer : m->has_layer && !memcmp(m->has_layer, s->layers, (size_t)m->hp.n_layer);
-    if (!m->is_slice || !layers_ok || m->slice_n_head_kv != s->share.kv_end - s->share.kv_begin ||
-        m->slice_n_ff != s->share.ff_end - s->share.ff_begin)
-        return snprintf(why, cap, "its share's size or layers differ"), false;
-    int et;
-    uint64_t n;
-    const void *hashes;
-    if (gguf_n_tensors(g) != s->n_dir || !gguf_get_arr(g, "hearth.slice.hashes", &et, &n, &hashes) ||
-        et != GGUF_VT_UINT64 || n != (uint64_t)s->n_dir)
-        return snprintf(why, cap, "another number of tensors"), false;
-    for (int i = 0; i < s->n_dir; i++) {
-        const hc_slice *d = &s->dir[i];
-        const gguf_tensor *t = gguf_tensor_at(g, i);
-        uint64_t h;
-        memcpy(&h, (const uint8_t *)hashes + (size_t)i * 8, 8);
-        bool same = !strcmp(t->name, d->name) && t->type == d->type && t->n_dims == d->n_dims && h == d->hash &&
-                    t->nbytes == d->size;
-        for (int k = 0; same && k < d->n_dims; k++) same = t->ne[k] == d->ne[k];
-        if (!same) return snprintf(why, cap, "tensor %d ('%s') differs", i, t->name), false;
-    }
-    return true;
-}
-
 /* Loads the slice file as a model and checks it holds the planned share (verified first if reused).
    A file that fails any of it is removed, as one with a corrupt byte is, so that the next run sends
    the share again. */
@@ -789,7 +737,8 @@ static int hc_open_slices(hc_session *s, bool complete) {
         unlink(s->path);
         return hc_bad(s, 0, e.code ? e.code : HR_EFORMAT, "slice file %s: %s (removed it; run again)", s->path, e.msg);
     }
-    if (!hc_slice_matches(s, why, sizeof why)) {
+    hc_slice_meta mt = {.hp = &s->hp, .share = s->share, .model_hash = s->model_hash, .layers = s->pp ? s->layers : NULL};
+    if (!hc_slice_file_matches(s->g, s->m, &mt, s->dir, s->n_dir, why, sizeof why)) {
         unlink(s->path);
         return hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share: %s (removed it; run again)",
                       s->path, why);
