@@ -19,7 +19,7 @@
 /* ---- context: the shard's weight views, KV cache and scratch ------------------------------------ */
 
 hm_ctx_params hm_ctx_default_params(void) {
-    hm_ctx_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .kv_type = HQ_TYPE_F16, .pool = NULL};
+    hm_ctx_params p = {.n_ctx = 0, .n_seq = 1, .n_batch = 512, .n_threads = 0, .kv_type = HQ_TYPE_F16, .pool = NULL};
     return p;
 }
 
@@ -144,6 +144,11 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
     if (c->n_ctx < 1 || c->n_ctx > (1 << 24)) { hr_fail(err, HR_EINVAL, "context length %d out of range", c->n_ctx); goto err; }
     c->p.n_ctx = c->n_ctx;
     if (c->p.n_batch > c->n_ctx) c->p.n_batch = c->n_ctx;
+    if (c->p.n_seq <= 0) c->p.n_seq = 1;
+    if (c->p.n_seq > 1) { /* TODO(issue 27): multi-sequence KV cache (being written) */
+        hr_fail(err, HR_EUNSUPPORTED, "a KV cache of %d sequences is not implemented yet", c->p.n_seq);
+        goto err;
+    }
     c->kv_type = c->p.kv_type;
     if (c->kv_type != HQ_TYPE_F16 && c->kv_type != HQ_TYPE_F32) {
         hr_fail(err, HR_EINVAL, "KV cache type must be F16 or F32");
@@ -232,6 +237,14 @@ err:
 
 uint64_t hm_ctx_bytes(const hm_ctx *c) { return c->bytes; }
 int32_t hm_ctx_n_ctx(const hm_ctx *c) { return c->n_ctx; }
+int32_t hm_ctx_n_seq(const hm_ctx *c) { return c->p.n_seq; }
+
+int hm_kv_seq_copy(hm_ctx *c, int32_t src, int32_t dst, int32_t n, hr_err *err) {
+    if (src < 0 || dst < 0 || src >= c->p.n_seq || dst >= c->p.n_seq || n < 0 || n > c->n_ctx)
+        return hr_fail(err, HR_EINVAL, "KV copy of %d positions from sequence %d to %d (of %d)", n, src, dst,
+                       c->p.n_seq);
+    return 0; /* one sequence: src == dst */
+}
 hm_timings hm_ctx_timings(const hm_ctx *c) { return c->t; }
 
 /* ---- the forward pass ---------------------------------------------------------------------------- */
@@ -355,6 +368,8 @@ int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err) {
         return hr_fail(err, HR_ERANGE, "positions %d..%d exceed the context length %d", pos0, pos0 + n - 1, c->n_ctx);
     if (w < 0 || w >= c->shard.n_windows)
         return hr_fail(err, HR_EINVAL, "window %d of a shard of %d", w, c->shard.n_windows);
+    if (b->seq || b->pos_of || b->out) /* TODO(issue 27): multi-sequence batches (being written) */
+        return hr_fail(err, HR_EUNSUPPORTED, "multi-sequence batches are not implemented yet");
     const hm_window win = c->shard.windows[w];
     bool first = c->shard.first && w == 0, last = c->shard.last && w == c->shard.n_windows - 1;
 

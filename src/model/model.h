@@ -199,7 +199,8 @@ void hm_tensor_row_f32(const hm_tensor *t, int64_t r, float *out);
 
 /* ---- context: KV cache + scratch, bound to a model ---------------------------------------------- */
 typedef struct hm_ctx_params {
-    int32_t n_ctx;        /* KV cache length (tokens); default min(n_ctx_train, 4096) */
+    int32_t n_ctx;        /* KV cache length (tokens) of each sequence; default min(n_ctx_train, 4096) */
+    int32_t n_seq;        /* sequences the KV cache holds (each n_ctx positions); default 1 */
     int32_t n_batch;      /* max tokens per hm_eval call; default 512 */
     int32_t n_threads;    /* default: physical cores */
     int     kv_type;      /* HQ_TYPE_F16 (default) or HQ_TYPE_F32 */
@@ -218,7 +219,11 @@ uint64_t hm_ctx_bytes_estimate(const hm_hparams *hp, const hm_ctx_params *p);
 uint64_t hm_ctx_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const hm_ctx_params *p);
 
 /* One call's tokens, what goes in and what comes out (all borrowed). A batch at pos overwrites the
-   cache from pos on: to restart generation or drop a turn, run the next batch at the earlier pos. */
+   cache from pos on: to restart generation or drop a turn, run the next batch at the earlier pos.
+   Several sequences (continuous batching): seq[i] and pos_of[i] give each token's sequence and
+   position; a sequence's tokens in one batch are consecutive positions in ascending order, and each
+   token attends to its own sequence's positions 0..pos_of[i] only. A token's results do not depend
+   on the other tokens of the batch: a sequence run alone or batched with others gives the same logits. */
 typedef struct hm_batch {
     const int32_t *tokens;     /* [n] token ids: the input of a first shard (its first window) */
     const float   *embd;       /* [n][n_embd] hidden states: the input of any other shard or window */
@@ -227,6 +232,10 @@ typedef struct hm_batch {
     float         *logits;     /* last shard: [all_logits ? n : 1][n_vocab] out, or NULL */
     bool           all_logits; /* logits of every token, not only of the last */
     float         *embd_out;   /* [n][n_embd] hidden states out (after the layers), or NULL */
+    const int32_t *seq;        /* [n] each token's sequence, 0..n_seq-1, or NULL: all sequence 0 */
+    const int32_t *pos_of;     /* [n] each token's position, or NULL: pos + i */
+    const uint8_t *out;        /* [n] nonzero where a token's logits are wanted (last shard), written in
+                                  batch order, one row each; NULL: all_logits or the last token only */
 } hm_batch;
 
 /* Runs a batch through the shard. Returns 0 or a negative HR_E* code. A shard of several windows
@@ -237,6 +246,10 @@ int hm_eval(hm_ctx *c, const hm_batch *b, hr_err *err);
 int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err);
 int hm_ctx_n_windows(const hm_ctx *c);
 int32_t hm_ctx_n_ctx(const hm_ctx *c);
+int32_t hm_ctx_n_seq(const hm_ctx *c);
+/* Copies positions [0, n) of sequence src's KV cache into sequence dst (a shared prompt prefix is
+   then not computed again). */
+int hm_kv_seq_copy(hm_ctx *c, int32_t src, int32_t dst, int32_t n, hr_err *err);
 
 /* Per-phase timing of the last hm_eval, nanoseconds (for `--timings` and benchmarks). */
 typedef struct hm_timings {
