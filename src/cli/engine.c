@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 /* flags that work but are likely mistakes: said once, the run goes on */
 static void cli_engine_warn(const cli_engine *e, const cli_opts *o) {
@@ -44,7 +45,21 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
     if (managed ? hmem_setup(e->m, &sh, o->model, &o->mem, ctx_bytes, &e->mm, err) : hmem_check_ctx(ctx_bytes, err))
         return err->code;
     if (hmem_load_weights(e->mm, e->m, &sh, o->use_mmap, o->no_repack, err)) return err->code;
-    return (e->c = hm_ctx_create(e->m, &sh, cp, err)) ? 0 : err->code;
+    if ((e->c = hm_ctx_create(e->m, &sh, cp, err))) return 0;
+    if (err->code != HR_EUNSUPPORTED || cp->n_seq <= 1) return err->code;
+    /* TODO(issue 27): gone once hm_ctx holds several sequences (the batch branch) */
+    HR_LOGI("%s: one context per sequence instead", err->msg);
+    hm_ctx_params one = *cp;
+    one.n_seq = 1;
+    if (!(e->pool = hr_pool_create(cp->n_threads > 0 ? cp->n_threads : hr_physical_cores(), err))) return err->code;
+    one.pool = e->pool;
+    if (!(e->seq_ctx = calloc((size_t)cp->n_seq, sizeof *e->seq_ctx))) return hr_fail(err, HR_ENOMEM, "out of memory");
+    while (e->n_seq_ctx < cp->n_seq) {
+        if (!(e->seq_ctx[e->n_seq_ctx] = hm_ctx_create(e->m, &sh, &one, err))) return err->code;
+        e->c = e->seq_ctx[0];  /* closed as c */
+        e->n_seq_ctx++;
+    }
+    return 0;
 }
 
 int cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all, hr_err *err) {
@@ -64,7 +79,10 @@ int cli_engine_check_logits(const float *logits, size_t n, hr_err *err) {
 int32_t cli_engine_n_ctx(const cli_engine *e) { return e->tp ? hc_head_n_ctx(e->tp) : hm_ctx_n_ctx(e->c); }
 
 void cli_engine_close(cli_engine *e) {
+    for (int i = 1; i < e->n_seq_ctx; i++) hm_ctx_free(e->seq_ctx[i]);
+    free(e->seq_ctx);
     hm_ctx_free(e->c);
+    hr_pool_free(e->pool);
     hmem_free(e->mm);
     hc_head_free(e->tp);
     ht_vocab_free(e->voc);

@@ -217,9 +217,9 @@ static int fn_tied(cli_opts *o, const cli_flag *f, const char *v, char *why, siz
 
 /* ---- the table ------------------------------------------------------------------------------------ */
 
-#define MODEL_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_BENCH)
-#define MEM_CMDS (CLI_RUN | CLI_WORKER)
-#define THREAD_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_WORKER)
+#define MODEL_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_BENCH | CLI_SERVE)
+#define MEM_CMDS (CLI_RUN | CLI_WORKER | CLI_SERVE)
+#define THREAD_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_WORKER | CLI_SERVE)
 #define GEN_CMDS (CLI_RUN | CLI_CHAT)
 #define I24 (1 << 24)
 
@@ -247,7 +247,10 @@ static const cli_flag flags[] = {
      "context length (default: the model's, at most 4096)"},
     {CLI_INFO, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 1, I24, NULL,
      "context length for the memory estimate (default 4096, or the model's\ntraining context if smaller)"},
-    {CLI_RUN | CLI_CHAT | CLI_BENCH, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
+    {CLI_SERVE, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 0, I24, NULL,
+     "context length of all slots together, divided among them (default: the\n"
+     "model's, at most 4096)"},
+    {CLI_RUN | CLI_CHAT | CLI_BENCH | CLI_SERVE, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
      "prompt tokens per forward pass (default 512)"},
     {GEN_CMDS, "--temp", "X", F_F32, AT(sp.temp), 0, 100, NULL, "temperature (default 0.8; 0 = greedy)"},
     {GEN_CMDS, "--top-k", "N", F_I32, AT(sp.top_k), 0, I24, NULL, "top-k sampling (default 40; 0 = off)"},
@@ -273,7 +276,7 @@ static const cli_flag flags[] = {
     {CLI_CHAT, "-sys, --system, --system-prompt", "TEXT", F_STR, AT(system), 0, 0, NULL, "system prompt"},
     {CLI_RUN, "--chat-template", "NAME", F_STR, AT(chat_template), 0, 0, NULL,
      "template for --chat instead of the model's (implies --chat)"},
-    {CLI_CHAT, "--chat-template", "NAME", F_STR, AT(chat_template), 0, 0, NULL,
+    {CLI_CHAT | CLI_SERVE, "--chat-template", "NAME", F_STR, AT(chat_template), 0, 0, NULL,
      "use this template instead of the model's (see below)"},
 
     /* memory and weights */
@@ -309,15 +312,15 @@ static const cli_flag flags[] = {
      "pressure (with --workers: one round trip per worker per token)"},
 
     /* the cluster */
-    {CLI_RUN, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
+    {CLI_RUN | CLI_SERVE, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
      "run on these `hearth worker`s too (the head computes as well): tensor\n"
      "parallel, or a pipeline with --pp"},
-    {CLI_RUN, "--tp-shares", "auto|W,...", F_FN, 0, 0, 0, fn_shares,
+    {CLI_RUN | CLI_SERVE, "--tp-shares", "auto|W,...", F_FN, 0, 0, 0, fn_shares,
      "share weights, head first (default: equal; auto: measured speed)"},
-    {CLI_RUN, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
-    {CLI_RUN, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
+    {CLI_RUN | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
+    {CLI_RUN | CLI_SERVE, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
      "with --workers: a pipeline (whole layers per device) instead of tensor\nparallelism"},
-    {CLI_RUN, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
+    {CLI_RUN | CLI_SERVE, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
      "with --pp: window sizes in layers per device, head first, dealt round the\n"
      "ring until all layers are placed (2,3,2: several rounds per token;\n"
      "default: one round, layers split evenly)"},
@@ -325,13 +328,27 @@ static const cli_flag flags[] = {
      "with --workers: per-device compute / all-reduce times per forward pass"},
     {CLI_WORKER, "--listen", "ADDR:PORT", F_STR, AT(listen), 0, 0, NULL,
      "where to listen, e.g. 0.0.0.0:7070 (port 0: any free port; printed)"},
-    {CLI_WORKER | CLI_RUN, "--cache", "DIR", F_STR, AT(cache_dir), 0, 0, NULL,
+    {CLI_WORKER | CLI_RUN | CLI_SERVE, "--cache", "DIR", F_STR, AT(cache_dir), 0, 0, NULL,
      "slice cache (run: the head's own share with --workers; default\n$XDG_CACHE_HOME/hearth/slices or ~/.cache/hearth/slices)"},
     {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL, "name shown to heads (default: worker)"},
     {CLI_WORKER, "--sessions", "N", F_LONG, AT(sessions), 1, 1 << 30, NULL,
      "exit after serving N heads (default: serve until interrupted)"},
     {CLI_WORKER, "--setup-timeout", "SEC", F_LONG, AT(setup_timeout), 1, 3600, NULL,
      "drop a head that has not sent its next set-up message within SEC s\n(default 20)"},
+
+    /* serve */
+    {CLI_SERVE, "--host", "ADDR", F_STR, AT(host), 0, 0, NULL,
+     "address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every\n"
+     "interface, then use --api-key)"},
+    {CLI_SERVE, "--port", "N", F_LONG, AT(port), 0, 65535, NULL, "port (default 8080; 0: any free port, logged)"},
+    {CLI_SERVE, "-np, --parallel", "N", F_LONG, AT(parallel), 1, 256, NULL,
+     "slots: requests answered at once, batched together (default 4)"},
+    {CLI_SERVE, "--queue", "N", F_LONG, AT(queue), 0, 1 << 20, NULL,
+     "requests that may wait for a slot; more are answered 503 (default 64)"},
+    {CLI_SERVE, "--api-key", "KEY", F_STR, AT(api_key), 0, 0, NULL,
+     "require `Authorization: Bearer KEY` (not for / and /health)"},
+    {CLI_SERVE, "-a, --alias", "NAME", F_STR, AT(alias), 0, 0, NULL,
+     "the model's name in /v1/models and replies (default: the file's name)"},
 
     /* bench */
     {CLI_BENCH, "-t, --threads", "LIST", F_FN, AT(bench_threads), 1, 1024, fn_list,
@@ -403,7 +420,8 @@ cli_opts cli_opts_default(void) {
     cli_opts o = {.n_predict = 256, .n_batch = 512, .kv_type = HQ_TYPE_F16, .reps = 5,
                   .sp = ht_sampler_default_params(), .head = hc_head_default_params(), .seed = 1, .n_embd = -1,
                   .n_layer = -1, .n_head = -1, .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1,
-                  .synth_n_ctx = -1, .rope_base = -1, .tied = -1};
+                  .synth_n_ctx = -1, .rope_base = -1, .tied = -1, .host = "127.0.0.1", .port = 8080,
+                  .parallel = 4, .queue = 64};
     o.mem = o.head.mem;
     o.pin = hmem_default_params().pin;
     o.bench_threads = (cli_list){{hr_physical_cores()}, 1};

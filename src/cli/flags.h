@@ -16,7 +16,7 @@
 /* the commands, as bits of cli_flag.cmds */
 enum {
     CLI_RUN = 1u << 0, CLI_CHAT = 1u << 1, CLI_EVAL = 1u << 2, CLI_BENCH = 1u << 3, CLI_INFO = 1u << 4,
-    CLI_SYNTH = 1u << 5, CLI_QUANTIZE = 1u << 6, CLI_TOKENIZE = 1u << 7, CLI_WORKER = 1u << 8,
+    CLI_SYNTH = 1u << 5, CLI_QUANTIZE = 1u << 6, CLI_TOKENIZE = 1u << 7, CLI_WORKER = 1u << 8, CLI_SERVE = 1u << 9,
 };
 
 #define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */
@@ -28,6 +28,8 @@ typedef struct cli_list { long v[CLI_MAX_LIST]; int n; } cli_list;
 typedef struct cli_opts {
     const char *model, *prompt, *file, *output, *logits_out, *listen, *cache_dir, *name;
     const char *system, *chat_template, *stats_json;
+    const char *host, *api_key, *alias;  /* serve */
+    long        port, parallel, queue;   /* serve */
     long        n_predict, threads, n_ctx, n_batch, sessions, reps, setup_timeout;
     int         kv_type;             /* HQ_TYPE_F16 or HQ_TYPE_F32 */
     bool        ignore_eos, no_bos, no_echo, chat, force, json, roofline, tensors, keep_embd;
