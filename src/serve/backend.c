@@ -14,6 +14,7 @@ typedef struct local_be {
     hm_ctx **c;
     int      n;
     int32_t  n_vocab;
+    bool     multi;           /* one context of several sequences */
 } local_be;
 
 static int local_eval_one(local_be *L, const hm_batch *b, hr_err *err) { return hm_eval(L->c[0], b, err); }
@@ -44,7 +45,7 @@ static int local_eval_split(local_be *L, const hm_batch *b, hr_err *err) {
 
 static int local_eval(void *user, const hm_batch *b, hr_err *err) {
     local_be *L = user;
-    return L->n == 1 ? local_eval_one(L, b, err) : local_eval_split(L, b, err);
+    return L->multi ? local_eval_one(L, b, err) : local_eval_split(L, b, err);
 }
 
 static int local_copy(void *user, int32_t src, int32_t dst, int32_t n, hr_err *err) {
@@ -57,8 +58,8 @@ static void local_free(void *user) { free(user); }
 int hs_backend_local(hs_backend *b, hm_ctx **ctxs, int n_ctxs, int32_t n_vocab, hr_err *err) {
     local_be *L = calloc(1, sizeof *L);
     if (!L) return hr_fail(err, HR_ENOMEM, "out of memory");
-    *L = (local_be){ctxs, n_ctxs, n_vocab};
     bool multi = n_ctxs == 1 && hm_ctx_n_seq(ctxs[0]) > 1;
+    *L = (local_be){ctxs, n_ctxs, n_vocab, multi};
     *b = (hs_backend){.user = L, .n_seq = n_ctxs == 1 ? hm_ctx_n_seq(ctxs[0]) : n_ctxs, .n_ctx = hm_ctx_n_ctx(ctxs[0]),
                       .n_batch = 512, .n_vocab = n_vocab, .eval = local_eval, .seq_copy = multi ? local_copy : NULL,
                       .free = local_free,
