@@ -3,8 +3,9 @@
    One thread runs the loop. Each step: requests that wait get free slots (the slot whose cached tokens
    share the longest prefix with the prompt, so a repeated system prompt is not computed again); then
    one batch holds every generating slot's next token and, in the budget left (n_batch tokens), chunks
-   of the prompts being read, oldest first. A prompt longer than the budget is read over several steps,
-   so it delays the others by at most one chunk per token. The batch's logits (one row per slot that
+   of the prompts being read, shortest remainder first. A prompt longer than the budget is read over
+   several steps, so it delays the others by at most one chunk per token, and a short prompt that
+   arrives meanwhile is read at the next step. The batch's logits (one row per slot that
    needs a token) are sampled per slot, the text checked for stop strings, and the results published
    to the connection's thread. A cancelled request is dropped at the next step, queued or running. */
 #include "serve-impl.h"
@@ -27,7 +28,7 @@ typedef struct hs_slot {
     char    *raw;             /* everything generated (stop strings are found across tokens) */
     size_t   raw_len, raw_cap, safe, shown;
     int64_t  t_tok;           /* time of the last token (inter-token latency) */
-    int64_t  order;           /* when its request started (prompt chunks go oldest first) */
+    int64_t  order;           /* when its request started (ties between prompts go to the oldest) */
 } hs_slot;
 
 struct hs_sched {
@@ -118,7 +119,10 @@ bool hs_sched_wait(hs_sched *s, hs_req *r, int64_t timeout_ns) {
 
 int hs_sched_submit(hs_sched *s, hs_req *r) {
     pthread_mutex_lock(&s->mu);
-    if (s->n_queue >= s->max_queue) { pthread_mutex_unlock(&s->mu); return HR_ERANGE; }
+    /* queued requests beyond the free slots wait; more than max_queue of those is too many */
+    int free_slots = 0;
+    for (int i = 0; i < s->n_slots; i++) free_slots += s->slots[i].req == NULL;
+    if (s->n_queue >= s->max_queue + free_slots) { pthread_mutex_unlock(&s->mu); return HR_ERANGE; }
     r->refs++;
     r->t_queued = hr_time_ns();
     r->id_task = s->next_task++;
@@ -373,26 +377,33 @@ static int sched_batch(hs_sched *s, int *n_out) {
         s->b_slot[(*n_out)++] = i;
         n++;
     }
-    /* prompts, oldest request first */
+    /* prompts, the shortest remainder first: a short prompt is read at the next step whatever long one
+       is being read (its first token waits one step, not the long prompt's), and a long one takes what
+       the step has left, so it still advances every step */
     for (;;) {
         int pick = -1;
+        int32_t pick_left = 0;
         for (int i = 0; i < s->n_slots; i++) {
             hs_slot *sl = &s->slots[i];
             if (!sl->req || sl->generating || sl->n_cache >= sl->req->n_prompt) continue;
             bool in = false;
             for (int k = 0; k < n; k++) in |= s->b_seq[k] == sl->id;
-            if (!in && (pick < 0 || sl->order < s->slots[pick].order)) pick = i;
+            int32_t left = sl->req->n_prompt - sl->n_cache;
+            if (!in && (pick < 0 || left < pick_left || (left == pick_left && sl->order < s->slots[pick].order))) {
+                pick = i;
+                pick_left = left;
+            }
         }
         if (pick < 0 || n >= budget) break;
         hs_slot *sl = &s->slots[pick];
-        int take = HR_MIN(budget - n, sl->req->n_prompt - sl->n_cache);
+        int take = HR_MIN(budget - n, pick_left);
         for (int k = 0; k < take; k++, n++) {
             s->b_tok[n] = sl->req->prompt[sl->n_cache + k];
             s->b_seq[n] = sl->id;
             s->b_pos[n] = sl->n_cache + k;
             s->b_out[n] = 0;
         }
-        if (sl->n_cache + take == sl->req->n_prompt) {
+        if (take == pick_left) {
             s->b_out[n - 1] = 1;
             s->b_slot[(*n_out)++] = pick;
         }
@@ -482,7 +493,7 @@ hs_sched *hs_sched_create(const hs_backend *b, const hs_model_info *mi, int n_sl
     s->be.n_batch = (int32_t)nb;
     s->piece_cap = HR_MAX(ht_detok_max_bytes(mi->voc), 64);
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
-    s->queue = calloc((size_t)s->max_queue + 1, sizeof *s->queue);
+    s->queue = calloc((size_t)(s->max_queue + s->n_slots) + 1, sizeof *s->queue);
     s->b_tok = malloc(nb * sizeof(int32_t));
     s->b_seq = malloc(nb * sizeof(int32_t));
     s->b_pos = malloc(nb * sizeof(int32_t));
