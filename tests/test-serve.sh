@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hearth serve through the official openai npm client (tests/serve/api.mjs): answers equal to `hearth run
 # --temp 0`, 8 concurrent streams, aborts, errors, the API key, a full queue; then hostile HTTP
-# (malformed requests, a huge body, too many connections, slowloris) gets errors and the server lives.
+# (malformed requests, a huge body, too many connections, slowloris) gets errors and the server lives;
+# and on a cluster's head.
 # Env: HEARTH_BIN, HEARTH_SHARED, HEARTH_BUILD (npm packages are installed under it).
 set -u
 source "$(dirname "$0")/lib-serve.sh"
@@ -70,5 +71,23 @@ curl -sf "$B_URL/health" > /dev/null && ok || bad "server B does not answer afte
 
 serve_stop A
 serve_stop B
+
+# on a cluster: a head and one worker on loopback (tensor parallel), one slot; the text is run's
+"$BIN" worker --listen 127.0.0.1:0 --cache "$TMP/wc" -t 1 > "$TMP/w.out" 2> "$TMP/w.err" &
+WPID=$!
+for _ in $(seq 100); do grep -q 'listening' "$TMP/w.out" && break; sleep 0.05; done
+WPORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$TMP/w.out" | head -1)
+if [[ -n "$WPORT" ]]; then
+    serve_start C -np 2 -c 512 -t 1 --workers "127.0.0.1:$WPORT" --cache "$TMP/hc"
+    want=$("$BIN" run -m "$M" --temp 0 --no-echo -p "Once upon a time" -n 30 2> /dev/null)
+    got=$(curl -s "$C_URL/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0}' |
+          python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+    [[ -n "$want" && "$got" == "$want" ]] && ok || bad "on a cluster: [$got], run: [$want]"
+    serve_stop C
+else
+    bad "the worker did not start: $(cat "$TMP/w.err")"
+fi
+kill "$WPID" 2> /dev/null
+wait "$WPID" 2> /dev/null
 echo "test-serve: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -23,11 +23,13 @@ static int serve_load(cli_opts *o, cli_engine *e, hs_backend *b, hs_model_info *
     if (cli_engine_open(e, o, true, err)) return err->code;
     int32_t train = e->m->hp.n_ctx_train;
     long total = o->n_ctx > 0 ? o->n_ctx : train > 0 ? HR_MIN(train, 4096) : 4096;
-    if (total < o->parallel)
-        return hr_fail(err, HR_EINVAL, "-c %ld is fewer positions than the %ld slots (--parallel)", total, o->parallel);
+    /* a cluster's head runs one sequence so far: one slot, with the whole context */
+    long slots = o->head.n_workers ? 1 : o->parallel;
+    if (total < slots)
+        return hr_fail(err, HR_EINVAL, "-c %ld is fewer positions than the %ld slots (--parallel)", total, slots);
     hm_ctx_params cp = cli_ctx_params(o);
-    cp.n_ctx = (int32_t)(total / o->parallel);  /* each slot's share, as llama-server divides it */
-    cp.n_seq = o->head.n_workers ? 1 : (int32_t)o->parallel;
+    cp.n_ctx = (int32_t)(total / slots);  /* each slot's share, as llama-server divides it */
+    cp.n_seq = (int32_t)slots;
     if (cli_engine_start(e, o, &cp, true, NULL, err)) return err->code;
     char note[256];
     int tmpl = ht_chat_for_model(e->g, o->chat_template, note, sizeof note);
@@ -38,8 +40,8 @@ static int serve_load(cli_opts *o, cli_engine *e, hs_backend *b, hs_model_info *
                           : hs_backend_local(b, &e->c, 1, e->m->hp.n_vocab, err);
     if (rc) return rc;
     b->n_batch = (int32_t)o->n_batch;
-    HR_LOGI("hearth serve: %s, %ld slots of %d positions, engine: %s, chat template %s", model_id(o), o->parallel,
-            b->n_ctx, b->kind, ht_chat_name(tmpl));
+    HR_LOGI("hearth serve: %s, %ld slots of %d positions, engine: %s, chat template %s", model_id(o), slots, b->n_ctx,
+            b->kind, ht_chat_name(tmpl));
     return 0;
 }
 

@@ -54,7 +54,6 @@ typedef struct hs_server_params {
     double      ping_s;        /* SSE comment after this much silence (default 5) */
     const char *api_key;       /* NULL: no authentication */
     const char *model_id;      /* the name /v1/models shows */
-    int         n_threads;     /* HTTP threads: one per connection (libmicrohttpd) */
 } hs_server_params;
 hs_server_params hs_server_default_params(void);
 
