@@ -5,7 +5,7 @@ source "$(dirname "$0")/lib-cli.sh"
 SERVE_DIR="$(cd "$(dirname "$0")" && pwd)/serve"
 command -v node > /dev/null || { echo "node not found (Debian package nodejs); skipping"; exit 77; }
 command -v npm > /dev/null || { echo "npm not found (Debian package npm); skipping"; exit 77; }
-NPM_DIR="${HEARTH_BUILD:-$TMP}/serve-npm"
+NPM_DIR="${HEARTH_NPM_DIR:-${HEARTH_BUILD:-$TMP}/serve-npm}"
 if ! cmp -s "$SERVE_DIR/package-lock.json" "$NPM_DIR/package-lock.json" || [[ ! -d "$NPM_DIR/node_modules/openai" ]]; then
     rm -rf "$NPM_DIR" && mkdir -p "$NPM_DIR"
     cp "$SERVE_DIR/package.json" "$SERVE_DIR/package-lock.json" "$NPM_DIR/"

@@ -342,6 +342,7 @@ static int read_gen(hs_server *S, json_t *body, hs_req *r, gen_req *g, char *why
     NUM("n_predict", -1, 1 << 24, true, r->n_predict, int32_t);
     NUM("max_tokens", 0, 1 << 24, true, r->n_predict, int32_t);
     NUM("max_completion_tokens", 0, 1 << 24, true, r->n_predict, int32_t);
+    if (r->n_predict == 0) { snprintf(why, cap, "\"max_tokens\" must be at least 1"); return -1; }
     v = NAN;
     if (field_num(body, "seed", -1, 9.007199254740991e15, true, &v, why, cap)) return -1;
     if (!isnan(v)) sp->seed = v < 0 ? HT_SEED_RANDOM : (uint64_t)v;
