@@ -250,7 +250,10 @@ static const cli_flag flags[] = {
     {CLI_SERVE, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 0, I24, NULL,
      "context length of all slots together, divided among them (default: the\n"
      "model's, at most 4096)"},
-    {CLI_RUN | CLI_CHAT | CLI_BENCH | CLI_SERVE, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
+    {CLI_SERVE, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
+     "tokens per engine step: every generating slot's next token, then chunks of\n"
+     "waiting prompts (default 512)"},
+    {CLI_RUN | CLI_CHAT | CLI_BENCH, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
      "prompt tokens per forward pass (default 512)"},
     {GEN_CMDS, "--temp", "X", F_F32, AT(sp.temp), 0, 100, NULL, "temperature (default 0.8; 0 = greedy)"},
     {GEN_CMDS, "--top-k", "N", F_I32, AT(sp.top_k), 0, I24, NULL, "top-k sampling (default 40; 0 = off)"},
@@ -276,7 +279,9 @@ static const cli_flag flags[] = {
     {CLI_CHAT, "-sys, --system, --system-prompt", "TEXT", F_STR, AT(system), 0, 0, NULL, "system prompt"},
     {CLI_RUN, "--chat-template", "NAME", F_STR, AT(chat_template), 0, 0, NULL,
      "template for --chat instead of the model's (implies --chat)"},
-    {CLI_CHAT | CLI_SERVE, "--chat-template", "NAME", F_STR, AT(chat_template), 0, 0, NULL,
+    {CLI_SERVE, "--chat-template", "NAME", F_STR, AT(chat_template), 0, 0, NULL,
+     "template for /v1/chat/completions instead of the model's (the names\n`hearth chat --help` lists)"},
+    {CLI_CHAT, "--chat-template", "NAME", F_STR, AT(chat_template), 0, 0, NULL,
      "use this template instead of the model's (see below)"},
 
     /* memory and weights */
