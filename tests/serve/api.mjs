@@ -137,18 +137,19 @@ async function main() {
   }));
   prompts.forEach((p, i) => eq(got[i], wants[i], `concurrent client ${i} (${p})`));
 
-  // abort mid-stream: the slot is busy, then free again
+  // abort mid-stream (on B, whose long context would keep the request running for seconds): the slot is
+  // busy, then free again at once
   const ac = new AbortController();
-  const stream = await api.completions.create({ model: 'm', prompt: 'Once', max_tokens: 400, temperature: 0.8,
-                                                ignore_eos: true, stream: true }, { signal: ac.signal });
+  const stream = await apiB.completions.create({ model: 'm', prompt: 'Once', max_tokens: 100000, temperature: 0.8,
+                                                 ignore_eos: true, stream: true }, { signal: ac.signal });
   let k = 0, busy = false;
   try {
     for await (const ch of stream) {
-      if (++k === 3) { busy = (await slots()).some((x) => x.is_processing); ac.abort(); }
+      if (++k === 3) { busy = (await slots(URL_B)).some((x) => x.is_processing); ac.abort(); }
     }
   } catch (e) { /* the abort */ }
   check(busy, 'a slot was busy while streaming');
-  check(await waitIdle(URL_A, 10 * SLOW), 'after the abort every slot is free: ' + JSON.stringify(await slots()));
+  check(await waitIdle(URL_B, 2 * SLOW), 'after the abort every slot is free: ' + JSON.stringify(await slots(URL_B)));
 
   // bad requests: 400 with the error object
   await expectError('/v1/chat/completions', '{"messages": [', 400, 'bad JSON');
@@ -223,6 +224,19 @@ async function main() {
   check(await waitIdle(URL_B, 10 * SLOW), 'server B idle after the aborts');
   const after = await apiB.completions.create({ model: 'm', prompt: 'hi', max_tokens: 3 });
   eq(after.usage.completion_tokens, 3, 'server B answers again');
+
+  // a client that goes away while waiting for a whole (not streamed) answer cancels it too
+  const ac2 = new AbortController();
+  const gone = apiB.completions.create({ model: 'm', prompt: 'Once', max_tokens: 100000, ignore_eos: true },
+                                       { signal: ac2.signal }).catch(() => 'aborted');
+  let running = false;
+  for (let i = 0; i < 50 * SLOW && !running; i++) {
+    running = (await slots(URL_B)).some((x) => x.is_processing);
+    if (!running) await new Promise((r) => setTimeout(r, 50));
+  }
+  ac2.abort();
+  eq(await gone, 'aborted', 'the request was aborted');
+  check(running && await waitIdle(URL_B, 2 * SLOW), 'a non-streamed request is cancelled when its client goes away');
 }
 
 try {
