@@ -39,7 +39,8 @@ static int serve_load(cli_opts *o, cli_engine *e, hs_backend *b, hs_model_info *
            : e->n_seq_ctx ? hs_backend_local(b, e->seq_ctx, e->n_seq_ctx, e->m->hp.n_vocab, err)
                           : hs_backend_local(b, &e->c, 1, e->m->hp.n_vocab, err);
     if (rc) return rc;
-    b->n_batch = (int32_t)o->n_batch;
+    /* a context takes at most n_ctx tokens per pass (hm_ctx_create clamps its n_batch so) */
+    b->n_batch = (int32_t)HR_MIN(o->n_batch, (long)b->n_ctx);
     HR_LOGI("hearth serve: %s, %ld slots of %d positions, engine: %s, chat template %s", model_id(o), slots, b->n_ctx,
             b->kind, ht_chat_name(tmpl));
     return 0;
