@@ -49,6 +49,7 @@ typedef struct cli_opts {
     long        seed, n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, head_dim, synth_n_ctx;
     double      rope_base;
     int         tied;                /* -1 not given, 0 untied, 1 tied */
+    char       *unescaped[2];        /* owned: -p and --system with their escapes processed */
     const char *pos[3];              /* positional arguments */
     int         n_pos;
 } cli_opts;
