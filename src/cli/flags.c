@@ -240,7 +240,7 @@ static const cli_flag flags[] = {
     {CLI_EVAL, "--logits", "FILE", F_STR, AT(logits_out), 0, 0, NULL,
      "output file (required; not overwritten unless --force)"},
     {CLI_SYNTH, "-o, --output", "OUT", F_STR, AT(output), 0, 0, NULL, "output file (default <shape>-<type>.gguf)"},
-    {CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE, "--force", NULL, F_ON, AT(force), 0, 0, NULL,
+    {CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_CONVERT, "--force", NULL, F_ON, AT(force), 0, 0, NULL,
      "overwrite the output file if it exists (never the input itself)"},
 
     /* generation */
@@ -384,6 +384,9 @@ static const cli_flag flags[] = {
      "turn the texts of control tokens (<|im_start|>, <s>, ...) into those\n"
      "tokens (by default they are tokenized as plain text)"},
     {CLI_TOKENIZE, "--show-count", NULL, F_ON, AT(show_count), 0, 0, NULL, "also print the number of tokens"},
+    {CLI_CONVERT, "--type, --outtype", "T", F_STR, AT(type), 0, 0, NULL,
+     "type of the 2-D weights: f32, f16, bf16, q8_0, or auto (the default: bf16\n"
+     "for a bf16 checkpoint, else f16); norms and biases stay f32"},
     {CLI_QUANTIZE, "--keep-embd", NULL, F_ON, AT(keep_embd), 0, 0, NULL, "leave token_embd.weight in its type"},
 
     /* synth */
