@@ -69,6 +69,35 @@ char *cli_read_text(const char *path, size_t max, size_t *len, hr_err *err) {
     return buf;
 }
 
+static int hexval(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* llama.cpp's escapes (common's string_process_escapes), with one difference: NN of \xNN must be two
+   hex digits (llama.cpp reads them with strtol, which also takes "+1" or " 1"). */
+size_t cli_unescape(char *s, size_t n) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '\\' || i + 1 >= n) { s[o++] = s[i]; continue; }
+        char c = s[++i];
+        switch (c) {
+        case 'n': s[o++] = '\n'; break;
+        case 'r': s[o++] = '\r'; break;
+        case 't': s[o++] = '\t'; break;
+        case '\\': case '\'': case '"': s[o++] = c; break;
+        case 'x':
+            if (i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
+                s[o++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+                i += 2;
+                break;
+            }
+            /* fall through */
+        default: s[o++] = '\\'; s[o++] = c; break;  /* unknown escapes stay as they are */
+        }
+    }
+    return o;
+}
+
 bool cli_is_tty(void) { return isatty(STDERR_FILENO); }
 
 static int cli_progress_drawn;

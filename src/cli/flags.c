@@ -21,6 +21,7 @@ enum flag_kind {
     F_F32,   /* float in [lo, hi] */
     F_F64,   /* double in [lo, hi] */
     F_FN,    /* fn parses the value */
+    F_REFUSE,/* a llama.cpp flag whose meaning hearth has no use for: refused, the help line says why */
 };
 
 typedef struct cli_flag cli_flag;
@@ -230,11 +231,16 @@ static const cli_flag flags[] = {
     {CLI_RUN | CLI_TOKENIZE, "-p, --prompt", "TEXT", F_STR, AT(prompt), 0, 0, NULL, "prompt text"},
     {CLI_RUN | CLI_TOKENIZE, "-f, --file", "FILE", F_STR, AT(file), 0, 0, NULL, "read the prompt from FILE"},
     {CLI_TOKENIZE, "--stdin", NULL, F_ON, AT(from_stdin), 0, 0, NULL, "read the text from standard input"},
+    {CLI_RUN | CLI_CHAT | CLI_TOKENIZE, "-e, --escape", NULL, F_ON, AT(escape), 0, 0, NULL,
+     "process escapes in -p and --system text, as llama.cpp does (the default):\n"
+     "\\n \\r \\t \\\\ \\' \\\" \\xNN; text from a file or stdin is taken as it is"},
+    {CLI_RUN | CLI_CHAT | CLI_TOKENIZE, "--no-escape", NULL, F_OFF, AT(escape), 0, 0, NULL,
+     "keep backslashes in -p and --system text as typed"},
     {CLI_EVAL, "--tokens", "LIST", F_FN, 0, 0, 0, fn_tokens, "comma-separated token ids (required)"},
     {CLI_EVAL, "--logits", "FILE", F_STR, AT(logits_out), 0, 0, NULL,
      "output file (required; not overwritten unless --force)"},
     {CLI_SYNTH, "-o, --output", "OUT", F_STR, AT(output), 0, 0, NULL, "output file (default <shape>-<type>.gguf)"},
-    {CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE, "--force", NULL, F_ON, AT(force), 0, 0, NULL,
+    {CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_CONVERT, "--force", NULL, F_ON, AT(force), 0, 0, NULL,
      "overwrite the output file if it exists (never the input itself)"},
 
     /* generation */
@@ -354,6 +360,19 @@ static const cli_flag flags[] = {
      "require `Authorization: Bearer KEY` (not for / and /health)"},
     {CLI_SERVE, "-a, --alias", "NAME", F_STR, AT(alias), 0, 0, NULL,
      "the model's name in /v1/models and replies (default: the file's name)"},
+    /* llama.cpp's flags that do not apply: refused with the reason rather than silently ignored (a
+       user who typed -ngl 99 expects a GPU to be used). No value is read: the command stops here. */
+    {MODEL_CMDS | CLI_WORKER, "-ngl, --gpu-layers, --n-gpu-layers", NULL, F_REFUSE, 0, 0, 0, NULL,
+     "not supported: hearth computes on CPUs only, nothing is offloaded to a GPU\n"
+     "(to use more machines' memory and cores, see `hearth run --workers`)"},
+    {MODEL_CMDS | CLI_WORKER, "-sm, --split-mode, -ts, --tensor-split, -mg, --main-gpu, -dev, --device", NULL,
+     F_REFUSE, 0, 0, 0, NULL,
+     "not supported: these place a model on GPUs; hearth splits a model across\n"
+     "machines instead (`hearth run --workers`, --tp-shares, --pp)"},
+    {MODEL_CMDS, "-fa, --flash-attn", NULL, F_REFUSE, 0, 0, 0, NULL,
+     "not supported: hearth's CPU attention is one kernel, there is no other to\nchoose"},
+    {CLI_RUN, "-cnv, --conversation, -i, --interactive", NULL, F_REFUSE, 0, 0, 0, NULL,
+     "not supported by run: `hearth chat` is the conversation"},
 
     /* bench */
     {CLI_BENCH, "-t, --threads", "LIST", F_FN, AT(bench_threads), 1, 1024, fn_list,
@@ -385,9 +404,10 @@ static const cli_flag flags[] = {
     {CLI_TOKENIZE, "--parse-special", NULL, F_ON, AT(parse_special), 0, 0, NULL,
      "turn the texts of control tokens (<|im_start|>, <s>, ...) into those\n"
      "tokens (by default they are tokenized as plain text)"},
-    {CLI_TOKENIZE, "-e, --escape", NULL, F_ON, AT(escape), 0, 0, NULL,
-     "process escapes in the text first: \\n \\r \\t \\\\ \\' \\\" \\xNN"},
     {CLI_TOKENIZE, "--show-count", NULL, F_ON, AT(show_count), 0, 0, NULL, "also print the number of tokens"},
+    {CLI_CONVERT, "--type, --outtype", "T", F_STR, AT(type), 0, 0, NULL,
+     "type of the 2-D weights: f32, f16, bf16, q8_0, or auto (the default: bf16\n"
+     "for a bf16 checkpoint, else f16); norms and biases stay f32"},
     {CLI_QUANTIZE, "--keep-embd", NULL, F_ON, AT(keep_embd), 0, 0, NULL, "leave token_embd.weight in its type"},
 
     /* synth */
@@ -425,8 +445,8 @@ cli_opts cli_opts_default(void) {
     cli_opts o = {.n_predict = 256, .n_batch = 512, .kv_type = HQ_TYPE_F16, .reps = 5,
                   .sp = ht_sampler_default_params(), .head = hc_head_default_params(), .seed = 1, .n_embd = -1,
                   .n_layer = -1, .n_head = -1, .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1,
-                  .synth_n_ctx = -1, .rope_base = -1, .tied = -1, .host = "127.0.0.1", .port = 8080,
-                  .parallel = 4, .queue = 64};
+                  .synth_n_ctx = -1, .rope_base = -1, .tied = -1, .escape = true, .host = "127.0.0.1",
+                  .port = 8080, .parallel = 4, .queue = 64};
     o.mem = o.head.mem;
     o.pin = hmem_default_params().pin;
     o.bench_threads = (cli_list){{hr_physical_cores()}, 1};
@@ -440,6 +460,8 @@ void cli_opts_free(cli_opts *o) {
     free(o->stops);
     free(o->tokens);
     free(o->workers_copy);
+    for (int i = 0; i < 2; i++) free(o->unescaped[i]);
+    o->unescaped[0] = o->unescaped[1] = NULL;
     o->stops = NULL;
     o->tokens = NULL;
     o->workers_copy = NULL;
@@ -488,10 +510,34 @@ static int flag_set(const cli_command *c, const cli_flag *f, const char *a, cons
         if (f->kind == F_F32) *FIELD(o, f, float) = (float)x;
         else *FIELD(o, f, double) = x;
         return 0;
+    case F_REFUSE: {
+        char reason[256];
+        snprintf(reason, sizeof reason, "%s", f->help);
+        for (char *p = reason; (p = strchr(p, '\n'));) *p = ' ';
+        return cli_usage_error(c, "%s: %s", a, reason);
+    }
     default:
         if (f->fn(o, f, v, why, sizeof why) == 0) return 0;
         return cli_usage_error(c, "invalid value '%s' for %s (%s)", v, a, why);
     }
+}
+
+/* -p and --system with llama.cpp's escapes processed (into copies: argv stays as it is) */
+static int unescape_typed(const cli_command *c, cli_opts *o) {
+    const char **texts[2] = {&o->prompt, &o->system};
+    for (int i = 0; i < 2; i++) {
+        if (!*texts[i] || !strchr(*texts[i], '\\')) continue;
+        free(o->unescaped[i]);
+        if (!(o->unescaped[i] = strdup(*texts[i]))) return cli_usage_error(c, "out of memory");
+        size_t n = strlen(o->unescaped[i]);
+        size_t k = cli_unescape(o->unescaped[i], n);
+        if (memchr(o->unescaped[i], 0, k))
+            return cli_usage_error(c, "\\x00 cannot be part of %s (give --no-escape to keep escapes as typed)",
+                                   i ? "--system" : "-p");
+        o->unescaped[i][k] = 0;
+        *texts[i] = o->unescaped[i];
+    }
+    return 0;
 }
 
 int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o) {
@@ -522,7 +568,7 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o) {
         int rc = flag_set(c, f, a, v, o);
         if (rc) return rc;
     }
-    return 0;
+    return o->escape ? unescape_typed(c, o) : 0;
 }
 
 /* one flag's lines of --help */
@@ -559,7 +605,7 @@ int cli_table_check(char *why, size_t cap) {
     for (size_t k = 0; k < HR_ARRAY_LEN(flags); k++) {
         const cli_flag *f = &flags[k];
         if (!f->help || !f->help[0] || !f->cmds || (f->kind == F_FN) != (f->fn != NULL) ||
-            ((f->kind == F_ON || f->kind == F_OFF) && f->arg)) {
+            ((f->kind == F_ON || f->kind == F_OFF || f->kind == F_REFUSE) && f->arg)) {
             snprintf(why, cap, "%s: incomplete entry", f->names);
             return HR_EINVAL;
         }

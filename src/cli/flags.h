@@ -17,6 +17,7 @@
 enum {
     CLI_RUN = 1u << 0, CLI_CHAT = 1u << 1, CLI_EVAL = 1u << 2, CLI_BENCH = 1u << 3, CLI_INFO = 1u << 4,
     CLI_SYNTH = 1u << 5, CLI_QUANTIZE = 1u << 6, CLI_TOKENIZE = 1u << 7, CLI_WORKER = 1u << 8, CLI_SERVE = 1u << 9,
+    CLI_CONVERT = 1u << 11,
 };
 
 #define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */
@@ -51,6 +52,7 @@ typedef struct cli_opts {
     long        seed, n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, head_dim, synth_n_ctx;
     double      rope_base;
     int         tied;                /* -1 not given, 0 untied, 1 tied */
+    char       *unescaped[2];        /* owned: -p and --system with their escapes processed */
     const char *pos[3];              /* positional arguments */
     int         n_pos;
 } cli_opts;
