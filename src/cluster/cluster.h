@@ -156,6 +156,17 @@ int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err);
 void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap);
 
 /* ---- worker ---------------------------------------------------------------------------------------- */
+/* Key/value text a worker sends in its PROFILE (PROFILE_REQ with HN_PROFILE_DEVICE). */
+typedef struct hc_kv_text {
+    int  n;
+    char key[HN_MAX_KV][HN_MAX_KEY];
+    char val[HN_MAX_KV][HN_MAX_VALUE];
+} hc_kv_text;
+/* Describes this device into out (src/plan's profiler; cached by it): n_threads the worker's threads,
+   disk_dir where its weights live (its slice cache), mem the budget it was started with. */
+typedef int (*hc_profile_fn)(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, hc_kv_text *out,
+                             hr_err *err);
+
 typedef struct hc_worker_params {
     const char *listen;      /* "ADDR:PORT" (port 0 = ephemeral) */
     const char *cache_dir;   /* NULL: hc_default_cache_dir() */
@@ -166,6 +177,8 @@ typedef struct hc_worker_params {
     bool        no_repack;   /* --no-repack: load it in the file's layout */
     int         setup_ms;    /* a head that has said HELLO must have sent its plan by then (and each
                                 message until it is loaded within it); else the session is dropped */
+    hc_profile_fn profile;   /* answers PROFILE_REQ with HN_PROFILE_DEVICE; NULL: such a request is refused */
+    void         *profile_user;
 } hc_worker_params;
 hc_worker_params hc_worker_default_params(void);
 

@@ -33,6 +33,7 @@ static const msg_info msg_table[HN_MSG_COUNT] = {
     [HN_MSG_RESULT]      = { "RESULT",      64 * MIB },
     [HN_MSG_RESET]       = { "RESET",       256 },
     [HN_MSG_BYE]         = { "BYE",         4 * KIB },
+    [HN_MSG_PROBE]       = { "PROBE",       HN_MAX_PROBE + 64 },
 };
 
 static bool type_known(int type) { return type > 0 && type < HN_MSG_COUNT; }
@@ -335,6 +336,13 @@ static bool msg_ok(const hn_msg *m, why *w) {
         return true;
     }
     case HN_MSG_SLICE_END: case HN_MSG_READY: case HN_MSG_RESET: return true;
+    case HN_MSG_PROBE: {
+        const hn_probe *p = &m->u.probe;
+        if (p->reply_bytes > HN_MAX_PROBE) return bad(w, "reply_bytes", "%u exceed %u", p->reply_bytes, HN_MAX_PROBE);
+        if (p->n > HN_MAX_PROBE) return bad(w, "data", "%u bytes exceed %u", p->n, HN_MAX_PROBE);
+        if (p->n && !p->data) return bad(w, "data", "NULL with %u bytes", p->n);
+        return true;
+    }
     case HN_MSG_FORWARD: {
         const hn_forward *f = &m->u.forward;
         if (f->layer_begin > f->layer_end)
@@ -495,6 +503,12 @@ int hn_msg_encode(const hn_msg *m, hn_buf *b, hn_iov *tail, hr_err *err) {
         hn_buf_put_i32(b, m->u.bye.code);
         put_hstr(b, m->u.bye.reason);
         break;
+    case HN_MSG_PROBE:
+        hn_buf_put_u32(b, m->u.probe.reply_bytes);
+        hn_buf_put_u32(b, m->u.probe.n);
+        tail->p = m->u.probe.data;
+        tail->n = m->u.probe.n;
+        break;
     }
     if (b->oom) return hr_fail(err, HR_ENOMEM, "%s: out of memory encoding the payload", hn_msg_name(m->type));
     uint32_t max = msg_table[m->type].max_payload;
@@ -652,6 +666,10 @@ int hn_msg_decode(int type, uint32_t seq, const void *payload, size_t len, hn_ms
     case HN_MSG_BYE:
         m->u.bye.code = hn_rd_i32(r, "code");
         m->u.bye.reason = hn_rd_str(r, HN_MAX_MESSAGE, "reason");
+        break;
+    case HN_MSG_PROBE:
+        m->u.probe.reply_bytes = hn_rd_u32(r, "reply_bytes");
+        m->u.probe.data = hn_rd_blob(r, &m->u.probe.n, HN_MAX_PROBE, "data");
         break;
     }
     why w = { 0 };
