@@ -4,7 +4,8 @@
 #include <stdio.h>
 
 static const cli_command *const commands[] = {&cli_run,  &cli_chat,     &cli_eval,     &cli_bench, &cli_info,
-                                              &cli_synth, &cli_quantize, &cli_tokenize, &cli_worker};
+                                              &cli_synth, &cli_quantize, &cli_tokenize, &cli_worker,
+                                              &cli_plan,  &cli_profile};
 
 static void usage(FILE *f) {
     fprintf(f, "usage: hearth COMMAND [options]\n\ncommands:\n");
