@@ -137,6 +137,11 @@ static void make_sample(int type, int variant, hn_msg *m) {
         m->u.probe.n = full ? 5 : 0;
         m->u.probe.data = full ? (const uint8_t *)"probe" : NULL;
         break;
+    case HN_MSG_LINK_PROBE:
+        m->u.link_probe.addr = hn_cstr(full ? "10.77.0.3:7070" : "w");
+        m->u.link_probe.n_pings = full ? 9 : 1;
+        m->u.link_probe.probe_bytes = full ? 4u << 20 : 0;
+        break;
     }
 }
 
@@ -209,6 +214,9 @@ static bool msg_same(const hn_msg *a, const hn_msg *b) {
     case HN_MSG_PROBE:
         return a->u.probe.reply_bytes == b->u.probe.reply_bytes && a->u.probe.n == b->u.probe.n &&
                mem_same(a->u.probe.data, b->u.probe.data, a->u.probe.n);
+    case HN_MSG_LINK_PROBE:
+        return str_same(a->u.link_probe.addr, b->u.link_probe.addr) && a->u.link_probe.n_pings == b->u.link_probe.n_pings &&
+               a->u.link_probe.probe_bytes == b->u.link_probe.probe_bytes;
     }
     return false;
 }

@@ -68,6 +68,25 @@ uint64_t hc_model_hash(const gguf_ctx *g);
    bytes read per second (GB/s), the figure decode speed follows. */
 double hc_bench_matvec(int n_threads, int ms, hr_err *err);
 
+/* ---- link measurement (the planner; a worker asked by LINK_PROBE) --------------------------------- */
+/* A session of its own with a worker, for measuring: HELLO, requests, BYE. */
+typedef struct hc_probe_conn {
+    hn_conn *conn;
+    hn_frame rx;
+    uint32_t seq;
+} hc_probe_conn;
+/* Connects to addr and says HELLO as `me`. On failure the caller still calls hc_probe_close. */
+int  hc_probe_open(hc_probe_conn *pc, const char *addr, const char *me, int timeout_ms, hr_err *err);
+/* Sends m; when want != 0 receives the answer into m (an ERROR becomes the error, with the peer's
+   text escaped). */
+int  hc_probe_request(hc_probe_conn *pc, hn_msg *m, int want, int timeout_ms, hr_err *err);
+int  hc_probe_expect(hc_probe_conn *pc, int want, hn_msg *m, int timeout_ms, hr_err *err);
+/* RTT: the median of n_pings empty PROFILE_REQ round trips (ms); throughput: one PROBE of `bytes`
+   (<= HN_MAX_PROBE): bytes / (its round trip - RTT), GB/s (0 when bytes is 0). */
+int  hc_probe_link(hc_probe_conn *pc, int n_pings, uint32_t bytes, int timeout_ms, double *rtt_ms, double *gbps,
+                   hr_err *err);
+void hc_probe_close(hc_probe_conn *pc, bool bye);   /* BYE when asked; frees everything */
+
 /* ---- head ------------------------------------------------------------------------------------------ */
 enum hc_allreduce { HC_ALLREDUCE_STAR = 0, HC_ALLREDUCE_RING = 1 };
 

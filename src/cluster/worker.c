@@ -395,6 +395,43 @@ static int hc_handle_probe(hc_session *s, const hn_msg *req) {
     return rc ? e.code : 0;
 }
 
+/* LINK_PROBE: the planner asks this worker to measure its link to another worker (which must answer
+   as a hearth worker before any data is sent; the sizes are bounded by the decoder: at most
+   HN_MAX_PINGS small messages and one PROBE of HN_MAX_PROBE bytes per request) */
+static int hc_handle_link_probe(hc_session *s, const hn_msg *req) {
+    const hn_link_probe *l = &req->u.link_probe;
+    char addr[HN_MAX_NAME + 1], me[HN_MAX_NAME], vals[2][40];
+    hn_str_copy(addr, sizeof addr, l->addr);
+    snprintf(me, sizeof me, "probe from %.100s", s->w->name);
+    hc_probe_conn pc;
+    hr_err e = {0};
+    double rtt = 0, gbps = 0;
+    int rc = hc_probe_open(&pc, addr, me, HC_SETUP_TIMEOUT_MS, &e);
+    if (!rc) rc = hc_probe_link(&pc, (int)l->n_pings, l->probe_bytes, HC_SETUP_TIMEOUT_MS, &rtt, &gbps, &e);
+    hc_probe_close(&pc, !rc);
+    hn_msg r = {.type = HN_MSG_PROFILE, .seq = req->seq};
+    char why[HN_MAX_VALUE];
+    if (rc) { /* the head learns why and keeps its estimate; the session goes on */
+        char esc[HN_MAX_NAME * 4 + 1];
+        snprintf(why, sizeof why, "%.80s: %.160s", hr_escape(esc, sizeof esc, addr, strlen(addr)), e.msg);
+        HR_LOGW("worker: measuring the link to %s", why);
+        r.u.profile.kv[0] = (hn_kv){hn_cstr("error"), hn_cstr(why)};
+        r.u.profile.n_kv = 1;
+    } else {
+        snprintf(vals[0], sizeof vals[0], "%.6g", rtt);
+        snprintf(vals[1], sizeof vals[1], "%.6g", gbps);
+        r.u.profile.kv[0] = (hn_kv){hn_cstr("rtt_ms"), hn_cstr(vals[0])};
+        r.u.profile.kv[1] = (hn_kv){hn_cstr("gbps"), hn_cstr(vals[1])};
+        r.u.profile.n_kv = 2;
+    }
+    e = (hr_err){0};
+    if (hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) {
+        HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
+        return e.code;
+    }
+    return 0;
+}
+
 /* ---- LOAD_PLAN and the slices ---- */
 
 /* pipeline units: whole layers, ascending, at least one; the share is every unit of them */
@@ -1009,6 +1046,9 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
         case HN_MSG_PROFILE_REQ: rc = hc_handle_profile(s, &m); break;
         case HN_MSG_PROBE:
             rc = s->planned ? hc_bad(s, m.seq, HR_EPROTO, "PROBE after LOAD_PLAN") : hc_handle_probe(s, &m);
+            break;
+        case HN_MSG_LINK_PROBE:
+            rc = s->planned ? hc_bad(s, m.seq, HR_EPROTO, "LINK_PROBE after LOAD_PLAN") : hc_handle_link_probe(s, &m);
             break;
         case HN_MSG_LOAD_PLAN:
             rc = s->planned ? hc_bad(s, m.seq, HR_EUNSUPPORTED, "a second LOAD_PLAN in one session") : hc_handle_load(s, &m);

@@ -54,7 +54,8 @@ enum hn_msg_type {
     HN_MSG_RESET       = 15,
     HN_MSG_BYE         = 16,
     HN_MSG_PROBE       = 17, /* link measurement: either side sends data, the other answers PROBE */
-    HN_MSG_COUNT       = 18,
+    HN_MSG_LINK_PROBE  = 18, /* head -> worker: measure your link to another worker (answer: PROFILE) */
+    HN_MSG_COUNT       = 19,
 };
 
 /* capability bits in HELLO / HELLO_ACK (append only) */
@@ -234,6 +235,10 @@ typedef struct hn_result {
 typedef struct hn_reset { uint32_t pos_begin; } hn_reset;
 /* A worker answers PROBE with PROBE: reply_bytes (<= HN_MAX_PROBE) bytes of data, reply_bytes 0. */
 typedef struct hn_probe { uint32_t reply_bytes; uint32_t n; const uint8_t *data; } hn_probe;
+/* The worker at addr (<= HN_MAX_NAME) is measured by the receiver: n_pings (1..HN_MAX_PINGS) round
+   trips, one PROBE of probe_bytes (<= HN_MAX_PROBE); the answer is PROFILE "rtt_ms", "gbps". */
+#define HN_MAX_PINGS 64
+typedef struct hn_link_probe { hn_str addr; uint32_t n_pings, probe_bytes; } hn_link_probe;
 typedef struct hn_bye   { int32_t code; hn_str reason; } hn_bye;
 
 typedef struct hn_msg {
@@ -257,6 +262,7 @@ typedef struct hn_msg {
         hn_reset       reset;
         hn_bye         bye;
         hn_probe       probe;
+        hn_link_probe  link_probe;
     } u;
 } hn_msg;
 
