@@ -2,7 +2,8 @@
 # The planner through the command line, on loopback (docs/planner.md):
 # - `hearth run --workers ...` without plan flags runs the planner's choice (one line names it and its
 #   prediction) and prints exactly the single-device greedy text, on stories260K and a synth model;
-# - `hearth plan --json` lists the devices, candidates of every kind with predictions, and a chosen index;
+# - `hearth plan --json` lists the devices, every link (worker <-> worker measured by a worker),
+#   candidates of every kind with predictions, and a chosen index;
 # - `hearth profile`: the second run reads the cache; another thread count measures again;
 # - usage errors: plan without -m.
 # Every process started here is killed on exit (trap). Env: HEARTH_BIN, HEARTH_SHARED.
@@ -35,6 +36,9 @@ best = min(x["predicted_ms_per_token"] for x in j["candidates"] if x["feasible"]
 assert c["predicted_ms_per_token"] == best
 for d in j["devices"][1:]:
     assert d["rtt_ms"] > 0 and d["link_gbps"] > 0 and d["types"], d
+# every pair of devices, the worker <-> worker one measured by a worker (LINK_PROBE)
+assert [(l["a"], l["b"]) for l in j["links"]] == [(0, 1), (0, 2), (1, 2)], j["links"]
+assert all(l["rtt_ms"] > 0 and l["gbps"] > 0 and not l["estimated"] for l in j["links"]), j["links"]
 PY
 then ok; else bad "plan --json: $(head -c 300 "$TMP/plan.json")"; fi
 "$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 1)" -t 1 > "$TMP/plan.txt" 2>&1 || bad "plan (text) failed"

@@ -92,6 +92,18 @@ static int plan_run(cli_opts *o) {
         for (int i = 0; i < cl->n; i++) json_array_append_new(devs, plan_json_device(i, cl));
         for (int i = 0; i < ch->n; i++) json_array_append_new(cands, plan_json_cand(&ch->cand[i], np));
         json_object_set_new(root, "devices", devs);
+        json_t *links = json_array();
+        for (int a = 0; a < cl->n; a++)
+            for (int b = a + 1; b < cl->n; b++) {
+                json_t *l = json_object();
+                json_object_set_new(l, "a", json_integer(a));
+                json_object_set_new(l, "b", json_integer(b));
+                json_object_set_new(l, "rtt_ms", json_real(cl->link[a][b].rtt_ms));
+                json_object_set_new(l, "gbps", json_real(cl->link[a][b].gbps));
+                json_object_set_new(l, "estimated", json_boolean(cl->link[a][b].estimated));
+                json_array_append_new(links, l);
+            }
+        json_object_set_new(root, "links", links);
         json_object_set_new(root, "profile_ms", json_real(cl->profile_ms));
         json_object_set_new(root, "candidates", cands);
         json_object_set_new(root, "chosen", ch->chosen >= 0 ? json_integer(ch->chosen) : json_null());
@@ -104,9 +116,11 @@ static int plan_run(cli_opts *o) {
         printf("devices (profiled in %.0f ms):\n", cl->profile_ms);
         for (int i = 0; i < cl->n; i++) cli_print_device(i, cl->addr[i], &cl->dev[i]);
         if (cl->n > 1) {
-            printf("links (head <-> worker, measured; worker <-> worker estimated):\n");
-            for (int i = 1; i < cl->n; i++)
-                printf("  0 <-> %-2d  rtt %7.3f ms  %7.3f GB/s\n", i, cl->link[0][i].rtt_ms, cl->link[0][i].gbps);
+            printf("links:\n");
+            for (int a = 0; a < cl->n; a++)
+                for (int b = a + 1; b < cl->n; b++)
+                    printf("  %-2d <-> %-2d  rtt %7.3f ms  %7.3f GB/s%s\n", a, b, cl->link[a][b].rtt_ms, cl->link[a][b].gbps,
+                           cl->link[a][b].estimated ? "  (estimated)" : "");
         }
         printf("candidates (decode ms/token; prefill of %d tokens):\n", np);
         printf("  %-3s %-58s %10s %11s %9s %9s %9s  %s\n", "#", "plan", "ms/token", "prefill ms", "compute", "network",

@@ -1,6 +1,7 @@
 /* plan/links: the head profiles the cluster — every worker's device profile (PROFILE_REQ with
    HN_PROFILE_DEVICE, measured on all devices at once) and every head <-> worker link (RTT: the median of
-   small round trips; throughput: one PROBE of a few MiB) — see plan.h and docs/planner.md */
+   small round trips; throughput: one PROBE of a few MiB), then every worker <-> worker link, measured by
+   one of the two (LINK_PROBE) — see plan.h and docs/planner.md */
 #include "plan.h"
 
 #include <stdio.h>
@@ -9,70 +10,38 @@
 
 hpl_cluster_params hpl_cluster_default_params(void) {
     return (hpl_cluster_params){.self = hpl_profile_default_params(), .timeout_ms = 20000, .n_pings = 9,
-                                .probe_bytes = 4u << 20};
+                                .probe_bytes = 4u << 20, .peer_links = true};
 }
 
-typedef struct hpl_peer {
-    hn_conn  *conn;
-    hn_frame  rx;
-    uint32_t  seq;
-    const char *addr;
-} hpl_peer;
-
-static int hpl_peer_fail(const hpl_peer *w, int i, int code, const char *msg, hr_err *err) {
-    return hr_fail(err, code, "worker %d at %s: %s", i, w->addr, msg);
+static int hpl_peer_fail(int i, const char *addr, const hr_err *e, hr_err *err) {
+    return hr_fail(err, e->code, "worker %d at %s: %s", i, addr, e->msg);
 }
 
-static int hpl_send(hpl_peer *w, int i, hn_msg *m, int timeout_ms, hr_err *err) {
-    hr_err e = {0};
-    m->seq = ++w->seq;
-    if (hn_msg_send(w->conn, m, hn_deadline_ms(timeout_ms), &e)) return hpl_peer_fail(w, i, e.code, e.msg, err);
-    return 0;
-}
-
-static int hpl_expect(hpl_peer *w, int i, int want, hn_msg *m, int timeout_ms, hr_err *err) {
-    hr_err e = {0};
-    if (hn_msg_recv(w->conn, &w->rx, m, hn_deadline_ms(timeout_ms), &e)) return hpl_peer_fail(w, i, e.code, e.msg, err);
-    if (m->type == HN_MSG_ERROR) {
-        char why[HN_MAX_MESSAGE + 32];
-        hr_escape(why, sizeof why, m->u.error.message.s, m->u.error.message.n);
-        return hpl_peer_fail(w, i, HR_EPROTO, why, err);
+/* the link from worker a to worker b, measured by a (LINK_PROBE); false (the estimate stays) if a
+   could not */
+static bool hpl_peer_link(hc_probe_conn *pc, const char *b_addr, const hpl_cluster_params *p, hpl_link *out, hr_err *e) {
+    hn_msg m = {.type = HN_MSG_LINK_PROBE};
+    m.u.link_probe = (hn_link_probe){hn_cstr(b_addr), (uint32_t)HR_MAX(1, HR_MIN(p->n_pings, HN_MAX_PINGS)), p->probe_bytes};
+    if (hc_probe_request(pc, &m, HN_MSG_PROFILE, p->timeout_ms, e)) return false;
+    double rtt = -1, gbps = -1;
+    for (uint32_t i = 0; i < m.u.profile.n_kv; i++) {
+        char k[HN_MAX_KEY + 1], v[HN_MAX_VALUE + 1];
+        hn_str_copy(k, sizeof k, m.u.profile.kv[i].key);
+        hn_str_copy(v, sizeof v, m.u.profile.kv[i].value);
+        if (!strcmp(k, "rtt_ms")) rtt = atof(v);
+        else if (!strcmp(k, "gbps")) gbps = atof(v);
+        else if (!strcmp(k, "error")) {
+            char esc[HN_MAX_VALUE * 4 + 1];
+            hr_fail(e, HR_ENET, "%s", hr_escape(esc, sizeof esc, v, strlen(v)));
+            return false;
+        }
     }
-    if (m->type != want) {
-        char why[128];
-        snprintf(why, sizeof why, "answered %s where %s was expected", hn_msg_name(m->type), hn_msg_name(want));
-        return hpl_peer_fail(w, i, HR_EPROTO, why, err);
+    if (!(rtt > 0 && rtt < 1e6 && gbps > 0 && gbps < 1e6)) {
+        hr_fail(e, HR_EPROTO, "an answer without rtt_ms and gbps");
+        return false;
     }
-    return 0;
-}
-
-static int hpl_cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* RTT (median of n small round trips) and throughput (one PROBE of `bytes`) of the link to w */
-static int hpl_measure_link(hpl_peer *w, int i, const hpl_cluster_params *p, const uint8_t *data, hpl_link *out,
-                            hr_err *err) {
-    double t[64];
-    int n = HR_MAX(1, HR_MIN(p->n_pings, 64));
-    for (int k = 0; k < n; k++) {
-        hn_msg m = {.type = HN_MSG_PROFILE_REQ};
-        int64_t t0 = hr_time_ns();
-        if (hpl_send(w, i, &m, p->timeout_ms, err) || hpl_expect(w, i, HN_MSG_PROFILE, &m, p->timeout_ms, err))
-            return err->code;
-        t[k] = (double)(hr_time_ns() - t0) / 1e6;
-    }
-    qsort(t, (size_t)n, sizeof t[0], hpl_cmp_double);
-    out->rtt_ms = t[n / 2];
-    hn_msg m = {.type = HN_MSG_PROBE};
-    m.u.probe = (hn_probe){.reply_bytes = 0, .n = p->probe_bytes, .data = data};
-    int64_t t0 = hr_time_ns();
-    if (hpl_send(w, i, &m, p->timeout_ms, err) || hpl_expect(w, i, HN_MSG_PROBE, &m, p->timeout_ms, err)) return err->code;
-    double ms = (double)(hr_time_ns() - t0) / 1e6 - out->rtt_ms;
-    out->gbps = p->probe_bytes / (HR_MAX(ms, 1e-3) * 1e6);
-    out->estimated = false;
-    return 0;
+    *out = (hpl_link){rtt, gbps, false};
+    return true;
 }
 
 int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_params *p, hpl_cluster *out, hr_err *err) {
@@ -82,63 +51,59 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
     if (p->probe_bytes > HN_MAX_PROBE) return hr_fail(err, HR_ERANGE, "probe of %u bytes (at most %u)", p->probe_bytes, HN_MAX_PROBE);
     out->n = 1 + nw;
     snprintf(out->addr[0], sizeof out->addr[0], "head");
-    hpl_peer w[HPL_MAX_DEVICES] = {0};
-    uint8_t *data = NULL;
+    hc_probe_conn w[HPL_MAX_DEVICES] = {0};
     int rc = 0;
     char host[64] = "head", me[HN_MAX_NAME];
     gethostname(host, sizeof host - 1);
     snprintf(me, sizeof me, "planner %s", host);
+    hr_err e = {0};
     for (int i = 1; i <= nw && !rc; i++) {
-        hr_err e = {0};
-        w[i].addr = workers[i - 1];
         snprintf(out->addr[i], sizeof out->addr[i], "%s", workers[i - 1]);
-        if (!(w[i].conn = hn_connect(w[i].addr, hn_deadline_ms(p->timeout_ms), &e))) {
-            rc = hpl_peer_fail(&w[i], i, e.code, e.msg, err);
-            break;
-        }
-        hn_msg m = {.type = HN_MSG_HELLO};
-        m.u.hello = (hn_hello){.version_min = HN_PROTO_VERSION, .version_max = HN_PROTO_VERSION, .caps = HN_CAP_F32_ACT,
-                               .device = hn_cstr(me)};
-        if ((rc = hpl_send(&w[i], i, &m, p->timeout_ms, err)) || (rc = hpl_expect(&w[i], i, HN_MSG_HELLO_ACK, &m, p->timeout_ms, err)))
-            break;
+        if (hc_probe_open(&w[i], workers[i - 1], me, p->timeout_ms, &e)) { rc = hpl_peer_fail(i, workers[i - 1], &e, err); break; }
         /* every worker measures itself while the head does */
-        m = (hn_msg){.type = HN_MSG_PROFILE_REQ};
+        hn_msg m = {.type = HN_MSG_PROFILE_REQ};
         m.u.profile_req.flags = HN_PROFILE_DEVICE;
-        rc = hpl_send(&w[i], i, &m, p->timeout_ms, err);
+        if (hc_probe_request(&w[i], &m, 0, p->timeout_ms, &e)) rc = hpl_peer_fail(i, workers[i - 1], &e, err);
     }
     if (!rc) rc = hpl_profile_self(&p->self, &out->dev[0], err);
     snprintf(out->dev[0].name, sizeof out->dev[0].name, "head %s", host);
     for (int i = 1; i <= nw && !rc; i++) {
         hn_msg m;
-        if ((rc = hpl_expect(&w[i], i, HN_MSG_PROFILE, &m, p->timeout_ms, err))) break;
-        hr_err e = {0};
-        if (hpl_device_from_kv(&m.u.profile, &out->dev[i], &e)) rc = hpl_peer_fail(&w[i], i, e.code, e.msg, err);
+        if (hc_probe_expect(&w[i], HN_MSG_PROFILE, &m, p->timeout_ms, &e) || hpl_device_from_kv(&m.u.profile, &out->dev[i], &e))
+            rc = hpl_peer_fail(i, workers[i - 1], &e, err);
     }
-    if (!rc && nw > 0 && !(data = calloc(1, p->probe_bytes ? p->probe_bytes : 1))) rc = hr_fail(err, HR_ENOMEM, "out of memory");
     for (int i = 1; i <= nw && !rc; i++) {
-        rc = hpl_measure_link(&w[i], i, p, data, &out->link[0][i], err);
-        out->link[i][0] = out->link[0][i];
+        hpl_link *l = &out->link[0][i];
+        if (hc_probe_link(&w[i], p->n_pings, p->probe_bytes, p->timeout_ms, &l->rtt_ms, &l->gbps, &e))
+            rc = hpl_peer_fail(i, workers[i - 1], &e, err);
+        out->link[i][0] = *l;
     }
-    /* worker <-> worker: not measured; a household's devices meet at one switch or access point, so
-       a path between two workers is taken as half of each one's path to the head */
+    for (int i = 1; i <= nw; i++) hc_probe_close(&w[i], !rc); /* the workers are free again */
+    /* worker <-> worker: first an estimate — a household's devices meet at one switch or access point,
+       so a path between two workers is about half of each one's path to the head — then, when asked,
+       measured by one of the two (LINK_PROBE; the other must be free: its session with us is over) */
     for (int a = 1; a <= nw && !rc; a++)
-        for (int b = 1; b <= nw; b++) {
-            if (a == b) continue;
-            out->link[a][b] = (hpl_link){(out->link[0][a].rtt_ms + out->link[0][b].rtt_ms) / 2,
-                                         HR_MIN(out->link[0][a].gbps, out->link[0][b].gbps), true};
+        for (int b = 1; b <= nw; b++)
+            if (a != b)
+                out->link[a][b] = (hpl_link){(out->link[0][a].rtt_ms + out->link[0][b].rtt_ms) / 2,
+                                             HR_MIN(out->link[0][a].gbps, out->link[0][b].gbps), true};
+    for (int a = 1; a < nw && !rc && p->peer_links; a++) {
+        hc_probe_conn pc;
+        e = (hr_err){0};
+        if (hc_probe_open(&pc, workers[a - 1], me, p->timeout_ms, &e)) {
+            HR_LOGW("plan: worker %d at %s: %s; its links to the other workers are estimated", a, workers[a - 1], e.msg);
+            hc_probe_close(&pc, false);
+            continue;
         }
-    for (int i = 1; i <= nw; i++) {
-        if (!w[i].conn) continue;
-        if (!rc) {
-            hn_msg m = {.type = HN_MSG_BYE};
-            m.u.bye = (hn_bye){0, hn_cstr("profile done")};
-            hr_err e = {0};
-            hpl_send(&w[i], i, &m, 1000, &e);
+        for (int b = a + 1; b <= nw; b++) {
+            hpl_link l;
+            e = (hr_err){0};
+            if (hpl_peer_link(&pc, workers[b - 1], p, &l, &e)) out->link[a][b] = out->link[b][a] = l;
+            else HR_LOGW("plan: the link from worker %d to worker %d: %s; estimated", a, b, e.msg);
+            if (e.code && e.code != HR_ENET) break; /* the session itself failed */
         }
-        hn_conn_close(w[i].conn);
-        hn_frame_free(&w[i].rx);
+        hc_probe_close(&pc, true);
     }
-    free(data);
     out->profile_ms = (double)(hr_time_ns() - t0) / 1e6;
     return rc;
 }

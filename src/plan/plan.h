@@ -92,7 +92,8 @@ double hpl_parse_cpu_max(const char *text);            /* "50000 100000" -> 0.5;
 typedef struct hpl_link {
     double rtt_ms;        /* median round trip of a small message */
     double gbps;          /* throughput, 1e9 bytes/s */
-    bool   estimated;     /* not measured (worker <-> worker: from the two devices' links to the head) */
+    bool   estimated;     /* not measured (a worker <-> worker link a worker could not measure: from the two
+                             devices' links to the head) */
 } hpl_link;
 
 typedef struct hpl_cluster {
@@ -108,11 +109,13 @@ typedef struct hpl_cluster_params {
     int timeout_ms;            /* per message (default 20000: a worker may be measuring itself) */
     int n_pings;               /* RTT samples per link (default 9) */
     uint32_t probe_bytes;      /* throughput message size (default 4 MiB) */
+    bool peer_links;           /* measure worker <-> worker links too (LINK_PROBE; default true) */
 } hpl_cluster_params;
 hpl_cluster_params hpl_cluster_default_params(void);
 
 /* Connects to the workers, asks each for its device profile (they measure at the same time as the
-   head), measures every head <-> worker link, estimates worker <-> worker links, says BYE. */
+   head), measures every head <-> worker link and says BYE; then asks worker a to measure its link
+   to each worker b > a (kept as an estimate, with a warning, where that fails). */
 int hpl_cluster_profile(const char *const *workers, int n_workers, const hpl_cluster_params *p, hpl_cluster *out,
                         hr_err *err);
 
