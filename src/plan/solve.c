@@ -58,7 +58,8 @@ typedef struct hpl_ilp {
     int    n, k, L;
     double c[HPL_MAX_DEVICES];     /* ms per layer */
     double D[HPL_MAX_DEVICES];     /* disk ms per byte */
-    double F[HPL_MAX_DEVICES];     /* fixed bytes: scratch (+ the head's output head) */
+    double F[HPL_MAX_DEVICES];     /* bytes that must stay: the scratch */
+    double E[HPL_MAX_DEVICES];     /* weights beyond the windows' (the head's output head): may stream */
     double M[HPL_MAX_DEVICES];     /* budget */
     double wmax[HPL_MAX_DEVICES];  /* largest window the KV cache allows */
     double hide_cap[HPL_MAX_DEVICES];
@@ -79,7 +80,8 @@ static void hpl_ilp_setup(const hpl_cluster *c, const hpl_model *m, const hpl_pl
         q->c[i] = 0;
         for (int t = 0; t < m->n_types; t++) q->c[i] += m->layer_bytes_of[t] / (hpl_speed(d, m->type[t], false) * 1e6);
         q->D[i] = 1.0 / ((d->disk_gbps > 0 ? d->disk_gbps : 0.1) * 1e6);
-        q->F[i] = m->scratch_bytes + (i == 0 ? m->out_bytes : 0);
+        q->F[i] = m->scratch_bytes;
+        q->E[i] = i == 0 ? m->out_bytes : 0;
         q->M[i] = (double)d->budget;
         double room = q->M[i] - q->F[i] - m->block_max_bytes;
         q->wmax[i] = room < 0 ? -1 : (q->Kl > 0 ? floor(room / (k * q->Kl)) : q->L);
@@ -105,7 +107,7 @@ static double hpl_ilp_eval(const hpl_ilp *q, const int *w) {
     for (int i = 0; i < q->n; i++) sum_c += q->k * q->c[i] * w[i];
     double obj = sum_c + q->comm + q->extra;
     for (int i = 0; i < q->n; i++) {
-        double o = HR_MAX(0, q->k * w[i] * (q->Wl + q->Kl) + q->F[i] - q->M[i]);
+        double o = HR_MAX(0, q->k * w[i] * (q->Wl + q->Kl) + q->E[i] + q->F[i] - q->M[i]);
         double idle = sum_c - q->k * q->c[i] * w[i] + q->comm + (i ? q->extra : 0);
         double h = HR_MIN(idle, q->hide_cap[i]);
         obj += HR_MAX(0, q->D[i] * o - q->k * q->c[i] * w[i] - h);
@@ -156,11 +158,11 @@ int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, in
     glp_set_row_bnds(lp, r, q.Wmin == q.Wmax ? GLP_FX : GLP_DB, q.Wmin, q.Wmax);
     for (int i = 0; i < n; i++) {
         int w = 1 + i, o = 1 + n + i, h = 1 + 2 * n + i, b = 1 + 3 * n + i;
-        /* o_i - k (Wl + Kl) w_i >= F_i - M_i: the bytes beyond the budget stream */
+        /* o_i - k (Wl + Kl) w_i >= E_i + F_i - M_i: the bytes beyond the budget stream */
         r = glp_add_rows(lp, 1);
         ind[1] = o; val[1] = 1; ind[2] = w; val[2] = -k * (q.Wl + q.Kl);
         glp_set_mat_row(lp, r, 2, ind, val);
-        glp_set_row_bnds(lp, r, GLP_LO, q.F[i] - q.M[i], 0);
+        glp_set_row_bnds(lp, r, GLP_LO, q.E[i] + q.F[i] - q.M[i], 0);
         /* b_i - D_i o_i + k c_i w_i + h_i >= 0: what neither its compute nor the hidden load covers blocks */
         r = glp_add_rows(lp, 1);
         ind[1] = b; val[1] = 1; ind[2] = o; val[2] = -q.D[i]; ind[3] = w; val[3] = k * q.c[i]; ind[4] = h; val[4] = 1;
@@ -208,7 +210,10 @@ int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_pla
         if (t.feasible && (!best.feasible || t.ms_per_token < best.ms_per_token)) best = t;
     }
     *p = best;
-    if (!best.feasible) snprintf(p->why, sizeof p->why, "%s", why[0] ? why : "no window set fits");
+    if (!best.feasible) {
+        snprintf(p->why, sizeof p->why, "%s", why[0] ? why : "no window set fits");
+        p->ms_per_token = p->prefill_ms = INFINITY;
+    }
     return 0;
 }
 
