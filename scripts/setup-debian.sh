@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages hearth builds and tests with (needs root or sudo).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libjansson-dev libpcre2-dev
+pkgs=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libglpk-dev
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static iproute2 nftables iputils-ping gnuplot-nox python3
       clang libclang-rt-dev  # clang + compiler-rt: libFuzzer for scripts/fuzz.sh
       python3-numpy  # tests/hf-forward.py: the reference forward pass of a converted checkpoint
