@@ -66,6 +66,8 @@ static void check_borrowed(const hn_msg *m, const uint8_t *p, size_t n) {
         FUZZ_CHECK(inside(p, n, m->u.result.data, (uint64_t)m->u.result.n_tokens * m->u.result.n_embd * 4));
         break;
     case HN_MSG_BYE: check_str(p, n, m->u.bye.reason, HN_MAX_MESSAGE); break;
+    case HN_MSG_LINK_PROBE: check_str(p, n, m->u.link_probe.addr, HN_MAX_NAME); break;
+    case HN_MSG_PROBE: FUZZ_CHECK(inside(p, n, m->u.probe.data, m->u.probe.n) && m->u.probe.reply_bytes <= HN_MAX_PROBE); break;
     default: break;
     }
 }

@@ -132,6 +132,16 @@ static void make_sample(int type, int variant, hn_msg *m) {
         m->u.bye.code = 0;
         m->u.bye.reason = hn_cstr(full ? "head shutting down" : "");
         break;
+    case HN_MSG_PROBE:
+        m->u.probe.reply_bytes = full ? 4096 : 0;
+        m->u.probe.n = full ? 5 : 0;
+        m->u.probe.data = full ? (const uint8_t *)"probe" : NULL;
+        break;
+    case HN_MSG_LINK_PROBE:
+        m->u.link_probe.addr = hn_cstr(full ? "10.77.0.3:7070" : "w");
+        m->u.link_probe.n_pings = full ? 9 : 1;
+        m->u.link_probe.probe_bytes = full ? 4u << 20 : 0;
+        break;
     }
 }
 
@@ -201,6 +211,12 @@ static bool msg_same(const hn_msg *a, const hn_msg *b) {
     }
     case HN_MSG_RESET: return a->u.reset.pos_begin == b->u.reset.pos_begin;
     case HN_MSG_BYE: return a->u.bye.code == b->u.bye.code && str_same(a->u.bye.reason, b->u.bye.reason);
+    case HN_MSG_PROBE:
+        return a->u.probe.reply_bytes == b->u.probe.reply_bytes && a->u.probe.n == b->u.probe.n &&
+               mem_same(a->u.probe.data, b->u.probe.data, a->u.probe.n);
+    case HN_MSG_LINK_PROBE:
+        return str_same(a->u.link_probe.addr, b->u.link_probe.addr) && a->u.link_probe.n_pings == b->u.link_probe.n_pings &&
+               a->u.link_probe.probe_bytes == b->u.link_probe.probe_bytes;
     }
     return false;
 }
@@ -304,7 +320,8 @@ static void test_round_trip(void) {
             hn_iov tail;
             CHECK(hn_msg_encode(&m, &head, &tail, &err) == 0 && head.len + tail.n == b.len &&
                   mem_same(head.data, b.data, head.len) && mem_same(tail.p, b.data + head.len, tail.n));
-            bool bulk = type == HN_MSG_FORWARD || type == HN_MSG_PARTIAL || type == HN_MSG_RESULT || type == HN_MSG_SLICE_CHUNK;
+            bool bulk = type == HN_MSG_FORWARD || type == HN_MSG_PARTIAL || type == HN_MSG_RESULT || type == HN_MSG_SLICE_CHUNK ||
+                        type == HN_MSG_PROBE;
             if (variant == 0) CHECKF(bulk == (tail.n > 0), "%s tail %zu", hn_msg_name(type), tail.n);
             if (bulk && tail.n) CHECK(head.len % 4 == 0); /* f32 arrays start aligned */
             /* strict: every truncation and any trailing byte fail */

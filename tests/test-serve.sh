@@ -78,7 +78,7 @@ WPID=$!
 for _ in $(seq 100); do grep -q 'listening' "$TMP/w.out" && break; sleep 0.05; done
 WPORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$TMP/w.out" | head -1)
 if [[ -n "$WPORT" ]]; then
-    serve_start C -np 2 -c 512 -t 1 --workers "127.0.0.1:$WPORT" --cache "$TMP/hc"
+    serve_start C -np 2 -c 512 -t 1 --workers "127.0.0.1:$WPORT" --tp-shares equal --cache "$TMP/hc"
     want=$("$BIN" run -m "$M" --temp 0 --no-echo -p "Once upon a time" -n 30 2> /dev/null)
     got=$(curl -s "$C_URL/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0}' |
           python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])')

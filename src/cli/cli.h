@@ -8,7 +8,7 @@
 #include "flags.h"
 
 extern const cli_command cli_run, cli_chat, cli_eval, cli_bench, cli_info, cli_synth, cli_quantize, cli_tokenize,
-    cli_worker, cli_convert, cli_serve;
+    cli_worker, cli_convert, cli_plan, cli_profile, cli_serve;
 
 /* shared helpers (cli-util.c) */
 /* Parses an integer flag value; prints "hearth CMD: invalid value 'V' for FLAG" and returns false. */
@@ -22,6 +22,9 @@ char *cli_read_text(const char *path, size_t max, size_t *len, hr_err *err);
 size_t cli_unescape(char *s, size_t n);
 /* true if stderr is a terminal (progress bars only then) */
 bool cli_is_tty(void);
+/* One device's profile as two or three lines of text (hearth profile, hearth plan). */
+struct hpl_device;
+void cli_print_device(int i, const char *addr, const struct hpl_device *d);
 /* A progress bar on stderr, drawn only on a TTY: cli_progress("quantize", done, total). */
 void cli_progress(const char *label, uint64_t done, uint64_t total);
 void cli_progress_end(void);

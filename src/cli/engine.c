@@ -28,8 +28,54 @@ int cli_engine_open(cli_engine *e, const cli_opts *o, bool vocab, hr_err *err) {
     return 0;
 }
 
+int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, int n_prompt, hpl_cluster *cl,
+                    hpl_choice *ch, hr_err *err) {
+    hpl_model pm;
+    if (hpl_model_from(m, cp, &pm, err)) return err->code;
+    hpl_cluster_params p = hpl_cluster_default_params();
+    p.self.n_threads = cp->n_threads;
+    p.self.disk_path = o->model;
+    p.self.mem = o->mem;
+    p.self.no_cache = o->no_cache;
+    if (hpl_cluster_profile(o->head.workers, o->head.n_workers, &p, cl, err)) return err->code;
+    return hpl_choose(cl, &pm, n_prompt, ch, err);
+}
+
+/* --workers without a plan flag: the planner's choice becomes the flags */
+static int cli_engine_auto_plan(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, hr_err *err) {
+    hpl_cluster *cl = malloc(sizeof *cl);
+    hpl_choice *ch = malloc(sizeof *ch);
+    int rc = 0;
+    if (!cl || !ch) rc = hr_fail(err, HR_ENOMEM, "out of memory");
+    else if (!(rc = cli_engine_plan(o, e->m, cp, 512, cl, ch, err)) && ch->chosen < 0)
+        rc = hr_fail(err, HR_ENOMEM, "%s", ch->why);
+    if (!rc) {
+        const hpl_plan *p = &ch->cand[ch->chosen];
+        char desc[256];
+        hpl_plan_describe(p, desc, sizeof desc);
+        HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
+                p->ms_per_token, cl->profile_ms);
+        const char *all[HC_MAX_DEVICES - 1];
+        memcpy(all, o->head.workers, sizeof all);
+        o->head.n_workers = p->n - 1;
+        for (int i = 1; i < p->n; i++) o->head.workers[i - 1] = all[p->dev[i] - 1];
+        if (p->kind == HPL_TP) {
+            o->head.n_shares = p->n;
+            memcpy(o->head.shares, p->share, sizeof p->share[0] * (size_t)p->n);
+        } else if (p->kind == HPL_PP) {
+            o->head.pp = true;
+            o->head.n_windows = p->n;
+            memcpy(o->head.layer_windows, p->window, sizeof p->window[0] * (size_t)p->n);
+        }
+    }
+    free(cl);
+    free(ch);
+    return rc;
+}
+
 int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool managed, hc_progress_fn progress,
                      hr_err *err) {
+    if (o->head.n_workers && !o->plan_given && !o->head.pp && cli_engine_auto_plan(e, o, cp, err)) return err->code;
     if (o->head.n_workers) {
         /* the head makes its own residency manager, for its shard */
         o->head.model_path = o->model;
@@ -45,21 +91,7 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
     if (managed ? hmem_setup(e->m, &sh, o->model, &o->mem, ctx_bytes, &e->mm, err) : hmem_check_ctx(ctx_bytes, err))
         return err->code;
     if (hmem_load_weights(e->mm, e->m, &sh, o->use_mmap, o->no_repack, err)) return err->code;
-    if ((e->c = hm_ctx_create(e->m, &sh, cp, err))) return 0;
-    if (err->code != HR_EUNSUPPORTED || cp->n_seq <= 1) return err->code;
-    /* TODO(issue 27): gone once hm_ctx holds several sequences (the batch branch) */
-    HR_LOGI("%s: one context per sequence instead", err->msg);
-    hm_ctx_params one = *cp;
-    one.n_seq = 1;
-    if (!(e->pool = hr_pool_create(cp->n_threads > 0 ? cp->n_threads : hr_physical_cores(), err))) return err->code;
-    one.pool = e->pool;
-    if (!(e->seq_ctx = calloc((size_t)cp->n_seq, sizeof *e->seq_ctx))) return hr_fail(err, HR_ENOMEM, "out of memory");
-    while (e->n_seq_ctx < cp->n_seq) {
-        if (!(e->seq_ctx[e->n_seq_ctx] = hm_ctx_create(e->m, &sh, &one, err))) return err->code;
-        e->c = e->seq_ctx[0];  /* closed as c */
-        e->n_seq_ctx++;
-    }
-    return 0;
+    return (e->c = hm_ctx_create(e->m, &sh, cp, err)) ? 0 : err->code;
 }
 
 int cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all, hr_err *err) {
@@ -79,10 +111,7 @@ int cli_engine_check_logits(const float *logits, size_t n, hr_err *err) {
 int32_t cli_engine_n_ctx(const cli_engine *e) { return e->tp ? hc_head_n_ctx(e->tp) : hm_ctx_n_ctx(e->c); }
 
 void cli_engine_close(cli_engine *e) {
-    for (int i = 1; i < e->n_seq_ctx; i++) hm_ctx_free(e->seq_ctx[i]);
-    free(e->seq_ctx);
     hm_ctx_free(e->c);
-    hr_pool_free(e->pool);
     hmem_free(e->mm);
     hc_head_free(e->tp);
     ht_vocab_free(e->voc);

@@ -177,9 +177,10 @@ static int fn_workers(cli_opts *o, const cli_flag *f, const char *v, char *why, 
 }
 
 static int fn_shares(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    o->plan_given = true;
     o->head.shares_auto = !strcmp(v, "auto");
     o->head.n_shares = 0;
-    if (o->head.shares_auto) return 0;
+    if (o->head.shares_auto || !strcmp(v, "equal")) return 0;
     int n = cli_parse_numbers(v, o->head.shares, HC_MAX_DEVICES, why, cap);
     if (n < 0) return -1;
     double sum = 0;
@@ -190,6 +191,7 @@ static int fn_shares(cli_opts *o, const cli_flag *f, const char *v, char *why, s
 }
 
 static int fn_windows(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    o->plan_given = true;
     double x[HC_MAX_DEVICES];
     int n = cli_parse_numbers(v, x, HC_MAX_DEVICES, why, cap);
     if (n < 0) return -1;
@@ -205,6 +207,7 @@ static int fn_windows(cli_opts *o, const cli_flag *f, const char *v, char *why, 
 }
 
 static int fn_allreduce(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    o->plan_given = true; /* an all-reduce is tensor parallelism */
     if (!strcmp(v, "star")) o->head.allreduce = HC_ALLREDUCE_STAR;
     else if (!strcmp(v, "ring")) o->head.allreduce = HC_ALLREDUCE_RING;
     else { snprintf(why, cap, "star or ring"); return -1; }
@@ -219,8 +222,9 @@ static int fn_tied(cli_opts *o, const cli_flag *f, const char *v, char *why, siz
 /* ---- the table ------------------------------------------------------------------------------------ */
 
 #define MODEL_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_BENCH | CLI_SERVE)
-#define MEM_CMDS (CLI_RUN | CLI_WORKER | CLI_SERVE)
-#define THREAD_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_WORKER | CLI_SERVE)
+#define MEM_CMDS (CLI_RUN | CLI_WORKER | CLI_PLAN | CLI_PROFILE | CLI_SERVE)
+#define THREAD_CMDS \
+    (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_WORKER | CLI_PLAN | CLI_PROFILE | CLI_SERVE)
 #define GEN_CMDS (CLI_RUN | CLI_CHAT)
 #define I24 (1 << 24)
 
@@ -228,6 +232,9 @@ static const cli_flag flags[] = {
     /* model, input, output */
     {MODEL_CMDS, "-m, --model", "FILE", F_STR, AT(model), 0, 0, NULL, "GGUF model (required)"},
     {CLI_TOKENIZE, "-m, --model", "FILE", F_STR, AT(model), 0, 0, NULL, "GGUF model or vocabulary (required)"},
+    {CLI_PLAN, "-m, --model", "FILE", F_STR, AT(model), 0, 0, NULL, "GGUF model to plan for (required)"},
+    {CLI_PROFILE, "-m, --model", "FILE", F_STR, AT(model), 0, 0, NULL,
+     "measure the read speed of the disk holding FILE (default: the cache's disk)"},
     {CLI_RUN | CLI_TOKENIZE, "-p, --prompt", "TEXT", F_STR, AT(prompt), 0, 0, NULL, "prompt text"},
     {CLI_RUN | CLI_TOKENIZE, "-f, --file", "FILE", F_STR, AT(file), 0, 0, NULL, "read the prompt from FILE"},
     {CLI_TOKENIZE, "--stdin", NULL, F_ON, AT(from_stdin), 0, 0, NULL, "read the text from standard input"},
@@ -249,7 +256,7 @@ static const cli_flag flags[] = {
     {CLI_CHAT, "-n, --n-predict", "N", F_LONG, AT(n_predict), -1, I24, NULL,
      "most tokens per answer (default -1: until end of turn or context full)"},
     {THREAD_CMDS, "-t, --threads", "N", F_LONG, AT(threads), 1, 1024, NULL, "threads (default: physical cores = {cores})"},
-    {CLI_RUN | CLI_CHAT, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 0, I24, NULL,
+    {CLI_RUN | CLI_CHAT | CLI_PLAN, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 0, I24, NULL,
      "context length (default: the model's, at most 4096)"},
     {CLI_INFO, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 1, I24, NULL,
      "context length for the memory estimate (default 4096, or the model's\ntraining context if smaller)"},
@@ -259,7 +266,7 @@ static const cli_flag flags[] = {
     {CLI_SERVE, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
      "tokens per engine step: every generating slot's next token, then chunks of\n"
      "waiting prompts (default 512)"},
-    {CLI_RUN | CLI_CHAT | CLI_BENCH, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
+    {CLI_RUN | CLI_CHAT | CLI_BENCH | CLI_PLAN, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
      "prompt tokens per forward pass (default 512)"},
     {GEN_CMDS, "--temp", "X", F_F32, AT(sp.temp), 0, 100, NULL, "temperature (default 0.8; 0 = greedy)"},
     {GEN_CMDS, "--top-k", "N", F_I32, AT(sp.top_k), 0, I24, NULL, "top-k sampling (default 40; 0 = off)"},
@@ -291,7 +298,7 @@ static const cli_flag flags[] = {
      "use this template instead of the model's (see below)"},
 
     /* memory and weights */
-    {MODEL_CMDS, "--kv-type", "f16|f32", F_FN, 0, 0, 0, fn_kv_type, "KV cache element type (default f16)"},
+    {MODEL_CMDS | CLI_PLAN, "--kv-type", "f16|f32", F_FN, 0, 0, 0, fn_kv_type, "KV cache element type (default f16)"},
     {MEM_CMDS, "--mem-budget", "SIZE", F_FN, 0, 0, 0, fn_budget,
      "memory for this device's weights + KV cache + scratch (300M, 1.5G; default\n"
      "auto = 80% of MemAvailable or the cgroup limit; off = plain mmap); the weights\n"
@@ -324,10 +331,13 @@ static const cli_flag flags[] = {
 
     /* the cluster */
     {CLI_RUN | CLI_SERVE, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
-     "run on these `hearth worker`s too (the head computes as well): tensor\n"
-     "parallel, or a pipeline with --pp"},
-    {CLI_RUN | CLI_SERVE, "--tp-shares", "auto|W,...", F_FN, 0, 0, 0, fn_shares,
-     "share weights, head first (default: equal; auto: measured speed)"},
+     "run on these `hearth worker`s too (the head computes as well). Without\n"
+     "--tp-shares, --layer-windows, --pp or --allreduce the planner measures the\n"
+     "devices and links and runs the fastest plan it predicts: one device, tensor\n"
+     "parallel or a pipeline (`hearth plan` shows every candidate)"},
+    {CLI_PLAN, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers, "the `hearth worker`s the plan may use"},
+    {CLI_RUN | CLI_SERVE, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
+     "tensor parallel with these shares, head first (equal; auto: measured\nmatvec speed)"},
     {CLI_RUN | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
     {CLI_RUN | CLI_SERVE, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
      "with --workers: a pipeline (whole layers per device) instead of tensor\nparallelism"},
@@ -395,6 +405,13 @@ static const cli_flag flags[] = {
      "(tests at -d 0 only: at depth the KV cache is read too)"},
     {CLI_BENCH, "--json", NULL, F_ON, AT(json), 0, 0, NULL, "print a JSON list of {test, threads, tok_per_s, reps, ...}"},
 
+    /* plan, profile */
+    {CLI_PLAN | CLI_PROFILE, "--json", NULL, F_ON, AT(json), 0, 0, NULL, "print one JSON object instead of tables"},
+    {CLI_PLAN | CLI_PROFILE, "--no-cache", NULL, F_ON, AT(no_cache), 0, 0, NULL,
+     "measure this device again instead of using its cached profile"},
+    {CLI_PLAN, "--prompt-tokens", "N", F_LONG, AT(prompt_tokens), 1, I24, NULL,
+     "prompt length the predicted prefill time is for (default 512)"},
+
     /* info, tokenize, quantize */
     {CLI_INFO, "--json", NULL, F_ON, AT(json), 0, 0, NULL,
      "print one JSON object (with every tensor's name, type, shape and bytes)"},
@@ -442,7 +459,7 @@ static const cli_flag flags[] = {
 /* ---- parsing -------------------------------------------------------------------------------------- */
 
 cli_opts cli_opts_default(void) {
-    cli_opts o = {.n_predict = 256, .n_batch = 512, .kv_type = HQ_TYPE_F16, .reps = 5,
+    cli_opts o = {.n_predict = 256, .n_batch = 512, .prompt_tokens = 512, .kv_type = HQ_TYPE_F16, .reps = 5,
                   .sp = ht_sampler_default_params(), .head = hc_head_default_params(), .seed = 1, .n_embd = -1,
                   .n_layer = -1, .n_head = -1, .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1,
                   .synth_n_ctx = -1, .rope_base = -1, .tied = -1, .escape = true, .host = "127.0.0.1",

@@ -16,8 +16,9 @@
 /* the commands, as bits of cli_flag.cmds */
 enum {
     CLI_RUN = 1u << 0, CLI_CHAT = 1u << 1, CLI_EVAL = 1u << 2, CLI_BENCH = 1u << 3, CLI_INFO = 1u << 4,
-    CLI_SYNTH = 1u << 5, CLI_QUANTIZE = 1u << 6, CLI_TOKENIZE = 1u << 7, CLI_WORKER = 1u << 8, CLI_SERVE = 1u << 9,
-    CLI_CONVERT = 1u << 11,
+    CLI_SYNTH = 1u << 5, CLI_QUANTIZE = 1u << 6, CLI_TOKENIZE = 1u << 7, CLI_WORKER = 1u << 8,
+    CLI_PLAN = 1u << 9, CLI_PROFILE = 1u << 10, CLI_CONVERT = 1u << 11,
+    CLI_SERVE = 1u << 12,
 };
 
 #define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */
@@ -45,6 +46,9 @@ typedef struct cli_opts {
     double      mem_pct;             /* bench --mem-budget N%: percent of the weights (0: not given) */
     int         pin;                 /* bench --pin: enum hmem_pin */
     hc_head_params head;             /* --workers and the cluster flags */
+    bool        plan_given;          /* --tp-shares, --layer-windows or --allreduce given (the planner stays out) */
+    bool        no_cache;            /* profile/plan --no-cache: measure this device again */
+    long        prompt_tokens;       /* plan: prompt length the prefill figure is for */
     char       *workers_copy;        /* owned: the split --workers text */
     cli_list    bench_threads, bench_prompt, bench_gen, bench_depth;
     /* synth */

@@ -68,6 +68,25 @@ uint64_t hc_model_hash(const gguf_ctx *g);
    bytes read per second (GB/s), the figure decode speed follows. */
 double hc_bench_matvec(int n_threads, int ms, hr_err *err);
 
+/* ---- link measurement (the planner; a worker asked by LINK_PROBE) --------------------------------- */
+/* A session of its own with a worker, for measuring: HELLO, requests, BYE. */
+typedef struct hc_probe_conn {
+    hn_conn *conn;
+    hn_frame rx;
+    uint32_t seq;
+} hc_probe_conn;
+/* Connects to addr and says HELLO as `me`. On failure the caller still calls hc_probe_close. */
+int  hc_probe_open(hc_probe_conn *pc, const char *addr, const char *me, int timeout_ms, hr_err *err);
+/* Sends m; when want != 0 receives the answer into m (an ERROR becomes the error, with the peer's
+   text escaped). */
+int  hc_probe_request(hc_probe_conn *pc, hn_msg *m, int want, int timeout_ms, hr_err *err);
+int  hc_probe_expect(hc_probe_conn *pc, int want, hn_msg *m, int timeout_ms, hr_err *err);
+/* RTT: the median of n_pings empty PROFILE_REQ round trips (ms); throughput: one PROBE of `bytes`
+   (<= HN_MAX_PROBE): bytes / (its round trip - RTT), GB/s (0 when bytes is 0). */
+int  hc_probe_link(hc_probe_conn *pc, int n_pings, uint32_t bytes, int timeout_ms, double *rtt_ms, double *gbps,
+                   hr_err *err);
+void hc_probe_close(hc_probe_conn *pc, bool bye);   /* BYE when asked; frees everything */
+
 /* ---- head ------------------------------------------------------------------------------------------ */
 enum hc_allreduce { HC_ALLREDUCE_STAR = 0, HC_ALLREDUCE_RING = 1 };
 
@@ -156,6 +175,17 @@ int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err);
 void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap);
 
 /* ---- worker ---------------------------------------------------------------------------------------- */
+/* Key/value text a worker sends in its PROFILE (PROFILE_REQ with HN_PROFILE_DEVICE). */
+typedef struct hc_kv_text {
+    int  n;
+    char key[HN_MAX_KV][HN_MAX_KEY];
+    char val[HN_MAX_KV][HN_MAX_VALUE];
+} hc_kv_text;
+/* Describes this device into out (src/plan's profiler; cached by it): n_threads the worker's threads,
+   disk_dir where its weights live (its slice cache), mem the budget it was started with. */
+typedef int (*hc_profile_fn)(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, hc_kv_text *out,
+                             hr_err *err);
+
 typedef struct hc_worker_params {
     const char *listen;      /* "ADDR:PORT" (port 0 = ephemeral) */
     const char *cache_dir;   /* NULL: hc_default_cache_dir() */
@@ -166,6 +196,8 @@ typedef struct hc_worker_params {
     bool        no_repack;   /* --no-repack: load it in the file's layout */
     int         setup_ms;    /* a head that has said HELLO must have sent its plan by then (and each
                                 message until it is loaded within it); else the session is dropped */
+    hc_profile_fn profile;   /* answers PROFILE_REQ with HN_PROFILE_DEVICE; NULL: such a request is refused */
+    void         *profile_user;
 } hc_worker_params;
 hc_worker_params hc_worker_default_params(void);
 

@@ -33,6 +33,8 @@ struct hc_worker {
     hmem_request mem;
     bool        use_mmap, no_repack;  /* how a session holds its slice (hmem_load_weights) */
     int         setup_ms;
+    hc_profile_fn profile;
+    void        *profile_user;
     hn_listener *l;
     hc_guest    door[HC_DOOR_MAX];
     int         n_door;
@@ -69,6 +71,8 @@ hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
     w->use_mmap = p->use_mmap;
     w->no_repack = p->no_repack;
     w->setup_ms = p->setup_ms > 0 ? p->setup_ms : 20000;
+    w->profile = p->profile;
+    w->profile_user = p->profile_user;
     if (!(w->l = hn_listen(p->listen, err))) goto err;
     return w;
 err:
@@ -311,6 +315,18 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         if (gbps < 0) return hc_bad(s, req->seq, e.code, "benchmark failed: %s", e.msg);
         KV("matvec_gbps", "%.4f", gbps);
     }
+    hc_kv_text *dev = NULL;
+    if (req->u.profile_req.flags & HN_PROFILE_DEVICE) {
+        if (!s->w->profile) return hc_bad(s, req->seq, HR_EUNSUPPORTED, "this worker cannot describe its device");
+        if (!(dev = calloc(1, sizeof *dev))) return hc_bad(s, req->seq, HR_ENOMEM, "out of memory");
+        hr_err e = {0};
+        if (s->w->profile(s->w->profile_user, s->w->n_threads, s->w->cache, &s->w->mem, dev, &e)) {
+            free(dev);
+            return hc_bad(s, req->seq, e.code, "device profile failed: %s", e.msg);
+        }
+        for (int i = 0; i < dev->n && p->n_kv < HN_MAX_KV; i++)
+            p->kv[p->n_kv++] = (hn_kv){hn_cstr(dev->key[i]), hn_cstr(dev->val[i])};
+    }
     if (req->u.profile_req.flags & HN_PROFILE_STATS) {
         hn_conn_stats st, nx = {0}, pv = {0};
         hn_conn_get_stats(s->head, &st);
@@ -355,6 +371,60 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
     }
 #undef KV
     hr_err e = {0};
+    int rc = hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e);
+    free(dev);
+    if (rc) {
+        HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
+        return e.code;
+    }
+    return 0;
+}
+
+/* PROBE: the head measures the link (docs/planner.md); the answer carries reply_bytes (bounded by the
+   decoder) of zeros */
+static int hc_handle_probe(hc_session *s, const hn_msg *req) {
+    uint32_t n = req->u.probe.reply_bytes;
+    uint8_t *zeros = n ? calloc(n, 1) : NULL;
+    if (n && !zeros) return hc_bad(s, req->seq, HR_ENOMEM, "out of memory");
+    hn_msg r = {.type = HN_MSG_PROBE, .seq = req->seq};
+    r.u.probe = (hn_probe){.reply_bytes = 0, .n = n, .data = zeros};
+    hr_err e = {0};
+    int rc = hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e);
+    free(zeros);
+    if (rc) HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
+    return rc ? e.code : 0;
+}
+
+/* LINK_PROBE: the planner asks this worker to measure its link to another worker (which must answer
+   as a hearth worker before any data is sent; the sizes are bounded by the decoder: at most
+   HN_MAX_PINGS small messages and one PROBE of HN_MAX_PROBE bytes per request) */
+static int hc_handle_link_probe(hc_session *s, const hn_msg *req) {
+    const hn_link_probe *l = &req->u.link_probe;
+    char addr[HN_MAX_NAME + 1], me[HN_MAX_NAME], vals[2][40];
+    hn_str_copy(addr, sizeof addr, l->addr);
+    snprintf(me, sizeof me, "probe from %.100s", s->w->name);
+    hc_probe_conn pc;
+    hr_err e = {0};
+    double rtt = 0, gbps = 0;
+    int rc = hc_probe_open(&pc, addr, me, HC_SETUP_TIMEOUT_MS, &e);
+    if (!rc) rc = hc_probe_link(&pc, (int)l->n_pings, l->probe_bytes, HC_SETUP_TIMEOUT_MS, &rtt, &gbps, &e);
+    hc_probe_close(&pc, !rc);
+    hn_msg r = {.type = HN_MSG_PROFILE, .seq = req->seq};
+    char why[HN_MAX_VALUE];
+    if (rc) { /* the head learns why and keeps its estimate; the session goes on */
+        char esc[HN_MAX_NAME * 4 + 1];
+        snprintf(why, sizeof why, "%.80s: %.160s", hr_escape(esc, sizeof esc, addr, strlen(addr)), e.msg);
+        HR_LOGW("worker: measuring the link to %s", why);
+        r.u.profile.kv[0] = (hn_kv){hn_cstr("error"), hn_cstr(why)};
+        r.u.profile.n_kv = 1;
+    } else {
+        snprintf(vals[0], sizeof vals[0], "%.6g", rtt);
+        snprintf(vals[1], sizeof vals[1], "%.6g", gbps);
+        r.u.profile.kv[0] = (hn_kv){hn_cstr("rtt_ms"), hn_cstr(vals[0])};
+        r.u.profile.kv[1] = (hn_kv){hn_cstr("gbps"), hn_cstr(vals[1])};
+        r.u.profile.n_kv = 2;
+    }
+    e = (hr_err){0};
     if (hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) {
         HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
         return e.code;
@@ -974,6 +1044,12 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
         char why[HN_MAX_MESSAGE + 1]; /* a peer's text, escaped */
         switch (m.type) {
         case HN_MSG_PROFILE_REQ: rc = hc_handle_profile(s, &m); break;
+        case HN_MSG_PROBE:
+            rc = s->planned ? hc_bad(s, m.seq, HR_EPROTO, "PROBE after LOAD_PLAN") : hc_handle_probe(s, &m);
+            break;
+        case HN_MSG_LINK_PROBE:
+            rc = s->planned ? hc_bad(s, m.seq, HR_EPROTO, "LINK_PROBE after LOAD_PLAN") : hc_handle_link_probe(s, &m);
+            break;
         case HN_MSG_LOAD_PLAN:
             rc = s->planned ? hc_bad(s, m.seq, HR_EUNSUPPORTED, "a second LOAD_PLAN in one session") : hc_handle_load(s, &m);
             break;

@@ -53,7 +53,9 @@ enum hn_msg_type {
     HN_MSG_RESULT      = 14,
     HN_MSG_RESET       = 15,
     HN_MSG_BYE         = 16,
-    HN_MSG_COUNT       = 17,
+    HN_MSG_PROBE       = 17, /* link measurement: either side sends data, the other answers PROBE */
+    HN_MSG_LINK_PROBE  = 18, /* head -> worker: measure your link to another worker (answer: PROFILE) */
+    HN_MSG_COUNT       = 19,
 };
 
 /* capability bits in HELLO / HELLO_ACK (append only) */
@@ -68,7 +70,9 @@ enum {
 enum {
     HN_PROFILE_BENCH = 1u << 0, /* run the matvec benchmark (bench_ms budget) */
     HN_PROFILE_STATS = 1u << 1, /* report (and restart) the session's run-time counters */
+    HN_PROFILE_DEVICE = 1u << 2,/* report the device profile (src/plan: speeds per weight type, memory, disk) */
 };
+#define HN_MAX_PROBE (8u << 20) /* PROBE data and reply size limit (bytes) */
 
 /* what a FORWARD / PARTIAL covers (wire values: append only) */
 enum hn_stage { HN_STAGE_BLOCK = 0, HN_STAGE_ATTN = 1, HN_STAGE_FFN = 2, HN_STAGE_COUNT = 3 };
@@ -229,6 +233,12 @@ typedef struct hn_result {
 } hn_result;
 
 typedef struct hn_reset { uint32_t pos_begin; } hn_reset;
+/* A worker answers PROBE with PROBE: reply_bytes (<= HN_MAX_PROBE) bytes of data, reply_bytes 0. */
+typedef struct hn_probe { uint32_t reply_bytes; uint32_t n; const uint8_t *data; } hn_probe;
+/* The worker at addr (<= HN_MAX_NAME) is measured by the receiver: n_pings (1..HN_MAX_PINGS) round
+   trips, one PROBE of probe_bytes (<= HN_MAX_PROBE); the answer is PROFILE "rtt_ms", "gbps". */
+#define HN_MAX_PINGS 64
+typedef struct hn_link_probe { hn_str addr; uint32_t n_pings, probe_bytes; } hn_link_probe;
 typedef struct hn_bye   { int32_t code; hn_str reason; } hn_bye;
 
 typedef struct hn_msg {
@@ -251,6 +261,8 @@ typedef struct hn_msg {
         hn_result      result;
         hn_reset       reset;
         hn_bye         bye;
+        hn_probe       probe;
+        hn_link_probe  link_probe;
     } u;
 } hn_msg;
 

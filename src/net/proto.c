@@ -33,6 +33,8 @@ static const msg_info msg_table[HN_MSG_COUNT] = {
     [HN_MSG_RESULT]      = { "RESULT",      64 * MIB },
     [HN_MSG_RESET]       = { "RESET",       256 },
     [HN_MSG_BYE]         = { "BYE",         4 * KIB },
+    [HN_MSG_PROBE]       = { "PROBE",       HN_MAX_PROBE + 64 },
+    [HN_MSG_LINK_PROBE]  = { "LINK_PROBE",  512 },
 };
 
 static bool type_known(int type) { return type > 0 && type < HN_MSG_COUNT; }
@@ -335,6 +337,20 @@ static bool msg_ok(const hn_msg *m, why *w) {
         return true;
     }
     case HN_MSG_SLICE_END: case HN_MSG_READY: case HN_MSG_RESET: return true;
+    case HN_MSG_PROBE: {
+        const hn_probe *p = &m->u.probe;
+        if (p->reply_bytes > HN_MAX_PROBE) return bad(w, "reply_bytes", "%u exceed %u", p->reply_bytes, HN_MAX_PROBE);
+        if (p->n > HN_MAX_PROBE) return bad(w, "data", "%u bytes exceed %u", p->n, HN_MAX_PROBE);
+        if (p->n && !p->data) return bad(w, "data", "NULL with %u bytes", p->n);
+        return true;
+    }
+    case HN_MSG_LINK_PROBE: {
+        const hn_link_probe *l = &m->u.link_probe;
+        if (l->n_pings < 1 || l->n_pings > HN_MAX_PINGS) return bad(w, "n_pings", "%u is not in 1..%u", l->n_pings, HN_MAX_PINGS);
+        if (l->probe_bytes > HN_MAX_PROBE) return bad(w, "probe_bytes", "%u exceed %u", l->probe_bytes, HN_MAX_PROBE);
+        if (l->addr.n == 0) return bad(w, "addr", "empty");
+        return str_ok(l->addr, HN_MAX_NAME, "addr", w);
+    }
     case HN_MSG_FORWARD: {
         const hn_forward *f = &m->u.forward;
         if (f->layer_begin > f->layer_end)
@@ -495,6 +511,17 @@ int hn_msg_encode(const hn_msg *m, hn_buf *b, hn_iov *tail, hr_err *err) {
         hn_buf_put_i32(b, m->u.bye.code);
         put_hstr(b, m->u.bye.reason);
         break;
+    case HN_MSG_PROBE:
+        hn_buf_put_u32(b, m->u.probe.reply_bytes);
+        hn_buf_put_u32(b, m->u.probe.n);
+        tail->p = m->u.probe.data;
+        tail->n = m->u.probe.n;
+        break;
+    case HN_MSG_LINK_PROBE:
+        put_hstr(b, m->u.link_probe.addr);
+        hn_buf_put_u32(b, m->u.link_probe.n_pings);
+        hn_buf_put_u32(b, m->u.link_probe.probe_bytes);
+        break;
     }
     if (b->oom) return hr_fail(err, HR_ENOMEM, "%s: out of memory encoding the payload", hn_msg_name(m->type));
     uint32_t max = msg_table[m->type].max_payload;
@@ -652,6 +679,15 @@ int hn_msg_decode(int type, uint32_t seq, const void *payload, size_t len, hn_ms
     case HN_MSG_BYE:
         m->u.bye.code = hn_rd_i32(r, "code");
         m->u.bye.reason = hn_rd_str(r, HN_MAX_MESSAGE, "reason");
+        break;
+    case HN_MSG_PROBE:
+        m->u.probe.reply_bytes = hn_rd_u32(r, "reply_bytes");
+        m->u.probe.data = hn_rd_blob(r, &m->u.probe.n, HN_MAX_PROBE, "data");
+        break;
+    case HN_MSG_LINK_PROBE:
+        m->u.link_probe.addr = hn_rd_str(r, HN_MAX_NAME, "addr");
+        m->u.link_probe.n_pings = hn_rd_u32(r, "n_pings");
+        m->u.link_probe.probe_bytes = hn_rd_u32(r, "probe_bytes");
         break;
     }
     why w = { 0 };

@@ -6,7 +6,7 @@
  * thread runs the engine: every step is one batch holding each running slot's next token and chunks
  * of waiting prompts, and each slot's results (text pieces, its finish) go back to the connection's
  * thread, which writes them (Server-Sent Events when streaming). The engine is behind hs_backend, a
- * batch of several sequences: one device's context, or (later) the head of a cluster.
+ * batch of several sequences: one device's context, or the head of a cluster (one sequence so far).
  *
  * Library code: no exit, nothing on stdout, no command-line text; hs_server_params holds numbers.
  */
@@ -33,10 +33,9 @@ typedef struct hs_backend {
     const char *kind; /* "one context of N sequences", ... (for the log and /slots) */
 } hs_backend;
 
-/* One device. ctxs[0..n_ctxs): either one context of several sequences (n_ctxs == 1: the batch goes to
-   hm_eval whole and hm_kv_seq_copy shares prefixes), or, while the engine holds one sequence per
-   context, one context per sequence (each sequence's run of the batch is its own hm_eval). Borrowed. */
-int hs_backend_local(hs_backend *b, hm_ctx **ctxs, int n_ctxs, int32_t n_vocab, hr_err *err);
+/* One device: a context of one or more sequences (borrowed): one hm_eval per step, hm_kv_seq_copy for
+   shared prefixes. */
+int hs_backend_local(hs_backend *b, hm_ctx *c, int32_t n_vocab, hr_err *err);
 
 /* The head of a cluster (borrowed): one sequence, so one slot, until hc_head runs several sequences. */
 struct hc_head;
