@@ -8,7 +8,7 @@ set -u
 source "$(dirname "$0")/lib-serve.sh"
 
 serve_start A -np 4 -c 2048 -t 1 --api-key sekrit --queue 16
-serve_start B -np 1 -c 32768 -t 1 --queue 1  # a long context: its requests run long enough to fill the queue
+serve_start B -np 1 -c 32768 -t 1 --queue 1 --sse-ping 0.3  # a long context: its requests run long enough to fill the queue
 BIN="$BIN" MODEL="$M" URL_A="$A_URL" URL_B="$B_URL" KEY=sekrit SLOW=$SLOW timeout $((600 * SLOW)) \
     node "$JS/api.mjs" && ok || bad "api.mjs (above)"
 

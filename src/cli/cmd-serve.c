@@ -60,6 +60,7 @@ static int serve(cli_opts *o) {
     sp.n_slots = (int)o->parallel;
     sp.max_queue = (int)o->queue;
     sp.api_key = o->api_key;
+    sp.ping_s = o->sse_ping;
     sp.model_id = model_id(o);
     cli_engine e = {0};
     hs_backend b = {0};

@@ -368,6 +368,9 @@ static const cli_flag flags[] = {
      "requests that may wait for a slot; more are answered 503 (default 64)"},
     {CLI_SERVE, "--api-key", "KEY", F_STR, AT(api_key), 0, 0, NULL,
      "require `Authorization: Bearer KEY` (not for / and /health)"},
+    {CLI_SERVE, "--sse-ping", "SEC", F_F64, AT(sse_ping), 0.05, 3600, NULL,
+     "a stream with nothing to send for SEC s gets a comment line, so that\n"
+     "clients and proxies keep it open (default 5)"},
     {CLI_SERVE, "-a, --alias", "NAME", F_STR, AT(alias), 0, 0, NULL,
      "the model's name in /v1/models and replies (default: the file's name)"},
     /* llama.cpp's flags that do not apply: refused with the reason rather than silently ignored (a
@@ -463,7 +466,7 @@ cli_opts cli_opts_default(void) {
                   .sp = ht_sampler_default_params(), .head = hc_head_default_params(), .seed = 1, .n_embd = -1,
                   .n_layer = -1, .n_head = -1, .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1,
                   .synth_n_ctx = -1, .rope_base = -1, .tied = -1, .escape = true, .host = "127.0.0.1",
-                  .port = 8080, .parallel = 4, .queue = 64};
+                  .port = 8080, .parallel = 4, .queue = 64, .sse_ping = 5};
     o.mem = o.head.mem;
     o.pin = hmem_default_params().pin;
     o.bench_threads = (cli_list){{hr_physical_cores()}, 1};

@@ -208,7 +208,9 @@ async function main() {
   const s0 = await longReq(0);
   const it0 = s0[Symbol.asyncIterator]();
   await it0.next();  // running
-  const s1p = longReq(1);  // queued (its headers come only once the server answers)
+  // queued: its stream is open at once, and gets comment pings while it waits
+  const s1p = fetch(URL_B + '/v1/completions', { method: 'POST', signal: hold[1].signal,
+    headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ prompt: 'hi', max_tokens: 4, stream: true }) });
   let deferred = 0;
   for (let i = 0; i < 50 * SLOW && deferred < 1; i++) {
     deferred = Number(((await raw(URL_B, '/metrics')).text.match(/^hearth:requests_deferred (\S+)$/m) || [])[1]);
@@ -218,6 +220,15 @@ async function main() {
   const full = await raw(URL_B, '/v1/completions', { method: 'POST', body: JSON.stringify({ prompt: 'hi' }) });
   check(full.status === 503 && full.json?.error?.code === 503 && full.headers.get('retry-after'),
         'full queue: 503 with Retry-After: ' + full.status + ' ' + full.text);
+  let pinged = '';
+  try {
+    const rd = (await s1p).body.getReader();
+    const t0 = Date.now();
+    while (!pinged.includes(': ping') && Date.now() - t0 < 5000 * SLOW)
+      pinged += new TextDecoder().decode((await rd.read()).value);
+  } catch (e) { pinged += String(e); }
+  check(pinged.includes(': ping\n\n') && !pinged.includes('data:'),
+        'a waiting stream gets comment pings: ' + JSON.stringify(pinged));
   hold[0].abort();
   hold[1].abort();
   await s1p.catch(() => {});
