@@ -52,7 +52,8 @@ static int mock_eval(void *user, const hm_batch *b, hr_err *err) {
         if (s < 0 || s >= NSEQ || p < 0 || p >= NCTX || p > M->len[s] ||
             (i > 0 && b->seq[i - 1] == s && b->pos_of[i - 1] != p - 1)) {
             M->bad++;
-            snprintf(M->why, sizeof M->why, "token %d: seq %d pos %d, cache %d", i, s, p, s >= 0 && s < NSEQ ? M->len[s] : -1);
+            snprintf(M->why, sizeof M->why, "token %d: seq %d pos %d, cache %d", i, s, p,
+                     s >= 0 && s < NSEQ ? M->len[s] : -1);
             return hr_fail(err, HR_EINVAL, "bad batch");
         }
         M->hist[s][p] = b->tokens[i];

@@ -35,7 +35,8 @@ static int serve_load(cli_opts *o, cli_engine *e, hs_backend *b, hs_model_info *
     int tmpl = ht_chat_for_model(e->g, o->chat_template, note, sizeof note);
     if (note[0]) HR_LOGW("hearth serve: %s (--chat-template NAME chooses one)", note);
     *mi = (hs_model_info){.voc = e->voc, .chat_tmpl = tmpl, .add_bos = ht_add_bos(e->voc)};
-    int rc = e->tp ? hs_backend_head(b, e->tp, e->m->hp.n_vocab, err) : hs_backend_local(b, e->c, e->m->hp.n_vocab, err);
+    int32_t nv = e->m->hp.n_vocab;
+    int rc = e->tp ? hs_backend_head(b, e->tp, nv, err) : hs_backend_local(b, e->c, nv, err);
     if (rc) return rc;
     /* a context takes at most n_ctx tokens per pass (hm_ctx_create clamps its n_batch so) */
     b->n_batch = (int32_t)HR_MIN(o->n_batch, (long)b->n_ctx);

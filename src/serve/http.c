@@ -53,7 +53,8 @@ static hs_sched *server_sched(hs_server *S) { return __atomic_load_n(&S->sched, 
 static bool server_stopping(hs_server *S) { return __atomic_load_n(&S->stopping, __ATOMIC_ACQUIRE); }
 
 /* ---- responses ------------------------------------------------------------------------------------ */
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type, const char *body, size_t len) {
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type, const char *body,
+                             size_t len) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", type);
@@ -223,7 +224,8 @@ static int read_messages(hs_server *S, json_t *body, hs_req *r, char *why, size_
     int rc = -1;
     if (!m || !owned) { snprintf(why, cap, "out of memory"); goto out; }
     for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(msgs, i), *role = json_object_get(e, "role"), *content = json_object_get(e, "content");
+        json_t *e = json_array_get(msgs, i), *role = json_object_get(e, "role");
+        json_t *content = json_object_get(e, "content");
         if (!json_is_object(e) || !json_is_string(role)) {
             snprintf(why, cap, "messages[%zu] must be an object with a string \"role\"", i);
             goto out;
@@ -401,10 +403,11 @@ static json_t *final_json(hs_server *S, const gen_req *g, hs_req *r) {
     json_t *o = base_obj(S, g, g->chat ? "chat.completion" : "text_completion");
     json_t *lp = r->n_probs >= 0 ? logprobs_json(S->mi.voc, r->lps, 0, r->n_lps) : json_null();
     json_t *text = json_stringn(r->text ? r->text : "", r->text_len);
-    json_t *choice = g->chat ? json_pack("{s:s,s:i,s:{s:s,s:o},s:o}", "finish_reason", finish_name(r->finish), "index", 0,
-                                         "message", "role", "assistant", "content", text, "logprobs", lp)
+    const char *fin = finish_name(r->finish);
+    json_t *choice = g->chat ? json_pack("{s:s,s:i,s:{s:s,s:o},s:o}", "finish_reason", fin, "index", 0, "message",
+                                         "role", "assistant", "content", text, "logprobs", lp)
                              : json_pack("{s:o,s:i,s:o,s:s}", "text", text, "index", 0, "logprobs", lp, "finish_reason",
-                                         finish_name(r->finish));
+                                         fin);
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     json_object_set_new(o, "usage", usage_json(r));
     json_object_set_new(o, "timings", timings_json(r));
@@ -491,7 +494,8 @@ static void st_produce(stream *st) {
     if (r->finish == HS_FAILED) {
         st_event(st, error_obj(500, "server_error", r->err));
     } else if (r->finish == HS_STOP || r->finish == HS_LENGTH) {
-        json_t *o = chunk_json(st, g->chat ? json_object() : json_string(""), json_string(finish_name(r->finish)), NULL);
+        json_t *fin = json_string(finish_name(r->finish));
+        json_t *o = chunk_json(st, g->chat ? json_object() : json_string(""), fin, NULL);
         json_object_set_new(o, "timings", timings_json(r));
         st_event(st, o);
         if (g->include_usage) {
@@ -723,7 +727,8 @@ static void histogram(sbuf *b, const char *name, const char *help, const hs_hist
     uint64_t cum = 0;
     for (int i = 0; i <= h->n_bounds; i++) {
         cum += h->counts[i];
-        if (i < h->n_bounds) sb_printf(b, "hearth:%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
+        if (i < h->n_bounds)
+            sb_printf(b, "hearth:%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
         else sb_printf(b, "hearth:%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
     }
     sb_printf(b, "hearth:%s_sum %.9g\nhearth:%s_count %llu\n", name, h->sum, name, (unsigned long long)h->n);
@@ -736,7 +741,8 @@ static enum MHD_Result handle_metrics(hs_server *S, struct MHD_Connection *c) {
     sbuf b = {0};
     metric(&b, "prompt_tokens_total", "counter", "Number of prompt tokens processed.", (double)m.prompt_tokens);
     metric(&b, "prompt_seconds_total", "counter", "Prompt process time", m.prompt_s);
-    metric(&b, "tokens_predicted_total", "counter", "Number of generation tokens processed.", (double)m.predicted_tokens);
+    metric(&b, "tokens_predicted_total", "counter", "Number of generation tokens processed.",
+           (double)m.predicted_tokens);
     metric(&b, "tokens_predicted_seconds_total", "counter", "Predict process time", m.predicted_s);
     metric(&b, "n_decode_total", "counter", "Total number of engine steps (batches).", (double)m.n_decode);
     metric(&b, "n_busy_slots_per_decode", "gauge", "Average number of busy slots per engine step.",

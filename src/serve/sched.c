@@ -502,8 +502,8 @@ hs_sched *hs_sched_create(const hs_backend *b, const hs_model_info *mi, int n_sl
     s->logits = malloc((size_t)s->n_slots * (size_t)b->n_vocab * sizeof(float));
     s->piece = malloc((size_t)s->piece_cap);
     s->lp_buf = malloc((size_t)b->n_vocab * sizeof(float));
-    bool ok = s->slots && s->queue && s->b_tok && s->b_seq && s->b_pos && s->b_out && s->b_slot && s->logits && s->piece &&
-              s->lp_buf;
+    bool ok = s->slots && s->queue && s->b_tok && s->b_seq && s->b_pos && s->b_out && s->b_slot && s->logits &&
+              s->piece && s->lp_buf;
     for (int i = 0; ok && i < s->n_slots; i++) {
         s->slots[i].id = i;
         ok = (s->slots[i].cache = malloc((size_t)b->n_ctx * sizeof(int32_t))) != NULL;
