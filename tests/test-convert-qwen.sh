@@ -9,34 +9,14 @@
 source "$(dirname "$0")/lib-cli.sh"
 VOC="$SHARED/tokenizers/ggml-vocab-gpt-2.gguf"
 [[ -f "$VOC" && -f "$VOC.inp" ]] || { echo "$VOC not found; skipping" >&2; exit 77; }
-PY=""
-for p in /usr/bin/python3 python3; do
-    if "$p" -c 'import numpy' 2>/dev/null; then PY=$p; break; fi
-done
-[[ -n "$PY" ]] || { echo "no python3 with numpy (apt-get install python3-numpy); skipping" >&2; exit 77; }
-SRC=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/lib-convert.sh"
 
 ids=15496,995,11,703,389,345,30
-n=$(tr -cd , <<< "$ids" | wc -c); n=$((n + 1))
 for arch in qwen2 qwen3; do
     "$PY" "$SRC/make-hf-checkpoint.py" $arch "$VOC" "$TMP/$arch" || { bad "$arch: making the checkpoint failed"; continue; }
     "$BIN" convert "$TMP/$arch" "$TMP/$arch.gguf" --type f32 > "$TMP/out" 2>&1 || { bad "$arch: $(cat "$TMP/out")"; continue; }
     grep -q "wrote .*: $arch, " "$TMP/out" && ok || bad "$arch: $(cat "$TMP/out")"
-    "$PY" "$SRC/hf-forward.py" "$TMP/$arch" "$ids" "$TMP/ref.f32" || bad "$arch: reference pass failed"
-    "$BIN" eval -m "$TMP/$arch.gguf" --tokens "$ids" --logits "$TMP/got.f32" --kv-type f32 --force 2> "$TMP/err" ||
-        bad "$arch: eval: $(cat "$TMP/err")"
-    r=$("$PY" - "$TMP/ref.f32" "$TMP/got.f32" $n <<'PY'
-import sys, numpy as np
-n = int(sys.argv[3])
-a = np.fromfile(sys.argv[1], "<f4").reshape(n, -1).astype(np.float64)
-b = np.fromfile(sys.argv[2], "<f4").reshape(n, -1).astype(np.float64)
-rel = (np.abs(a - b).max(1) / np.abs(a).max(1)).max()
-print(f"{rel:.3g}", "ok" if rel <= 1e-4 and (a.argmax(1) == b.argmax(1)).all() else "bad")
-PY
-)
-    echo "  $arch logits: largest relative difference ${r% *}" >&2
-    [[ $r == *" ok" ]] && ok || bad "$arch: logits differ from the reference ($r)"
-
+    logits_match "$TMP/$arch" "$TMP/$arch.gguf" "$ids" "$arch logits"
     "$BIN" info --json "$TMP/$arch.gguf" > "$TMP/info.json" 2> "$TMP/err" || bad "$arch: info: $(cat "$TMP/err")"
 done
 
