@@ -187,7 +187,7 @@ double hpl_tp_objective(const hpl_cluster *c, const hpl_model *m, const hpl_plan
 
 static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p) {
     const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
-    double layers = 0, ar = 0, fwd = 0, ar_pf = 0, fwd_pf = 0, layers_pf = 0, stream = 0;
+    double layers = 0, ar, fwd, ar_pf, fwd_pf, layers_pf = 0, stream = 0, rtt = 0, xfer = 0, xfer_pf = 0;
     int nb = (n_prompt + m->n_batch - 1) / m->n_batch, per = HR_MIN(n_prompt, m->n_batch);
     for (int i = 0; i < p->n; i++) {
         bool ok;
@@ -199,14 +199,18 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         layers_pf = HR_MAX(layers_pf, hpl_layers_ms(&c->dev[p->dev[i]], m, m->n_layer, p->share[i], n_prompt));
         stream = HR_MAX(stream, p->dc[i].stream_ms);
         if (i == 0) continue;
-        /* star all-reduce: PARTIAL up, RESULT down; FORWARD to start the pass */
+        /* star all-reduce: PARTIAL up, RESULT down; FORWARD to start the pass. The latencies
+           overlap (the slowest link's), the bytes do not: they all pass the head's own link */
         const hpl_link *l = hpl_link_of(c, 0, p->dev[i]);
         double gbps = l->gbps > 0 ? l->gbps : 0.1;
-        ar = HR_MAX(ar, l->rtt_ms + 2 * B / (gbps * 1e6));
-        fwd = HR_MAX(fwd, hpl_hop_ms(c, 0, p->dev[i], B));
-        ar_pf = HR_MAX(ar_pf, l->rtt_ms + 2 * B * per / (gbps * 1e6));
-        fwd_pf = HR_MAX(fwd_pf, hpl_hop_ms(c, 0, p->dev[i], B * per));
+        rtt = HR_MAX(rtt, l->rtt_ms);
+        xfer += 2 * B / (gbps * 1e6);
+        xfer_pf += 2 * B * per / (gbps * 1e6);
     }
+    ar = rtt + xfer;
+    ar_pf = rtt + xfer_pf;
+    fwd = rtt / 2 + xfer / 2;
+    fwd_pf = rtt / 2 + xfer_pf / 2;
     p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
     p->dc[0].compute_ms += p->head_extra_ms;
     p->comm_ms = fwd + 2.0 * m->n_layer * ar;
