@@ -91,19 +91,37 @@ static double hpl_disk_ms_per_byte(const hpl_device *d) {
 }
 
 /* Memory of one device holding `weights` bytes of layers (plus `fixed` bytes the head keeps: the
-   output head), kv bytes of KV cache and the scratch: what stays resident and what streams. The
-   residency manager's rules (src/mem): everything kept when it fits the budget; else room for two
-   of the largest blocks stays free for the stream, the rest of the budget pins weights. */
+   output head, one block of its own), kv bytes of KV cache and the scratch: what stays resident and
+   what streams. The residency manager's rules (src/mem): everything kept when it fits the budget;
+   else room for two of the largest blocks stays free for the stream and the rest of the budget pins
+   weights. A default budget that cannot hold the KV cache, the scratch and the largest block means
+   no manager (src/mem/setup.c): plain mmap, where the kernel keeps what fits the device's memory and
+   a token's pass over more than that misses every page (LRU over a cycle); a budget given that
+   cannot hold them is an error. */
 static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, double fixed, double kv,
                        double block, hpl_dev_cost *dc, char *why, size_t cap) {
     dc->kv_bytes = kv;
     dc->scratch_bytes = m->scratch_bytes;
     dc->budget = (double)d->budget;
+    block = HR_MAX(block, fixed);
     double all = weights + fixed, avail = dc->budget - kv - m->scratch_bytes;
     if (all <= avail) {
         dc->resident_bytes = all;
         dc->stream_bytes = 0;
         dc->mem_bytes = all + kv + m->scratch_bytes;
+        return true;
+    }
+    if (avail < block && !d->budget_set) {
+        double usable = (double)d->mem_usable - kv - m->scratch_bytes;
+        if (usable < 0) {
+            snprintf(why, cap, "%s: its memory (%.0f MiB) does not hold the KV cache (%.0f MiB) and the scratch (%.0f MiB)",
+                     d->name, d->mem_usable / 1048576.0, kv / 1048576, m->scratch_bytes / 1048576);
+            return false;
+        }
+        dc->mmap = true;
+        dc->resident_bytes = all <= usable ? all : 0;
+        dc->stream_bytes = all <= usable ? 0 : all;
+        dc->mem_bytes = HR_MIN(all, usable) + kv + m->scratch_bytes;
         return true;
     }
     if (avail < block) {
@@ -117,6 +135,14 @@ static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, 
     dc->stream_bytes = all - dc->resident_bytes;
     dc->mem_bytes = dc->budget;
     return true;
+}
+
+/* what of a device's streaming its compute does not cover: a manager's loader reads ahead while it
+   computes (and hidden_ms more in the ring's idle time); plain mmap faults pages in as compute
+   reaches them */
+static double hpl_blocked(const hpl_dev_cost *dc, double hidden_ms) {
+    if (dc->mmap) return dc->stream_ms;
+    return HR_MAX(0, dc->stream_ms - dc->compute_ms - hidden_ms);
 }
 
 static const hpl_link *hpl_link_of(const hpl_cluster *c, int a, int b) { return &c->link[a][b]; }
@@ -142,8 +168,7 @@ static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_promp
     p->head_extra_ms = hpl_head_extra_ms(d, m);
     dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, 1, 0) + p->head_extra_ms;
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
-    /* the loader reads ahead while compute runs: only what it cannot read in that time blocks */
-    dc->blocked_ms = HR_MAX(0, dc->stream_ms - dc->compute_ms);
+    dc->blocked_ms = hpl_blocked(dc, 0);
     p->compute_ms = dc->compute_ms;
     p->blocked_ms = dc->blocked_ms;
     p->ms_per_token = dc->compute_ms + dc->blocked_ms;
@@ -168,7 +193,7 @@ static double hpl_tp_dev(const hpl_cluster *c, const hpl_model *m, const hpl_pla
     if (!*ok) return INFINITY;
     dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, x, 0);
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
-    dc->blocked_ms = HR_MAX(0, dc->stream_ms - dc->compute_ms);
+    dc->blocked_ms = hpl_blocked(dc, 0);
     return dc->compute_ms + dc->blocked_ms;
 }
 
@@ -277,7 +302,7 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         double idle = sum_c - dc->compute_ms + comm;
         double room_ms = pl.n_win[i] * HR_MIN(2 * m->block_max_bytes, dc->stream_bytes) * hpl_disk_ms_per_byte(d);
         double hidden = HR_MIN(idle, room_ms);
-        dc->blocked_ms = HR_MAX(0, dc->stream_ms - dc->compute_ms - hidden);
+        dc->blocked_ms = hpl_blocked(dc, hidden);
         blocked += dc->blocked_ms;
         double own_pf = hpl_layers_ms(d, m, dc->layers, 1, n_prompt);
         blocked_pf += HR_MAX(0, dc->stream_ms - own_pf - HR_MIN(sum_pf - own_pf + comm_pf, room_ms));

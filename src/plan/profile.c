@@ -427,7 +427,8 @@ static void hpl_read_memory(const hmem_request *rq, hpl_device *d) {
     if (sm.env_limit && (!d->mem_limit || sm.env_limit < d->mem_limit)) d->mem_limit = sm.env_limit;
     d->mem_usable = sm.mem_available ? sm.mem_available : sm.mem_total;
     if (d->mem_limit && d->mem_limit < d->mem_usable) d->mem_usable = d->mem_limit;
-    d->budget = rq && rq->given && !rq->off && rq->bytes ? rq->bytes : hmem_default_budget(&sm);
+    d->budget_set = rq && rq->given && !rq->off && rq->bytes;
+    d->budget = d->budget_set ? rq->bytes : hmem_default_budget(&sm);
 }
 
 int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err) {
@@ -490,6 +491,7 @@ int hpl_device_to_kv(const hpl_device *d, hc_kv_text *o) {
     HPL_KV(o, "mem_limit", "%" PRIu64, d->mem_limit);
     HPL_KV(o, "mem_usable", "%" PRIu64, d->mem_usable);
     HPL_KV(o, "budget", "%" PRIu64, d->budget);
+    HPL_KV(o, "budget_set", "%d", d->budget_set);
     HPL_KV(o, "mem_bw_gbps", "%.6g", d->mem_bw_gbps);
     HPL_KV(o, "disk_gbps", "%.6g", d->disk_gbps);
     HPL_KV(o, "cached", "%d", d->cached);
@@ -538,6 +540,7 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *d, hr_err *err) {
         else if (!strcmp(key, "mem_limit")) d->mem_limit = (uint64_t)HR_MIN(v, 1e18);
         else if (!strcmp(key, "mem_usable")) d->mem_usable = (uint64_t)HR_MIN(v, 1e18);
         else if (!strcmp(key, "budget")) d->budget = (uint64_t)HR_MIN(v, 1e18);
+        else if (!strcmp(key, "budget_set")) d->budget_set = v != 0;
         else if (!strcmp(key, "mem_bw_gbps")) d->mem_bw_gbps = v;
         else if (!strcmp(key, "disk_gbps")) d->disk_gbps = v;
         else if (!strcmp(key, "cached")) d->cached = v != 0;
