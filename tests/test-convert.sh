@@ -23,7 +23,7 @@ refused() {
     rm -f "$TMP/bad.gguf"*
     "$BIN" convert "$dir" "$TMP/bad.gguf" "${args[@]}" > /dev/null 2> "$TMP/err"
     local rc=$?
-    if [[ $rc -ne 1 && $rc -ne 2 ]]; then bad "$desc: exit $rc"
+    if [[ $rc -ne 1 && $rc -ne 2 ]] || grep -q "Sanitizer" "$TMP/err"; then bad "$desc: exit $rc $(cat "$TMP/err")"
     elif ! grep -q "hearth convert: .*$pattern" "$TMP/err"; then bad "$desc: message lacks '$pattern': $(cat "$TMP/err")"
     elif compgen -G "$TMP/bad.gguf*" > /dev/null; then bad "$desc: left $(ls "$TMP"/bad.gguf*)"
     else ok; fi
