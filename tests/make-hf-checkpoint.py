@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Writes a small random-weight Hugging Face checkpoint for the converter's tests:
-`make-hf-checkpoint.py ARCH VOCAB.gguf OUT_DIR` with ARCH qwen2 or qwen3. The tokenizer is a
+`make-hf-checkpoint.py ARCH VOCAB.gguf OUT_DIR` with ARCH qwen2, qwen3 or llama3 (Llama with Llama
+3.1's rope scaling, its original context made short so that most frequencies are scaled, and an
+untied output). The tokenizer is a
 byte-level BPE tokenizer.json rebuilt from the vocabulary and merges of VOCAB.gguf (llama.cpp's
 GPT-2 vocabulary in shared/tokenizers, whose .inp/.out vectors then say what the converted file
 must tokenize to); the weights are F16 safetensors, the shape small and odd where it can be (Qwen3's
@@ -72,13 +74,18 @@ def main():
     E, H, KV, L, FF = 64, 4, 2, 2, 96
     hd = 24 if arch == "qwen3" else E // H
     V = len(tokens)
-    cfg = {"architectures": ["Qwen3ForCausalLM" if arch == "qwen3" else "Qwen2ForCausalLM"], "model_type": arch,
+    cls = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "llama3": "LlamaForCausalLM"}[arch]
+    cfg = {"architectures": [cls], "model_type": arch,
            "hidden_size": E, "num_attention_heads": H, "num_key_value_heads": KV, "num_hidden_layers": L,
            "intermediate_size": FF, "vocab_size": V, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
            "rope_theta": 1000000.0, "tie_word_embeddings": arch == "qwen2", "hidden_act": "silu",
            "eos_token_id": added[0]["id"] if added else None, "torch_dtype": "float16"}
     if arch == "qwen3":
         cfg["head_dim"] = hd
+    if arch == "llama3":
+        cfg["rope_theta"] = 500000.0
+        cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 64}
     json.dump(cfg, open(out + "/config.json", "w"), indent=1)
 
     rng = np.random.default_rng(7)
@@ -105,7 +112,7 @@ def main():
         if arch == "qwen2":
             for x, n in (("q", H), ("k", KV), ("v", KV)):
                 mat(p + f"self_attn.{x}_proj.bias", n * hd, scale=0.3)
-        else:
+        elif arch == "qwen3":
             mat(p + "self_attn.q_norm.weight", hd, scale=0.1, center=1.0)
             mat(p + "self_attn.k_norm.weight", hd, scale=0.1, center=1.0)
     header, off, blobs = {}, 0, []

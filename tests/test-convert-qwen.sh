@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# `hearth convert` on the byte-level BPE and Qwen paths, which no real checkpoint in shared/ covers:
-# tests/make-hf-checkpoint.py writes random-weight Qwen2 (q/k/v biases, tied) and Qwen3 (q/k norms,
-# head size 24 with n_embd 64 / 4 heads) checkpoints in F16 whose tokenizer.json is llama.cpp's
-# GPT-2 vocabulary and merges. Checked: logits against tests/hf-forward.py's numpy pass to 1e-4 of
+# `hearth convert` on the byte-level BPE, Qwen and Llama 3.1 paths, which no real checkpoint in
+# shared/ covers: tests/make-hf-checkpoint.py writes random-weight Qwen2 (q/k/v biases, tied), Qwen3
+# (q/k norms, head size 24 with n_embd 64 / 4 heads) and Llama (Llama 3.1 rope scaling, untied)
+# checkpoints in F16 whose tokenizer.json is llama.cpp's GPT-2 vocabulary and merges. Checked: logits against tests/hf-forward.py's numpy pass to 1e-4 of
 # the largest logit; the converted tokenizer against llama.cpp's own vectors for that vocabulary
 # (ggml-vocab-gpt-2.gguf.inp/.out); the metadata (pre-tokenizer, EOS, chat template, head size).
 # Env: HEARTH_BIN, HEARTH_SHARED. Needs python3 with numpy.
@@ -11,13 +11,17 @@ VOC="$SHARED/tokenizers/ggml-vocab-gpt-2.gguf"
 [[ -f "$VOC" && -f "$VOC.inp" ]] || { echo "$VOC not found; skipping" >&2; exit 77; }
 source "$(dirname "$0")/lib-convert.sh"
 
-ids=15496,995,11,703,389,345,30
-for arch in qwen2 qwen3; do
+# 20 positions: Llama 3.1's rope scaling (llama3, an original context of 64) slows the low
+# frequencies, which a few positions would hardly show (without rope_freqs: 0.75 of the largest logit)
+ids=15496,995,11,703,389,345,30,12,13,14,15,16,17,18,19,20,21,22,23,24
+for arch in qwen2 qwen3 llama3; do
     "$PY" "$SRC/make-hf-checkpoint.py" $arch "$VOC" "$TMP/$arch" || { bad "$arch: making the checkpoint failed"; continue; }
     "$BIN" convert "$TMP/$arch" "$TMP/$arch.gguf" --type f32 > "$TMP/out" 2>&1 || { bad "$arch: $(cat "$TMP/out")"; continue; }
-    grep -q "wrote .*: $arch, " "$TMP/out" && ok || bad "$arch: $(cat "$TMP/out")"
+    want=$arch; [[ $arch == llama3 ]] && want=llama
+    grep -q "wrote .*: $want, " "$TMP/out" && ok || bad "$arch: $(cat "$TMP/out")"
     logits_match "$TMP/$arch" "$TMP/$arch.gguf" "$ids" "$arch logits"
     "$BIN" info --json "$TMP/$arch.gguf" > "$TMP/info.json" 2> "$TMP/err" || bad "$arch: info: $(cat "$TMP/err")"
+    if [[ $arch == llama3 ]]; then grep -q '"rope_freqs.weight"' "$TMP/info.json" && ok || bad "llama3: no rope_freqs.weight"; fi
 done
 
 # the byte-level tokenizer against llama.cpp's vectors for the same vocabulary
