@@ -27,6 +27,16 @@ def log(msg):
     print(f"plan: {msg}", file=sys.stderr, flush=True)
 
 
+def drop_cache(path):
+    """the model's pages out of the page cache, so that a device reads them under its own memory
+    limit (pages cached by another cgroup would be hits it is never charged for)"""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def cand_flags(c, addrs):
     """the hearth run flags that run candidate c (workers: the cluster's addresses, head first)"""
     if c["kind"] == "single":
@@ -106,6 +116,7 @@ def main():
             head = env + [bin_, "run", "-m", model, "-p", args.prompt, "--temp", "0", "--ignore-eos", "-t", "1",
                           "-c", str(args.ctx)] + cand_flags(c, addrs)
             log(f"candidate {i}: {c['plan']} (predicted {c['predicted_ms_per_token']:.1f} ms/token)")
+            drop_cache(model)
             w = tp.sh(bed.cmd("d0", head + ["-n", "2"]), timeout=1800)
             if w.returncode:
                 entry["error"] = w.stderr[-800:]
@@ -113,6 +124,7 @@ def main():
                 continue
             ms = []
             for _ in range(args.repeats):
+                drop_cache(model)
                 r = tp.sh(bed.cmd("d0", head + ["-n", str(args.tokens)]), timeout=1800)
                 if r.returncode:
                     raise RuntimeError(f"candidate {i}: {r.stderr[-1500:]}")

@@ -58,13 +58,23 @@ def forward(d, ids):
     hd = c.get("head_dim", E // H)
     eps = c["rms_norm_eps"]
     theta = c.get("rope_theta", 10000.0)
-    if c.get("rope_scaling"):
-        raise SystemExit("rope scaling is not implemented here")
     T = len(ids)
     embed = w.get("model.embed_tokens.weight", w.get("lm_head.weight"))
     head = w["lm_head.weight"] if "lm_head.weight" in w else embed
     x = embed[ids]
     inv = 1.0 / theta ** (np.arange(0, hd, 2) / hd)
+    rs = c.get("rope_scaling")
+    if rs:  # Llama 3.1's: as transformers' _compute_llama3_parameters
+        if rs.get("rope_type", rs.get("type")) != "llama3":
+            raise SystemExit("only llama3 rope scaling is implemented here")
+        factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old_ctx = rs["original_max_position_embeddings"]
+        wavelen = 2 * np.pi / inv
+        scaled = np.where(wavelen > old_ctx / lo, inv / factor, inv)
+        smooth = (old_ctx / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old_ctx / hi) & ~(wavelen > old_ctx / lo)
+        inv = np.where(medium, smoothed, scaled)
     ang = np.arange(T)[:, None] * inv[None, :]
     cos = np.cos(np.concatenate([ang, ang], -1))[:, None, :]
     sin = np.sin(np.concatenate([ang, ang], -1))[:, None, :]

@@ -2,7 +2,7 @@
 # llama.cpp's conventions in the hearth command: escapes in -p processed by default (run echoes the
 # prompt it was given), --no-escape; llama.cpp's GPU flags refused on every command that runs a
 # model, with the reason; `hearth --version` (version and the commit baked in at configure time);
-# the man page made from --help lists every command. Env: HEARTH_BIN, HEARTH_SHARED, HEARTH_SRC.
+# the man page made from --help lists every command; the load progress bar on a TTY only. Env: HEARTH_BIN, HEARTH_SHARED, HEARTH_SRC.
 source "$(dirname "$0")/lib-cli.sh"
 
 # run echoes its prompt: with escapes processed it is the typed text with a real tab
@@ -40,6 +40,15 @@ if [[ -n "${HEARTH_SRC:-}" ]]; then
         grep -q "^.SH \"hearth $cmd\"" "$TMP/hearth.1" && ok || bad "the man page lacks hearth $cmd"
     done
     grep -q -- "--no-escape" "$TMP/hearth.1" && ok || bad "the man page lacks the flags"
+fi
+
+# progress bars: loading the weights draws one on a terminal (script(1) gives run a pty), never in a pipe
+if command -v script > /dev/null; then
+    script -qec "$BIN run -m $M -p Once -n 1" /dev/null > "$TMP/tty" 2>&1
+    grep -q 'load  *\[#*\] 100%' "$TMP/tty" && ok || bad "no load progress bar on a TTY: $(head -c 300 "$TMP/tty")"
+    "$BIN" run -m "$M" -p Once -n 1 2>&1 | grep -q '\] *[0-9]*%' && bad "a progress bar in a pipe" || ok
+else
+    echo "skip: no script(1) for the TTY check"
 fi
 
 echo "$pass passed, $fail failed"

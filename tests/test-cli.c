@@ -125,12 +125,12 @@ static void check_help(void) {
     char why[128] = "";
     CHECKF(cli_table_check(why, sizeof why) == 0, "%s", why);
     const cli_command *cmds[] = {&cli_run, &cli_chat, &cli_eval, &cli_bench, &cli_info, &cli_synth, &cli_quantize,
-                                 &cli_tokenize, &cli_worker};
+                                 &cli_tokenize, &cli_worker, &cli_convert};
     const char *expect[][3] = {{"--workers", "--stats-json", "--temp"}, {"--system", "--chat-template", "/reset"},
                                {"--tokens", "--logits", "--force"},     {"--n-depth", "--roofline", "--pin"},
                                {"--json", "--tensors", "-c, --ctx-size"}, {"--shape", "--rope-base", "recipes"},
                                {"--keep-embd", "TYPE", "--threads"},      {"--stdin", "--parse-special", "Exit status"},
-                               {"--listen", "--sessions", "--mem-budget"}};
+                               {"--listen", "--sessions", "--mem-budget"}, {"--type", "--force", "Architectures"}};
     for (size_t i = 0; i < HR_ARRAY_LEN(cmds); i++) {
         char *text = NULL;
         size_t len = 0;

@@ -14,32 +14,7 @@
 source "$(dirname "$0")/lib-cli.sh"
 HF="$SHARED/models/tinystories-656k-hf"
 [[ -d "$HF" ]] || { echo "$HF not found; skipping" >&2; exit 77; }
-PY=""
-for p in /usr/bin/python3 python3; do
-    if "$p" -c 'import numpy' 2>/dev/null; then PY=$p; break; fi
-done
-[[ -n "$PY" ]] || { echo "no python3 with numpy (apt-get install python3-numpy); skipping" >&2; exit 77; }
-SRC=$(cd "$(dirname "$0")" && pwd)
-
-# logits_match DIR GGUF IDS DESC: hearth's logits of IDS on GGUF against the reference pass on DIR
-logits_match() {
-    local dir=$1 gguf=$2 ids=$3 desc=$4
-    "$PY" "$SRC/hf-forward.py" "$dir" "$ids" "$TMP/ref.f32" || { bad "$desc: reference pass failed"; return; }
-    "$BIN" eval -m "$gguf" --tokens "$ids" --logits "$TMP/got.f32" --kv-type f32 --force 2> "$TMP/err" ||
-        { bad "$desc: hearth eval failed: $(cat "$TMP/err")"; return; }
-    local r
-    r=$("$PY" - "$TMP/ref.f32" "$TMP/got.f32" "$ids" <<'PY'
-import sys, numpy as np
-n = len(sys.argv[3].split(","))
-a = np.fromfile(sys.argv[1], "<f4").reshape(n, -1).astype(np.float64)
-b = np.fromfile(sys.argv[2], "<f4").reshape(n, -1).astype(np.float64)
-rel = (np.abs(a - b).max(1) / np.abs(a).max(1)).max()
-print(f"{rel:.3g}", "ok" if rel <= 1e-4 and (a.argmax(1) == b.argmax(1)).all() else "bad")
-PY
-)
-    [[ $r == *" ok" ]] && ok || bad "$desc: logits differ from the reference (largest relative difference $r)"
-    echo "  $desc: largest relative difference ${r% *}" >&2
-}
+source "$(dirname "$0")/lib-convert.sh"
 
 # refused DESC DIR [ARGS] PATTERN: convert fails (exit 1 or 2), says PATTERN, leaves no output file
 refused() {
@@ -48,7 +23,7 @@ refused() {
     rm -f "$TMP/bad.gguf"*
     "$BIN" convert "$dir" "$TMP/bad.gguf" "${args[@]}" > /dev/null 2> "$TMP/err"
     local rc=$?
-    if [[ $rc -ne 1 && $rc -ne 2 ]]; then bad "$desc: exit $rc"
+    if [[ $rc -ne 1 && $rc -ne 2 ]] || grep -q "Sanitizer" "$TMP/err"; then bad "$desc: exit $rc $(cat "$TMP/err")"
     elif ! grep -q "hearth convert: .*$pattern" "$TMP/err"; then bad "$desc: message lacks '$pattern': $(cat "$TMP/err")"
     elif compgen -G "$TMP/bad.gguf*" > /dev/null; then bad "$desc: left $(ls "$TMP"/bad.gguf*)"
     else ok; fi
@@ -171,6 +146,34 @@ mk notok && rm "$TMP/notok/tokenizer.json"
 refused "no tokenizer.json" "$TMP/notok" "tokenizer.json"
 mk nost && rm "$TMP/nost/model.safetensors"
 refused "no weights" "$TMP/nost" "no model.safetensors"
+# hostile safetensors headers: each a copy whose header says something its data cannot be
+for case in offsets dtype hugeheader notjson negative; do
+    mk "h-$case"
+    "$PY" - "$TMP/h-$case/model.safetensors" $case <<'PY'
+import json, struct, sys
+path, case = sys.argv[1:3]
+raw = open(path, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+t = h["model.norm.weight"]
+if case == "offsets": t["data_offsets"][1] += 4
+if case == "dtype": t["dtype"] = "I64"
+if case == "negative": t["shape"] = [-128]
+hb = json.dumps(h).encode() if case != "notjson" else b"[1, 2" + b" " * 8
+if case == "hugeheader":
+    open(path, "wb").write(struct.pack("<Q", 1 << 62) + raw[8:])
+else:
+    open(path, "wb").write(struct.pack("<Q", len(hb)) + hb + data)
+PY
+done
+refused "data_offsets that disagree with the shape" "$TMP/h-offsets" "data_offsets span 516 bytes, its shape needs 512"
+refused "an I64 tensor" "$TMP/h-dtype" "only F32, F16 and BF16"
+refused "a header longer than the file" "$TMP/h-hugeheader" "is truncated or not safetensors"
+refused "a header that is not JSON" "$TMP/h-notjson" "not a JSON object"
+refused "a negative dimension" "$TMP/h-negative" "bad shape"
+mk nomerges && "$PY" -c 'import json,sys; p=sys.argv[1]; t=json.load(open(p)); del t["model"]["merges"]; json.dump(t, open(p, "w"))' \
+    "$TMP/nomerges/tokenizer.json"
+refused "tokenizer.json without merges" "$TMP/nomerges" "no vocab or no merges"
 refused "unknown --type" "$HF" --type q4_0 "one of f32, f16, bf16, q8_0, auto"
 refused "not a directory" "$TMP/nope" "not a directory"
 # an existing output is kept unless --force

@@ -162,6 +162,22 @@ static void test_single_cost(void) {
     CHECKF(fabs(p.ms_per_token - HR_MAX(want, stream / 1e6)) < 1e-6, "%.4f ms", p.ms_per_token);
 }
 
+/* a default budget that cannot hold the output head (one block of its own): no manager, plain mmap,
+   every page of a pass missed when the weights exceed the memory; a budget given explicitly fails */
+static void test_mmap_fallback(void) {
+    hpl_cluster c = {.n = 1};
+    c.dev[0] = dev(10, 200 * MIB, 1.0);      /* mem_usable 250 MiB */
+    hpl_model m = model(10, 50 * MIB, 190 * MIB, 1 * MIB);
+    hpl_plan p = {.kind = HPL_SINGLE, .n = 1};
+    hr_err err = {0};
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[0].mmap);
+    double all = (10 * 50 + 190) * MIB;
+    CHECKF(p.dc[0].stream_bytes == all && fabs(p.blocked_ms - all / 1e6) < 1e-6, "streams %.0f MiB, blocked %.1f ms",
+           p.dc[0].stream_bytes / MIB, p.blocked_ms);
+    c.dev[0].budget_set = true;
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && !p.feasible && strstr(p.why, "budget"));
+}
+
 static void test_kv_roundtrip(void) {
     hpl_device d = dev(7.5, 123 * MIB, 0.25), e;
     d.cpu_quota = 0.5;
@@ -186,6 +202,7 @@ int main(void) {
     test_minmax_brute();
     test_winners();
     test_single_cost();
+    test_mmap_fallback();
     test_kv_roundtrip();
     return test_summary();
 }

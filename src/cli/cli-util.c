@@ -102,16 +102,25 @@ bool cli_is_tty(void) { return isatty(STDERR_FILENO); }
 
 static int cli_progress_drawn;
 void cli_progress(const char *label, uint64_t done, uint64_t total) {
+    static int last_pct = -1;
     if (!cli_is_tty() || total == 0) return;
+    const int pct = (int)(done * 100 / total);
+    if (cli_progress_drawn && pct == last_pct) return; /* redraw on a change only */
+    last_pct = pct;
     int width = 40, fill = (int)(done * (uint64_t)width / total);
     char bar[64];
     for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '-';
     bar[width] = 0;
-    fprintf(stderr, "\r%-12s [%s] %3d%%", label, bar, (int)(done * 100 / total));
+    fprintf(stderr, "\r%-12s [%s] %3d%%", label, bar, pct);
     fflush(stderr);
     cli_progress_drawn = 1;
 }
 void cli_progress_end(void) {
     if (cli_progress_drawn) fputc('\n', stderr);
     cli_progress_drawn = 0;
+}
+void cli_progress_hook(const char *label, uint64_t done, uint64_t total, void *user) {
+    (void)user;
+    cli_progress(label, done, total);
+    if (done >= total) cli_progress_end();
 }

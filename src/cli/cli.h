@@ -28,5 +28,7 @@ void cli_print_device(int i, const char *addr, const struct hpl_device *d);
 /* A progress bar on stderr, drawn only on a TTY: cli_progress("quantize", done, total). */
 void cli_progress(const char *label, uint64_t done, uint64_t total);
 void cli_progress_end(void);
+/* hr_progress's callback (set by main): library steps drawn with cli_progress */
+void cli_progress_hook(const char *label, uint64_t done, uint64_t total, void *user);
 
 #endif

@@ -5,6 +5,7 @@
 #include "convert/convert.h"
 #include "quant/quant.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -25,6 +26,11 @@ static int convert_check(const cli_command *c, cli_opts *o) {
     return 0;
 }
 
+/* Ctrl-C or SIGTERM: stop writing, so that the writer removes its temporary file and no partial
+   output is left behind (a converter of a 70B checkpoint runs for minutes) */
+static volatile sig_atomic_t convert_cancel;
+static void convert_on_signal(int sig) { convert_cancel = 1; }
+
 static void convert_progress(void *user, uint64_t done, uint64_t total) { cli_progress("convert", done, total); }
 
 static int convert(cli_opts *o) {
@@ -44,8 +50,14 @@ static int convert(cli_opts *o) {
         fprintf(stderr, "hearth convert: %s\n", err.msg);
         return 1;
     }
-    hcv_params p = {.type = type, .overwrite = o->force, .progress = convert_progress};
+    struct sigaction sa = {.sa_handler = convert_on_signal}, old_int, old_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    hcv_params p = {.type = type, .overwrite = o->force, .progress = convert_progress, .cancel = &convert_cancel};
     int rc = hcv_write(m, o->pos[1], &p, &err);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     cli_progress_end();
     if (rc) fprintf(stderr, "hearth convert: %s\n", err.msg);
     else

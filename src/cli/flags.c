@@ -222,7 +222,7 @@ static int fn_tied(cli_opts *o, const cli_flag *f, const char *v, char *why, siz
 /* ---- the table ------------------------------------------------------------------------------------ */
 
 #define MODEL_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_BENCH | CLI_SERVE)
-#define MEM_CMDS (CLI_RUN | CLI_WORKER | CLI_PLAN | CLI_PROFILE | CLI_SERVE)
+#define MEM_CMDS (CLI_RUN | CLI_WORKER | CLI_SERVE)
 #define THREAD_CMDS \
     (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_WORKER | CLI_PLAN | CLI_PROFILE | CLI_SERVE)
 #define GEN_CMDS (CLI_RUN | CLI_CHAT)
@@ -309,6 +309,9 @@ static const cli_flag flags[] = {
      "limit; the default) or off (plain mmap). Given, the table adds memory figures\n"
      "per test: ms/token, disk bytes/token, time blocked on weights/token, resident\n"
      "weights, pressure"},
+    {CLI_PLAN | CLI_PROFILE, "--mem-budget", "SIZE", F_FN, 0, 0, 0, fn_budget,
+     "this device's memory budget as its runs will have it (default auto = 80% of\n"
+     "MemAvailable or the cgroup limit): what the plan may keep resident here"},
     {MEM_CMDS | CLI_BENCH, "--window", "W", F_INT, AT(mem.window), 1, 1 << 20, NULL,
      "blocks of weights kept loading ahead when streaming (default 2)"},
     {MEM_CMDS, "--no-prefetch", NULL, F_ON, AT(mem.no_prefetch), 0, 0, NULL,

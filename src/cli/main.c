@@ -26,6 +26,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     hr_init();
+    hr_progress_set(cli_progress_hook, NULL); /* long library steps (loading weights) get a bar on a TTY */
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

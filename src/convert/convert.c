@@ -310,6 +310,7 @@ static int write_tensor(hcv_model *m, const plan_tensor *t, int type, uint8_t *b
     size_t srsz = (size_t)ne0 * st->type_size;
     int64_t per = (int64_t)(cap / rsz);
     for (int64_t r0 = 0; r0 < rows; r0 += per) {
+        if (p->cancel && *p->cancel) return hr_fail(err, HR_EINVAL, "cancelled while writing '%s'", t->name);
         int64_t n = rows - r0 < per ? rows - r0 : per;
         for (int64_t r = r0; r < r0 + n; r++) {
             /* through an aligned copy: safetensors promises no alignment of a tensor's bytes */

@@ -17,6 +17,8 @@
 
 #include "base/base.h"
 
+#include <signal.h>
+
 typedef struct hcv_model hcv_model;
 
 /* Reads and checks the checkpoint in dir. NULL with the reason in err. */
@@ -36,9 +38,11 @@ typedef struct hcv_params {
     bool            overwrite;   /* replace an existing output file */
     hcv_progress_fn progress;
     void           *progress_user;
+    const volatile sig_atomic_t *cancel; /* non-zero: stop within a few MiB (set by a signal handler); may be NULL */
 } hcv_params;
 
-/* Writes the GGUF to path. 0 or a negative HR_E* code with the reason in err. */
+/* Writes the GGUF to path. 0 or a negative HR_E* code with the reason in err (HR_EINVAL "cancelled"
+   when *cancel was set); on failure no file is left at path, nor its temporary. */
 int hcv_write(const hcv_model *m, const char *path, const hcv_params *p, hr_err *err);
 
 #endif

@@ -207,7 +207,7 @@ static int write_merges(gguf_writer *w, json_t *merges, hr_err *err) {
 
 /* SentencePiece-style scores from the merge ranks (see the top of this file) */
 static int spm_scores(vocab *v, json_t *merges, hr_err *err) {
-    for (int32_t i = 0; i < v->n; i++) v->score[i] = v->type[i] == TT_NORMAL && strlen(v->text[i]) > 1 ? -1e9f : 0;
+    for (int32_t i = 0; i < v->n; i++) v->score[i] = -1e9f;  /* byte, control and added tokens too: no merge makes them */
     /* a single character (one UTF-8 sequence) is where merging starts: score 0 */
     for (int32_t i = 0; i < v->n; i++) {
         const unsigned char *s = (const unsigned char *)v->text[i];

@@ -91,19 +91,37 @@ static double hpl_disk_ms_per_byte(const hpl_device *d) {
 }
 
 /* Memory of one device holding `weights` bytes of layers (plus `fixed` bytes the head keeps: the
-   output head), kv bytes of KV cache and the scratch: what stays resident and what streams. The
-   residency manager's rules (src/mem): everything kept when it fits the budget; else room for two
-   of the largest blocks stays free for the stream, the rest of the budget pins weights. */
+   output head, one block of its own), kv bytes of KV cache and the scratch: what stays resident and
+   what streams. The residency manager's rules (src/mem): everything kept when it fits the budget;
+   else room for two of the largest blocks stays free for the stream and the rest of the budget pins
+   weights. A default budget that cannot hold the KV cache, the scratch and the largest block means
+   no manager (src/mem/setup.c): plain mmap, where the kernel keeps what fits the device's memory and
+   a token's pass over more than that misses every page (LRU over a cycle); a budget given that
+   cannot hold them is an error. */
 static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, double fixed, double kv,
                        double block, hpl_dev_cost *dc, char *why, size_t cap) {
     dc->kv_bytes = kv;
     dc->scratch_bytes = m->scratch_bytes;
     dc->budget = (double)d->budget;
+    block = HR_MAX(block, fixed);
     double all = weights + fixed, avail = dc->budget - kv - m->scratch_bytes;
     if (all <= avail) {
         dc->resident_bytes = all;
         dc->stream_bytes = 0;
         dc->mem_bytes = all + kv + m->scratch_bytes;
+        return true;
+    }
+    if (avail < block && !d->budget_set) {
+        double usable = (double)d->mem_usable - kv - m->scratch_bytes;
+        if (usable < 0) {
+            snprintf(why, cap, "%s: its memory (%.0f MiB) does not hold the KV cache (%.0f MiB) and the scratch (%.0f MiB)",
+                     d->name, d->mem_usable / 1048576.0, kv / 1048576, m->scratch_bytes / 1048576);
+            return false;
+        }
+        dc->mmap = true;
+        dc->resident_bytes = all <= usable ? all : 0;
+        dc->stream_bytes = all <= usable ? 0 : all;
+        dc->mem_bytes = HR_MIN(all, usable) + kv + m->scratch_bytes;
         return true;
     }
     if (avail < block) {
@@ -117,6 +135,14 @@ static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, 
     dc->stream_bytes = all - dc->resident_bytes;
     dc->mem_bytes = dc->budget;
     return true;
+}
+
+/* what of a device's streaming its compute does not cover: a manager's loader reads ahead while it
+   computes (and hidden_ms more in the ring's idle time); plain mmap faults pages in as compute
+   reaches them */
+static double hpl_blocked(const hpl_dev_cost *dc, double hidden_ms) {
+    if (dc->mmap) return dc->stream_ms;
+    return HR_MAX(0, dc->stream_ms - dc->compute_ms - hidden_ms);
 }
 
 static const hpl_link *hpl_link_of(const hpl_cluster *c, int a, int b) { return &c->link[a][b]; }
@@ -142,8 +168,7 @@ static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_promp
     p->head_extra_ms = hpl_head_extra_ms(d, m);
     dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, 1, 0) + p->head_extra_ms;
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
-    /* the loader reads ahead while compute runs: only what it cannot read in that time blocks */
-    dc->blocked_ms = HR_MAX(0, dc->stream_ms - dc->compute_ms);
+    dc->blocked_ms = hpl_blocked(dc, 0);
     p->compute_ms = dc->compute_ms;
     p->blocked_ms = dc->blocked_ms;
     p->ms_per_token = dc->compute_ms + dc->blocked_ms;
@@ -168,7 +193,7 @@ static double hpl_tp_dev(const hpl_cluster *c, const hpl_model *m, const hpl_pla
     if (!*ok) return INFINITY;
     dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, x, 0);
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
-    dc->blocked_ms = HR_MAX(0, dc->stream_ms - dc->compute_ms);
+    dc->blocked_ms = hpl_blocked(dc, 0);
     return dc->compute_ms + dc->blocked_ms;
 }
 
@@ -187,7 +212,7 @@ double hpl_tp_objective(const hpl_cluster *c, const hpl_model *m, const hpl_plan
 
 static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p) {
     const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
-    double layers = 0, ar = 0, fwd = 0, ar_pf = 0, fwd_pf = 0, layers_pf = 0, stream = 0;
+    double layers = 0, ar, fwd, ar_pf, fwd_pf, layers_pf = 0, stream = 0, rtt = 0, xfer = 0, xfer_pf = 0;
     int nb = (n_prompt + m->n_batch - 1) / m->n_batch, per = HR_MIN(n_prompt, m->n_batch);
     for (int i = 0; i < p->n; i++) {
         bool ok;
@@ -199,14 +224,18 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         layers_pf = HR_MAX(layers_pf, hpl_layers_ms(&c->dev[p->dev[i]], m, m->n_layer, p->share[i], n_prompt));
         stream = HR_MAX(stream, p->dc[i].stream_ms);
         if (i == 0) continue;
-        /* star all-reduce: PARTIAL up, RESULT down; FORWARD to start the pass */
+        /* star all-reduce: PARTIAL up, RESULT down; FORWARD to start the pass. The latencies
+           overlap (the slowest link's), the bytes do not: they all pass the head's own link */
         const hpl_link *l = hpl_link_of(c, 0, p->dev[i]);
         double gbps = l->gbps > 0 ? l->gbps : 0.1;
-        ar = HR_MAX(ar, l->rtt_ms + 2 * B / (gbps * 1e6));
-        fwd = HR_MAX(fwd, hpl_hop_ms(c, 0, p->dev[i], B));
-        ar_pf = HR_MAX(ar_pf, l->rtt_ms + 2 * B * per / (gbps * 1e6));
-        fwd_pf = HR_MAX(fwd_pf, hpl_hop_ms(c, 0, p->dev[i], B * per));
+        rtt = HR_MAX(rtt, l->rtt_ms);
+        xfer += 2 * B / (gbps * 1e6);
+        xfer_pf += 2 * B * per / (gbps * 1e6);
     }
+    ar = rtt + xfer;
+    ar_pf = rtt + xfer_pf;
+    fwd = rtt / 2 + xfer / 2;
+    fwd_pf = rtt / 2 + xfer_pf / 2;
     p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
     p->dc[0].compute_ms += p->head_extra_ms;
     p->comm_ms = fwd + 2.0 * m->n_layer * ar;
@@ -273,7 +302,7 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         double idle = sum_c - dc->compute_ms + comm;
         double room_ms = pl.n_win[i] * HR_MIN(2 * m->block_max_bytes, dc->stream_bytes) * hpl_disk_ms_per_byte(d);
         double hidden = HR_MIN(idle, room_ms);
-        dc->blocked_ms = HR_MAX(0, dc->stream_ms - dc->compute_ms - hidden);
+        dc->blocked_ms = hpl_blocked(dc, hidden);
         blocked += dc->blocked_ms;
         double own_pf = hpl_layers_ms(d, m, dc->layers, 1, n_prompt);
         blocked_pf += HR_MAX(0, dc->stream_ms - own_pf - HR_MIN(sum_pf - own_pf + comm_pf, room_ms));

@@ -47,6 +47,8 @@ typedef struct hpl_device {
     uint64_t mem_limit;       /* the tightest of the cgroup limit and TESTBED_MEM_LIMIT; 0 = none */
     uint64_t mem_usable;      /* the smallest of MemAvailable and mem_limit */
     uint64_t budget;          /* what its residency manager will use: --mem-budget, else 80% of mem_usable */
+    bool     budget_set;      /* --mem-budget was given (a budget that cannot work is then an error; the
+                                 default one falls back to plain mmap) */
     double   mem_bw_gbps;     /* streaming read bandwidth, all threads */
     double   disk_gbps;       /* cold read of the disk holding its weights; 0 unknown */
     int      n_types;
@@ -155,6 +157,8 @@ typedef struct hpl_dev_cost {
     double stream_bytes;     /* weights read from disk per token */
     double kv_bytes, scratch_bytes;
     double mem_bytes;        /* resident + kv + scratch (+ the loader's room when streaming) */
+    bool   mmap;             /* no residency manager (the default budget cannot hold the KV cache, the
+                                scratch and the largest block): plain mmap, the kernel pages */
     double budget;           /* its budget */
 } hpl_dev_cost;
 

@@ -24,7 +24,7 @@ static const int hpl_std_types[] = {HQ_TYPE_F16, HQ_TYPE_Q8_0, HQ_TYPE_Q4_0, HQ_
 #define HPL_DISK_BYTES  (32u << 20)
 
 hpl_profile_params hpl_profile_default_params(void) {
-    return (hpl_profile_params){.bench_ms = 60, .mem.window = 2};
+    return (hpl_profile_params){.bench_ms = 90, .mem.window = 2};
 }
 
 /* ---- small readers -------------------------------------------------------------------------------- */
@@ -150,7 +150,7 @@ int hpl_profile_key(int n_threads, const char *disk_path, char *buf, size_t cap,
     struct stat st;
     unsigned dmaj = 0, dmin = 0;
     if (!stat(dir, &st)) { dmaj = major(st.st_dev); dmin = minor(st.st_dev); }
-    snprintf(buf, cap, "v1|%s|cpus %ld|cores %d|simd %s|threads %d|quota %.2f|memtotal %" PRIu64 "|memlimit %" PRIu64
+    snprintf(buf, cap, "v2|%s|cpus %ld|cores %d|simd %s|threads %d|quota %.2f|memtotal %" PRIu64 "|memlimit %" PRIu64
              "|disk %u:%u", cpu, sysconf(_SC_NPROCESSORS_ONLN), hr_physical_cores(), hq_simd_name(), n_threads,
              hpl_cpu_quota(), sm.mem_total, lim, dmaj, dmin);
     return 0;
@@ -179,16 +179,23 @@ static void hpl_bench_worker(void *arg, int ith, int nth) {
     }
 }
 
+/* the best rate of three runs of ms/3 each: a device shares its cores with whatever else runs there,
+   and the best of short runs is the closest to what the kernels do when hearth has the cores (the
+   minimum time, as benchmarks report) */
 static double hpl_run_for(hr_pool *pool, hr_pool_fn fn, void *arg, int ms, double bytes_per_pass) {
-    fn == NULL ? (void)0 : hr_pool_run(pool, fn, arg); /* warm-up */
-    int64_t t0 = hr_time_ns(), t1 = t0, budget = (int64_t)ms * 1000000;
-    int64_t passes = 0;
-    while (t1 - t0 < budget || passes < 2) {
-        hr_pool_run(pool, fn, arg);
-        passes++;
-        t1 = hr_time_ns();
+    hr_pool_run(pool, fn, arg); /* warm-up */
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        int64_t t0 = hr_time_ns(), t1 = t0, budget = (int64_t)ms * 1000000 / 3;
+        int64_t passes = 0;
+        while (t1 - t0 < budget || passes < 1) {
+            hr_pool_run(pool, fn, arg);
+            passes++;
+            t1 = hr_time_ns();
+        }
+        best = HR_MAX(best, (double)passes * bytes_per_pass / (double)(t1 - t0));
     }
-    return (double)passes * bytes_per_pass / (double)(t1 - t0);
+    return best;
 }
 
 /* matvec and matmul speed of one weight type with the kernels the engine runs (packed when the type
@@ -263,15 +270,18 @@ static double hpl_bench_membw(hr_pool *pool, int ms) {
     return sum ? (double)passes * (double)n / (double)(t1 - t0) : 0;
 }
 
-/* reads [off, off+len) of fd after dropping it from the page cache: bytes/ns */
+/* reads [off, off+len) of fd after dropping it from the page cache, the way the residency manager's
+   loader streams (src/mem: WILLNEED on a block, then the block is touched): 4 MiB reads with the next
+   16 MiB advised ahead, so the disk has several requests in flight; bytes/ns */
 static double hpl_cold_read(int fd, off_t off, size_t len) {
     posix_fadvise(fd, off, (off_t)len, POSIX_FADV_DONTNEED);
-    const size_t chunk = 1u << 20;
+    const size_t chunk = 4u << 20, ahead = 16u << 20;
     uint8_t *buf = malloc(chunk);
     if (!buf) return 0;
     int64_t t0 = hr_time_ns();
     size_t done = 0;
     while (done < len) {
+        posix_fadvise(fd, off + (off_t)done, (off_t)HR_MIN(ahead, len - done), POSIX_FADV_WILLNEED);
         ssize_t r = pread(fd, buf, HR_MIN(chunk, len - done), off + (off_t)done);
         if (r <= 0) break;
         done += (size_t)r;
@@ -290,7 +300,8 @@ static double hpl_bench_disk(const char *path) {
         int fd = open(path, O_RDONLY);
         if (fd < 0) return 0;
         size_t len = (size_t)HR_MIN((off_t)HPL_DISK_BYTES, st.st_size);
-        double v = hpl_cold_read(fd, (st.st_size - (off_t)len) / 2 / 4096 * 4096, len);
+        off_t at = (st.st_size - (off_t)len) / 2 / 4096 * 4096;
+        double v = HR_MAX(hpl_cold_read(fd, at, len), hpl_cold_read(fd, at, len)); /* the better of two */
         close(fd);
         return v;
     }
@@ -308,7 +319,7 @@ static double hpl_bench_disk(const char *path) {
         ok = write(fd, buf, 1u << 20) == (ssize_t)(1u << 20);
     }
     free(buf);
-    if (ok && !fsync(fd)) v = hpl_cold_read(fd, 0, HPL_DISK_BYTES);
+    if (ok && !fsync(fd)) v = HR_MAX(hpl_cold_read(fd, 0, HPL_DISK_BYTES), hpl_cold_read(fd, 0, HPL_DISK_BYTES));
     close(fd);
     return v;
 }
@@ -416,7 +427,8 @@ static void hpl_read_memory(const hmem_request *rq, hpl_device *d) {
     if (sm.env_limit && (!d->mem_limit || sm.env_limit < d->mem_limit)) d->mem_limit = sm.env_limit;
     d->mem_usable = sm.mem_available ? sm.mem_available : sm.mem_total;
     if (d->mem_limit && d->mem_limit < d->mem_usable) d->mem_usable = d->mem_limit;
-    d->budget = rq && rq->given && !rq->off && rq->bytes ? rq->bytes : hmem_default_budget(&sm);
+    d->budget_set = rq && rq->given && !rq->off && rq->bytes;
+    d->budget = d->budget_set ? rq->bytes : hmem_default_budget(&sm);
 }
 
 int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err) {
@@ -479,6 +491,7 @@ int hpl_device_to_kv(const hpl_device *d, hc_kv_text *o) {
     HPL_KV(o, "mem_limit", "%" PRIu64, d->mem_limit);
     HPL_KV(o, "mem_usable", "%" PRIu64, d->mem_usable);
     HPL_KV(o, "budget", "%" PRIu64, d->budget);
+    HPL_KV(o, "budget_set", "%d", d->budget_set);
     HPL_KV(o, "mem_bw_gbps", "%.6g", d->mem_bw_gbps);
     HPL_KV(o, "disk_gbps", "%.6g", d->disk_gbps);
     HPL_KV(o, "cached", "%d", d->cached);
@@ -527,6 +540,7 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *d, hr_err *err) {
         else if (!strcmp(key, "mem_limit")) d->mem_limit = (uint64_t)HR_MIN(v, 1e18);
         else if (!strcmp(key, "mem_usable")) d->mem_usable = (uint64_t)HR_MIN(v, 1e18);
         else if (!strcmp(key, "budget")) d->budget = (uint64_t)HR_MIN(v, 1e18);
+        else if (!strcmp(key, "budget_set")) d->budget_set = v != 0;
         else if (!strcmp(key, "mem_bw_gbps")) d->mem_bw_gbps = v;
         else if (!strcmp(key, "disk_gbps")) d->disk_gbps = v;
         else if (!strcmp(key, "cached")) d->cached = v != 0;
