@@ -105,12 +105,18 @@ hc_head_params hc_head_default_params(void);
 
 typedef struct hc_head hc_head;
 /* Connects to the workers, makes the plan, sends the slices they lack, and creates the head's own
-   context (cp: n_ctx, n_batch, threads, kv_type; the workers use the same n_ctx, n_batch and kv_type). */
+   context (cp: n_ctx, n_seq, n_batch, threads, kv_type; the workers use the same n_ctx, n_seq,
+   n_batch and kv_type). */
 hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx_params *cp, hr_err *err);
 /* hm_eval for the whole cluster: tokens[0..n) at pos0.. -> logits of the last token (or of all). Batches
    larger than a FORWARD allows are split. */
 int      hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all_logits,
                       hr_err *err);
+/* hm_eval for the whole cluster, for a batch of several sequences (continuous batching): b as
+   hm_batch takes it (tokens, n <= the cluster's n_batch, pos or pos_of, seq, out, logits, all_logits),
+   checked before any device sees it; each token's sequence and position travel in FORWARD. A
+   sequence's logits are the bits the same cluster gives it alone (hm_batch). */
+int      hc_head_eval_batch(hc_head *h, const hm_batch *b, hr_err *err);
 int      hc_head_reset(hc_head *h, int32_t pos, hr_err *err);  /* forget KV positions >= pos everywhere */
 int32_t  hc_head_n_ctx(const hc_head *h);
 const hc_plan *hc_head_plan(const hc_head *h);

@@ -390,6 +390,12 @@ static int hm_batch_setup(hm_ctx *c, const hm_batch *b, hr_err *err) {
     return 0;
 }
 
+int hm_batch_check(hm_ctx *c, const hm_batch *b, hr_err *err) {
+    if (b->n < 1 || b->n > c->p.n_batch)
+        return hr_fail(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", b->n, c->p.n_batch);
+    return hm_batch_setup(c, b, err);
+}
+
 int hm_eval(hm_ctx *c, const hm_batch *b, hr_err *err) {
     if (c->shard.n_windows != 1)
         return hr_fail(err, HR_EINVAL, "a shard of %d windows is run window by window (hm_eval_window)",
@@ -404,11 +410,9 @@ int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err) {
     const int n = b->n;
     memset(&c->t, 0, sizeof c->t);
     int64_t t_start = hr_time_ns();
-    if (n < 1 || n > c->p.n_batch)
-        return hr_fail(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", n, c->p.n_batch);
     if (w < 0 || w >= c->shard.n_windows)
         return hr_fail(err, HR_EINVAL, "window %d of a shard of %d", w, c->shard.n_windows);
-    const int rc = hm_batch_setup(c, b, err);
+    const int rc = hm_batch_check(c, b, err);
     if (rc) return rc;
     const hm_window win = c->shard.windows[w];
     bool first = c->shard.first && w == 0, last = c->shard.last && w == c->shard.n_windows - 1;

@@ -21,7 +21,7 @@
 #include "base/base.h"
 
 #define HN_MAGIC          0x48545248u /* "HRTH" as a little-endian u32 */
-#define HN_PROTO_VERSION  1
+#define HN_PROTO_VERSION  2   /* 2: FORWARD carries each token's sequence (issue 27) */
 #define HN_HEADER_SIZE    16
 
 /* field limits (bytes or entries) */
@@ -211,6 +211,7 @@ typedef struct hn_forward {
     uint32_t       layer_begin, layer_end, stage;
     uint32_t       n_tokens, n_embd;
     const int32_t *pos;    /* n_tokens */
+    const int32_t *seq;    /* n_tokens each token's sequence (hm_batch.seq), or NULL: all sequence 0 */
     const float   *data;   /* n_tokens x n_embd, row per token */
 } hn_forward;
 

@@ -340,7 +340,7 @@ static bool msg_ok(const hn_msg *m, why *w) {
         if (f->layer_begin > f->layer_end)
             return bad(w, "layer_begin", "layer range %u..%u", f->layer_begin, f->layer_end);
         if (!stage_ok(f->stage, w)) return false;
-        return array_ok(f->pos, f->n_tokens, "pos", w) &&
+        return array_ok(f->pos, f->n_tokens, "pos", w) && array_ok(f->seq, f->seq ? f->n_tokens : 0, "seq", w) &&
                array_ok(f->data, (uint64_t)f->n_tokens * f->n_embd, "data", w);
     }
     case HN_MSG_PARTIAL: {
@@ -457,6 +457,7 @@ int hn_msg_encode(const hn_msg *m, hn_buf *b, hn_iov *tail, hr_err *err) {
         hn_buf_put_u32(b, f->n_tokens);
         hn_buf_put_u32(b, f->n_embd);
         hn_buf_put_i32s(b, f->pos, f->n_tokens);
+        hn_buf_put_i32s(b, f->seq, f->seq ? f->n_tokens : 0);
         uint32_t n = f->n_tokens * f->n_embd; /* fits: checked by msg_ok */
         hn_buf_put_array_head(b, n, 4);
         tail->p = f->data;
@@ -617,6 +618,10 @@ int hn_msg_decode(int type, uint32_t seq, const void *payload, size_t len, hn_ms
         f->pos = hn_rd_array(r, &n, 4, "pos");
         if (!r->failed && n != f->n_tokens)
             hn_rd_reject(r, "pos", "count %u, but n_tokens is %u", n, f->n_tokens);
+        f->seq = hn_rd_array(r, &n, 4, "seq");
+        if (!r->failed && n != 0 && n != f->n_tokens)
+            hn_rd_reject(r, "seq", "count %u, but n_tokens is %u (or 0)", n, f->n_tokens);
+        if (n == 0) f->seq = NULL;
         f->data = hn_rd_array(r, &n, 4, "data");
         if (!r->failed && (uint64_t)n != (uint64_t)f->n_tokens * f->n_embd)
             hn_rd_reject(r, "data", "count %u, but n_tokens x n_embd is %llu", n,
