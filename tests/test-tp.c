@@ -9,7 +9,7 @@
  *   FORWARD carries exactly the embedding rows of its tokens (hidden states, not ids).
  * - Several sequences in one batch (hc_head_eval_batch), tensor parallel and pipeline: interleaved
  *   in batches, each sequence's logits are its bits alone on the same cluster; a pipeline's are the
- *   single device's.
+ *   single device's, in one pass or as micro-batches round the ring.
  * - Slice cache: a second head with the same model and shares sends 0 weight bytes.
  * - The head's own share (a slice file in its cache, loaded and packed like a worker's): logits
  *   bit-identical to the head computing on views of the whole model, on the first run (which writes
@@ -448,6 +448,22 @@ static void check_batches(wk *ws, const char *model, int n_workers, const char *
         free(lg);
     }
     hc_head_free(h);
+    if (pp) { /* micro-batches round the ring: 2 and 3 (one sequence each) give the one pass's bits */
+        for (int mbn = 2; mbn <= 3; mbn++) {
+            hc_head_params hpm = o.head;
+            hpm.pp_micro = mbn;
+            h = hc_head_create(m, &hpm, &cp, &err);
+            CHECKF(h != NULL, "head: %s", err.msg);
+            if (!h) break;
+            memset(alone, 0, sz);
+            CHECK(bs_run(h, NULL, tok, false, V, alone));
+            const bool same = memcmp(alone, one, sz) == 0;
+            printf("  %-30s %d workers pipeline, %d micro-batches: logits %s the single device's\n",
+                   strrchr(model, '/') + 1, n_workers, mbn, same ? "==" : "!=");
+            CHECK(same);
+            hc_head_free(h);
+        }
+    }
     cli_opts_free(&o);
     free(one), free(alone), free(batched);
     hm_model_free(m);

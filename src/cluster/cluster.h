@@ -23,6 +23,8 @@
 #include "net/net.h"
 
 #define HC_MAX_DEVICES 64
+#define HC_MAX_MICRO 16
+#define HC_MICRO_MAX_BYTES (4u << 20)
 
 /* ---- plan ------------------------------------------------------------------------------------------ */
 typedef struct hc_share {
@@ -88,6 +90,10 @@ typedef struct hc_head_params {
     bool  timings;           /* the caller asked for per-device figures (hc_head_stats) */
     bool  pp;                /* piped-ring pipeline instead of tensor parallelism */
     int   n_windows;                              /* pipeline: 0 = one even round; else one per device */
+    int   pp_micro;          /* pipeline: a batch of several sequences goes round the ring as up to this
+                                many micro-batches (whole sequences each; 0, 1: one pass), at most
+                                HC_MAX_MICRO, and only batches of at most HC_MICRO_MAX_BYTES of hidden
+                                states (docs/pipeline.md) */
     int   layer_windows[HC_MAX_DEVICES];          /* window sizes in layers, head first */
     /* tensor parallel: the head's share, a slice file in its cache (docs/tensor-parallel.md) */
     const char  *cache_dir;  /* NULL: hc_default_cache_dir() */

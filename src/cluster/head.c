@@ -563,7 +563,9 @@ static int hc_pp_blame(hc_head *h, int from, int rc, hr_err *err) {
    or straight from the worker whose window ended the model's layers. An ERROR or a closed connection
    from any worker on the way ends the wait at once and names that worker. The pass must have moved
    on: its layer_begin is past `after`. */
-static int hc_pp_wait(hc_head *h, int nb, int32_t after, hn_msg *m, hr_err *err) {
+/* the next FORWARD back from any worker (a pass's hidden state), within the deadline of a pass of nb
+   tokens; *from: who sent it */
+static int hc_pp_recv(hc_head *h, int nb, hn_msg *m, int *from_out, hr_err *err) {
     int64_t deadline = hc_ar_deadline(&h->ar, nb);
     for (;;) {
         struct pollfd pf[HC_MAX_DEVICES];
@@ -578,12 +580,153 @@ static int hc_pp_wait(hc_head *h, int nb, int32_t after, hn_msg *m, hr_err *err)
         if (from < 0) continue;
         if (hc_expect(h, from, HN_MSG_FORWARD, m, HR_MAX(left, 1), err))
             return hc_pp_blame(h, from, err ? err->code : HR_ENET, err);
-        const hn_forward *f = &m->u.forward;
-        if (f->layer_begin <= (uint32_t)after || f->layer_begin > (uint32_t)h->m->hp.n_layer ||
-            f->n_tokens != (uint32_t)nb || f->n_embd != (uint32_t)h->m->hp.n_embd || f->pos[0] != h->pos[0])
-            return hc_dev_fail(h, from, HR_EPROTO, "returned the hidden state of another pass or window", err);
+        *from_out = from;
         return 0;
     }
+}
+
+static int hc_pp_wait(hc_head *h, int nb, int32_t after, hn_msg *m, hr_err *err) {
+    int from, rc = hc_pp_recv(h, nb, m, &from, err);
+    if (rc) return rc;
+    const hn_forward *f = &m->u.forward;
+    if (f->layer_begin <= (uint32_t)after || f->layer_begin > (uint32_t)h->m->hp.n_layer ||
+        f->n_tokens != (uint32_t)nb || f->n_embd != (uint32_t)h->m->hp.n_embd || f->pos[0] != h->pos[0])
+        return hc_dev_fail(h, from, HR_EPROTO, "returned the hidden state of another pass or window", err);
+    return 0;
+}
+
+/* ---- pipeline micro-batches ------------------------------------------------------------------------
+   A batch of several sequences is split by sequence into micro-batches that follow each other round
+   the ring, so that while one is on a worker the head and the other workers compute the others
+   (docs/pipeline.md). Each goes its own pass, window after window as a whole batch would; a token's
+   results do not depend on the other tokens of its batch (hm_batch), so the logits are those of the
+   batch in one pass. */
+typedef struct hc_mb {
+    int      n, n_out;        /* tokens, rows of logits wanted */
+    int32_t  layer;           /* where its pass is: the next layer to run */
+    int      w;               /* the head's next window */
+    bool     done;
+    int32_t *idx, *pos, *seq; /* [n]: its tokens' indices in the batch, positions, sequences */
+    uint8_t *out;             /* [n] */
+    float   *x;               /* [n][n_embd]: its hidden state */
+    float   *lg;              /* [n_out][n_vocab] */
+} hc_mb;
+
+/* mb's pass from where it is: the head's windows as the pass reaches them (the last one: logits, the
+   pass done), else on to worker 1 */
+static int hc_mb_advance(hc_head *h, hc_mb *mb, hr_err *err) {
+    const hm_hparams *hp = &h->m->hp;
+    const int nw = h->pp.n_win[0];
+    for (;;) {
+        int64_t t1 = hr_time_ns();
+        if (mb->w < nw && h->pp.win[0][mb->w].begin == mb->layer) {
+            hr_err e = {0};
+            const bool last = mb->w == nw - 1;
+            const hm_batch b = {.embd = mb->x, .n = mb->n, .pos_of = mb->pos, .seq = mb->seq, .out = mb->out,
+                                .logits = last ? mb->lg : NULL, .embd_out = h->y};
+            int rc = hm_eval_window(h->ctx, mb->w, &b, &e);
+            h->ar.compute_ns += hr_time_ns() - t1;
+            if (rc) { h->failed = true; return hr_fail(err, rc, "%s", e.msg); }
+            if (last) { mb->done = true; return 0; }
+            mb->layer = h->pp.win[0][mb->w++].end;
+            memcpy(mb->x, h->y, (size_t)mb->n * hp->n_embd * sizeof(float));
+            continue;
+        }
+        if (mb->layer == hp->n_layer) {
+            h->failed = true;
+            return hr_fail(err, HR_EPROTO, "the pipeline returned at layer %d, where the head has no window", mb->layer);
+        }
+        hn_msg f = {.type = HN_MSG_FORWARD};
+        f.u.forward = (hn_forward){.layer_begin = (uint32_t)mb->layer, .layer_end = (uint32_t)hp->n_layer,
+                                   .stage = HN_STAGE_BLOCK, .n_tokens = (uint32_t)mb->n, .n_embd = (uint32_t)hp->n_embd,
+                                   .pos = mb->pos, .seq = mb->seq, .data = mb->x};
+        int rc = hc_hsend(h, 1, &f, h->p.timeout_ms, err);
+        h->ar.send_ns += hr_time_ns() - t1;
+        return rc;
+    }
+}
+
+/* Splits pb (several sequences, pb->seq set) into n_mb micro-batches, whole sequences each, the
+   largest first onto the one with the fewest tokens; runs them round the ring together. */
+static int hc_pp_micro(hc_head *h, const hm_batch *pb, int n_mb, hr_err *err) {
+    const hm_hparams *hp = &h->m->hp;
+    const int n = pb->n, V = hp->n_vocab;
+    const int64_t E = hp->n_embd;
+    hc_mb mb[HC_MAX_MICRO] = {0};
+    int32_t *cnt = calloc((size_t)h->n_seq, sizeof *cnt), *grp = malloc(sizeof(int32_t) * (size_t)h->n_seq);
+    int32_t *idx = malloc(sizeof(int32_t) * 3 * (size_t)n);
+    uint8_t *out = malloc((size_t)n);
+    float *x = malloc(sizeof(float) * (size_t)n * E);
+    int rc = 0;
+    if (!cnt || !grp || !idx || !out || !x) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
+    for (int i = 0; i < n; i++) cnt[pb->seq[i]]++;
+    int load[HC_MAX_MICRO] = {0};
+    for (;;) { /* the largest unplaced sequence onto the lightest micro-batch */
+        int32_t s = -1;
+        for (int32_t q = 0; q < h->n_seq; q++)
+            if (cnt[q] > 0 && (s < 0 || cnt[q] > cnt[s])) s = q;
+        if (s < 0) break;
+        int g = 0;
+        for (int k = 1; k < n_mb; k++)
+            if (load[k] < load[g]) g = k;
+        grp[s] = g, load[g] += cnt[s], cnt[s] = -cnt[s];
+    }
+    /* each micro-batch's tokens in batch order, its rows of x, its wanted rows */
+    for (int k = 0, at = 0; k < n_mb; at += mb[k++].n) {
+        mb[k].idx = idx + at, mb[k].pos = idx + n + at, mb[k].seq = idx + 2 * n + at, mb[k].out = out + at;
+        mb[k].x = x + (int64_t)at * E;
+        for (int i = 0; i < n; i++) {
+            if (grp[pb->seq[i]] != k) continue;
+            const int j = mb[k].n++;
+            mb[k].idx[j] = i, mb[k].pos[j] = h->pos[i], mb[k].seq[j] = pb->seq[i];
+            mb[k].out[j] = pb->out ? pb->out[i] != 0 : pb->all_logits || i == n - 1;
+            mb[k].n_out += mb[k].out[j];
+            memcpy(mb[k].x + (int64_t)j * E, pb->embd + (int64_t)i * E, sizeof(float) * E);
+        }
+        if (pb->logits && mb[k].n_out && !(mb[k].lg = malloc(sizeof(float) * (size_t)mb[k].n_out * V))) {
+            rc = hr_fail(err, HR_ENOMEM, "out of memory");
+            goto done;
+        }
+    }
+    int in_flight = 0;
+    for (int k = 0; k < n_mb && !rc; k++)
+        if (mb[k].n && !(rc = hc_mb_advance(h, &mb[k], err))) in_flight += !mb[k].done;
+    while (!rc && in_flight > 0) {
+        hn_msg m;
+        int from;
+        if ((rc = hc_pp_recv(h, n, &m, &from, err))) break;
+        const hn_forward *f = &m.u.forward;
+        hc_mb *b = NULL;  /* whose pass it is: its sequences are its own */
+        for (int k = 0; k < n_mb && !b; k++)
+            if (mb[k].n && !mb[k].done && f->n_tokens == (uint32_t)mb[k].n && f->seq && f->seq[0] == mb[k].seq[0] &&
+                f->pos[0] == mb[k].pos[0] && f->layer_begin > (uint32_t)mb[k].layer)
+                b = &mb[k];
+        if (!b || f->layer_begin > (uint32_t)hp->n_layer || f->n_embd != (uint32_t)E) {
+            rc = hc_dev_fail(h, from, HR_EPROTO, "returned the hidden state of another pass or window", err);
+            break;
+        }
+        int64_t t0 = hr_time_ns();
+        memcpy(b->x, f->data, sizeof(float) * (size_t)b->n * E);
+        b->layer = (int32_t)f->layer_begin;
+        h->ar.wait_ns += hr_time_ns() - t0;
+        if (!(rc = hc_mb_advance(h, b, err))) in_flight -= b->done;
+    }
+    /* the logits in batch order: each micro-batch's rows to where its tokens' rows go */
+    if (!rc && pb->logits) {
+        int row = 0;
+        for (int i = 0; i < n; i++) {
+            const bool want = pb->out ? pb->out[i] != 0 : pb->all_logits || i == n - 1;
+            if (!want) continue;
+            for (int k = 0; k < n_mb; k++)
+                for (int j = 0, r = 0; j < mb[k].n; r += mb[k].out[j++])
+                    if (mb[k].idx[j] == i) memcpy(pb->logits + (size_t)row * V, mb[k].lg + (size_t)r * V, sizeof(float) * V);
+            row++;
+        }
+    }
+done:
+    for (int k = 0; k < HC_MAX_MICRO; k++) free(mb[k].lg);
+    free(cnt), free(grp), free(idx), free(out), free(x);
+    return rc;
 }
 
 /* One batch through the pipeline: the head runs its windows as the pass reaches them and otherwise
@@ -636,6 +779,17 @@ static int hc_pp_batch(hc_head *h, const hm_batch *pb, hr_err *err) {
 static int hc_pass(hc_head *h, const hm_batch *b, hr_err *err) {
     const hm_hparams *hp = &h->m->hp;
     int64_t t1 = hr_time_ns();
+    if (h->p.pp && h->p.pp_micro > 1 && b->seq &&
+        (uint64_t)b->n * hp->n_embd * sizeof(float) <= HC_MICRO_MAX_BYTES) {
+        /* micro-batches: as many as asked for, at most one per sequence */
+        int n_mb = 0;
+        for (int i = 0; i < b->n && n_mb < HR_MIN(h->p.pp_micro, HC_MAX_MICRO); i++) {
+            bool seen = false;
+            for (int j = 0; j < i && !seen; j++) seen = b->seq[j] == b->seq[i];
+            n_mb += !seen;
+        }
+        if (n_mb > 1) return hc_pp_micro(h, b, n_mb, err);
+    }
     if (h->p.pp) return hc_pp_batch(h, b, err);
     hn_msg f = {.type = HN_MSG_FORWARD};
     f.u.forward = (hn_forward){.layer_begin = 0, .layer_end = (uint32_t)hp->n_layer, .stage = HN_STAGE_BLOCK,
