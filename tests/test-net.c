@@ -129,6 +129,7 @@ static void make_sample(int type, int variant, hn_msg *m) {
         break;
     }
     case HN_MSG_RESET: m->u.reset.pos_begin = full ? 42 : 0; break;
+    case HN_MSG_KV_COPY: m->u.kv_copy = (hn_kv_copy){full ? 3 : 0, full ? 1 : 0, full ? 77 : 0}; break;
     case HN_MSG_BYE:
         m->u.bye.code = 0;
         m->u.bye.reason = hn_cstr(full ? "head shutting down" : "");
@@ -202,6 +203,8 @@ static bool msg_same(const hn_msg *a, const hn_msg *b) {
                x->compute_ns == y->compute_ns && mem_same(x->data, y->data, (size_t)x->n_tokens * x->n_embd * 4);
     }
     case HN_MSG_RESET: return a->u.reset.pos_begin == b->u.reset.pos_begin;
+    case HN_MSG_KV_COPY:
+        return a->u.kv_copy.src == b->u.kv_copy.src && a->u.kv_copy.dst == b->u.kv_copy.dst && a->u.kv_copy.n == b->u.kv_copy.n;
     case HN_MSG_BYE: return a->u.bye.code == b->u.bye.code && str_same(a->u.bye.reason, b->u.bye.reason);
     }
     return false;

@@ -9,7 +9,8 @@
  *   FORWARD carries exactly the embedding rows of its tokens (hidden states, not ids).
  * - Several sequences in one batch (hc_head_eval_batch), tensor parallel and pipeline: interleaved
  *   in batches, each sequence's logits are its bits alone on the same cluster; a pipeline's are the
- *   single device's, in one pass or as micro-batches round the ring.
+ *   single device's, in one pass or as micro-batches round the ring; a prefix copied on every device
+ *   (KV_COPY) gives the logits of computing it.
  * - Slice cache: a second head with the same model and shares sends 0 weight bytes.
  * - The head's own share (a slice file in its cache, loaded and packed like a worker's): logits
  *   bit-identical to the head computing on views of the whole model, on the first run (which writes
@@ -443,8 +444,20 @@ static void check_batches(wk *ws, const char *model, int n_workers, const char *
               HR_EINVAL);
         CHECK(hc_head_eval_batch(h, &(hm_batch){.tokens = t2, .n = 2, .logits = lg, .pos_of = (int32_t[]){0, 2}}, &err) ==
               HR_EINVAL);
-        CHECK(hc_head_eval_batch(h, &(hm_batch){.tokens = t2, .n = 2, .logits = lg, .seq = (int32_t[]){2, 1},
-                                                .pos_of = (int32_t[]){0, 0}}, &err) == 0);
+        /* sequence 0's first 6 positions copied into sequence 2 (KV_COPY on every device), then the
+           rest of sequence 0's prompt and a token computed there: sequence 0's bits alone */
+        CHECK(hc_head_kv_seq_copy(h, 0, BS_N, 6, &err) == HR_EINVAL);
+        CHECKF(hc_head_kv_seq_copy(h, 0, 2, 6, &err) == 0, "%s", err.msg);
+        const int32_t s2[3] = {2, 2, 2}, p2[3] = {6, 7, 8};
+        int kv_bad = 0;
+        for (int c2 = 0; c2 < 2; c2++) { /* the prompt's last two, then the first generated token */
+            const int n2 = c2 == 0 ? 2 : 1, at = c2 == 0 ? 6 : 8;
+            const hm_batch b2 = {.tokens = tok[0] + at, .n = n2, .seq = s2, .pos_of = p2 + c2 * 2,
+                                 .logits = lg, .all_logits = true};
+            CHECKF(hc_head_eval_batch(h, &b2, &err) == 0, "%s", err.msg);
+            kv_bad += memcmp(lg, alone + (size_t)at * V, sizeof(float) * V * (size_t)n2) != 0;
+        }
+        CHECKF(kv_bad == 0, "a copied prefix gave other logits than computing it (%d batches)", kv_bad);
         free(lg);
     }
     hc_head_free(h);

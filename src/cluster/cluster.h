@@ -124,6 +124,8 @@ int      hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, fl
    sequence's logits are the bits the same cluster gives it alone (hm_batch). */
 int      hc_head_eval_batch(hc_head *h, const hm_batch *b, hr_err *err);
 int      hc_head_reset(hc_head *h, int32_t pos, hr_err *err);  /* forget KV positions >= pos everywhere */
+/* hm_kv_seq_copy on every device (KV_COPY): a shared prompt prefix is not computed again */
+int      hc_head_kv_seq_copy(hc_head *h, int32_t src, int32_t dst, int32_t n, hr_err *err);
 int32_t  hc_head_n_ctx(const hc_head *h);
 const hc_plan *hc_head_plan(const hc_head *h);
 const hc_pp_plan *hc_head_pp_plan(const hc_head *h);            /* NULL unless --pp */

@@ -867,6 +867,17 @@ int hc_head_reset(hc_head *h, int32_t pos, hr_err *err) {
     return 0;
 }
 
+int hc_head_kv_seq_copy(hc_head *h, int32_t src, int32_t dst, int32_t n, hr_err *err) {
+    if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
+    int rc = hm_kv_seq_copy(h->ctx, src, dst, n, err); /* checks the arguments before any worker sees them */
+    for (int d = 1; !rc && d < h->k; d++) {
+        hn_msg m = {.type = HN_MSG_KV_COPY};
+        m.u.kv_copy = (hn_kv_copy){(uint32_t)src, (uint32_t)dst, (uint32_t)n};
+        rc = hc_hsend(h, d, &m, h->p.timeout_ms, err);
+    }
+    return rc;
+}
+
 int32_t hc_head_n_ctx(const hc_head *h) { return h->n_ctx; }
 const hc_plan *hc_head_plan(const hc_head *h) { return &h->plan; }
 const hc_pp_plan *hc_head_pp_plan(const hc_head *h) { return h->p.pp ? &h->pp : NULL; }

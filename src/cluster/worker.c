@@ -992,6 +992,15 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
         case HN_MSG_RESET:
             /* nothing to forget: the next FORWARD overwrites the positions from pos_begin on */
             break;
+        case HN_MSG_KV_COPY: {
+            hr_err e = {0};
+            const hn_kv_copy *k = &m.u.kv_copy;
+            if (!s->planned) rc = hc_bad(s, m.seq, HR_EPROTO, "KV_COPY before LOAD_PLAN");
+            else if (k->src > INT32_MAX || k->dst > INT32_MAX || k->n > INT32_MAX ||
+                     hm_kv_seq_copy(s->ctx, (int32_t)k->src, (int32_t)k->dst, (int32_t)k->n, &e))
+                rc = hc_bad(s, m.seq, HR_EPROTO, "KV_COPY: %s", e.msg[0] ? e.msg : "out of range");
+            break;
+        }
         case HN_MSG_BYE:
             HR_LOGI("worker: head %s said goodbye (%s)", s->head_name,
                     hr_escape(why, sizeof why, m.u.bye.reason.s, m.u.bye.reason.n));

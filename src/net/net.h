@@ -53,7 +53,8 @@ enum hn_msg_type {
     HN_MSG_RESULT      = 14,
     HN_MSG_RESET       = 15,
     HN_MSG_BYE         = 16,
-    HN_MSG_COUNT       = 17,
+    HN_MSG_KV_COPY     = 17,
+    HN_MSG_COUNT       = 18,
 };
 
 /* capability bits in HELLO / HELLO_ACK (append only) */
@@ -230,6 +231,8 @@ typedef struct hn_result {
 } hn_result;
 
 typedef struct hn_reset { uint32_t pos_begin; } hn_reset;
+/* positions [0, n) of sequence src's KV cache copied into sequence dst (hm_kv_seq_copy), no reply */
+typedef struct hn_kv_copy { uint32_t src, dst, n; } hn_kv_copy;
 typedef struct hn_bye   { int32_t code; hn_str reason; } hn_bye;
 
 typedef struct hn_msg {
@@ -251,6 +254,7 @@ typedef struct hn_msg {
         hn_partial     partial;
         hn_result      result;
         hn_reset       reset;
+        hn_kv_copy     kv_copy;
         hn_bye         bye;
     } u;
 } hn_msg;

@@ -33,6 +33,7 @@ static const msg_info msg_table[HN_MSG_COUNT] = {
     [HN_MSG_RESULT]      = { "RESULT",      64 * MIB },
     [HN_MSG_RESET]       = { "RESET",       256 },
     [HN_MSG_BYE]         = { "BYE",         4 * KIB },
+    [HN_MSG_KV_COPY]     = { "KV_COPY",     256 },
 };
 
 static bool type_known(int type) { return type > 0 && type < HN_MSG_COUNT; }
@@ -334,7 +335,7 @@ static bool msg_ok(const hn_msg *m, why *w) {
         if (c->offset > UINT64_MAX - c->n) return bad(w, "offset", "offset + length overflows");
         return true;
     }
-    case HN_MSG_SLICE_END: case HN_MSG_READY: case HN_MSG_RESET: return true;
+    case HN_MSG_SLICE_END: case HN_MSG_READY: case HN_MSG_RESET: case HN_MSG_KV_COPY: return true;
     case HN_MSG_FORWARD: {
         const hn_forward *f = &m->u.forward;
         if (f->layer_begin > f->layer_end)
@@ -489,6 +490,11 @@ int hn_msg_encode(const hn_msg *m, hn_buf *b, hn_iov *tail, hr_err *err) {
         tail->n = (size_t)n * 4;
         break;
     }
+    case HN_MSG_KV_COPY:
+        hn_buf_put_u32(b, m->u.kv_copy.src);
+        hn_buf_put_u32(b, m->u.kv_copy.dst);
+        hn_buf_put_u32(b, m->u.kv_copy.n);
+        break;
     case HN_MSG_RESET:
         hn_buf_put_u32(b, m->u.reset.pos_begin);
         break;
@@ -651,6 +657,11 @@ int hn_msg_decode(int type, uint32_t seq, const void *payload, size_t len, hn_ms
                          (unsigned long long)res->n_tokens * res->n_embd);
         break;
     }
+    case HN_MSG_KV_COPY:
+        m->u.kv_copy.src = hn_rd_u32(r, "src");
+        m->u.kv_copy.dst = hn_rd_u32(r, "dst");
+        m->u.kv_copy.n = hn_rd_u32(r, "n");
+        break;
     case HN_MSG_RESET:
         m->u.reset.pos_begin = hn_rd_u32(r, "pos_begin");
         break;
