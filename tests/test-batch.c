@@ -288,6 +288,7 @@ static void test_bad(const char *shared) {
     CHECK(hm_eval(c, &(hm_batch){.tokens = tok, .n = 2, .logits = lg, .seq = (int32_t[]){-1, 0}}, &err) == HR_EINVAL);
     CHECK(hm_eval(c, &(hm_batch){.tokens = tok, .n = 2, .logits = lg, .pos_of = (int32_t[]){0, 16}}, &err) ==
           HR_ERANGE);
+    CHECK(hm_eval(c, &(hm_batch){.tokens = tok, .n = 2, .logits = lg, .pos = INT32_MAX}, &err) == HR_ERANGE);
     /* a sequence's tokens: consecutive and ascending, whatever lies between them */
     CHECK(hm_eval(c, &(hm_batch){.tokens = tok, .n = 3, .logits = lg, .seq = (int32_t[]){1, 0, 1},
                                  .pos_of = (int32_t[]){4, 0, 6}}, &err) == HR_EINVAL);

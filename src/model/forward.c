@@ -369,11 +369,13 @@ static int hm_batch_setup(hm_ctx *c, const hm_batch *b, hr_err *err) {
     int32_t *cnt = c->seq_n;
     memset(cnt, 0, sizeof *cnt * (size_t)n_seq);
     for (int i = 0; i < n; i++) {
-        const int32_t s = b->seq ? b->seq[i] : 0, p = b->pos_of ? b->pos_of[i] : b->pos + i;
+        const int32_t s = b->seq ? b->seq[i] : 0;
+        const int64_t p = b->pos_of ? b->pos_of[i] : (int64_t)b->pos + i;
         if (s < 0 || s >= n_seq) return hr_fail(err, HR_EINVAL, "token %d: sequence %d of %d", i, s, n_seq);
         if (p < 0 || p >= c->n_ctx)
-            return hr_fail(err, HR_ERANGE, "token %d: position %d outside the context length %d", i, p, c->n_ctx);
-        c->tseq[i] = s, c->tpos[i] = p;
+            return hr_fail(err, HR_ERANGE, "token %d: position %lld outside the context length %d", i, (long long)p,
+                           c->n_ctx);
+        c->tseq[i] = s, c->tpos[i] = (int32_t)p;
         cnt[s]++;
     }
     for (int i = 0; i < n; i++) c->tf32[i] = c->kv_type == HQ_TYPE_F32 || cnt[c->tseq[i]] >= HM_KV_TILE;
