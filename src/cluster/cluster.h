@@ -23,6 +23,8 @@
 #include "net/net.h"
 
 #define HC_MAX_DEVICES 64
+#define HC_MAX_MICRO 16
+#define HC_MICRO_MAX_BYTES (4u << 20)
 
 /* ---- plan ------------------------------------------------------------------------------------------ */
 typedef struct hc_share {
@@ -107,6 +109,10 @@ typedef struct hc_head_params {
     bool  timings;           /* the caller asked for per-device figures (hc_head_stats) */
     bool  pp;                /* piped-ring pipeline instead of tensor parallelism */
     int   n_windows;                              /* pipeline: 0 = one even round; else one per device */
+    int   pp_micro;          /* pipeline: a batch of several sequences goes round the ring as up to this
+                                many micro-batches (whole sequences each; 0, 1: one pass), at most
+                                HC_MAX_MICRO, and only batches of at most HC_MICRO_MAX_BYTES of hidden
+                                states (docs/pipeline.md) */
     int   layer_windows[HC_MAX_DEVICES];          /* window sizes in layers, head first */
     /* tensor parallel: the head's share, a slice file in its cache (docs/tensor-parallel.md) */
     const char  *cache_dir;  /* NULL: hc_default_cache_dir() */
@@ -124,13 +130,21 @@ hc_head_params hc_head_default_params(void);
 
 typedef struct hc_head hc_head;
 /* Connects to the workers, makes the plan, sends the slices they lack, and creates the head's own
-   context (cp: n_ctx, n_batch, threads, kv_type; the workers use the same n_ctx, n_batch and kv_type). */
+   context (cp: n_ctx, n_seq, n_batch, threads, kv_type; the workers use the same n_ctx, n_seq,
+   n_batch and kv_type). */
 hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx_params *cp, hr_err *err);
 /* hm_eval for the whole cluster: tokens[0..n) at pos0.. -> logits of the last token (or of all). Batches
    larger than a FORWARD allows are split. */
 int      hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all_logits,
                       hr_err *err);
+/* hm_eval for the whole cluster, for a batch of several sequences (continuous batching): b as
+   hm_batch takes it (tokens, n <= the cluster's n_batch, pos or pos_of, seq, out, logits, all_logits),
+   checked before any device sees it; each token's sequence and position travel in FORWARD. A
+   sequence's logits are the bits the same cluster gives it alone (hm_batch). */
+int      hc_head_eval_batch(hc_head *h, const hm_batch *b, hr_err *err);
 int      hc_head_reset(hc_head *h, int32_t pos, hr_err *err);  /* forget KV positions >= pos everywhere */
+/* hm_kv_seq_copy on every device (KV_COPY): a shared prompt prefix is not computed again */
+int      hc_head_kv_seq_copy(hc_head *h, int32_t src, int32_t dst, int32_t n, hr_err *err);
 int32_t  hc_head_n_ctx(const hc_head *h);
 const hc_plan *hc_head_plan(const hc_head *h);
 const hc_pp_plan *hc_head_pp_plan(const hc_head *h);            /* NULL unless --pp */

@@ -369,11 +369,13 @@ static int hm_batch_setup(hm_ctx *c, const hm_batch *b, hr_err *err) {
     int32_t *cnt = c->seq_n;
     memset(cnt, 0, sizeof *cnt * (size_t)n_seq);
     for (int i = 0; i < n; i++) {
-        const int32_t s = b->seq ? b->seq[i] : 0, p = b->pos_of ? b->pos_of[i] : b->pos + i;
+        const int32_t s = b->seq ? b->seq[i] : 0;
+        const int64_t p = b->pos_of ? b->pos_of[i] : (int64_t)b->pos + i;
         if (s < 0 || s >= n_seq) return hr_fail(err, HR_EINVAL, "token %d: sequence %d of %d", i, s, n_seq);
         if (p < 0 || p >= c->n_ctx)
-            return hr_fail(err, HR_ERANGE, "token %d: position %d outside the context length %d", i, p, c->n_ctx);
-        c->tseq[i] = s, c->tpos[i] = p;
+            return hr_fail(err, HR_ERANGE, "token %d: position %lld outside the context length %d", i, (long long)p,
+                           c->n_ctx);
+        c->tseq[i] = s, c->tpos[i] = (int32_t)p;
         cnt[s]++;
     }
     for (int i = 0; i < n; i++) c->tf32[i] = c->kv_type == HQ_TYPE_F32 || cnt[c->tseq[i]] >= HM_KV_TILE;
@@ -390,6 +392,12 @@ static int hm_batch_setup(hm_ctx *c, const hm_batch *b, hr_err *err) {
     return 0;
 }
 
+int hm_batch_check(hm_ctx *c, const hm_batch *b, hr_err *err) {
+    if (b->n < 1 || b->n > c->p.n_batch)
+        return hr_fail(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", b->n, c->p.n_batch);
+    return hm_batch_setup(c, b, err);
+}
+
 int hm_eval(hm_ctx *c, const hm_batch *b, hr_err *err) {
     if (c->shard.n_windows != 1)
         return hr_fail(err, HR_EINVAL, "a shard of %d windows is run window by window (hm_eval_window)",
@@ -404,11 +412,9 @@ int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err) {
     const int n = b->n;
     memset(&c->t, 0, sizeof c->t);
     int64_t t_start = hr_time_ns();
-    if (n < 1 || n > c->p.n_batch)
-        return hr_fail(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", n, c->p.n_batch);
     if (w < 0 || w >= c->shard.n_windows)
         return hr_fail(err, HR_EINVAL, "window %d of a shard of %d", w, c->shard.n_windows);
-    const int rc = hm_batch_setup(c, b, err);
+    const int rc = hm_batch_check(c, b, err);
     if (rc) return rc;
     const hm_window win = c->shard.windows[w];
     bool first = c->shard.first && w == 0, last = c->shard.last && w == c->shard.n_windows - 1;

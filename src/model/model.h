@@ -252,6 +252,9 @@ int hm_eval(hm_ctx *c, const hm_batch *b, hr_err *err);
    shard, logits out only after the last window of a last shard; hidden states otherwise. */
 int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err);
 int hm_ctx_n_windows(const hm_ctx *c);
+/* Checks a batch against the context as hm_eval does before it computes anything (size, sequences,
+   positions): 0 or HR_EINVAL / HR_ERANGE (a cluster's head checks before it sends the batch on). */
+int hm_batch_check(hm_ctx *c, const hm_batch *b, hr_err *err);
 int32_t hm_ctx_n_ctx(const hm_ctx *c);
 int32_t hm_ctx_n_seq(const hm_ctx *c);
 /* Copies positions [0, n) of sequence src's KV cache into sequence dst (a shared prompt prefix is
