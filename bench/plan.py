@@ -8,7 +8,7 @@ measured side by side, with the error, and marks the chosen plan.
     sudo bench/plan.py [--profile pair2] [--build DIR] [--model M.gguf] [--tokens 16] [--repeats 2]
                        [--ctx 256] [--out bench/reports/plan-pair2]
 
-Every device runs with -t 1 (the profiles give each device a fraction of one core). Per candidate: a
+The profiles are measured afresh (--no-cache: the machine's load changes). Every device runs with -t 1 (the profiles give each device a fraction of one core). Per candidate: a
 warm-up run (fills the workers' slice caches), then --repeats runs of --tokens tokens; latency =
 generation time / forward passes, median. Results: OUT/results.json and OUT/report.md. Needs root.
 """
@@ -101,7 +101,7 @@ def main():
         head_cache = os.path.join(args.work, "head-cache")
         env = ["env", f"XDG_CACHE_HOME={head_cache}"]
         r = tp.sh(bed.cmd("d0", env + [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1",
-                                       "-c", str(args.ctx), "--json"]), timeout=600)
+                                       "-c", str(args.ctx), "--json", "--no-cache"]), timeout=600)
         if r.returncode:
             raise RuntimeError("hearth plan: " + r.stderr[-2000:])
         plan = json.loads(r.stdout)

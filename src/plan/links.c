@@ -62,7 +62,7 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
         if (hc_probe_open(&w[i], workers[i - 1], me, p->timeout_ms, &e)) { rc = hpl_peer_fail(i, workers[i - 1], &e, err); break; }
         /* every worker measures itself while the head does */
         hn_msg m = {.type = HN_MSG_PROFILE_REQ};
-        m.u.profile_req.flags = HN_PROFILE_DEVICE;
+        m.u.profile_req.flags = HN_PROFILE_DEVICE | (p->self.no_cache ? HN_PROFILE_BENCH : 0);
         if (hc_probe_request(&w[i], &m, 0, p->timeout_ms, &e)) rc = hpl_peer_fail(i, workers[i - 1], &e, err);
     }
     if (!rc) rc = hpl_profile_self(&p->self, &out->dev[0], err);

@@ -82,8 +82,8 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *out, hr_err *err);
 char *hpl_device_json(const hpl_device *d);
 
 /* The worker's hook (hc_worker_params.profile): hpl_profile_self with the defaults, as key/values. */
-int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, hc_kv_text *out,
-                       hr_err *err);
+int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh,
+                       hc_kv_text *out, hr_err *err);
 
 /* CPU quota of this process's cgroup in cores (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / period), the
    tightest along the path to the root; 0 = none. Parsers exposed for tests. */
