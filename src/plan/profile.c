@@ -250,8 +250,6 @@ done:
     return rc;
 }
 
-typedef struct hpl_read_job { hr_pool *pool; hr_span span; uint64_t sum; } hpl_read_job;
-
 static double hpl_bench_membw(hr_pool *pool, int ms) {
     const size_t n = 64u << 20;
     uint8_t *buf = hr_alloc_aligned(n, 64);
