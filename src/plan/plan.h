@@ -112,6 +112,8 @@ typedef struct hpl_cluster_params {
     int n_pings;               /* RTT samples per link (default 9) */
     uint32_t probe_bytes;      /* throughput message size (default 4 MiB) */
     bool peer_links;           /* measure worker <-> worker links too (LINK_PROBE; default true) */
+    bool serial;               /* the devices measure themselves one after another, not at once: for
+                                  "devices" that share a machine's cores (tools/testbed) */
 } hpl_cluster_params;
 hpl_cluster_params hpl_cluster_default_params(void);
 
