@@ -8,7 +8,7 @@ measured side by side, with the error, and marks the chosen plan.
     sudo bench/plan.py [--profile pair2] [--build DIR] [--model M.gguf] [--tokens 16] [--repeats 2]
                        [--ctx 256] [--out bench/reports/plan-pair2]
 
-Every device runs with -t 1 (the profiles give each device a fraction of one core). Per candidate: a
+The profiles are measured afresh (--no-cache: the machine's load changes). Every device runs with -t 1 (the profiles give each device a fraction of one core). Per candidate: a
 warm-up run (fills the workers' slice caches), then --repeats runs of --tokens tokens; latency =
 generation time / forward passes, median. Results: OUT/results.json and OUT/report.md. Needs root.
 """
@@ -85,6 +85,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--instance", default="plan")
+    ap.add_argument("--serial", action="store_true", help="hearth plan --profile-serial (the devices share cores)")
     args = ap.parse_args()
     if args.out == os.path.join(tp.SRC, "bench", "reports", "plan"):
         args.out += "-" + args.profile
@@ -100,8 +101,9 @@ def main():
             tp.start_worker(bed, args, bin_, f"d{i}", ["-t", "1"], procs)
         head_cache = os.path.join(args.work, "head-cache")
         env = ["env", f"XDG_CACHE_HOME={head_cache}"]
-        r = tp.sh(bed.cmd("d0", env + [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1",
-                                       "-c", str(args.ctx), "--json"]), timeout=600)
+        plan_argv = [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1", "-c", str(args.ctx),
+                     "--json", "--no-cache"] + (["--profile-serial"] if args.serial else [])
+        r = tp.sh(bed.cmd("d0", env + plan_argv), timeout=600)
         if r.returncode:
             raise RuntimeError("hearth plan: " + r.stderr[-2000:])
         plan = json.loads(r.stdout)

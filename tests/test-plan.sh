@@ -44,6 +44,14 @@ then ok; else bad "plan --json: $(head -c 300 "$TMP/plan.json")"; fi
 "$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 1)" -t 1 > "$TMP/plan.txt" 2>&1 || bad "plan (text) failed"
 if grep -q "^chosen: " "$TMP/plan.txt" && grep -q "single device" "$TMP/plan.txt"; then ok; else bad "plan text: $(cat "$TMP/plan.txt")"; fi
 
+# --no-cache: every device measures again (the workers too; here one after the other)
+"$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 1)" -t 1 --no-cache --profile-serial --json > "$TMP/plan2.json" 2> /dev/null || bad "plan --no-cache"
+if python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['devices']; assert not d[0]['cached'] and not d[1]['cached']" \
+    "$TMP/plan2.json"; then ok; else bad "plan --no-cache: a device's profile came from its cache"; fi
+"$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 1)" -t 1 --json > "$TMP/plan3.json" 2> /dev/null || bad "plan (cached)"
+if python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['devices']; assert d[0]['cached'] and d[1]['cached']" \
+    "$TMP/plan3.json"; then ok; else bad "plan: the profiles were not read from the caches the second time"; fi
+
 # ---- the profile cache ---------------------------------------------------------------------------------
 export XDG_CACHE_HOME=$TMP/profile-cache
 "$BIN" profile -t 1 > "$TMP/p1.txt" 2>&1 || bad "profile 1"

@@ -414,7 +414,10 @@ static const cli_flag flags[] = {
     /* plan, profile */
     {CLI_PLAN | CLI_PROFILE, "--json", NULL, F_ON, AT(json), 0, 0, NULL, "print one JSON object instead of tables"},
     {CLI_PLAN | CLI_PROFILE, "--no-cache", NULL, F_ON, AT(no_cache), 0, 0, NULL,
-     "measure this device again instead of using its cached profile"},
+     "measure again instead of using the cached profiles (plan: every device)"},
+    {CLI_PLAN | CLI_RUN, "--profile-serial", NULL, F_ON, AT(profile_serial), 0, 0, NULL,
+     "the planner's devices measure themselves one after another instead of at\n"
+     "once (devices that share one machine's cores, as on tools/testbed)"},
     {CLI_PLAN, "--prompt-tokens", "N", F_LONG, AT(prompt_tokens), 1, I24, NULL,
      "prompt length the predicted prefill time is for (default 512)"},
 

@@ -49,6 +49,7 @@ typedef struct cli_opts {
     hc_head_params head;             /* --workers and the cluster flags */
     bool        plan_given;          /* --tp-shares, --layer-windows or --allreduce given (the planner stays out) */
     bool        no_cache;            /* profile/plan --no-cache: measure this device again */
+    bool        profile_serial;      /* plan/run --profile-serial: the devices measure one at a time */
     long        prompt_tokens;       /* plan: prompt length the prefill figure is for */
     char       *workers_copy;        /* owned: the split --workers text */
     cli_list    bench_threads, bench_prompt, bench_gen, bench_depth;

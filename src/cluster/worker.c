@@ -308,7 +308,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
 #define KV(k, ...) do { snprintf(vals[nv], sizeof vals[nv], __VA_ARGS__); \
         p->kv[p->n_kv++] = (hn_kv){hn_cstr(k), hn_cstr(vals[nv])}; nv++; } while (0)
     KV("threads", "%d", s->w->n_threads);
-    if (req->u.profile_req.flags & HN_PROFILE_BENCH) {
+    if ((req->u.profile_req.flags & HN_PROFILE_BENCH) && !(req->u.profile_req.flags & HN_PROFILE_DEVICE)) {
         hr_err e = {0};
         int ms = (int)HR_MIN(req->u.profile_req.bench_ms, 5000u);
         double gbps = hc_bench_matvec(s->w->n_threads, ms, &e);
@@ -320,7 +320,8 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         if (!s->w->profile) return hc_bad(s, req->seq, HR_EUNSUPPORTED, "this worker cannot describe its device");
         if (!(dev = calloc(1, sizeof *dev))) return hc_bad(s, req->seq, HR_ENOMEM, "out of memory");
         hr_err e = {0};
-        if (s->w->profile(s->w->profile_user, s->w->n_threads, s->w->cache, &s->w->mem, dev, &e)) {
+        if (s->w->profile(s->w->profile_user, s->w->n_threads, s->w->cache, &s->w->mem,
+                          req->u.profile_req.flags & HN_PROFILE_BENCH, dev, &e)) {
             free(dev);
             return hc_bad(s, req->seq, e.code, "device profile failed: %s", e.msg);
         }

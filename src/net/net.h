@@ -71,7 +71,8 @@ enum {
 enum {
     HN_PROFILE_BENCH = 1u << 0, /* run the matvec benchmark (bench_ms budget) */
     HN_PROFILE_STATS = 1u << 1, /* report (and restart) the session's run-time counters */
-    HN_PROFILE_DEVICE = 1u << 2,/* report the device profile (src/plan: speeds per weight type, memory, disk) */
+    HN_PROFILE_DEVICE = 1u << 2,/* report the device profile (src/plan: speeds per weight type, memory, disk);
+                                   with BENCH: measured again, not from the device's cache */
 };
 #define HN_MAX_PROBE (8u << 20) /* PROBE data and reply size limit (bytes) */
 

@@ -82,8 +82,8 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *out, hr_err *err);
 char *hpl_device_json(const hpl_device *d);
 
 /* The worker's hook (hc_worker_params.profile): hpl_profile_self with the defaults, as key/values. */
-int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, hc_kv_text *out,
-                       hr_err *err);
+int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh,
+                       hc_kv_text *out, hr_err *err);
 
 /* CPU quota of this process's cgroup in cores (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / period), the
    tightest along the path to the root; 0 = none. Parsers exposed for tests. */
@@ -112,6 +112,8 @@ typedef struct hpl_cluster_params {
     int n_pings;               /* RTT samples per link (default 9) */
     uint32_t probe_bytes;      /* throughput message size (default 4 MiB) */
     bool peer_links;           /* measure worker <-> worker links too (LINK_PROBE; default true) */
+    bool serial;               /* the devices measure themselves one after another, not at once: for
+                                  "devices" that share a machine's cores (tools/testbed) */
 } hpl_cluster_params;
 hpl_cluster_params hpl_cluster_default_params(void);
 

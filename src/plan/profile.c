@@ -250,8 +250,6 @@ done:
     return rc;
 }
 
-typedef struct hpl_read_job { hr_pool *pool; hr_span span; uint64_t sum; } hpl_read_job;
-
 static double hpl_bench_membw(hr_pool *pool, int ms) {
     const size_t n = 64u << 20;
     uint8_t *buf = hr_alloc_aligned(n, 64);
@@ -566,9 +564,10 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *d, hr_err *err) {
     return 0;
 }
 
-int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, hc_kv_text *out,
-                       hr_err *err) {
+int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh,
+                       hc_kv_text *out, hr_err *err) {
     hpl_profile_params p = hpl_profile_default_params();
+    p.no_cache = fresh;
     p.n_threads = n_threads;
     p.disk_path = disk_dir;
     if (mem) p.mem = *mem;
