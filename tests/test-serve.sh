@@ -72,6 +72,11 @@ curl -sf "$B_URL/health" > /dev/null && ok || bad "server B does not answer afte
 serve_stop A
 serve_stop B
 
+# a step holds every generating slot's token: a smaller -b is refused at start, not on every request
+out=$(timeout $((60 * SLOW)) "$BIN" serve -m "$M" --port 0 -np 4 -b 2 -t 1 2>&1)
+rc=$?
+[[ $rc -eq 1 && "$out" == *"fewer tokens a step than the 4 slots"* ]] && ok || bad "-np 4 -b 2: rc $rc: $out"
+
 # on a cluster's head, two workers on loopback: tensor parallel, a pipeline, a micro-batched pipeline;
 # 4 slots, 8 concurrent streams each equal to run's text on one device, a prefix copied on every device,
 # the links' bytes in /metrics (tests/serve/cluster.mjs)

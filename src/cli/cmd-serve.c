@@ -28,6 +28,10 @@ static int serve_load(cli_opts *o, cli_engine *e, hs_backend *b, hs_model_info *
     long slots = o->parallel;
     if (total < slots)
         return hr_fail(err, HR_EINVAL, "-c %ld is fewer positions than the %ld slots (--parallel)", total, slots);
+    /* a step holds every generating slot's next token, and a pass at most -b tokens and a slot's share of -c */
+    if (HR_MIN(o->n_batch, total / slots) < slots)
+        return hr_fail(err, HR_EINVAL, "-b %ld and -c %ld (%ld positions a slot) hold fewer tokens a step than the %ld "
+                       "slots (--parallel)", o->n_batch, total, total / slots, slots);
     hm_ctx_params cp = cli_ctx_params(o);
     cp.n_ctx = (int32_t)(total / slots);  /* each slot's share, as llama-server divides it */
     cp.n_seq = (int32_t)slots;
