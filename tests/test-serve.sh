@@ -2,7 +2,7 @@
 # hearth serve through the official openai npm client (tests/serve/api.mjs): answers equal to `hearth run
 # --temp 0`, 8 concurrent streams, aborts, errors, the API key, a full queue; then hostile HTTP
 # (malformed requests, a huge body, too many connections, slowloris) gets errors and the server lives;
-# and on a cluster's head.
+# and on a cluster's head, tensor parallel and pipelined, 4 slots.
 # Env: HEARTH_BIN, HEARTH_SHARED, HEARTH_BUILD (npm packages are installed under it).
 set -u
 source "$(dirname "$0")/lib-serve.sh"
@@ -72,22 +72,36 @@ curl -sf "$B_URL/health" > /dev/null && ok || bad "server B does not answer afte
 serve_stop A
 serve_stop B
 
-# on a cluster: a head and one worker on loopback (tensor parallel), one slot; the text is run's
-"$BIN" worker --listen 127.0.0.1:0 --cache "$TMP/wc" -t 1 > "$TMP/w.out" 2> "$TMP/w.err" &
-WPID=$!
-for _ in $(seq 100); do grep -q 'listening' "$TMP/w.out" && break; sleep 0.05; done
-WPORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$TMP/w.out" | head -1)
-if [[ -n "$WPORT" ]]; then
-    serve_start C -np 2 -c 512 -t 1 --workers "127.0.0.1:$WPORT" --tp-shares equal --cache "$TMP/hc"
-    want=$("$BIN" run -m "$M" --temp 0 --no-echo -p "Once upon a time" -n 30 2> /dev/null)
-    got=$(curl -s "$C_URL/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0}' |
-          python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])')
-    [[ -n "$want" && "$got" == "$want" ]] && ok || bad "on a cluster: [$got], run: [$want]"
-    serve_stop C
-else
-    bad "the worker did not start: $(cat "$TMP/w.err")"
+# a step holds every generating slot's token: a smaller -b is refused at start, not on every request
+out=$(timeout $((60 * SLOW)) "$BIN" serve -m "$M" --port 0 -np 4 -b 2 -t 1 2>&1)
+rc=$?
+[[ $rc -eq 1 && "$out" == *"fewer tokens a step than the 4 slots"* ]] && ok || bad "-np 4 -b 2: rc $rc: $out"
+
+# on a cluster's head, two workers on loopback: tensor parallel, a pipeline, a micro-batched pipeline;
+# 4 slots, 8 concurrent streams each equal to run's text on one device, a prefix copied on every device,
+# the links' bytes in /metrics (tests/serve/cluster.mjs)
+WPIDS=()
+WADDR=""
+cleanup() {
+    for pid in "${WPIDS[@]}"; do kill "$pid" 2> /dev/null; done
+    rm -rf "$TMP"
+}
+for i in 1 2; do
+    "$BIN" worker --listen 127.0.0.1:0 --cache "$TMP/wc$i" -t 1 > "$TMP/w$i.out" 2> "$TMP/w$i.err" &
+    WPIDS+=($!)
+    for _ in $(seq 100); do grep -q 'listening' "$TMP/w$i.out" && break; sleep 0.05; done
+    port=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$TMP/w$i.out" | head -1)
+    [[ -n "$port" ]] && WADDR+="${WADDR:+,}127.0.0.1:$port" || bad "worker $i did not start: $(cat "$TMP/w$i.err")"
+done
+if [[ ${WADDR//[^,]/} == "," ]]; then
+    for plan in "--tp-shares equal" "--pp" "--pp --pp-micro 4"; do
+        # shellcheck disable=SC2086
+        serve_start C -np 4 -c 2048 -t 1 --workers "$WADDR" $plan --cache "$TMP/hc"
+        BIN="$BIN" MODEL="$M" URL="$C_URL" DEVICES=3 SLOW=$SLOW timeout $((600 * SLOW)) node "$JS/cluster.mjs" &&
+            ok || bad "cluster.mjs with $plan (above)"
+        serve_stop C
+    done
 fi
-kill "$WPID" 2> /dev/null
-wait "$WPID" 2> /dev/null
+for pid in "${WPIDS[@]}"; do kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; done
 echo "test-serve: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

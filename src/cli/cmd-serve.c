@@ -23,10 +23,15 @@ static int serve_load(cli_opts *o, cli_engine *e, hs_backend *b, hs_model_info *
     if (cli_engine_open(e, o, true, err)) return err->code;
     int32_t train = e->m->hp.n_ctx_train;
     long total = o->n_ctx > 0 ? o->n_ctx : train > 0 ? HR_MIN(train, 4096) : 4096;
-    /* a cluster's head runs one sequence so far: one slot, with the whole context */
-    long slots = o->head.n_workers ? 1 : o->parallel;
+    /* on a cluster as on one device (and the planner may yet choose this device alone): every device's
+       context holds the slots' sequences */
+    long slots = o->parallel;
     if (total < slots)
         return hr_fail(err, HR_EINVAL, "-c %ld is fewer positions than the %ld slots (--parallel)", total, slots);
+    /* a step holds every generating slot's next token, and a pass at most -b tokens and a slot's share of -c */
+    if (HR_MIN(o->n_batch, total / slots) < slots)
+        return hr_fail(err, HR_EINVAL, "-b %ld and -c %ld (%ld positions a slot) hold fewer tokens a step than the %ld "
+                       "slots (--parallel)", o->n_batch, total, total / slots, slots);
     hm_ctx_params cp = cli_ctx_params(o);
     cp.n_ctx = (int32_t)(total / slots);  /* each slot's share, as llama-server divides it */
     cp.n_seq = (int32_t)slots;
@@ -38,8 +43,11 @@ static int serve_load(cli_opts *o, cli_engine *e, hs_backend *b, hs_model_info *
     int32_t nv = e->m->hp.n_vocab;
     int rc = e->tp ? hs_backend_head(b, e->tp, nv, err) : hs_backend_local(b, e->c, nv, err);
     if (rc) return rc;
-    /* a context takes at most n_ctx tokens per pass (hm_ctx_create clamps its n_batch so) */
-    b->n_batch = (int32_t)HR_MIN(o->n_batch, (long)b->n_ctx);
+    if (o->head.pp_micro > 1 && !(e->tp && hc_head_pp_plan(e->tp)))
+        HR_LOGW("hearth serve: --pp-micro %d: the plan is not a pipeline, so each step is one pass", o->head.pp_micro);
+    /* a context takes at most n_ctx tokens per pass (hm_ctx_create clamps its n_batch so); a cluster's
+       head has set its own bound (what a FORWARD carries, too) */
+    if (!e->tp) b->n_batch = (int32_t)HR_MIN(o->n_batch, (long)b->n_ctx);
     HR_LOGI("hearth serve: %s, %ld slots of %d positions, engine: %s, chat template %s", model_id(o), slots, b->n_ctx,
             b->kind, ht_chat_name(tmpl));
     return 0;
@@ -90,6 +98,8 @@ static int serve(cli_opts *o) {
 static int serve_check(const cli_command *c, cli_opts *o) {
     int rc = cli_check_model(c, o);
     if (!rc) rc = cli_check_cluster(c, o);
+    if (!rc && o->head.pp_micro > 1 && o->plan_given && !o->head.pp)
+        rc = cli_usage_error(c, "--pp-micro needs a pipeline (--pp), not tensor parallelism");
     return rc ? rc : cli_check_template(c, o);
 }
 

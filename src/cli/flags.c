@@ -348,6 +348,10 @@ static const cli_flag flags[] = {
      "with --pp: window sizes in layers per device, head first, dealt round the\n"
      "ring until all layers are placed (2,3,2: several rounds per token;\n"
      "default: one round, layers split evenly)"},
+    {CLI_SERVE, "--pp-micro", "M", F_INT, AT(head.pp_micro), 1, HC_MAX_MICRO, NULL,
+     "in a pipeline: each step's sequences go round the ring as up to M\n"
+     "micro-batches, so that the stages compute at once (default 1: one pass;\n"
+     "on CPU stages it is often slower, docs/pipeline.md)"},
     {CLI_RUN, "--timings", NULL, F_ON, AT(head.timings), 0, 0, NULL,
      "with --workers: per-device compute / all-reduce times per forward pass"},
     {CLI_WORKER, "--listen", "ADDR:PORT", F_STR, AT(listen), 0, 0, NULL,
@@ -666,7 +670,7 @@ int cli_check_cluster(const cli_command *c, const cli_opts *o) {
     const hc_head_params *h = &o->head;
     if (h->n_workers) return 0;
     const char *f = h->pp ? "--pp" : h->n_windows ? "--layer-windows" : h->n_shares || h->shares_auto ? "--tp-shares"
-                  : h->timings ? "--timings" : NULL;
+                  : h->timings ? "--timings" : h->pp_micro > 1 ? "--pp-micro" : NULL;
     return f ? cli_usage_error(c, "%s needs --workers", f) : 0;
 }
 

@@ -146,6 +146,8 @@ int      hc_head_reset(hc_head *h, int32_t pos, hr_err *err);  /* forget KV posi
 /* hm_kv_seq_copy on every device (KV_COPY): a shared prompt prefix is not computed again */
 int      hc_head_kv_seq_copy(hc_head *h, int32_t src, int32_t dst, int32_t n, hr_err *err);
 int32_t  hc_head_n_ctx(const hc_head *h);
+int32_t  hc_head_n_seq(const hc_head *h);
+int32_t  hc_head_n_batch(const hc_head *h);  /* most tokens of one hc_head_eval_batch */
 const hc_plan *hc_head_plan(const hc_head *h);
 const hc_pp_plan *hc_head_pp_plan(const hc_head *h);            /* NULL unless --pp */
 hmem    *hc_head_mem(const hc_head *h);                    /* the head's residency manager or NULL */

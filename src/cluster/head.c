@@ -879,6 +879,8 @@ int hc_head_kv_seq_copy(hc_head *h, int32_t src, int32_t dst, int32_t n, hr_err 
 }
 
 int32_t hc_head_n_ctx(const hc_head *h) { return h->n_ctx; }
+int32_t hc_head_n_seq(const hc_head *h) { return h->n_seq; }
+int32_t hc_head_n_batch(const hc_head *h) { return h->n_batch; }
 const hc_plan *hc_head_plan(const hc_head *h) { return &h->plan; }
 const hc_pp_plan *hc_head_pp_plan(const hc_head *h) { return h->p.pp ? &h->pp : NULL; }
 hmem *hc_head_mem(const hc_head *h) { return h->mem; }

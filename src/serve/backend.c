@@ -1,11 +1,14 @@
 /* serve/backend: the engines behind the scheduler.
 
    One device: one context of N sequences; a step's batch goes to hm_eval whole, so the weights are
-   read once for every slot's tokens, and hm_kv_seq_copy shares a prompt prefix between slots. */
+   read once for every slot's tokens, and hm_kv_seq_copy shares a prompt prefix between slots. A cluster's
+   head: the same batch through hc_head_eval_batch (every device's context holds the n_seq sequences),
+   KV_COPY for the prefix. */
 #include "serve-impl.h"
 
 #include "cluster/cluster.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 static int local_eval(void *user, const hm_batch *b, hr_err *err) { return hm_eval(user, b, err); }
@@ -22,35 +25,50 @@ int hs_backend_local(hs_backend *b, hm_ctx *c, int32_t n_vocab, hr_err *err) {
     return 0;
 }
 
-/* ---- the head of a cluster: one sequence until hc_head takes several --------------------------------- */
+/* ---- the head of a cluster: every device's cache holds the slots' sequences ------------------------- */
 typedef struct head_be {
-    hc_head *h;
-    int32_t  next;            /* the position the workers' caches end at */
+    hc_head      *h;
+    hc_dev_stats *st;         /* [HC_MAX_DEVICES] hc_head_stats' answer */
 } head_be;
 
 static int head_eval(void *user, const hm_batch *b, hr_err *err) {
-    head_be *H = user;
-    int32_t pos = b->pos_of ? b->pos_of[0] : b->pos;
-    for (int i = 0; i < b->n; i++)
-        if ((b->seq && b->seq[i]) || (b->pos_of && b->pos_of[i] != pos + i) || (b->out && b->out[i] && i != b->n - 1))
-            return hr_fail(err, HR_EUNSUPPORTED, "a cluster runs one sequence's consecutive tokens per pass");
-    /* a new request that keeps less of the cache than it holds: the workers forget the rest */
-    if (pos != H->next) {
-        int rc = hc_head_reset(H->h, pos, err);
-        if (rc) return rc;
-    }
-    int rc = hc_head_eval(H->h, b->tokens, b->n, pos, b->logits, false, err);
-    H->next = rc ? 0 : pos + b->n;
-    return rc;
+    return hc_head_eval_batch(((head_be *)user)->h, b, err);
 }
 
-static void head_free(void *user) { free(user); }
+static int head_copy(void *user, int32_t src, int32_t dst, int32_t n, hr_err *err) {
+    return hc_head_kv_seq_copy(((head_be *)user)->h, src, dst, n, err);
+}
+
+static int head_links(void *user, hs_link *out, int cap, hr_err *err) {
+    head_be *H = user;
+    int k = hc_head_stats(H->h, H->st, HC_MAX_DEVICES, err);
+    for (int d = 0; d < k && d < cap; d++) {
+        snprintf(out[d].name, sizeof out[d].name, "%s", H->st[d].name);
+        out[d].sent = H->st[d].bytes_sent;
+        out[d].received = H->st[d].bytes_received;
+    }
+    return k < 0 ? k : HR_MIN(k, cap);
+}
+
+static void head_free(void *user) {
+    head_be *H = user;
+    free(H->st);
+    free(H);
+}
 
 int hs_backend_head(hs_backend *b, struct hc_head *h, int32_t n_vocab, hr_err *err) {
     head_be *H = calloc(1, sizeof *H);
-    if (!H) return hr_fail(err, HR_ENOMEM, "out of memory");
+    if (H) H->st = calloc(HC_MAX_DEVICES, sizeof *H->st);
+    if (!H || !H->st) {
+        free(H);
+        return hr_fail(err, HR_ENOMEM, "out of memory");
+    }
     H->h = h;
-    *b = (hs_backend){.user = H, .n_seq = 1, .n_ctx = hc_head_n_ctx(h), .n_batch = 512, .n_vocab = n_vocab,
-                      .eval = head_eval, .free = head_free, .kind = "the head of a cluster, one sequence"};
+    bool pp = hc_head_pp_plan(h) != NULL;
+    *b = (hs_backend){.user = H, .n_seq = hc_head_n_seq(h), .n_ctx = hc_head_n_ctx(h), .n_batch = hc_head_n_batch(h),
+                      .n_vocab = n_vocab, .eval = head_eval, .seq_copy = head_copy, .links = head_links,
+                      .free = head_free,
+                      .kind = pp ? "the head of a pipeline, several sequences"
+                                 : "the head of a tensor-parallel cluster, several sequences"};
     return 0;
 }

@@ -734,6 +734,23 @@ static void histogram(sbuf *b, const char *name, const char *help, const hs_hist
     sb_printf(b, "hearth:%s_sum %.9g\nhearth:%s_count %llu\n", name, h->sum, name, (unsigned long long)h->n);
 }
 
+/* a counter per cluster device, labelled with its name ("head" or HOST:PORT, escaped as Prometheus
+   label values are) */
+static void link_counter(sbuf *b, const char *name, const char *help, const hs_metrics *m, bool sent) {
+    sb_printf(b, "# HELP hearth:%s %s\n# TYPE hearth:%s counter\n", name, help, name);
+    for (int d = 0; d < m->n_links; d++) {
+        char lab[2 * sizeof m->links[d].name];
+        size_t k = 0;
+        for (const char *p = m->links[d].name; *p && k + 2 < sizeof lab; p++) {
+            if (*p == '\\' || *p == '"' || *p == '\n') lab[k++] = '\\';
+            lab[k++] = *p == '\n' ? 'n' : *p;
+        }
+        lab[k] = 0;
+        sb_printf(b, "hearth:%s{device=\"%s\"} %llu\n", name, lab,
+                  (unsigned long long)(sent ? m->links[d].sent : m->links[d].received));
+    }
+}
+
 static enum MHD_Result handle_metrics(hs_server *S, struct MHD_Connection *c) {
     hs_metrics m;
     int proc, def;
@@ -756,6 +773,12 @@ static enum MHD_Result handle_metrics(hs_server *S, struct MHD_Connection *c) {
     histogram(&b, "time_to_first_token_seconds", "Time from a request's arrival to its first token.", &m.ttft);
     histogram(&b, "inter_token_latency_seconds", "Time between a request's consecutive tokens.", &m.itl);
     histogram(&b, "queue_time_seconds", "Time a request waited for a slot.", &m.queue);
+    if (m.n_links) {
+        link_counter(&b, "cluster_bytes_sent_total", "Bytes a cluster device sent on its cluster connections.", &m,
+                     true);
+        link_counter(&b, "cluster_bytes_received_total",
+                     "Bytes a cluster device received on its cluster connections.", &m, false);
+    }
     enum MHD_Result rc = b.oom ? reply_error(c, 500, "server_error", "out of memory")
                                : reply(c, 200, "text/plain; version=0.0.4", b.s, b.len);
     free(b.s);

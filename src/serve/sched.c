@@ -53,6 +53,10 @@ struct hs_sched {
     float          *lp_buf;   /* [n_vocab] logits before sampling (logprobs) */
     char           *piece;
     int             piece_cap;
+    /* the cluster's link bytes (scheduler thread; the sums in met under mu) */
+    hs_link        *link_buf;  /* [HS_MAX_LINKS] */
+    int64_t         t_links;   /* last refresh */
+    bool            links_due; /* steps ran since it */
 };
 
 /* ---- histograms ----------------------------------------------------------------------------------- */
@@ -361,6 +365,31 @@ static void slot_token(hs_sched *s, hs_slot *sl, float *logits) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* ---- cluster links -------------------------------------------------------------------------------- */
+/* Adds the bytes the devices moved since the previous refresh to the metrics (scheduler thread, mu NOT
+   held: the backend asks every worker, between steps so that nothing else is on the connections). A
+   failure (the cluster is gone; the next step says so) stops the refreshes. */
+static void sched_links(hs_sched *s) {
+    hr_err err = {0};
+    int k = s->be.links(s->be.user, s->link_buf, HS_MAX_LINKS, &err);
+    s->t_links = hr_time_ns();
+    s->links_due = false;
+    if (k < 0) {
+        HR_LOGW("hearth serve: the cluster's link bytes: %s (no more in /metrics)", err.msg);
+        s->be.links = NULL;
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->met.n_links = k;
+    for (int d = 0; d < k; d++) {
+        hs_link *l = &s->met.links[d];
+        memcpy(l->name, s->link_buf[d].name, sizeof l->name);
+        l->sent += s->link_buf[d].sent;
+        l->received += s->link_buf[d].received;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* ---- the loop ------------------------------------------------------------------------------------- */
 /* Builds one step's batch from the slots (scheduler thread; mu not needed: only this thread changes a
    slot's engine fields, and the request pointers change under mu in this thread too). */
@@ -419,6 +448,13 @@ static void *sched_main(void *arg) {
         int busy = 0;
         for (int i = 0; i < s->n_slots; i++) busy += s->slots[i].req != NULL;
         if (!busy) {
+            if (s->be.links && s->links_due) {
+                /* going idle: the figures /metrics shows are complete until the next request */
+                pthread_mutex_unlock(&s->mu);
+                sched_links(s);
+                pthread_mutex_lock(&s->mu);
+                continue;
+            }
             pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
@@ -457,6 +493,8 @@ static void *sched_main(void *arg) {
             /* cancelled during the step: dropped at admit; its token is not needed */
             if (sl->req) slot_token(s, sl, s->logits + (size_t)o * (size_t)s->be.n_vocab);
         }
+        if (n > 0) s->links_due = true;
+        if (s->be.links && hr_time_ns() - s->t_links >= 1000000000) sched_links(s);
         pthread_mutex_lock(&s->mu);
     }
     /* shutting down: every request ends */
@@ -502,8 +540,10 @@ hs_sched *hs_sched_create(const hs_backend *b, const hs_model_info *mi, int n_sl
     s->logits = malloc((size_t)s->n_slots * (size_t)b->n_vocab * sizeof(float));
     s->piece = malloc((size_t)s->piece_cap);
     s->lp_buf = malloc((size_t)b->n_vocab * sizeof(float));
+    s->link_buf = b->links ? calloc(HS_MAX_LINKS, sizeof *s->link_buf) : NULL;
+    s->t_links = hr_time_ns();
     bool ok = s->slots && s->queue && s->b_tok && s->b_seq && s->b_pos && s->b_out && s->b_slot && s->logits &&
-              s->piece && s->lp_buf;
+              s->piece && s->lp_buf && (s->link_buf || !b->links);
     for (int i = 0; ok && i < s->n_slots; i++) {
         s->slots[i].id = i;
         ok = (s->slots[i].cache = malloc((size_t)b->n_ctx * sizeof(int32_t))) != NULL;
@@ -549,6 +589,7 @@ void hs_sched_free(hs_sched *s) {
     free(s->logits);
     free(s->piece);
     free(s->lp_buf);
+    free(s->link_buf);
     pthread_cond_destroy(&s->work);
     pthread_mutex_destroy(&s->mu);
     free(s);

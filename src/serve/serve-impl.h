@@ -64,6 +64,8 @@ typedef struct hs_metrics {
     uint64_t prompt_tokens, predicted_tokens, n_decode, busy_slots_sum, requests_done;
     double   prompt_s, predicted_s;
     hs_hist  ttft, itl, queue;
+    int      n_links;          /* a cluster's devices (0 on one device) */
+    hs_link  links[HS_MAX_LINKS]; /* bytes per device since the start, as of the last refresh */
 } hs_metrics;
 
 typedef struct hs_slot_view {   /* what /slots shows */

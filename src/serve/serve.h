@@ -6,7 +6,8 @@
  * thread runs the engine: every step is one batch holding each running slot's next token and chunks
  * of waiting prompts, and each slot's results (text pieces, its finish) go back to the connection's
  * thread, which writes them (Server-Sent Events when streaming). The engine is behind hs_backend, a
- * batch of several sequences: one device's context, or the head of a cluster (one sequence so far).
+ * batch of several sequences: one device's context, or the head of a cluster (tensor parallel or a
+ * pipeline, every device's KV cache holding the slots' sequences).
  *
  * Library code: no exit, nothing on stdout, no command-line text; hs_server_params holds numbers.
  */
@@ -20,7 +21,17 @@
 /* ---- backend: what the scheduler needs of an engine --------------------------------------------- */
 /* eval runs one batch of several sequences (hm_batch with seq, pos_of and out set; logits: one row of
    n_vocab per token marked in out, in batch order). seq_copy copies positions [0, n) of sequence src
-   into dst, or is NULL when the engine cannot (then a prefix is reused only within its own slot). */
+   into dst, or is NULL when the engine cannot (then a prefix is reused only within its own slot).
+   links, NULL on one device: the bytes each device of a cluster sent and received on its cluster
+   connections since the previous call (the head first), into out[0..cap); returns how many devices, or
+   a negative code. It asks every worker (a round trip each), so the scheduler calls it on its own
+   thread between steps, at most once a second and when it goes idle. */
+#define HS_MAX_LINKS 64
+typedef struct hs_link {
+    char     name[80];        /* "head" or the worker's address */
+    uint64_t sent, received;
+} hs_link;
+
 typedef struct hs_backend {
     void   *user;
     int32_t n_seq;    /* sequences (the scheduler runs min(slots, n_seq) slots) */
@@ -29,6 +40,7 @@ typedef struct hs_backend {
     int32_t n_vocab;
     int   (*eval)(void *user, const hm_batch *b, hr_err *err);
     int   (*seq_copy)(void *user, int32_t src, int32_t dst, int32_t n, hr_err *err);
+    int   (*links)(void *user, hs_link *out, int cap, hr_err *err);
     void  (*free)(void *user);
     const char *kind; /* "one context of N sequences", ... (for the log and /slots) */
 } hs_backend;
@@ -37,7 +49,9 @@ typedef struct hs_backend {
    shared prefixes. */
 int hs_backend_local(hs_backend *b, hm_ctx *c, int32_t n_vocab, hr_err *err);
 
-/* The head of a cluster (borrowed): one sequence, so one slot, until hc_head runs several sequences. */
+/* The head of a cluster (borrowed), created with n_seq sequences: one hc_head_eval_batch per step (a
+   pipeline may cut it into micro-batches, hc_head_params.pp_micro), hc_head_kv_seq_copy on every device,
+   and the devices' link bytes from hc_head_stats. */
 struct hc_head;
 int hs_backend_head(hs_backend *b, struct hc_head *h, int32_t n_vocab, hr_err *err);
 

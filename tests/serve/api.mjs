@@ -4,25 +4,14 @@
 // requests get 400 with the error object, a wrong key 401, a full queue 503.
 // Env: BIN, MODEL, URL_A (--api-key KEY, 4 slots), KEY, URL_B (1 slot, queue 1), SLOW.
 import OpenAI from 'openai';
-import { execFileSync } from 'node:child_process';
+import { bad, check, concurrentStreams, eq, finish, prompts, runText as run } from './common.mjs';
 
 const { BIN, MODEL, URL_A, URL_B, KEY } = process.env;
 const SLOW = Number(process.env.SLOW || 1);
-let pass = 0, fail = 0;
-const ok = () => pass++;
-const bad = (what) => { fail++; console.error('FAIL: ' + what); };
-const check = (cond, what) => (cond ? ok() : bad(what));
-const eq = (got, want, what) => check(got === want, `${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+const runText = (args) => run(BIN, MODEL, args);
 
 const api = new OpenAI({ baseURL: URL_A + '/v1', apiKey: KEY, maxRetries: 0, timeout: 120000 * SLOW });
 const apiB = new OpenAI({ baseURL: URL_B + '/v1', apiKey: 'none', maxRetries: 0, timeout: 120000 * SLOW });
-
-// what `hearth run --temp 0` prints (its trailing newline is its own, not the model's)
-function runText(args) {
-  const out = execFileSync(BIN, ['run', '-m', MODEL, '--temp', '0', '--no-echo', ...args],
-                           { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
-  return out.endsWith('\n') ? out.slice(0, -1) : out;
-}
 
 async function raw(url, path, init = {}) {
   const headers = { 'Content-Type': 'application/json', Authorization: 'Bearer ' + KEY, ...(init.headers || {}) };
@@ -51,8 +40,6 @@ async function waitIdle(url, seconds) {
   return false;
 }
 
-const prompts = ['Once upon a time', 'The little dog', 'Lily wanted to', 'One day, a bird', 'Tom and Sue went',
-                 'The sun was', 'There was a big tree', 'A girl named Amy'];
 const N = 40;
 
 async function main() {
@@ -127,15 +114,7 @@ async function main() {
         'logprobs: ' + JSON.stringify(content).slice(0, 300));
 
   // 8 concurrent streaming clients (4 slots: half wait in the queue), each gets run's text
-  const wants = prompts.map((p) => runText(['-p', p, '-n', String(N)]));
-  const got = await Promise.all(prompts.map(async (p) => {
-    let t = '';
-    for await (const ch of await api.completions.create({ model: 'm', prompt: p, max_tokens: N, temperature: 0,
-                                                          stream: true }))
-      t += ch.choices[0]?.text ?? '';
-    return t;
-  }));
-  prompts.forEach((p, i) => eq(got[i], wants[i], `concurrent client ${i} (${p})`));
+  await concurrentStreams(api, BIN, MODEL, prompts, N);
 
   // abort mid-stream (on B, whose long context would keep the request running for seconds): the slot is
   // busy, then free again at once
@@ -250,10 +229,4 @@ async function main() {
   check(running && await waitIdle(URL_B, 2 * SLOW), 'a non-streamed request is cancelled when its client goes away');
 }
 
-try {
-  await main();
-} catch (e) {
-  bad('exception: ' + (e.stack || e));
-}
-console.log(`serve api: ${pass} passed, ${fail} failed`);
-process.exit(fail ? 1 : 0);
+await finish('serve api', main);
