@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib-serve.sh"
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
 [[ -n "$CHROMIUM" ]] || { echo "chromium not found (Debian package chromium); skipping"; exit 77; }
 
-serve_start W -np 2 -c 2048 -t 1
+serve_start W -np 2 -c 32768 -t 1  # 16384 a slot: Stop's answer runs for seconds
 URL="$W_URL" CHROMIUM="$CHROMIUM" SHOT="${HEARTH_SERVE_SHOT:-$TMP/serve.png}" SLOW=$SLOW timeout $((300 * SLOW)) \
     node "$JS/web.mjs" && ok || bad "web.mjs (above)"
 serve_stop W

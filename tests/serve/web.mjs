@@ -62,7 +62,15 @@ try {
   check(md.strong === 1 && md.pre === 1 && md.li === 2 && md.code === 'a<b>', 'markdown rendered: ' + JSON.stringify(md));
   check(!(await page.evaluate(() => window.pwned)), 'no script ran');
 
-  // Stop: a long answer is cut off and the server's slot is free again
+  // Stop: a long answer is cut off and the server's slot is free again. The request goes out with
+  // ignore_eos (added on its way), so that the answer outlasts the click however fast the model is.
+  await page.setRequestInterception(true);
+  page.on('request', (req) => {
+    if (req.method() !== 'POST' || !req.url().endsWith('/v1/chat/completions')) return req.continue();
+    const body = JSON.parse(req.postData());
+    body.ignore_eos = true;
+    req.continue({ postData: JSON.stringify(body) });
+  });
   await page.evaluate(() => {
     document.getElementById('temperature').value = '1';
     document.getElementById('max_tokens').value = '100000';
