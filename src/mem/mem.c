@@ -246,11 +246,16 @@ static void *loader_main(void *arg) {
             HR_ASSERT(h->streamed <= h->room);
             h->st.held_bytes += to - from;
             h->st.held_peak = HR_MAX(h->st.held_peak, h->st.held_bytes);
+            bool was_pinned = b->pinned;
             pthread_mutex_unlock(&h->mu);
             int64_t t0 = hr_time_ns();
             int64_t errs = load_range(h, b, from, to);
             int64_t dt = hr_time_ns() - t0;
             pthread_mutex_lock(&h->mu);
+            /* a re-plan meanwhile (hmem_set_positions) moved only b->loaded between the pins and the
+               room: the chunk in flight moves now */
+            if (was_pinned && !b->pinned) h->streamed += to - from;
+            else if (!was_pinned && b->pinned) h->streamed -= to - from;
             b->loaded = to;
             h->st.loaded_bytes += to - from;
             h->st.n_errors += errs;
