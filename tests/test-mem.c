@@ -3,7 +3,8 @@
  * - the planner on made-up block sizes: keep vs stream, window shrinking, pins within the budget,
  *   TPI-LLM's every-T-th FFN block, errors for budgets that cannot work;
  * - LIME's online KV adaptation: a budget where every block is pinned while the cache is short and some
- *   must stream once it is full; when a re-plan is due and what it counts;
+ *   must stream once it is full; when a re-plan is due and what it counts; on the models, a manager
+ *   re-planned as the positions grow (pins demoted and released) keeps the logits bit-identical;
  * - /proc/meminfo parsing, the default budget (TESTBED_MEM_LIMIT honoured) (--mem-budget values: test-cli);
  * - on stories260K and the ../shared synth models: budgets of 100%, 50%, 25% of the weights and one
  *   block (window 1) give logits bit-identical to an unmanaged run, and below 100% the manager's
@@ -255,7 +256,8 @@ static float *run(const hm_model *m, const hm_shard *shard_in, hmem *h, const in
         hm_batch b = {.tokens = toks + i, .n = nb, .pos = i};
         if (sh.last) b.logits = out + row * (size_t)i, b.all_logits = true;
         else b.embd_out = out + row * (size_t)i;
-        int rc = hm_eval(c, &b, &err);
+        int rc = h ? hmem_set_positions(h, i + nb, &err) : 0;
+        if (!rc) rc = hm_eval(c, &b, &err);
         if (rc) { fprintf(stderr, "%s\n", err.msg); free(out); out = NULL; break; }
         if (h) CHECK(hmem_take_sample(h, NULL) == 0);
         i += nb;
@@ -363,6 +365,34 @@ static void test_model(const char *path, bool last) {
         char line[512];
         hmem_summary(h, line, sizeof line);
         printf("  %-40s %-12s %s\n", strrchr(path, '/') + 1, bc->label, line);
+        free(got);
+        hmem_free(h);
+    }
+
+    /* the KV cache grows into the budget: a made-up cache of N_TOK + 1 positions and 1.2 W bytes,
+       beside the real scratch; the budget holds the whole of it and the largest block and nothing
+       more, so every block is pinned at first and at the last token, whose plan counts the whole
+       cache, only what fits beside the largest block; re-planned at every position */
+    p = hmem_default_params();
+    p.ctx_base_bytes = ctx_bytes(m);
+    p.ctx_bytes = p.ctx_base_bytes + W / 5 * 6;
+    p.n_ctx = N_TOK + 1;
+    p.budget = p.ctx_bytes + big;
+    h = hmem_create(m, &shard, path, &p, &err);
+    if (!h) { fprintf(stderr, "%s kv: %s\n", path, err.msg); CHECK(0); }
+    else {
+        const hmem_plan *pl = hmem_get_plan(h);
+        CHECK(pl->mode == HMEM_STREAM && pl->n_pinned == n_blocks && pl->pos_room == 1);
+        got = run(m, &shard, h, toks, &n_got);
+        hmem_stats st = hmem_get_stats(h);
+        CHECKF(got && n_got == n_ref && !memcmp(got, ref, n_ref * sizeof *ref), "%s kv: outputs differ", path);
+        /* demoted blocks are released once what streams no longer fits the room */
+        CHECKF(st.n_replans >= 2 && pl->pos_room == N_TOK + 1 && pl->n_pinned < n_blocks &&
+                   (pl->stream_bytes <= pl->room_bytes || st.n_releases > 0),
+               "%s kv: %lld re-plans, room for %d positions, %d pinned, %lld releases", path, (long long)st.n_replans,
+               pl->pos_room, pl->n_pinned, (long long)st.n_releases);
+        CHECK(pl->pinned_bytes + pl->room_bytes + pl->ctx_bytes + pl->slack_bytes <= p.budget);
+        CHECK(st.n_errors == 0);
         free(got);
         hmem_free(h);
     }
