@@ -2,6 +2,9 @@
 /* test-mem: the residency manager.
  * - the planner on made-up block sizes: keep vs stream, window shrinking, pins within the budget,
  *   TPI-LLM's every-T-th FFN block, errors for budgets that cannot work;
+ * - LIME's online KV adaptation: a budget where every block is pinned while the cache is short and some
+ *   must stream once it is full; when a re-plan is due and what it counts; on the models, a manager
+ *   re-planned as the positions grow (pins demoted and released) keeps the logits bit-identical;
  * - /proc/meminfo parsing, the default budget (TESTBED_MEM_LIMIT honoured) (--mem-budget values: test-cli);
  * - on stories260K and the ../shared synth models: budgets of 100%, 50%, 25% of the weights and one
  *   block (window 1) give logits bit-identical to an unmanaged run, and below 100% the manager's
@@ -144,6 +147,57 @@ static void test_plan(void) {
     CHECK(hmem_plan_make(bytes, kinds, n, &p, 100 * MiB, pinned, &pl, &err) == HR_EINVAL);
 }
 
+/* The KV cache grows into the budget: 370 MiB of weights; a context of 800 positions whose KV cache
+   is 16 MiB (2 MiB per 100 positions) beside 4 MiB of scratch */
+static void test_plan_kv(void) {
+    uint64_t bytes[64];
+    uint8_t kinds[64];
+    bool pinned[64];
+    hmem_plan pl;
+    hr_err err = {0};
+    int n = blocks(8, 10 * MiB, 30 * MiB, 50 * MiB, bytes, kinds);
+    hmem_params p = hmem_default_params();
+    p.ctx_bytes = 20 * MiB;
+    p.ctx_base_bytes = 4 * MiB;
+    p.n_ctx = 800;
+    /* the bytes of n positions: the scratch plus n/800 of 16 MiB */
+    CHECK(hmem_ctx_bytes_at(&p, 0) == 4 * MiB && hmem_ctx_bytes_at(&p, 400) == 12 * MiB);
+    CHECK(hmem_ctx_bytes_at(&p, 800) == 20 * MiB && hmem_ctx_bytes_at(&p, 5000) == 20 * MiB);
+    /* steps of 800 / 8 = 100 positions, always beyond the positions in use */
+    CHECK(hmem_plan_positions(&p, 0) == 100 && hmem_plan_positions(&p, 99) == 100);
+    CHECK(hmem_plan_positions(&p, 100) == 200 && hmem_plan_positions(&p, 799) == 800 && hmem_plan_positions(&p, 900) == 800);
+
+    /* 385 MiB: 370 + 20 does not fit, 370 + 4 + 2 does: every block pinned at first */
+    uint64_t budget = 385 * MiB;
+    CHECK(hmem_plan_at(bytes, kinds, n, &p, budget, 0, pinned, &pl, &err) == 0);
+    CHECK(pl.mode == HMEM_STREAM && pl.n_pinned == n && pl.stream_bytes == 0 && pl.pos_room == 100);
+    CHECK(pl.ctx_bytes == 6 * MiB && pl.pinned_bytes + pl.ctx_bytes <= budget);
+    /* 370 + 4 + 2 * 5.5 = 385: still everything at 500 positions, and no more at 600 */
+    CHECK(hmem_plan_at(bytes, kinds, n, &p, budget, 499, pinned, &pl, &err) == 0);
+    CHECK(pl.n_pinned == n && pl.pos_room == 500);
+    CHECK(hmem_plan_at(bytes, kinds, n, &p, budget, 500, pinned, &pl, &err) == 0);
+    CHECK(pl.pos_room == 600 && pl.n_pinned < n && pl.stream_bytes > 0);
+    CHECK(pl.pinned_bytes + pl.window_bytes + pl.ctx_bytes <= budget && pl.ctx_bytes == 16 * MiB);
+    /* at the end: the whole cache counts, as the plan that never adapts would count it */
+    bool pinned_full[64];
+    hmem_plan full;
+    CHECK(hmem_plan_at(bytes, kinds, n, &p, budget, 799, pinned, &pl, &err) == 0 && pl.pos_room == 800);
+    hmem_params q = p;
+    q.n_ctx = 0;
+    CHECK(hmem_plan_at(bytes, kinds, n, &q, budget, 799, pinned_full, &full, &err) == 0 && full.pos_room == 0);
+    CHECK(pl.ctx_bytes == full.ctx_bytes && pl.n_pinned == full.n_pinned && pl.pinned_bytes == full.pinned_bytes);
+    for (int i = 0; i < n; i++) CHECK(pinned[i] == pinned_full[i]);
+
+    /* everything fits even with the whole cache: keep, as before */
+    CHECK(hmem_plan_at(bytes, kinds, n, &p, 390 * MiB, 0, pinned, &pl, &err) == 0 && pl.mode == HMEM_KEEP);
+    /* a budget that can never hold the whole cache beside the largest block is refused at once */
+    CHECK(hmem_plan_at(bytes, kinds, n, &p, 20 * MiB + 50 * MiB - 1, 0, pinned, &pl, &err) == HR_ERANGE);
+    /* forced stream adapts too, but keeps the window's room free */
+    p.mode = HMEM_STREAM;
+    CHECK(hmem_plan_at(bytes, kinds, n, &p, budget, 0, pinned, &pl, &err) == 0);
+    CHECK(pl.mode == HMEM_STREAM && pl.pos_room == 100 && pl.n_pinned < n && pl.pinned_bytes + pl.window_bytes <= budget - 6 * MiB);
+}
+
 /* ---- system memory and flags --------------------------------------------------------------------- */
 
 static void test_sysmem(void) {
@@ -202,7 +256,8 @@ static float *run(const hm_model *m, const hm_shard *shard_in, hmem *h, const in
         hm_batch b = {.tokens = toks + i, .n = nb, .pos = i};
         if (sh.last) b.logits = out + row * (size_t)i, b.all_logits = true;
         else b.embd_out = out + row * (size_t)i;
-        int rc = hm_eval(c, &b, &err);
+        int rc = h ? hmem_set_positions(h, i + nb, &err) : 0;
+        if (!rc) rc = hm_eval(c, &b, &err);
         if (rc) { fprintf(stderr, "%s\n", err.msg); free(out); out = NULL; break; }
         if (h) CHECK(hmem_take_sample(h, NULL) == 0);
         i += nb;
@@ -314,6 +369,34 @@ static void test_model(const char *path, bool last) {
         hmem_free(h);
     }
 
+    /* the KV cache grows into the budget: a made-up cache of N_TOK + 1 positions and 1.2 W bytes,
+       beside the real scratch; the budget holds the whole of it and the largest block and nothing
+       more, so every block is pinned at first and at the last token, whose plan counts the whole
+       cache, only what fits beside the largest block; re-planned at every position */
+    p = hmem_default_params();
+    p.ctx_base_bytes = ctx_bytes(m);
+    p.ctx_bytes = p.ctx_base_bytes + W / 5 * 6;
+    p.n_ctx = N_TOK + 1;
+    p.budget = p.ctx_bytes + big;
+    h = hmem_create(m, &shard, path, &p, &err);
+    if (!h) { fprintf(stderr, "%s kv: %s\n", path, err.msg); CHECK(0); }
+    else {
+        const hmem_plan *pl = hmem_get_plan(h);
+        CHECK(pl->mode == HMEM_STREAM && pl->n_pinned == n_blocks && pl->pos_room == 1);
+        got = run(m, &shard, h, toks, &n_got);
+        hmem_stats st = hmem_get_stats(h);
+        CHECKF(got && n_got == n_ref && !memcmp(got, ref, n_ref * sizeof *ref), "%s kv: outputs differ", path);
+        /* demoted blocks are released once what streams no longer fits the room */
+        CHECKF(st.n_replans >= 2 && pl->pos_room == N_TOK + 1 && pl->n_pinned < n_blocks &&
+                   (pl->stream_bytes <= pl->room_bytes || st.n_releases > 0),
+               "%s kv: %lld re-plans, room for %d positions, %d pinned, %lld releases", path, (long long)st.n_replans,
+               pl->pos_room, pl->n_pinned, (long long)st.n_releases);
+        CHECK(pl->pinned_bytes + pl->room_bytes + pl->ctx_bytes + pl->slack_bytes <= p.budget);
+        CHECK(st.n_errors == 0);
+        free(got);
+        hmem_free(h);
+    }
+
     /* bad parameters */
     p = hmem_default_params();
     p.ctx_bytes = ctx_bytes(m);
@@ -375,6 +458,7 @@ int main(void) {
     hr_init();
     const char *shared = test_shared_dir();
     test_plan();
+    test_plan_kv();
     test_sysmem();
     const char *models[] = {"models/stories260K.gguf", "models/synth/synth-llama-Q4_0.gguf",
                             "models/synth/synth-llama-Q4_K_M-mix.gguf", "models/synth/synth-qwen2-Q8_0.gguf",

@@ -66,7 +66,7 @@ typedef struct turn_stats {
 
 typedef struct chat_state {
     const ht_vocab *voc;
-    hm_ctx         *c;
+    cli_engine     *e;        /* this device, or a cluster (--workers) */
     ht_sampler     *smp;
     int             tmpl;
     int32_t         n_ctx, n_batch;
@@ -199,8 +199,7 @@ static int chat_turn(chat_state *ch, const char *user, size_t user_len, hr_err *
     for (int32_t i = keep; i < n; i += ch->n_batch) {
         if (g_interrupted) break;
         int nb = (int)HR_MIN(ch->n_batch, n - i);
-        const hm_batch b = {.tokens = ch->toks + i, .n = nb, .pos = i, .logits = ch->logits};
-        if ((rc = hm_eval(ch->c, &b, err)) || (rc = cli_engine_check_logits(ch->logits, (size_t)ch->n_vocab, err)))
+        if ((rc = cli_engine_eval(ch->e, ch->toks + i, nb, i, ch->logits, false, err)) || (rc = cli_engine_check_logits(ch->logits, (size_t)ch->n_vocab, err)))
             return rc;
         for (int k = 0; k < nb; k++) ht_sampler_accept(ch->smp, ch->toks[i + k]);
         memcpy(ch->kv + i, ch->toks + i, (size_t)nb * sizeof *ch->kv);
@@ -240,8 +239,7 @@ static int chat_turn(chat_state *ch, const char *user, size_t user_len, hr_err *
         shown = safe;
         if (stopped || st.gen >= limit) break;
         if (ch->n_kv >= ch->n_ctx) { full = true; break; }
-        const hm_batch b = {.tokens = &tok, .n = 1, .pos = ch->n_kv, .logits = ch->logits};
-        if ((rc = hm_eval(ch->c, &b, err)) || (rc = cli_engine_check_logits(ch->logits, (size_t)ch->n_vocab, err)))
+        if ((rc = cli_engine_eval(ch->e, &tok, 1, ch->n_kv, ch->logits, false, err)) || (rc = cli_engine_check_logits(ch->logits, (size_t)ch->n_vocab, err)))
             break;
         ch->kv[ch->n_kv++] = tok;
     }
@@ -380,9 +378,9 @@ static int chat_setup(chat_state *ch, cli_engine *e, cli_opts *o, hr_err *err) {
     ch->tmpl = ht_chat_for_model(e->g, o->chat_template, note, sizeof note);
     if (note[0]) fprintf(stderr, "hearth chat: %s (--chat-template NAME chooses one)\n", note);
     if (cli_engine_start(e, o, &cp, false, NULL, err)) return err->code;
-    ch->c = e->c;
+    ch->e = e;
     ch->voc = e->voc;
-    ch->n_ctx = hm_ctx_n_ctx(ch->c);
+    ch->n_ctx = cli_engine_n_ctx(e);
     ch->n_batch = (int32_t)HR_MIN(o->n_batch, (long)ch->n_ctx);
     ch->n_predict = o->n_predict;
     ch->ignore_eos = o->ignore_eos;
@@ -464,6 +462,7 @@ static void chat_defaults(cli_opts *o) { o->n_predict = -1; }
 
 static int chat_check(const cli_command *c, cli_opts *o) {
     int rc = cli_check_model(c, o);
+    if (!rc) rc = cli_check_cluster(c, o);
     return rc ? rc : cli_check_template(c, o);
 }
 
@@ -493,5 +492,6 @@ static int chat(cli_opts *o) {
 const cli_command cli_chat = {
     "chat", CLI_CHAT, "chat with a model on the terminal, in its chat template", "-m MODEL [options]",
     "Interactive chat with MODEL on the terminal, in the model's chat template. Earlier turns\n"
-    "stay in the KV cache, so each turn processes only the new message.",
+    "stay in the KV cache, so each turn processes only the new message. With --workers the model\n"
+    "runs on a cluster, as `hearth run` does (the planner's plan unless a plan flag is given).",
     .epilog = chat_epilog, .defaults = chat_defaults, .check = chat_check, .run = chat};

@@ -89,7 +89,14 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
     }
     hm_shard sh = hm_shard_full(e->m);
     uint64_t ctx_bytes = hm_ctx_bytes_estimate(&e->m->hp, cp);
-    if (managed ? hmem_setup(e->m, &sh, o->model, &o->mem, ctx_bytes, &e->mm, err) : hmem_check_ctx(ctx_bytes, err))
+    /* the plan follows the KV cache's use (cli_engine_eval says how many positions): the scratch is
+       what a one-position context needs beside its single position */
+    hm_ctx_params one = *cp;
+    one.n_ctx = 1;
+    int32_t n_ctx = cp->n_ctx > 0 ? cp->n_ctx : HR_MIN(e->m->hp.n_ctx_train, 4096); /* hm_ctx_create's default */
+    if (managed ? hmem_setup_kv(e->m, &sh, o->model, &o->mem, ctx_bytes, hm_ctx_bytes_estimate(&e->m->hp, &one), n_ctx,
+                                &e->mm, err)
+                : hmem_check_ctx(ctx_bytes, err))
         return err->code;
     if (hmem_load_weights(e->mm, e->m, &sh, o->use_mmap, o->no_repack, err)) return err->code;
     return (e->c = hm_ctx_create(e->m, &sh, cp, err)) ? 0 : err->code;
@@ -97,6 +104,7 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
 
 int cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all, hr_err *err) {
     if (e->tp) return hc_head_eval(e->tp, tokens, n, pos0, logits, all, err);
+    if (e->mm && hmem_set_positions(e->mm, pos0 + n, err)) return err->code;
     const hm_batch b = {.tokens = tokens, .n = n, .pos = pos0, .logits = logits, .all_logits = all};
     return hm_eval(e->c, &b, err);
 }

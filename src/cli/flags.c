@@ -333,18 +333,18 @@ static const cli_flag flags[] = {
      "pressure (with --workers: one round trip per worker per token)"},
 
     /* the cluster */
-    {CLI_RUN | CLI_SERVE, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
      "run on these `hearth worker`s too (the head computes as well). Without\n"
      "--tp-shares, --layer-windows, --pp or --allreduce the planner measures the\n"
      "devices and links and runs the fastest plan it predicts: one device, tensor\n"
      "parallel or a pipeline (`hearth plan` shows every candidate)"},
     {CLI_PLAN, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers, "the `hearth worker`s the plan may use"},
-    {CLI_RUN | CLI_SERVE, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
      "tensor parallel with these shares, head first (equal; auto: measured\nmatvec speed)"},
-    {CLI_RUN | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
-    {CLI_RUN | CLI_SERVE, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
      "with --workers: a pipeline (whole layers per device) instead of tensor\nparallelism"},
-    {CLI_RUN | CLI_SERVE, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
      "with --pp: window sizes in layers per device, head first, dealt round the\n"
      "ring until all layers are placed (2,3,2: several rounds per token;\n"
      "default: one round, layers split evenly)"},
@@ -356,7 +356,7 @@ static const cli_flag flags[] = {
      "with --workers: per-device compute / all-reduce times per forward pass"},
     {CLI_WORKER, "--listen", "ADDR:PORT", F_STR, AT(listen), 0, 0, NULL,
      "where to listen, e.g. 0.0.0.0:7070 (port 0: any free port; printed)"},
-    {CLI_WORKER | CLI_RUN | CLI_SERVE, "--cache", "DIR", F_STR, AT(cache_dir), 0, 0, NULL,
+    {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE, "--cache", "DIR", F_STR, AT(cache_dir), 0, 0, NULL,
      "slice cache (run: the head's own share with --workers; default\n$XDG_CACHE_HOME/hearth/slices or ~/.cache/hearth/slices)"},
     {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL, "name shown to heads (default: worker)"},
     {CLI_WORKER, "--sessions", "N", F_LONG, AT(sessions), 1, 1 << 30, NULL,
@@ -419,7 +419,7 @@ static const cli_flag flags[] = {
     {CLI_PLAN | CLI_PROFILE, "--json", NULL, F_ON, AT(json), 0, 0, NULL, "print one JSON object instead of tables"},
     {CLI_PLAN | CLI_PROFILE, "--no-cache", NULL, F_ON, AT(no_cache), 0, 0, NULL,
      "measure again instead of using the cached profiles (plan: every device)"},
-    {CLI_PLAN | CLI_RUN, "--profile-serial", NULL, F_ON, AT(profile_serial), 0, 0, NULL,
+    {CLI_PLAN | CLI_RUN | CLI_CHAT, "--profile-serial", NULL, F_ON, AT(profile_serial), 0, 0, NULL,
      "the planner's devices measure themselves one after another instead of at\n"
      "once (devices that share one machine's cores, as on tools/testbed)"},
     {CLI_PLAN, "--prompt-tokens", "N", F_LONG, AT(prompt_tokens), 1, I24, NULL,

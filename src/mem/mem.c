@@ -39,6 +39,7 @@ struct hmem {
     uint64_t        page;
     int             fd;
     hmem_plan       plan;
+    hmem_params     params;     /* what the plan was made from (hmem_set_positions makes it again) */
 
     int         n;              /* blocks, in execution order */
     hmem_blk   *blk;
@@ -245,11 +246,16 @@ static void *loader_main(void *arg) {
             HR_ASSERT(h->streamed <= h->room);
             h->st.held_bytes += to - from;
             h->st.held_peak = HR_MAX(h->st.held_peak, h->st.held_bytes);
+            bool was_pinned = b->pinned;
             pthread_mutex_unlock(&h->mu);
             int64_t t0 = hr_time_ns();
             int64_t errs = load_range(h, b, from, to);
             int64_t dt = hr_time_ns() - t0;
             pthread_mutex_lock(&h->mu);
+            /* a re-plan meanwhile (hmem_set_positions) moved only b->loaded between the pins and the
+               room: the chunk in flight moves now */
+            if (was_pinned && !b->pinned) h->streamed += to - from;
+            else if (!was_pinned && b->pinned) h->streamed -= to - from;
             b->loaded = to;
             h->st.loaded_bytes += to - from;
             h->st.n_errors += errs;
@@ -404,6 +410,67 @@ static int build_blocks(hmem *h, hr_err *err) {
     return 0;
 }
 
+/* The plan for n_pos positions in use (hmem_plan_at) into h->plan, and the pins into the blocks.
+   first: also works out the slack for readahead (else the plan's own is kept). Under h->mu or before
+   the loader starts; a streamed block that becomes pinned (or the reverse) moves its resident bytes
+   between the pins and the room. */
+static int make_plan(hmem *h, uint64_t budget, int32_t n_pos, const struct stat *st, bool first, hr_err *err) {
+    const hmem_params *p = &h->params;
+    uint64_t *bytes = malloc((size_t)h->n * sizeof *bytes);
+    uint8_t *kinds = malloc((size_t)h->n);
+    bool *pinned = malloc((size_t)h->n * sizeof *pinned);
+    hmem_plan pl;
+    uint64_t slack = first ? 0 : h->plan.slack_bytes;
+    int rc = bytes && kinds && pinned ? 0 : hr_fail(err, HR_ENOMEM, "out of memory");
+    for (int i = 0; !rc && i < h->n; i++) { bytes[i] = h->blk[i].bytes; kinds[i] = h->blk[i].kind; }
+    if (!rc) rc = hmem_plan_at(bytes, kinds, h->n, p, budget - slack, n_pos, pinned, &pl, err);
+    if (!rc && first && pl.mode == HMEM_STREAM) {
+        /* plan again without the slack for readahead (the kernel reads ahead of the loader's faults
+           into pages the loader did not ask for yet); the whole context counts, so that the slack
+           stays as the cache grows */
+        uint64_t need = p->ctx_bytes + pl.largest_bytes;
+        slack = 2 * file_readahead(st);
+        slack = HR_MIN(slack, (budget - p->ctx_bytes) / 8);
+        slack = HR_MIN(slack, budget - need); /* never what makes a workable budget fail */
+        rc = hmem_plan_at(bytes, kinds, h->n, p, budget - slack, n_pos, pinned, &pl, err);
+    }
+    if (!rc) {
+        pl.budget = budget;
+        pl.slack_bytes = pl.mode == HMEM_STREAM ? slack : 0;
+        for (int i = 0; i < h->n; i++) {
+            hmem_blk *b = &h->blk[i];
+            if (b->pinned && !pinned[i]) h->streamed += b->loaded;
+            else if (!b->pinned && pinned[i]) h->streamed -= b->loaded;
+            b->pinned = pinned[i];
+        }
+        h->plan = pl;
+        h->room = pl.room_bytes;
+    }
+    free(bytes);
+    free(kinds);
+    free(pinned);
+    return rc;
+}
+
+int hmem_set_positions(hmem *h, int32_t n_pos, hr_err *err) {
+    if (!h || h->plan.mode != HMEM_STREAM || h->plan.pos_room <= 0 || n_pos <= h->plan.pos_room) return 0;
+    pthread_mutex_lock(&h->mu);
+    int32_t was_pos = h->plan.pos_room, was_pinned = h->plan.n_pinned;
+    uint64_t was_bytes = h->plan.pinned_bytes;
+    int rc = make_plan(h, h->plan.budget, n_pos, NULL, false, err);
+    if (!rc) {
+        h->st.n_replans++;
+        pthread_cond_signal(&h->cv_loader); /* it releases what is no longer pinned */
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (rc) return rc;
+    HR_LOGI("mem: the KV cache passed %d positions (%d in use): re-planned for %d, KV+scratch %.1f MiB, pinned %d -> %d "
+            "blocks (%.1f -> %.1f MiB), streaming %.1f MiB per token", was_pos, n_pos, h->plan.pos_room,
+            mib(h->plan.ctx_bytes), was_pinned, h->plan.n_pinned, mib(was_bytes), mib(h->plan.pinned_bytes),
+            mib(h->plan.stream_bytes));
+    return 0;
+}
+
 hmem *hmem_create(const hm_model *m, const hm_shard *shard, const char *path, const hmem_params *p, hr_err *err) {
     if (!m || !m->gguf || !path || !p) {
         hr_fail(err, HR_EINVAL, "hmem_create: model, file path and parameters are required");
@@ -457,27 +524,8 @@ hmem *hmem_create(const hm_model *m, const hm_shard *shard, const char *path, co
         if (!have_sm) { hr_fail(err, HR_EIO, "no memory budget given and /proc/meminfo is unreadable"); goto fail; }
         budget = hmem_default_budget(&sm);
     }
-    uint64_t *bytes = malloc((size_t)h->n * sizeof *bytes);
-    uint8_t *kinds = malloc((size_t)h->n);
-    bool *pinned = malloc((size_t)h->n * sizeof *pinned);
-    int rc = bytes && kinds && pinned ? 0 : hr_fail(err, HR_ENOMEM, "out of memory");
-    for (int i = 0; !rc && i < h->n; i++) { bytes[i] = h->blk[i].bytes; kinds[i] = h->blk[i].kind; }
-    if (!rc) rc = hmem_plan_make(bytes, kinds, h->n, p, budget, pinned, &h->plan, err);
-    if (!rc && h->plan.mode == HMEM_STREAM) {
-        /* plan again without the slack for readahead (the kernel reads ahead of the loader's faults
-           into pages the loader did not ask for yet) */
-        uint64_t slack = 2 * file_readahead(&st), need = p->ctx_bytes + h->plan.largest_bytes;
-        slack = HR_MIN(slack, (budget - p->ctx_bytes) / 8);
-        slack = HR_MIN(slack, budget - need); /* never what makes a workable budget fail */
-        rc = hmem_plan_make(bytes, kinds, h->n, p, budget - slack, pinned, &h->plan, err);
-        h->plan.budget = budget;
-        h->plan.slack_bytes = slack;
-    }
-    for (int i = 0; !rc && i < h->n; i++) h->blk[i].pinned = pinned[i];
-    free(bytes);
-    free(kinds);
-    free(pinned);
-    if (rc) goto fail;
+    h->params = *p;
+    if (make_plan(h, budget, 0, &st, true, err)) goto fail;
 
     h->t0_ns = hr_time_ns();
     h->read0 = hmem_proc_read_bytes();

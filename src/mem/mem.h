@@ -77,6 +77,12 @@ typedef struct hmem_params {
                              (with a warning) if the budget cannot hold that many */
     hmem_pin  pin;        /* default RUN */
     uint64_t  ctx_bytes;  /* KV cache + scratch of the ctx (hm_ctx_bytes_estimate); counts against budget */
+    /* LIME's online KV adaptation (docs/memory.md, "The KV cache grows into the budget"): with n_ctx > 0, a
+       plan that streams counts the KV cache only up to the positions in use (rounded up to a step of
+       n_ctx / HMEM_KV_STEPS), pins what that leaves room for, and is made again, demoting pins, when
+       the positions in use pass it (hmem_set_positions). 0: the whole of ctx_bytes from the start. */
+    int32_t   n_ctx;          /* positions the KV cache holds */
+    uint64_t  ctx_base_bytes; /* ctx_bytes with no positions in use (the scratch); <= ctx_bytes */
     bool      prefetch;   /* STREAM: load ahead of compute (default). false: load a block only when compute
                              reaches it, still releasing used ones (the ablation of prima.cpp's prefetch) */
 } hmem_params;
@@ -98,7 +104,24 @@ typedef struct hmem_plan {
                                  the loader's requests — twice the file's readahead, at most 1/8 of
                                  the budget and never more than leaves room for the largest block */
     uint64_t  largest_bytes;  /* the largest block: a budget needs at least ctx_bytes + this to stream */
+    int32_t   pos_room;       /* positions of the KV cache the plan leaves room for (ctx_bytes counts them);
+                                 0: the whole context (not adapting) */
 } hmem_plan;
+
+#define HMEM_KV_STEPS 8
+/* Bytes of the ctx (KV + scratch) with n_pos positions in use: ctx_base_bytes plus n_pos/n_ctx of
+   the KV cache (rounded up); ctx_bytes when p does not adapt. */
+uint64_t hmem_ctx_bytes_at(const hmem_params *p, int32_t n_pos);
+/* The positions a plan made with n_pos in use leaves room for: n_pos + 1 rounded up to a step of
+   n_ctx / HMEM_KV_STEPS, at most n_ctx; 0 when p does not adapt. A plan must be made again once
+   the positions in use exceed it. */
+int32_t hmem_plan_positions(const hmem_params *p, int32_t n_pos);
+/* hmem_plan_make for a ctx with n_pos positions in use: the plan for the whole context first (KEEP
+   if everything fits even then, and the error if the budget can never hold the whole cache beside
+   the largest block); when that streams and p adapts, the plan for hmem_plan_positions(n_pos):
+   every block pinned (AUTO) if they fit beside that much of the cache, else hmem_plan_make's. */
+int hmem_plan_at(const uint64_t *bytes, const uint8_t *kinds, int n, const hmem_params *p, uint64_t budget,
+                 int32_t n_pos, bool *pinned, hmem_plan *out, hr_err *err);
 
 /* The residency plan for n blocks of the given byte sizes and kinds (enum hm_block) in execution
    order, under budget (resolved, > 0): KEEP when everything fits (or mode is KEEP), else STREAM with
@@ -115,6 +138,11 @@ typedef struct hmem hmem;
    mmap'd) from `path`; checks that m's mapping really is that file (a heap buffer must never be
    MADV_DONTNEED'd). STREAM starts the loader thread, which begins prefetching at once. */
 hmem *hmem_create(const hm_model *m, const hm_shard *shard, const char *path, const hmem_params *p, hr_err *err);
+/* Tells the manager how many positions of the KV cache are in use (before an eval that fills them):
+   when they pass what the plan left room for, the plan is made again (hmem_plan_at) and the blocks
+   it no longer pins become streamed blocks, whose pages the loader releases. Cheap otherwise (one
+   comparison). Call between evals, on hm_eval's thread. Errors: those of hmem_plan_at. */
+int hmem_set_positions(hmem *h, int32_t n_pos, hr_err *err);
 /* Sets shard->weights / weights_user (nothing in OBSERVE mode). Call before hm_ctx_create, which
    copies the shard; the shard must be the one given to hmem_create. */
 void hmem_attach(hmem *h, hm_shard *shard);
@@ -139,6 +167,7 @@ typedef struct hmem_stats {
     int64_t  n_loads, n_releases, n_waits;
     int64_t  wait_ns;        /* total time the hook blocked waiting for a block */
     int64_t  n_errors;       /* failed madvise/fadvise calls (harmless: mmap faults pages in) */
+    int64_t  n_replans;      /* plans made again as the KV cache grew (hmem_set_positions) */
     hmem_block_stats kind[3];
     /* from the samples */
     uint64_t mem_total, mem_available_start, mem_available_min;
@@ -179,6 +208,10 @@ typedef struct hmem_request {
    a budget given explicitly that cannot work is an error. */
 int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const hmem_request *rq, uint64_t ctx_bytes,
                hmem **out, hr_err *err);
+/* hmem_setup with a plan that follows the KV cache's use (hmem_params.n_ctx, .ctx_base_bytes): the
+   caller then calls hmem_set_positions before each eval. */
+int hmem_setup_kv(const hm_model *m, hm_shard *shard, const char *path, const hmem_request *rq, uint64_t ctx_bytes,
+                  uint64_t ctx_base_bytes, int32_t n_ctx, hmem **out, hr_err *err);
 
 /* The weights in memory or in the file mapping: loads the shard's weights into memory of the model's
    own (hm_model_load_weights, packed unless no_repack) when h keeps every block (KEEP), unless

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 hmem_params hmem_default_params(void) {
-    hmem_params p = {.mode = HMEM_AUTO, .budget = 0, .window = 2, .pin = HMEM_PIN_RUN, .ctx_bytes = 0,
+    hmem_params p = {.mode = HMEM_AUTO, .budget = 0, .window = 2, .pin = HMEM_PIN_RUN, .ctx_bytes = 0, .n_ctx = 0, .ctx_base_bytes = 0,
                          .prefetch = true};
     return p;
 }
@@ -122,5 +122,47 @@ int hmem_plan_make(const uint64_t *bytes, const uint8_t *kinds, int n, const hme
     out->stream_bytes = total - pinned_bytes;
     out->room_bytes = avail - pinned_bytes;
     HR_ASSERT(out->pinned_bytes + out->window_bytes <= avail);
+    return 0;
+}
+
+static bool adapts(const hmem_params *p) { return p->n_ctx > 0 && p->ctx_base_bytes <= p->ctx_bytes; }
+
+uint64_t hmem_ctx_bytes_at(const hmem_params *p, int32_t n_pos) {
+    if (!adapts(p) || n_pos >= p->n_ctx) return p->ctx_bytes;
+    uint64_t kv = p->ctx_bytes - p->ctx_base_bytes;
+    if (n_pos <= 0) return p->ctx_base_bytes;
+    /* kv * n_pos / n_ctx, rounded up, without overflow for any 64-bit kv */
+    uint64_t q = kv / (uint64_t)p->n_ctx, r = kv % (uint64_t)p->n_ctx;
+    return p->ctx_base_bytes + q * (uint64_t)n_pos + (r * (uint64_t)n_pos + (uint64_t)p->n_ctx - 1) / (uint64_t)p->n_ctx;
+}
+
+int32_t hmem_plan_positions(const hmem_params *p, int32_t n_pos) {
+    if (!adapts(p)) return 0;
+    int32_t step = HR_MAX(1, p->n_ctx / HMEM_KV_STEPS);
+    int64_t want = (int64_t)HR_MAX(n_pos, 0) + 1;
+    int64_t r = (want + step - 1) / step * step;
+    return (int32_t)HR_MIN(r, (int64_t)p->n_ctx);
+}
+
+int hmem_plan_at(const uint64_t *bytes, const uint8_t *kinds, int n, const hmem_params *p, uint64_t budget,
+                 int32_t n_pos, bool *pinned, hmem_plan *out, hr_err *err) {
+    int rc = hmem_plan_make(bytes, kinds, n, p, budget, pinned, out, err);
+    if (rc || out->mode != HMEM_STREAM || !adapts(p)) return rc;
+    int32_t pos = hmem_plan_positions(p, n_pos);
+    hmem_params q = *p;
+    q.ctx_bytes = hmem_ctx_bytes_at(p, pos);
+    q.mode = HMEM_STREAM;
+    if (p->mode == HMEM_AUTO && out->weight_bytes <= budget - q.ctx_bytes) {
+        /* everything fits beside the cache in use: all pinned, nothing streams until the cache grows */
+        for (int i = 0; i < n; i++) pinned[i] = true;
+        out->window = HR_MIN(p->window, n);
+        out->n_pinned = n;
+        out->ctx_bytes = q.ctx_bytes;
+        out->pinned_bytes = out->weight_bytes;
+        out->stream_bytes = out->window_bytes = 0;
+        out->room_bytes = budget - q.ctx_bytes - out->weight_bytes;
+    } else if ((rc = hmem_plan_make(bytes, kinds, n, &q, budget, pinned, out, err)))
+        return rc;
+    out->pos_room = pos;
     return 0;
 }

@@ -22,12 +22,19 @@ int hmem_load_weights(const hmem *h, hm_model *m, const hm_shard *shard, bool us
 
 int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const hmem_request *rq, uint64_t ctx_bytes,
                hmem **out, hr_err *err) {
+    return hmem_setup_kv(m, shard, path, rq, ctx_bytes, 0, 0, out, err);
+}
+
+int hmem_setup_kv(const hm_model *m, hm_shard *shard, const char *path, const hmem_request *rq, uint64_t ctx_bytes,
+                  uint64_t ctx_base_bytes, int32_t n_ctx, hmem **out, hr_err *err) {
     *out = NULL;
     if (hmem_check_ctx(ctx_bytes, err)) return err->code;
     hmem_params p = hmem_default_params();
     p.budget = rq->bytes;
     p.window = rq->window > 0 ? rq->window : 2;
     p.ctx_bytes = ctx_bytes;
+    p.n_ctx = n_ctx;
+    p.ctx_base_bytes = HR_MIN(ctx_base_bytes, ctx_bytes);
     if (rq->off) {
         /* plain mmap: a manager that only observes, so that the figures still exist */
         p.mode = HMEM_OBSERVE;
@@ -48,7 +55,12 @@ int hmem_setup(const hm_model *m, hm_shard *shard, const char *path, const hmem_
         return hr_fail(err, e.code ? e.code : HR_EINVAL, "%s", e.msg);
     }
     const hmem_plan *pl = hmem_get_plan(h);
-    if (pl->mode == HMEM_STREAM)
+    if (pl->mode == HMEM_STREAM && pl->pos_room > 0)
+        HR_LOGI("mem: %.1f MiB of weights and a KV cache of %d positions do not fit the budget of %.1f MiB: planned "
+                "for the first %d positions (KV+scratch %.1f MiB), %d of %d blocks pinned, streaming %.1f MiB per "
+                "token; re-planned as the cache grows", pl->weight_bytes / 1048576.0, n_ctx, pl->budget / 1048576.0,
+                pl->pos_room, pl->ctx_bytes / 1048576.0, pl->n_pinned, pl->n_blocks, pl->stream_bytes / 1048576.0);
+    else if (pl->mode == HMEM_STREAM)
         HR_LOGI("mem: %.1f MiB of weights do not fit the budget of %.1f MiB: streaming %.1f MiB per token, "
                 "%d of %d blocks pinned", pl->weight_bytes / 1048576.0, pl->budget / 1048576.0,
                 pl->stream_bytes / 1048576.0, pl->n_pinned, pl->n_blocks);
