@@ -318,7 +318,7 @@ def main():
                 s.start()
                 try:
                     s.stream(short_prompt("warm-%d" % rnd, 0), 8, {})    # warm-up: page cache, threads
-                    r = {"concurrent": [], "long": None}
+                    r = {"concurrent": [], "long": None, "load_before": os.getloadavg()[0]}
                     for c in conc:
                         r["concurrent"].append(concurrent(s, c, a.max_tokens, "r%dc%d" % (rnd, c)))
                         print("# %s round %d C=%d: %.1f tok/s" % (s.name, rnd + 1, c,
@@ -327,6 +327,7 @@ def main():
                         r["long"] = behind_long(s, a.long_tokens, "r%dL" % rnd, chunks.get(s.name))
                         print("# %s round %d short behind long: %.0f ms" % (s.name, rnd + 1,
                               r["long"]["short_behind_long_ttft_ms"]), file=sys.stderr)
+                    r["load_after"] = os.getloadavg()[0]
                     data[s.name]["rounds"].append(r)
                 finally:
                     s.stop()
@@ -394,7 +395,9 @@ def main():
                 lg["short_behind_long_ttft_ms"]["max"], ch, inch))
     out.append("")
     for s in servers:
-        out.append("- %s: `%s`" % (s.name, s.command if s.command else s.url))
+        loads = ", ".join("%.1f-%.1f" % (r["load_before"], r["load_after"]) for r in data[s.name]["rounds"])
+        out.append("- %s: `%s` (1-minute load average before-after each round: %s)"
+                   % (s.name, s.command if s.command else s.url, loads))
     print("\n".join(out))
     if a.json:
         with open(a.json, "w") as f:
