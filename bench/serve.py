@@ -27,12 +27,19 @@ the figure. With --chunk NAME=TOKENS (the server's prompt chunk: llama-server's 
 hearth's chunk) it is also given in chunks, a chunk's time being the long prompt's prefill time
 × TOKENS / its token count.
 
+--ban-tokens: random-weight models emit arbitrary byte tokens, and llama-server (3f545be) answers
+a stream whose text ends inside a UTF-8 character with an error chunk ("does not match the expected
+Content-only format"); banning the byte tokens 0x80-0xFF (ids 131-258 in stories260K's vocabulary,
+which `hearth synth` uses by default) avoids that at no measurable cost. A server that ignores
+logit_bias is unaffected.
+
 Prompts are made distinct per round, client and test (a different first word), so that no server's
 prompt cache turns a prefill into a cache hit between repeats.
 
 usage: bench/serve.py (--server NAME=COMMAND | --url NAME=URL)... [--concurrency 1,2,4,8]
                       [--max-tokens 128] [--repeats 3] [--long-tokens 2000] [--chunk NAME=TOKENS]
-                      [--baseline NAME] [--no-long] [--json OUT.json] [--log-dir DIR]
+                      [--baseline NAME] [--no-long] [--ban-tokens A-B,C] [--json OUT.json]
+                      [--log-dir DIR]
 
 example:
   bench/serve.py --repeats 3 \\
@@ -63,6 +70,7 @@ class Server:
         self.name, self.command, self.url, self.log_dir = name, command, url, log_dir
         self.proc, self.log = None, None
         self.starts = 0
+        self.logit_bias = None
 
     def start(self, timeout=600):
         if self.command is not None:
@@ -130,10 +138,12 @@ class Server:
             pass
         return None
 
-    def stream(self, prompt, max_tokens, result, t_send_box=None):
-        """One streaming completion; fills result with t_send, t_first, chunk times, tokens."""
+    def stream(self, prompt, max_tokens, result):
+        """One streaming completion; fills result with t_send, chunk times, usage, error."""
         body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
                 "stream": True, "stream_options": {"include_usage": True}}
+        if self.logit_bias:
+            body["logit_bias"] = self.logit_bias
         c = http.client.HTTPConnection(self.host, self.port, timeout=900)
         times, usage, err = [], None, None
         t_send = time.monotonic()
@@ -278,6 +288,8 @@ def main():
     ap.add_argument("--chunk", action="append", default=[], metavar="NAME=TOKENS",
                     help="the server's prompt chunk in tokens, to give test 2 in chunks")
     ap.add_argument("--no-long", action="store_true", help="skip test 2")
+    ap.add_argument("--ban-tokens", default=None, metavar="A-B,C",
+                    help="send logit_bias -100 for these token ids (see the note at the top)")
     ap.add_argument("--baseline", default=None, help="the server the others are compared with (default: the first)")
     ap.add_argument("--json", default=None, help="also write everything to this file")
     ap.add_argument("--log-dir", default=None, help="keep each started server's output here")
@@ -306,9 +318,25 @@ def main():
         die("--concurrency takes numbers like 1,2,4,8")
     if any(c < 1 for c in conc) or a.max_tokens < 2 or a.repeats < 1 or a.long_tokens < 16:
         die("concurrency >= 1, max-tokens >= 2, repeats >= 1, long-tokens >= 16")
+    if a.ban_tokens:
+        bias = {}
+        try:
+            for part in a.ban_tokens.split(","):
+                lo, _, hi = part.partition("-")
+                for t in range(int(lo), int(hi or lo) + 1):
+                    bias[str(t)] = -100
+        except ValueError:
+            die("--ban-tokens takes ids and ranges like 131-258,300")
+        for s in servers:
+            s.logit_bias = bias
     baseline = a.baseline or servers[0].name
     if baseline not in [s.name for s in servers]:
         die("--baseline %r is not a server" % baseline)
+
+    def on_signal(signum, frame):   # SIGTERM (timeout, kill) too must stop the servers started here
+        raise SystemExit("serve.py: signal %d" % signum)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
 
     data = {s.name: {"command": s.command, "url": s.url, "rounds": []} for s in servers}
     started = time.time()
@@ -329,6 +357,9 @@ def main():
                               r["long"]["short_behind_long_ttft_ms"]), file=sys.stderr)
                     r["load_after"] = os.getloadavg()[0]
                     data[s.name]["rounds"].append(r)
+                    if a.json:      # the rounds so far, in case a later one fails or is cut off
+                        with open(a.json + ".partial", "w") as f:
+                            json.dump({"servers": data}, f, indent=1)
                 finally:
                     s.stop()
     finally:
