@@ -33,7 +33,7 @@ W="${WP[0]},${WP[1]}"
 export XDG_CACHE_HOME=$OUT/cache/xdg   # the head's own slice file (its share)
 for model in "$SHARED/models/stories260K.gguf" "$SHARED/models/synth/synth-llama-Q4_K_M-mix.gguf"; do
     name=$(basename "$model" .gguf)
-    "$BIN" run -m "$model" -p "Once upon a time" --temp 0 -n 32 -t 1 --workers "$W" 2>/dev/null > "$OUT/$name.tp.txt"
+    "$BIN" run -m "$model" -p "Once upon a time" --temp 0 -n 32 -t 1 --workers "$W" --tp-shares equal 2>/dev/null > "$OUT/$name.tp.txt"
     "$BIN" run -m "$model" -p "Once upon a time" --temp 0 -n 32 -t 1 --workers "$W" --pp 2>/dev/null > "$OUT/$name.pp.txt"
 done
 rm -f "$OUT"/w*.log

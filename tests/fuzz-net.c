@@ -55,6 +55,7 @@ static void check_borrowed(const hn_msg *m, const uint8_t *p, size_t n) {
     case HN_MSG_SLICE_CHUNK: FUZZ_CHECK(inside(p, n, m->u.slice_chunk.data, m->u.slice_chunk.n)); break;
     case HN_MSG_FORWARD:
         FUZZ_CHECK(inside(p, n, m->u.forward.pos, (uint64_t)m->u.forward.n_tokens * 4));
+        FUZZ_CHECK(!m->u.forward.seq || inside(p, n, m->u.forward.seq, (uint64_t)m->u.forward.n_tokens * 4));
         FUZZ_CHECK(inside(p, n, m->u.forward.data, (uint64_t)m->u.forward.n_tokens * m->u.forward.n_embd * 4));
         FUZZ_CHECK(((uintptr_t)m->u.forward.data & 3) == 0 && ((uintptr_t)m->u.forward.pos & 3) == 0);
         break;
@@ -66,6 +67,8 @@ static void check_borrowed(const hn_msg *m, const uint8_t *p, size_t n) {
         FUZZ_CHECK(inside(p, n, m->u.result.data, (uint64_t)m->u.result.n_tokens * m->u.result.n_embd * 4));
         break;
     case HN_MSG_BYE: check_str(p, n, m->u.bye.reason, HN_MAX_MESSAGE); break;
+    case HN_MSG_LINK_PROBE: check_str(p, n, m->u.link_probe.addr, HN_MAX_NAME); break;
+    case HN_MSG_PROBE: FUZZ_CHECK(inside(p, n, m->u.probe.data, m->u.probe.n) && m->u.probe.reply_bytes <= HN_MAX_PROBE); break;
     default: break;
     }
 }

@@ -88,8 +88,23 @@ expect "[1, 403, 407, 261, 378]" "stories260K" "$BIN" tokenize -m "$SHARED/model
 printf 'Hello world' > "$TMP/p.txt"
 expect "[15496, 995]" "-f FILE" "$BIN" tokenize -m "$GPT2" -f "$TMP/p.txt" --ids
 expect "[15496, 995]" "--stdin" bash -c "\"\$0\" tokenize -m \"\$1\" --stdin --ids < \"\$2\"" "$BIN" "$GPT2" "$TMP/p.txt"
-expect "[64, 198, 65]" "--escape" "$BIN" tokenize -m "$GPT2" -p 'a\nb' --ids --escape
-expect "[64, 59, 46803]" "no escapes without --escape" "$BIN" tokenize -m "$GPT2" -p 'a\nb' --ids
+# -p text has its escapes processed by default, as llama.cpp's tools do (common's
+# string_process_escapes). 'a\nb' under GPT-2: the pre-tokenizer splits it into "a", "\n", "b";
+# "\n" is 198 in llama.cpp's vector for "\n" (ggml-vocab-gpt-2.gguf.out), and single printable ASCII
+# bytes are GPT-2's first 94 ids in byte order from '!' (33), so 'a' (97) is 64 and 'b' 65.
+expect "[64, 198, 65]" "-p 'a\\nb' is a newline" "$BIN" tokenize -m "$GPT2" -p 'a\nb' --ids
+expect "[64, 198, 65]" "-e, as llama.cpp spells the default" "$BIN" tokenize -m "$GPT2" -p 'a\nb' --ids -e
+expect "[64, 59, 46803]" "--no-escape keeps the backslash" "$BIN" tokenize -m "$GPT2" -p 'a\nb' --ids --no-escape
+# llama.cpp's own vectors for "\n =" and "\t\n", typed with escapes
+expect "[198, 796]" "gpt-2 '\\n ='" "$BIN" tokenize -m "$GPT2" -p '\n =' --ids
+expect "[29871, 13, 353]" "llama-spm '\\n ='" "$BIN" tokenize -m "$SPM" -p '\n =' --ids --no-bos
+expect "[29871, 12, 13]" "llama-spm '\\t\\n'" "$BIN" tokenize -m "$SPM" -p '\t\n' --ids --no-bos
+expect "[64, 198, 65]" "\\x0a" "$BIN" tokenize -m "$GPT2" -p 'a\x0Ab' --ids
+expect "[64, 1, 65]" "\\\" is a quote" "$BIN" tokenize -m "$GPT2" -p 'a\"b' --ids
+# a file's text is taken as it is: its backslashes stay
+printf 'a\\nb' > "$TMP/esc.txt"
+expect "[64, 59, 46803]" "-f text is not unescaped" "$BIN" tokenize -m "$GPT2" -f "$TMP/esc.txt" --ids
+expect "[64, 59, 46803]" "--stdin text is not unescaped" bash -c "\"\$0\" tokenize -m \"\$1\" --stdin --ids < \"\$2\"" "$BIN" "$GPT2" "$TMP/esc.txt"
 
 # usage and errors
 expect_rc 0 "--help" "$BIN" tokenize --help
@@ -101,6 +116,7 @@ expect_rc 2 "no text" "$BIN" tokenize -m "$GPT2"
 expect_rc 2 "two text sources" "$BIN" tokenize -m "$GPT2" -p x -f "$TMP/p.txt"
 expect_rc 2 "unknown option" "$BIN" tokenize -m "$GPT2" -p x --frobnicate
 expect_rc 2 "-m without a value" "$BIN" tokenize -p x -m
+expect_rc 2 "\\x00 in -p" "$BIN" tokenize -m "$GPT2" -p 'a\x00b'
 expect_rc 1 "missing model file" "$BIN" tokenize -m "$TMP/nope.gguf" -p x
 expect_rc 1 "missing prompt file" "$BIN" tokenize -m "$GPT2" -f "$TMP/nope.txt"
 printf 'not a gguf file at all' > "$TMP/bad.gguf"

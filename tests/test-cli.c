@@ -84,6 +84,19 @@ static void check_values(void) {
     cli_opts_free(&o);
 }
 
+/* llama.cpp's escapes in -p and --system (cli_unescape), on by default, off with --no-escape */
+static void check_escapes(void) {
+    cli_opts o = {0};
+    CHECK(parse(&cli_run, &o, "-p", "a\\nb\\tc\\\\d\\'e\\\"f\\x41\\x4", NULL) == 0);
+    CHECKF(o.prompt && !strcmp(o.prompt, "a\nb\tc\\d'e\"fA\\x4"), "%s", o.prompt ? o.prompt : "(null)");
+    CHECK(parse(&cli_run, &o, "-p", "\\q\\", "--no-escape", NULL) == 0 && !strcmp(o.prompt, "\\q\\"));
+    CHECK(parse(&cli_run, &o, "-p", "\\q\\x4g\\", NULL) == 0 && !strcmp(o.prompt, "\\q\\x4g\\")); /* unknown: kept */
+    CHECK(parse(&cli_chat, &o, "--system", "one\\ntwo", NULL) == 0 && !strcmp(o.system, "one\ntwo"));
+    char s[] = "x\\x7e\\X";
+    CHECK(cli_unescape(s, strlen(s)) == 4 && !memcmp(s, "x~\\X", 4));
+    cli_opts_free(&o);
+}
+
 static void check_errors(void) {
     cli_opts o = {0};
     const char *bad[][4] = {
@@ -92,6 +105,8 @@ static void check_errors(void) {
         {"--workers", "a:1,,b:2"}, {"--workers", ""}, {"--tp-shares", "1,x"}, {"--tp-shares", "1,-2"},
         {"--tp-shares", "0,0"}, {"--layer-windows", "2,1.5"}, {"--layer-windows", "2,-1"}, {"--layer-windows", "0,0"}, {"--allreduce", "tree"},
         {"--tokens", "1,2"}, {"--listen", "x"}, {"stray"},
+        /* llama.cpp's GPU flags are refused, not ignored */
+        {"-ngl", "99"}, {"--n-gpu-layers", "99"}, {"-ts", "1,1"}, {"-fa"}, {"-cnv"}, {"-p", "a\\x00b"},
     };
     for (size_t i = 0; i < HR_ARRAY_LEN(bad); i++)
         CHECKF(parse(&cli_run, &o, bad[i][0], bad[i][1], bad[i][2], NULL) == 2, "run %s %s", bad[i][0],
@@ -110,12 +125,12 @@ static void check_help(void) {
     char why[128] = "";
     CHECKF(cli_table_check(why, sizeof why) == 0, "%s", why);
     const cli_command *cmds[] = {&cli_run, &cli_chat, &cli_eval, &cli_bench, &cli_info, &cli_synth, &cli_quantize,
-                                 &cli_tokenize, &cli_worker};
+                                 &cli_tokenize, &cli_worker, &cli_convert};
     const char *expect[][3] = {{"--workers", "--stats-json", "--temp"}, {"--system", "--chat-template", "/reset"},
                                {"--tokens", "--logits", "--force"},     {"--n-depth", "--roofline", "--pin"},
                                {"--json", "--tensors", "-c, --ctx-size"}, {"--shape", "--rope-base", "recipes"},
                                {"--keep-embd", "TYPE", "--threads"},      {"--stdin", "--parse-special", "Exit status"},
-                               {"--listen", "--sessions", "--mem-budget"}};
+                               {"--listen", "--sessions", "--mem-budget"}, {"--type", "--force", "Architectures"}};
     for (size_t i = 0; i < HR_ARRAY_LEN(cmds); i++) {
         char *text = NULL;
         size_t len = 0;
@@ -131,6 +146,7 @@ static void check_help(void) {
 
 int main(void) {
     check_values();
+    check_escapes();
     check_errors();
     check_help();
     return test_summary();

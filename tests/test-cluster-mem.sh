@@ -13,7 +13,7 @@ run -m "$M" > "$TMP/ref.txt" 2> /dev/null || { echo "one-device run failed"; exi
 
 # a worker with 64 MiB: it refuses its share, and nothing was sent to it
 TESTBED_MEM_LIMIT=64M start_worker 1
-for mode in "" --pp; do
+for mode in "--tp-shares equal" --pp; do  # a plan flag: the planner would choose one device
     "$BIN" run -m "$M" "${BIG_CTX[@]}" $mode --workers "$(workers 1)" > /dev/null 2> "$TMP/h.err"
     rc=$?
     if [[ $rc -ne 0 ]] && grep -q "worker 1 at .*more than the 64.0 MiB" "$TMP/h.err"; then ok
@@ -26,7 +26,7 @@ stop_worker 1
 
 # a head with 64 MiB: it refuses before committing its share (the worker has room)
 start_worker 2
-for mode in "" --pp; do
+for mode in "--tp-shares equal" --pp; do  # a plan flag: the planner would choose one device
     TESTBED_MEM_LIMIT=64M "$BIN" run -m "$M" "${BIG_CTX[@]}" $mode --workers "$(workers 2)" > /dev/null 2> "$TMP/h.err"
     rc=$?
     if [[ $rc -ne 0 ]] && grep -q "more than the 64.0 MiB" "$TMP/h.err" && ! grep -q "worker 2 at" "$TMP/h.err"; then ok

@@ -565,9 +565,20 @@ static void test_writer_roundtrip(void) {
     CHECKF(gguf_writer_begin(w, path, false, &err) == 0, "%s", err.msg);
     CHECK(gguf_writer_set_u32(w, "k.late", 1) == HR_EINVAL);
     CHECK(gguf_writer_write_data(w, ts[0].data, ts[0].nbytes + 1, &err) < 0 && strstr(err.msg, "w.f32"));
-    for (size_t i = 0; i < HR_ARRAY_LEN(ts); i++)
-        CHECKF(gguf_writer_write_data(w, ts[i].data, ts[i].nbytes, &err) == 0, "%s", err.msg);
+    for (size_t i = 0; i < HR_ARRAY_LEN(ts); i++) {
+        if (i != 2) {
+            CHECKF(gguf_writer_write_data(w, ts[i].data, ts[i].nbytes, &err) == 0, "%s", err.msg);
+            continue;
+        }
+        /* in parts (write_part): a whole write mid-tensor and a part past its end are refused */
+        CHECKF(gguf_writer_write_part(w, ts[i].data, 5, &err) == 0, "%s", err.msg);
+        CHECK(gguf_writer_write_data(w, ts[i].data, ts[i].nbytes, &err) < 0);
+        CHECK(gguf_writer_write_part(w, ts[i].data + 5, ts[i].nbytes, &err) < 0 && strstr(err.msg, "more bytes"));
+        CHECKF(gguf_writer_write_part(w, ts[i].data + 5, 0, &err) == 0, "%s", err.msg);
+        CHECKF(gguf_writer_write_part(w, ts[i].data + 5, ts[i].nbytes - 5, &err) == 0, "%s", err.msg);
+    }
     CHECK(gguf_writer_write_data(w, ts[0].data, ts[0].nbytes, &err) < 0 && strstr(err.msg, "already written"));
+    CHECK(gguf_writer_write_part(w, ts[0].data, 1, &err) < 0 && strstr(err.msg, "already written"));
     CHECKF(gguf_writer_finish(w, &err) == 0, "%s", err.msg);
     gguf_writer_free(w);
     char tmp[256];

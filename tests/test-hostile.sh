@@ -14,7 +14,7 @@ rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 
 run -m "$M" > "$TMP/ref.txt" 2> /dev/null || { echo "one-device run failed"; exit 1; }
 start_worker 1 0 --setup-timeout 2
-check_same "$M" "$(workers 1)"   # the worker's own set-up done, so that RSS compares like with like
+check_same "$M" "$(workers 1)" --tp-shares equal   # the worker's own set-up done, so that RSS compares like with like
 rss0=$(rss_kib "${WPID[1]}")
 
 P=${WPORT[1]}
@@ -38,7 +38,7 @@ done
 
 sleep 2.5   # the silent session's --setup-timeout
 t0=$(date +%s%N)
-check_same "$M" "$(workers 1)"
+check_same "$M" "$(workers 1)" --tp-shares equal
 ms=$((($(date +%s%N) - t0) / 1000000))
 [[ $ms -lt 10000 ]] && ok || bad "the real head after the battery took $ms ms"
 rss1=$(rss_kib "${WPID[1]}")

@@ -23,6 +23,7 @@ static const hn_unit sample_units[3] = {
     { 0, HN_UNIT_ATTN_HEADS, 0, 4 }, { 0, HN_UNIT_FFN_ROWS, 32, 96 }, { 5, HN_UNIT_LAYER, 0, 1 } };
 static const uint64_t sample_hashes[4] = { 1, 0xfeedface12345678ULL, 42, UINT64_MAX };
 static const int32_t sample_pos[3] = { 7, 8, -1 };
+static const int32_t sample_seq[3] = { 2, 0, 2 };
 static float sample_f32[15];
 static uint8_t sample_chunk[37];
 
@@ -109,7 +110,7 @@ static void make_sample(int type, int variant, hn_msg *m) {
         hn_forward *f = &m->u.forward;
         f->layer_begin = 2; f->layer_end = 3; f->stage = HN_STAGE_FFN;
         f->n_tokens = full ? 3 : 0; f->n_embd = 5;
-        if (full) { f->pos = sample_pos; f->data = sample_f32; }
+        if (full) { f->pos = sample_pos; f->seq = sample_seq; f->data = sample_f32; }
         break;
     }
     case HN_MSG_PARTIAL: {
@@ -128,9 +129,20 @@ static void make_sample(int type, int variant, hn_msg *m) {
         break;
     }
     case HN_MSG_RESET: m->u.reset.pos_begin = full ? 42 : 0; break;
+    case HN_MSG_KV_COPY: m->u.kv_copy = (hn_kv_copy){full ? 3 : 0, full ? 1 : 0, full ? 77 : 0}; break;
     case HN_MSG_BYE:
         m->u.bye.code = 0;
         m->u.bye.reason = hn_cstr(full ? "head shutting down" : "");
+        break;
+    case HN_MSG_PROBE:
+        m->u.probe.reply_bytes = full ? 4096 : 0;
+        m->u.probe.n = full ? 5 : 0;
+        m->u.probe.data = full ? (const uint8_t *)"probe" : NULL;
+        break;
+    case HN_MSG_LINK_PROBE:
+        m->u.link_probe.addr = hn_cstr(full ? "10.77.0.3:7070" : "w");
+        m->u.link_probe.n_pings = full ? 9 : 1;
+        m->u.link_probe.probe_bytes = full ? 4u << 20 : 0;
         break;
     }
 }
@@ -187,6 +199,7 @@ static bool msg_same(const hn_msg *a, const hn_msg *b) {
         const hn_forward *x = &a->u.forward, *y = &b->u.forward;
         return x->layer_begin == y->layer_begin && x->layer_end == y->layer_end && x->stage == y->stage &&
                x->n_tokens == y->n_tokens && x->n_embd == y->n_embd && mem_same(x->pos, y->pos, x->n_tokens * 4) &&
+               (x->seq == NULL) == (y->seq == NULL) && (!x->seq || mem_same(x->seq, y->seq, x->n_tokens * 4)) &&
                mem_same(x->data, y->data, (size_t)x->n_tokens * x->n_embd * 4);
     }
     case HN_MSG_PARTIAL: {
@@ -200,7 +213,15 @@ static bool msg_same(const hn_msg *a, const hn_msg *b) {
                x->compute_ns == y->compute_ns && mem_same(x->data, y->data, (size_t)x->n_tokens * x->n_embd * 4);
     }
     case HN_MSG_RESET: return a->u.reset.pos_begin == b->u.reset.pos_begin;
+    case HN_MSG_KV_COPY:
+        return a->u.kv_copy.src == b->u.kv_copy.src && a->u.kv_copy.dst == b->u.kv_copy.dst && a->u.kv_copy.n == b->u.kv_copy.n;
     case HN_MSG_BYE: return a->u.bye.code == b->u.bye.code && str_same(a->u.bye.reason, b->u.bye.reason);
+    case HN_MSG_PROBE:
+        return a->u.probe.reply_bytes == b->u.probe.reply_bytes && a->u.probe.n == b->u.probe.n &&
+               mem_same(a->u.probe.data, b->u.probe.data, a->u.probe.n);
+    case HN_MSG_LINK_PROBE:
+        return str_same(a->u.link_probe.addr, b->u.link_probe.addr) && a->u.link_probe.n_pings == b->u.link_probe.n_pings &&
+               a->u.link_probe.probe_bytes == b->u.link_probe.probe_bytes;
     }
     return false;
 }
@@ -242,8 +263,10 @@ static void test_header(void) {
     h[0] ^= 1;
     CHECK(hn_header_decode(h, &hd, &err) == HR_EPROTO && strstr(err.msg, "magic"));
     hn_header_encode(h, HN_MSG_HELLO, 10, 0);
-    h[4] = 2;
-    CHECKF(hn_header_decode(h, &hd, &err) == HR_EPROTO && strstr(err.msg, "version 2"), "%s", err.msg);
+    h[4] = HN_PROTO_VERSION + 1;
+    char vmsg[32];
+    snprintf(vmsg, sizeof vmsg, "version %d", HN_PROTO_VERSION + 1);
+    CHECKF(hn_header_decode(h, &hd, &err) == HR_EPROTO && strstr(err.msg, vmsg), "%s", err.msg);
     int bad_types[] = { 0, HN_MSG_COUNT, 0xffff };
     for (size_t i = 0; i < HR_ARRAY_LEN(bad_types); i++) {
         hn_header_encode(h, bad_types[i], 0, 0);
@@ -256,7 +279,7 @@ static void test_header(void) {
     int accepted = 0;
     for (int i = 0; i < 200000; i++) {
         for (int k = 0; k < HN_HEADER_SIZE; k++) h[k] = (uint8_t)rnd();
-        if (i & 1) { memcpy(h, "HRTH", 4); h[4] = 1; h[5] = 0; h[6] = (uint8_t)rnd_below(20); h[7] = 0; }
+        if (i & 1) { memcpy(h, "HRTH", 4); h[4] = HN_PROTO_VERSION; h[5] = 0; h[6] = (uint8_t)rnd_below(20); h[7] = 0; }
         if (hn_header_decode(h, &hd, NULL) == 0) {
             accepted++;
             if (!(hd.type > 0 && hd.type < HN_MSG_COUNT && hd.len <= hn_msg_max_payload(hd.type))) { CHECK(0); break; }
@@ -304,7 +327,8 @@ static void test_round_trip(void) {
             hn_iov tail;
             CHECK(hn_msg_encode(&m, &head, &tail, &err) == 0 && head.len + tail.n == b.len &&
                   mem_same(head.data, b.data, head.len) && mem_same(tail.p, b.data + head.len, tail.n));
-            bool bulk = type == HN_MSG_FORWARD || type == HN_MSG_PARTIAL || type == HN_MSG_RESULT || type == HN_MSG_SLICE_CHUNK;
+            bool bulk = type == HN_MSG_FORWARD || type == HN_MSG_PARTIAL || type == HN_MSG_RESULT || type == HN_MSG_SLICE_CHUNK ||
+                        type == HN_MSG_PROBE;
             if (variant == 0) CHECKF(bulk == (tail.n > 0), "%s tail %zu", hn_msg_name(type), tail.n);
             if (bulk && tail.n) CHECK(head.len % 4 == 0); /* f32 arrays start aligned */
             /* strict: every truncation and any trailing byte fail */

@@ -9,8 +9,6 @@
 #include "quant/quant-impl.h"
 
 #include <math.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 /* REQUIRE for functions that return nothing */
 #define REQUIRE_V(x) do { if (!(x)) { fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #x); \
@@ -777,24 +775,6 @@ static void test_dispatch(void) {
 #endif
 }
 
-/* ---- main --------------------------------------------------------------------------------------------- */
-
-/* the same tests with env=1 (HEARTH_NO_SIMD: the generic table; HEARTH_NO_AVX512: the AVX2 family on a
-   CPU that has AVX-512), in a child process: the table is filled once per process */
-static void run_child(const char *self, const char *env) {
-    fflush(stdout);
-    fflush(stderr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        setenv(env, "1", 1);
-        execl("/proc/self/exe", self, "--no-reexec", (char *)NULL);
-        _exit(127);
-    }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s=1 run failed (status %d)", env, status);
-}
-
 /* The attention kernels: the dispatched ones give the generic ones' bits (same order, no FMA), for
    F16 and F32 caches, head sizes with and without a multiple of 8, any number of positions. */
 static void test_attention(void) {
@@ -979,6 +959,8 @@ static void test_silu_mul(void) {
     CHECKF(worst <= 4.0, "silu_mul: %.2f ulp from the expf version", worst);
 }
 
+/* ---- main --------------------------------------------------------------------------------------------- */
+
 int main(int argc, char **argv) {
     bool reexec = true;
     for (int i = 1; i < argc; i++)
@@ -997,7 +979,7 @@ int main(int argc, char **argv) {
     test_attention();
     test_att_exp();
     test_silu_mul();
-    if (reexec && !strcmp(hq_simd_name(), "avx512")) run_child(argv[0], "HEARTH_NO_AVX512");
-    if (reexec && !is_simd_disabled()) run_child(argv[0], "HEARTH_NO_SIMD");
+    if (reexec && !strcmp(hq_simd_name(), "avx512")) test_rerun_with(argv[0], "HEARTH_NO_AVX512");
+    if (reexec && !is_simd_disabled()) test_rerun_with(argv[0], "HEARTH_NO_SIMD");
     return test_summary();
 }

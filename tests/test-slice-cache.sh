@@ -34,12 +34,12 @@ damage() {
     [[ -n "$s" && "$s" -gt 0 ]] && ok || bad "$mode $*: the share was not re-sent ($s bytes)"
 }
 
-damage "" flip attn_q           # corrupt data: found by its hash (as before issue 32)
-damage "" kv hearth.slice.ff_begin 1
-damage "" kv hearth.slice.kv_begin 1
-damage "" kv llama.rope.freq_base 1000
-damage "" kv llama.attention.layer_norm_rms_epsilon 0.01
-damage "" swap-dims ffn_gate
+damage "--tp-shares equal" flip attn_q           # corrupt data: found by its hash (as before issue 32)
+damage "--tp-shares equal" kv hearth.slice.ff_begin 1
+damage "--tp-shares equal" kv hearth.slice.kv_begin 1
+damage "--tp-shares equal" kv llama.rope.freq_base 1000
+damage "--tp-shares equal" kv llama.attention.layer_norm_rms_epsilon 0.01
+damage "--tp-shares equal" swap-dims ffn_gate
 damage --pp kv llama.block_count 1
 damage --pp kv llama.embedding_length 8
 
@@ -47,12 +47,12 @@ damage --pp kv llama.embedding_length 8
 # in the same run, and the text is the one-device text
 damage_head() {
     rm -rf "$XDG_CACHE_HOME"
-    check_same "$M" "$(workers 1)"
+    check_same "$M" "$(workers 1)" --tp-shares equal
     local f
     f=$(find "$XDG_CACHE_HOME" -type f -name '*.gguf' | head -1)
     [[ -n "$f" ]] || { bad "head: no slice file of its own"; return; }
     $MUT "$f" "$@" > /dev/null || { bad "could not change $*"; return; }
-    check_same "$M" "$(workers 1)"
+    check_same "$M" "$(workers 1)" --tp-shares equal
     grep -q "rewriting" "$TMP/cl.err" && ok || bad "head $*: its changed slice file was not rewritten"
 }
 damage_head kv llama.attention.layer_norm_rms_epsilon 0.01

@@ -7,6 +7,10 @@
  * - Privacy: every message the head sends is inspected (the send hook): only the expected types, no
  *   token_embd/output slices, the prompt's token ids nowhere in any payload as int32s, and every
  *   FORWARD carries exactly the embedding rows of its tokens (hidden states, not ids).
+ * - Several sequences in one batch (hc_head_eval_batch), tensor parallel and pipeline: interleaved
+ *   in batches, each sequence's logits are its bits alone on the same cluster; a pipeline's are the
+ *   single device's, in one pass or as micro-batches round the ring; a prefix copied on every device
+ *   (KV_COPY) gives the logits of computing it.
  * - Slice cache: a second head with the same model and shares sends 0 weight bytes.
  * - The head's own share (a slice file in its cache, loaded and packed like a worker's): logits
  *   bit-identical to the head computing on views of the whole model, on the first run (which writes
@@ -331,6 +335,154 @@ static bool head_logits(wk *ws, hm_model *m, int n_workers, const char *shares, 
     return ok;
 }
 
+/* ---- several sequences in one batch (issue 27) ---------------------------------------------------- */
+
+enum { BS_N = 3, BS_PROMPT = 8, BS_GEN = 5, BS_LEN = BS_PROMPT + BS_GEN };
+
+/* one step of sequences [0, BS_N) into a batch: sequence q's next `chunk` prompt tokens or its next
+   token (none if `skip`), in the order the step rotates to; returns the batch's size */
+static int bs_step(const int32_t (*tok)[BS_LEN], int *done, int chunk, int step, int32_t *t, int32_t *sq, int32_t *po,
+                   int *from) {
+    int n = 0;
+    for (int k = 0; k < BS_N; k++) {
+        const int q = (k + step) % BS_N;
+        if (done[q] >= BS_LEN || (step % 4 == 3 && q == 1)) continue;
+        const int nb = done[q] < BS_PROMPT ? HR_MIN(chunk, BS_PROMPT - done[q]) : 1;
+        for (int i = 0; i < nb; i++, n++) t[n] = tok[q][done[q] + i], sq[n] = q, po[n] = done[q] + i, from[n] = q;
+        done[q] += nb;
+    }
+    return n;
+}
+
+/* runs the BS_N sequences through a head (or one device, h NULL: context c): each alone (chunk = its
+   prompt, then a token a step) when alone, else interleaved (prompts in chunks of 3, in rotating
+   orders, a sequence skipped now and then); every token's logits into out[q][pos] */
+static bool bs_run(hc_head *h, hm_ctx *c, const int32_t (*tok)[BS_LEN], bool alone, int V, float *out) {
+    int done[BS_N] = {0};
+    int32_t t[BS_N * BS_PROMPT], sq[BS_N * BS_PROMPT], po[BS_N * BS_PROMPT];
+    int from[BS_N * BS_PROMPT];
+    uint8_t want[BS_N * BS_PROMPT];
+    memset(want, 1, sizeof want);
+    float *lg = malloc(sizeof(float) * BS_N * BS_PROMPT * (size_t)V);
+    hr_err err = {0};
+    bool ok = lg != NULL;
+    for (int step = 0; ok; step++) {
+        int n = 0;
+        if (alone) {
+            for (int q = 0; q < BS_N && n == 0; q++) {
+                if (done[q] >= BS_LEN) continue;
+                const int nb = done[q] < BS_PROMPT ? BS_PROMPT : 1;
+                for (int i = 0; i < nb; i++, n++) t[n] = tok[q][done[q] + i], sq[n] = q, po[n] = done[q] + i, from[n] = q;
+                done[q] += nb;
+            }
+        } else {
+            n = bs_step(tok, done, 3, step, t, sq, po, from);
+        }
+        if (n == 0) break;
+        const hm_batch b = {.tokens = t, .n = n, .seq = sq, .pos_of = po, .out = want, .logits = lg};
+        const int rc = h ? hc_head_eval_batch(h, &b, &err) : hm_eval(c, &b, &err);
+        CHECKF(rc == 0, "batch: %s", err.msg);
+        ok = rc == 0;
+        for (int i = 0; ok && i < n; i++)
+            memcpy(out + ((size_t)from[i] * BS_LEN + po[i]) * V, lg + (size_t)i * V, sizeof(float) * V);
+    }
+    free(lg);
+    return ok;
+}
+
+/* Three sequences over a cluster (tensor parallel, or a pipeline of these windows): each alone, then
+   interleaved in batches, on the same head: the same bits; a pipeline also gives the single device's
+   bits (whole layers everywhere), tensor parallelism the same greedy tokens within tol. A batch the
+   engine would refuse is refused at the head, and the cluster serves on. */
+static void check_batches(wk *ws, const char *model, int n_workers, const char *pp, double tol) {
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open(model, &err);
+    REQUIRE_VOID(g);
+    hm_model *m = hm_model_load(g, &err);
+    REQUIRE_VOID(m);
+    const int V = m->hp.n_vocab;
+    int32_t tok[BS_N][BS_LEN];
+    for (int q = 0; q < BS_N; q++)
+        for (int i = 0; i < BS_LEN; i++) tok[q][i] = (int32_t)((7 + 131 * q + 37 * i + i * i) % V);
+    const size_t sz = sizeof(float) * BS_N * BS_LEN * (size_t)V;
+    float *one = malloc(sz), *alone = malloc(sz), *batched = malloc(sz);
+    REQUIRE_VOID(one && alone && batched);
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_ctx = 32, cp.n_seq = BS_N, cp.n_batch = 16, cp.n_threads = 1;
+    hm_shard full = hm_shard_full(m);
+    hm_ctx *c = hm_ctx_create(m, &full, &cp, &err);
+    REQUIRE_VOID(c);
+    CHECK(bs_run(NULL, c, tok, false, V, one));
+    hm_ctx_free(c);
+    char list[512];
+    worker_list(ws, n_workers, list, sizeof list);
+    cli_opts o;
+    CHECK(head_flags(&o, list, NULL, pp, pp != NULL));
+    hc_head *h = hc_head_create(m, &o.head, &cp, &err);
+    CHECKF(h != NULL, "head: %s", err.msg);
+    if (h) {
+        CHECK(bs_run(h, NULL, tok, true, V, alone) && bs_run(h, NULL, tok, false, V, batched));
+        int bad = 0, top = 0;
+        double worst = 0;
+        for (int r = 0; r < BS_N * BS_LEN; r++) {
+            const float *x = batched + (size_t)r * V, *y = one + (size_t)r * V;
+            bad += memcmp(x, alone + (size_t)r * V, sizeof(float) * V) != 0;
+            double num = 0, den = 0;
+            for (int i = 0; i < V; i++) num += ((double)x[i] - y[i]) * ((double)x[i] - y[i]), den += (double)y[i] * y[i];
+            worst = HR_MAX(worst, sqrt(num / HR_MAX(den, 1e-30)));
+            top += argmax(x, V) == argmax(y, V);
+        }
+        printf("  %-30s %d workers %s: %d of %d tokens' logits differ batched from alone; vs one device: worst rel "
+               "%.2e, top-1 %d/%d\n", strrchr(model, '/') + 1, n_workers, pp ? "pipeline" : "tensor parallel", bad,
+               BS_N * BS_LEN, worst, top, BS_N * BS_LEN);
+        CHECK(bad == 0);
+        CHECK(pp ? memcmp(batched, one, sz) == 0 : worst <= tol && top == BS_N * BS_LEN);
+        /* refused at the head: a sequence out of range, a gap in a sequence's positions */
+        float *lg = malloc(sizeof(float) * 4 * (size_t)V);
+        const int32_t t2[2] = {1, 2};
+        CHECK(hc_head_eval_batch(h, &(hm_batch){.tokens = t2, .n = 2, .logits = lg, .seq = (int32_t[]){0, BS_N}}, &err) ==
+              HR_EINVAL);
+        CHECK(hc_head_eval_batch(h, &(hm_batch){.tokens = t2, .n = 2, .logits = lg, .pos_of = (int32_t[]){0, 2}}, &err) ==
+              HR_EINVAL);
+        /* sequence 0's first 6 positions copied into sequence 2 (KV_COPY on every device), then the
+           rest of sequence 0's prompt and a token computed there: sequence 0's bits alone */
+        CHECK(hc_head_kv_seq_copy(h, 0, BS_N, 6, &err) == HR_EINVAL);
+        CHECKF(hc_head_kv_seq_copy(h, 0, 2, 6, &err) == 0, "%s", err.msg);
+        const int32_t s2[3] = {2, 2, 2}, p2[3] = {6, 7, 8};
+        int kv_bad = 0;
+        for (int c2 = 0; c2 < 2; c2++) { /* the prompt's last two, then the first generated token */
+            const int n2 = c2 == 0 ? 2 : 1, at = c2 == 0 ? 6 : 8;
+            const hm_batch b2 = {.tokens = tok[0] + at, .n = n2, .seq = s2, .pos_of = p2 + c2 * 2,
+                                 .logits = lg, .all_logits = true};
+            CHECKF(hc_head_eval_batch(h, &b2, &err) == 0, "%s", err.msg);
+            kv_bad += memcmp(lg, alone + (size_t)at * V, sizeof(float) * V * (size_t)n2) != 0;
+        }
+        CHECKF(kv_bad == 0, "a copied prefix gave other logits than computing it (%d batches)", kv_bad);
+        free(lg);
+    }
+    hc_head_free(h);
+    if (pp) { /* micro-batches round the ring: 2 and 3 (one sequence each) give the one pass's bits */
+        for (int mbn = 2; mbn <= 3; mbn++) {
+            hc_head_params hpm = o.head;
+            hpm.pp_micro = mbn;
+            h = hc_head_create(m, &hpm, &cp, &err);
+            CHECKF(h != NULL, "head: %s", err.msg);
+            if (!h) break;
+            memset(alone, 0, sz);
+            CHECK(bs_run(h, NULL, tok, false, V, alone));
+            const bool same = memcmp(alone, one, sz) == 0;
+            printf("  %-30s %d workers pipeline, %d micro-batches: logits %s the single device's\n",
+                   strrchr(model, '/') + 1, n_workers, mbn, same ? "==" : "!=");
+            CHECK(same);
+            hc_head_free(h);
+        }
+    }
+    cli_opts_free(&o);
+    free(one), free(alone), free(batched);
+    hm_model_free(m);
+    gguf_close(g);
+}
+
 /* The compact share against the views, every way the head can hold it; each call uses a fresh cache. */
 static void check_head_share(wk *ws, const char *model, int n_workers, const char *shares) {
     static int calls;
@@ -454,7 +606,7 @@ static void check_malformed(wk *ws, const char *model) {
     hn_conn *c = hn_connect(addr, hn_deadline_ms(2000), &e);
     REQUIRE_VOID(c);
     log_clear();
-    m.u.hello = (hn_hello){.version_min = 1, .version_max = 1, .device = hn_cstr("test head")};
+    m.u.hello = (hn_hello){.version_min = HN_PROTO_VERSION, .version_max = HN_PROTO_VERSION, .device = hn_cstr("test head")};
     send_msg_raw(c, &m);
     hn_frame f = {0};
     hn_msg r;
@@ -739,6 +891,12 @@ int main(void) {
     check_head_share(ws, qw3, 1, NULL);
     check_head_share(ws, tied, 1, NULL);
     check_head_share(ws, tied, 2, "0,1,1");
+
+    /* several sequences in one batch */
+    check_batches(ws, stories, 2, NULL, 1e-4);   /* an F16 cache: the partial sums' order shows more */
+    check_batches(ws, q4km, 3, NULL, 3e-2);
+    check_batches(ws, stories, 1, "1,1", 0);
+    check_batches(ws, q4km, 2, "0,1,1", 0);
 
     check_malformed(ws, stories);
     check_pp_malformed(ws, stories);

@@ -26,24 +26,24 @@ S=$SHARED/models
 for model in "$S/stories260K.gguf" "$S/synth/synth-llama-Q8_0.gguf" "$S/synth/synth-qwen2-Q8_0.gguf" \
              "$S/synth/synth-qwen3-Q8_0.gguf"; do
     run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
-    check_same "$model" "$(workers 1)"
+    check_same "$model" "$(workers 1)" --tp-shares equal
     check_same "$model" "$(workers 1 2)" --tp-shares 3,1,2
-    check_same "$model" "$(workers 1 2 3)"
+    check_same "$model" "$(workers 1 2 3)" --tp-shares equal
     check_same "$model" "$(workers 1 2 3)" --tp-shares 3,1,2,1
     check_same "$model" "$(workers 1 2 3)" --allreduce ring
     check_same "$model" "$(workers 2 3)" --tp-shares auto
 done
 model=$S/synth/synth-llama-Q4_K_M-mix.gguf
 run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
-check_same "$model" "$(workers 1)"
+check_same "$model" "$(workers 1)" --tp-shares equal
 check_same "$model" "$(workers 1 2 3)" --tp-shares 3,1,2,1
 # a head whose share does not fit its budget streams it (its rows of the row-sliced tensors)
 model=$S/synth/synth-llama-Q8_0.gguf
 run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
-check_same "$model" "$(workers 1 2)" --mem-budget 2M -c 64 -b 8
+check_same "$model" "$(workers 1 2)" --tp-shares equal --mem-budget 2M -c 64 -b 8
 if grep -q "mem: stream" "$TMP/cl.err"; then ok; else bad "the TP head did not stream under --mem-budget 2M: $(grep mem: "$TMP/cl.err")"; fi
 # its share from the slice file's mapping, in the file's layout; in its own cache folder
-check_same "$model" "$(workers 1 2)" --mmap --no-repack --cache "$TMP/headcache"
+check_same "$model" "$(workers 1 2)" --tp-shares equal --mmap --no-repack --cache "$TMP/headcache"
 if grep -q "tp: head: wrote its share .* to $TMP/headcache/" "$TMP/cl.err"; then ok; else bad "the head's --cache: $(grep 'tp: head' "$TMP/cl.err")"; fi
 
 # ---- the slice cache: the second identical run sends nothing ---------------------------------------
@@ -61,12 +61,12 @@ else bad "the head's own slice file: first run '$(grep 'tp: head' "$TMP/s1.err")
 big=$TMP/big.gguf
 "$BIN" synth --shape custom --arch llama --n-embd 256 --n-layer 6 --n-head 8 --n-head-kv 4 --n-ff 1024 \
     --n-ctx 4096 --type Q8_0 -o "$big" > /dev/null 2>&1 || bad "synth for the kill test"
-check_kill 2 "$big" "$(workers 1 2 3)"
+check_kill 2 "$big" "$(workers 1 2 3)" --tp-shares equal
 # the others went back to waiting; a restarted worker joins them, and a new head works
 start_worker 2 "$killed_port"
 model=$S/synth/synth-llama-Q8_0.gguf
 run -m "$model" > "$TMP/ref.txt" 2> /dev/null
-check_same "$model" "$(workers 1 2 3)"
+check_same "$model" "$(workers 1 2 3)" --tp-shares equal
 
 # ---- malformed input: the worker logs why, closes that connection, and keeps serving ---------------
 if command -v python3 > /dev/null; then
@@ -93,7 +93,7 @@ talk(b"GET / HTTP/1.1\r\nHost: worker\r\n\r\n")
 # HELLO that speaks only protocol version 7: u32 vmin, u32 vmax, u64 caps, 32-byte tag, str device
 dev = b"old head"
 payload = struct.pack("<IIQ", 7, 7, 0) + bytes(32) + struct.pack("<I", len(dev)) + dev
-frame = struct.pack("<IHHII", 0x48545248, 1, 1, len(payload), 1) + payload
+frame = struct.pack("<IHHII", 0x48545248, 2, 1, len(payload), 1) + payload  # header: this build's version (2)
 reply = talk(frame)
 print("reply:", reply[16 + 8:].decode("utf-8", "replace"))
 EOF
@@ -102,7 +102,7 @@ EOF
     sleep 0.2
     if grep -q "magic" "$TMP/w1.log" && grep -q "versions 7..7" "$TMP/w1.log"; then ok
     else bad "worker 1 did not log why it closed the connections: $(tail -5 "$TMP/w1.log")"; fi
-    check_same "$model" "$(workers 1 2 3)"
+    check_same "$model" "$(workers 1 2 3)" --tp-shares equal
 fi
 
 # ---- workers stop cleanly on SIGTERM (and, under ASan, without leaks) --------------------------------

@@ -16,7 +16,7 @@ ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 expect_busy() {
     local t0 rc ms
     t0=$(date +%s%N)
-    run -m "$M" --workers "$(workers 1)" > /dev/null 2> "$TMP/busy.err"
+    run -m "$M" --workers "$(workers 1)" --tp-shares equal > /dev/null 2> "$TMP/busy.err"
     rc=$?
     ms=$(ms_since "$t0")
     if [[ $rc -ne 0 && $ms -lt 3000 ]] && grep -q busy "$TMP/busy.err"; then ok
@@ -31,7 +31,7 @@ $HC "${WPORT[1]}" idle 4 60 > "$TMP/idle.out" &
 CPIDS+=($!)
 for _ in $(seq 100); do [[ -s "$TMP/idle.out" ]] && break; sleep 0.05; done
 t0=$(date +%s%N)
-check_same "$M" "$(workers 1)"
+check_same "$M" "$(workers 1)" --tp-shares equal
 ms=$(ms_since "$t0")
 if [[ $ms -lt 8000 ]]; then ok; else bad "with 4 idle connections the head took $ms ms"; fi
 stop_clients
@@ -43,7 +43,7 @@ for _ in $(seq 100); do [[ -s "$TMP/silent.out" ]] && break; sleep 0.05; done
 grep -q HELLO_ACK "$TMP/silent.out" && ok || bad "the silent client got no HELLO_ACK: $(cat "$TMP/silent.out")"
 expect_busy "a head while a silent one holds the worker"
 sleep 3.5
-check_same "$M" "$(workers 1)"
+check_same "$M" "$(workers 1)" --tp-shares equal
 grep -q "setting up" "$TMP/w1.log" && ok || bad "the worker's log does not say why the silent session ended"
 stop_clients
 
@@ -51,7 +51,7 @@ stop_clients
 big=$TMP/big.gguf
 "$BIN" synth --shape custom --arch llama --n-embd 256 --n-layer 6 --n-head 8 --n-head-kv 4 --n-ff 1024 \
     --n-ctx 4096 --type Q8_0 -o "$big" > /dev/null 2>&1 || bad "synth"
-"$BIN" run -m "$big" -p "$PROMPT" --temp 0 -n 3000 -c 4096 --ignore-eos -t 1 --workers "$(workers 1)" \
+"$BIN" run -m "$big" -p "$PROMPT" --temp 0 -n 3000 -c 4096 --ignore-eos -t 1 --workers "$(workers 1)" --tp-shares equal \
     > "$TMP/long.out" 2> "$TMP/long.err" &
 HEAD_PID=$!
 for _ in $(seq 200); do [[ $(stat -c %s "$TMP/long.out" 2> /dev/null || echo 0) -gt 100 ]] && break; sleep 0.05; done
@@ -61,7 +61,7 @@ kill -9 "$HEAD_PID"
 wait "$HEAD_PID" 2> /dev/null
 HEAD_PID=
 sleep 0.5
-check_same "$M" "$(workers 1)"
+check_same "$M" "$(workers 1)" --tp-shares equal
 stop_worker 1
 
 [[ $fail -eq 0 ]] || { echo "worker log:"; cat "$TMP/w1.log"; } >&2

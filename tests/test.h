@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int test_n_pass, test_n_fail;
 
@@ -58,6 +60,23 @@ static inline void *test_read_file(const char *path, size_t *size) {
     fclose(f);
     if (size) *size = (size_t)n;
     return p;
+}
+
+/* runs this test again with env=1 (HEARTH_NO_SIMD: the generic kernel table; HEARTH_NO_AVX512: the
+   AVX2 family on a CPU that has AVX-512) and the flag --no-reexec, in a child process (the kernel
+   table is filled once per process); its failure is one failed check here */
+static inline void test_rerun_with(const char *self, const char *env) {
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setenv(env, "1", 1);
+        execl("/proc/self/exe", self, "--no-reexec", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s=1 run failed (status %d)", env, status);
 }
 
 #endif

@@ -32,6 +32,14 @@ int hr_fail(hr_err *err, int code, const char *fmt, ...) {
     return code;
 }
 
+/* ---- progress ---- */
+static hr_progress_fn hr_progress_cb;
+static void *hr_progress_user;
+void hr_progress_set(hr_progress_fn fn, void *user) { hr_progress_cb = fn; hr_progress_user = user; }
+void hr_progress(const char *label, uint64_t done, uint64_t total) {
+    if (hr_progress_cb) hr_progress_cb(label, done, total, hr_progress_user);
+}
+
 /* ---- logging ---- */
 static hr_log_fn hr_log_cb;
 static void *hr_log_user;

@@ -44,6 +44,13 @@ typedef struct hr_err {
 /* Sets err->code and formats err->msg; returns code so callers can `return hr_fail(err, ...)`. */
 int hr_fail(hr_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* ---- progress of long steps through one callback ------------------------------------------------------
+   Library code reports a long step (loading weights) as it goes; the command line draws a bar on a
+   terminal. Called from the thread doing the step; done == total ends it. No callback: nothing. */
+typedef void (*hr_progress_fn)(const char *label, uint64_t done, uint64_t total, void *user);
+void hr_progress_set(hr_progress_fn fn, void *user);
+void hr_progress(const char *label, uint64_t done, uint64_t total);
+
 /* ---- logging through one callback ---------------------------------------------------------------- */
 enum hr_log_level { HR_LOG_DEBUG = 0, HR_LOG_INFO = 1, HR_LOG_WARN = 2, HR_LOG_ERROR = 3, HR_LOG_NONE = 4 };
 typedef void (*hr_log_fn)(enum hr_log_level level, const char *msg, void *user);

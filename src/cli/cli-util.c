@@ -69,20 +69,58 @@ char *cli_read_text(const char *path, size_t max, size_t *len, hr_err *err) {
     return buf;
 }
 
+static int hexval(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* llama.cpp's escapes (common's string_process_escapes), with one difference: NN of \xNN must be two
+   hex digits (llama.cpp reads them with strtol, which also takes "+1" or " 1"). */
+size_t cli_unescape(char *s, size_t n) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '\\' || i + 1 >= n) { s[o++] = s[i]; continue; }
+        char c = s[++i];
+        switch (c) {
+        case 'n': s[o++] = '\n'; break;
+        case 'r': s[o++] = '\r'; break;
+        case 't': s[o++] = '\t'; break;
+        case '\\': case '\'': case '"': s[o++] = c; break;
+        case 'x':
+            if (i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
+                s[o++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+                i += 2;
+                break;
+            }
+            /* fall through */
+        default: s[o++] = '\\'; s[o++] = c; break;  /* unknown escapes stay as they are */
+        }
+    }
+    return o;
+}
+
 bool cli_is_tty(void) { return isatty(STDERR_FILENO); }
 
 static int cli_progress_drawn;
 void cli_progress(const char *label, uint64_t done, uint64_t total) {
+    static int last_pct = -1;
     if (!cli_is_tty() || total == 0) return;
+    const int pct = (int)(done * 100 / total);
+    if (cli_progress_drawn && pct == last_pct) return; /* redraw on a change only */
+    last_pct = pct;
     int width = 40, fill = (int)(done * (uint64_t)width / total);
     char bar[64];
     for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '-';
     bar[width] = 0;
-    fprintf(stderr, "\r%-12s [%s] %3d%%", label, bar, (int)(done * 100 / total));
+    fprintf(stderr, "\r%-12s [%s] %3d%%", label, bar, pct);
     fflush(stderr);
     cli_progress_drawn = 1;
 }
 void cli_progress_end(void) {
     if (cli_progress_drawn) fputc('\n', stderr);
     cli_progress_drawn = 0;
+}
+void cli_progress_hook(const char *label, uint64_t done, uint64_t total, void *user) {
+    (void)user;
+    cli_progress(label, done, total);
+    if (done >= total) cli_progress_end();
 }

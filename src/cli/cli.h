@@ -8,19 +8,27 @@
 #include "flags.h"
 
 extern const cli_command cli_run, cli_chat, cli_eval, cli_bench, cli_info, cli_synth, cli_quantize, cli_tokenize,
-    cli_worker;
+    cli_worker, cli_convert, cli_plan, cli_profile, cli_serve;
 
 /* shared helpers (cli-util.c) */
 /* Parses an integer flag value; prints "hearth CMD: invalid value 'V' for FLAG" and returns false. */
 bool cli_parse_int(const char *cmd, const char *flag, const char *v, long min, long max, long *out);
 bool cli_parse_float(const char *cmd, const char *flag, const char *v, double min, double max, double *out);
-/* true if stderr is a terminal (progress bars only then) */
 /* The whole of PATH (NULL: stdin) in a malloc'd, NUL-terminated buffer, at most max bytes: more is an
    error (HR_ERANGE), and so is a PATH that is neither a regular file nor a pipe. NULL on failure. */
 char *cli_read_text(const char *path, size_t max, size_t *len, hr_err *err);
+/* Escape sequences in typed text, processed in place as llama.cpp does by default: \n \r \t \\ \' \"
+   and \xNN; any other backslash stays. Returns the new length. */
+size_t cli_unescape(char *s, size_t n);
+/* true if stderr is a terminal (progress bars only then) */
 bool cli_is_tty(void);
+/* One device's profile as two or three lines of text (hearth profile, hearth plan). */
+struct hpl_device;
+void cli_print_device(int i, const char *addr, const struct hpl_device *d);
 /* A progress bar on stderr, drawn only on a TTY: cli_progress("quantize", done, total). */
 void cli_progress(const char *label, uint64_t done, uint64_t total);
 void cli_progress_end(void);
+/* hr_progress's callback (set by main): library steps drawn with cli_progress */
+void cli_progress_hook(const char *label, uint64_t done, uint64_t total, void *user);
 
 #endif

@@ -199,7 +199,7 @@ static int quantize_write(quantize_job *j) {
             int64_t nrows = gguf_tensor_nelements(t) / t->ne[0];
             quantize_src src = {.t = hq_get_traits(t->type), .data = t->data,
                                 .row_bytes = hq_row_size(t->type, t->ne[0])};
-            wrc = cli_convert(j->pool, j->types[i], t->ne[0], nrows, quantize_row, &src, j->buf, &prog, &err);
+            wrc = cli_convert_rows(j->pool, j->types[i], t->ne[0], nrows, quantize_row, &src, j->buf, &prog, &err);
             if (!wrc) wrc = gguf_writer_write_data(j->w, j->buf, hq_row_size(j->types[i], t->ne[0]) * (size_t)nrows, &err);
         }
         if (wrc) {

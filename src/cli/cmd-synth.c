@@ -338,7 +338,7 @@ static int synth_write(synth_job *j) {
         synth_gen g = {.tensor_seed = hr_fnv1a(t->name, strlen(t->name), HR_FNV_SEED ^ (uint64_t)j->o->seed),
                        .kind = t->kind};
         size_t nb = hq_row_size(j->types[i], t->ne[0]) * (size_t)t->ne[1];
-        if (cli_convert(j->pool, j->types[i], t->ne[0], t->ne[1], synth_row, &g, j->buf, &prog, &err) ||
+        if (cli_convert_rows(j->pool, j->types[i], t->ne[0], t->ne[1], synth_row, &g, j->buf, &prog, &err) ||
             gguf_writer_write_data(j->w, j->buf, nb, &err)) {
             cli_progress_end();
             fprintf(stderr, "hearth synth: %s: %s\n", t->name, err.msg);

@@ -16,34 +16,6 @@ static void tokenize_epilog(FILE *f) {
 
 enum { TOKENIZE_MAX_BYTES = 64 << 20 };
 
-static int hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-/* in place; returns the new length. Unknown escapes are kept as they are. */
-static size_t unescape(char *s, size_t n) {
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '\\' || i + 1 >= n) { s[o++] = s[i]; continue; }
-        char c = s[++i];
-        switch (c) {
-        case 'n': s[o++] = '\n'; break;
-        case 'r': s[o++] = '\r'; break;
-        case 't': s[o++] = '\t'; break;
-        case '\\': case '\'': case '"': s[o++] = c; break;
-        case 'x':
-            if (i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
-                s[o++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
-                i += 2;
-                break;
-            }
-            /* fall through */
-        default: s[o++] = '\\'; s[o++] = c; break;
-        }
-    }
-    return o;
-}
-
 static int tokenize_check(const cli_command *c, cli_opts *o) {
     if (!o->model) return cli_usage_error(c, "-m MODEL is required");
     if ((o->prompt != NULL) + (o->file != NULL) + o->from_stdin != 1)
@@ -53,7 +25,7 @@ static int tokenize_check(const cli_command *c, cli_opts *o) {
 
 static int tokenize(cli_opts *o) {
     const char *model = o->model, *prompt = o->prompt, *pfile = o->file;
-    bool ids_only = o->ids_only, no_bos = o->no_bos, special = o->parse_special, escape = o->escape;
+    bool ids_only = o->ids_only, no_bos = o->no_bos, special = o->parse_special;
     bool count = o->show_count;
     int rc = 1;
     hr_err err = { 0 };
@@ -68,7 +40,7 @@ static int tokenize(cli_opts *o) {
         goto done;
     }
     if (prompt) {
-        len = strlen(prompt);
+        len = strlen(prompt);  /* its escapes were processed by cli_parse (a file's text is taken as it is) */
         text = malloc(len + 1);
         if (text) memcpy(text, prompt, len + 1);
     } else {
@@ -79,7 +51,6 @@ static int tokenize(cli_opts *o) {
         }
     }
     if (!text) { fprintf(stderr, "hearth tokenize: out of memory\n"); goto done; }
-    if (escape) len = unescape(text, len);
 
     bool bos = ht_add_bos(voc) && !no_bos;
     int n = ht_tokenize_ex(voc, text, len, bos, special, NULL, 0);

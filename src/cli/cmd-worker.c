@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "cluster/cluster.h"
+#include "plan/plan.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ static int worker(cli_opts *o) {
     p.use_mmap = o->use_mmap;
     p.no_repack = o->no_repack;
     if (o->setup_timeout > 0) p.setup_ms = (int)o->setup_timeout * 1000;
+    p.profile = hpl_worker_profile; /* heads that plan ask for this device's profile */
     hr_err err = {0};
     hc_worker *w = hc_worker_create(&p, &err);
     if (!w) { fprintf(stderr, "hearth worker: %s\n", err.msg); return 1; }

@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 /* flags that work but are likely mistakes: said once, the run goes on */
 static void cli_engine_warn(const cli_engine *e, const cli_opts *o) {
@@ -27,8 +28,54 @@ int cli_engine_open(cli_engine *e, const cli_opts *o, bool vocab, hr_err *err) {
     return 0;
 }
 
+int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, int n_prompt, hpl_cluster *cl,
+                    hpl_choice *ch, hr_err *err) {
+    hpl_model pm;
+    if (hpl_model_from(m, cp, &pm, err)) return err->code;
+    hpl_cluster_params p = hpl_cluster_default_params();
+    p.self.n_threads = cp->n_threads;
+    p.self.disk_path = o->model;
+    p.self.mem = o->mem;
+    p.self.no_cache = o->no_cache;
+    if (hpl_cluster_profile(o->head.workers, o->head.n_workers, &p, cl, err)) return err->code;
+    return hpl_choose(cl, &pm, n_prompt, ch, err);
+}
+
+/* --workers without a plan flag: the planner's choice becomes the flags */
+static int cli_engine_auto_plan(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, hr_err *err) {
+    hpl_cluster *cl = malloc(sizeof *cl);
+    hpl_choice *ch = malloc(sizeof *ch);
+    int rc = 0;
+    if (!cl || !ch) rc = hr_fail(err, HR_ENOMEM, "out of memory");
+    else if (!(rc = cli_engine_plan(o, e->m, cp, 512, cl, ch, err)) && ch->chosen < 0)
+        rc = hr_fail(err, HR_ENOMEM, "%s", ch->why);
+    if (!rc) {
+        const hpl_plan *p = &ch->cand[ch->chosen];
+        char desc[256];
+        hpl_plan_describe(p, desc, sizeof desc);
+        HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
+                p->ms_per_token, cl->profile_ms);
+        const char *all[HC_MAX_DEVICES - 1];
+        memcpy(all, o->head.workers, sizeof all);
+        o->head.n_workers = p->n - 1;
+        for (int i = 1; i < p->n; i++) o->head.workers[i - 1] = all[p->dev[i] - 1];
+        if (p->kind == HPL_TP) {
+            o->head.n_shares = p->n;
+            memcpy(o->head.shares, p->share, sizeof p->share[0] * (size_t)p->n);
+        } else if (p->kind == HPL_PP) {
+            o->head.pp = true;
+            o->head.n_windows = p->n;
+            memcpy(o->head.layer_windows, p->window, sizeof p->window[0] * (size_t)p->n);
+        }
+    }
+    free(cl);
+    free(ch);
+    return rc;
+}
+
 int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool managed, hc_progress_fn progress,
                      hr_err *err) {
+    if (o->head.n_workers && !o->plan_given && !o->head.pp && cli_engine_auto_plan(e, o, cp, err)) return err->code;
     if (o->head.n_workers) {
         /* the head makes its own residency manager, for its shard */
         o->head.model_path = o->model;

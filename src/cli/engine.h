@@ -6,6 +6,7 @@
 
 #include "flags.h"
 #include "gguf/gguf.h"
+#include "plan/plan.h"
 
 typedef struct cli_engine {
     gguf_ctx *g;
@@ -23,6 +24,11 @@ int  cli_engine_open(cli_engine *e, const cli_opts *o, bool vocab, hr_err *err);
    and the context for cp — or, with --workers, the cluster's head (o->head; progress may be NULL). */
 int  cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool managed, hc_progress_fn progress,
                       hr_err *err);
+/* The planner for o's --workers: profiles the cluster (this device from its cache when it can) and
+   costs every candidate plan for the model m run with cp. cl and ch are filled (ch->chosen -1 with
+   ch->why when nothing fits). */
+int  cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, int n_prompt, hpl_cluster *cl,
+                     hpl_choice *ch, hr_err *err);
 /* One forward pass of tokens[0..n) at pos0.. -> the logits of the last token (all: of every token). */
 int  cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all, hr_err *err);
 /* HR_ERANGE, with how many, when any of logits[0..n) is NaN or Inf (broken weights): run and chat stop

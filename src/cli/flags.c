@@ -21,6 +21,7 @@ enum flag_kind {
     F_F32,   /* float in [lo, hi] */
     F_F64,   /* double in [lo, hi] */
     F_FN,    /* fn parses the value */
+    F_REFUSE,/* a llama.cpp flag whose meaning hearth has no use for: refused, the help line says why */
 };
 
 typedef struct cli_flag cli_flag;
@@ -176,9 +177,10 @@ static int fn_workers(cli_opts *o, const cli_flag *f, const char *v, char *why, 
 }
 
 static int fn_shares(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    o->plan_given = true;
     o->head.shares_auto = !strcmp(v, "auto");
     o->head.n_shares = 0;
-    if (o->head.shares_auto) return 0;
+    if (o->head.shares_auto || !strcmp(v, "equal")) return 0;
     int n = cli_parse_numbers(v, o->head.shares, HC_MAX_DEVICES, why, cap);
     if (n < 0) return -1;
     double sum = 0;
@@ -189,6 +191,7 @@ static int fn_shares(cli_opts *o, const cli_flag *f, const char *v, char *why, s
 }
 
 static int fn_windows(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    o->plan_given = true;
     double x[HC_MAX_DEVICES];
     int n = cli_parse_numbers(v, x, HC_MAX_DEVICES, why, cap);
     if (n < 0) return -1;
@@ -204,6 +207,7 @@ static int fn_windows(cli_opts *o, const cli_flag *f, const char *v, char *why, 
 }
 
 static int fn_allreduce(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    o->plan_given = true; /* an all-reduce is tensor parallelism */
     if (!strcmp(v, "star")) o->head.allreduce = HC_ALLREDUCE_STAR;
     else if (!strcmp(v, "ring")) o->head.allreduce = HC_ALLREDUCE_RING;
     else { snprintf(why, cap, "star or ring"); return -1; }
@@ -217,9 +221,10 @@ static int fn_tied(cli_opts *o, const cli_flag *f, const char *v, char *why, siz
 
 /* ---- the table ------------------------------------------------------------------------------------ */
 
-#define MODEL_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_BENCH)
-#define MEM_CMDS (CLI_RUN | CLI_WORKER)
-#define THREAD_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_WORKER)
+#define MODEL_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_BENCH | CLI_SERVE)
+#define MEM_CMDS (CLI_RUN | CLI_WORKER | CLI_SERVE)
+#define THREAD_CMDS \
+    (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_WORKER | CLI_PLAN | CLI_PROFILE | CLI_SERVE)
 #define GEN_CMDS (CLI_RUN | CLI_CHAT)
 #define I24 (1 << 24)
 
@@ -227,14 +232,22 @@ static const cli_flag flags[] = {
     /* model, input, output */
     {MODEL_CMDS, "-m, --model", "FILE", F_STR, AT(model), 0, 0, NULL, "GGUF model (required)"},
     {CLI_TOKENIZE, "-m, --model", "FILE", F_STR, AT(model), 0, 0, NULL, "GGUF model or vocabulary (required)"},
+    {CLI_PLAN, "-m, --model", "FILE", F_STR, AT(model), 0, 0, NULL, "GGUF model to plan for (required)"},
+    {CLI_PROFILE, "-m, --model", "FILE", F_STR, AT(model), 0, 0, NULL,
+     "measure the read speed of the disk holding FILE (default: the cache's disk)"},
     {CLI_RUN | CLI_TOKENIZE, "-p, --prompt", "TEXT", F_STR, AT(prompt), 0, 0, NULL, "prompt text"},
     {CLI_RUN | CLI_TOKENIZE, "-f, --file", "FILE", F_STR, AT(file), 0, 0, NULL, "read the prompt from FILE"},
     {CLI_TOKENIZE, "--stdin", NULL, F_ON, AT(from_stdin), 0, 0, NULL, "read the text from standard input"},
+    {CLI_RUN | CLI_CHAT | CLI_TOKENIZE, "-e, --escape", NULL, F_ON, AT(escape), 0, 0, NULL,
+     "process escapes in -p and --system text, as llama.cpp does (the default):\n"
+     "\\n \\r \\t \\\\ \\' \\\" \\xNN; text from a file or stdin is taken as it is"},
+    {CLI_RUN | CLI_CHAT | CLI_TOKENIZE, "--no-escape", NULL, F_OFF, AT(escape), 0, 0, NULL,
+     "keep backslashes in -p and --system text as typed"},
     {CLI_EVAL, "--tokens", "LIST", F_FN, 0, 0, 0, fn_tokens, "comma-separated token ids (required)"},
     {CLI_EVAL, "--logits", "FILE", F_STR, AT(logits_out), 0, 0, NULL,
      "output file (required; not overwritten unless --force)"},
     {CLI_SYNTH, "-o, --output", "OUT", F_STR, AT(output), 0, 0, NULL, "output file (default <shape>-<type>.gguf)"},
-    {CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE, "--force", NULL, F_ON, AT(force), 0, 0, NULL,
+    {CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_CONVERT, "--force", NULL, F_ON, AT(force), 0, 0, NULL,
      "overwrite the output file if it exists (never the input itself)"},
 
     /* generation */
@@ -243,11 +256,17 @@ static const cli_flag flags[] = {
     {CLI_CHAT, "-n, --n-predict", "N", F_LONG, AT(n_predict), -1, I24, NULL,
      "most tokens per answer (default -1: until end of turn or context full)"},
     {THREAD_CMDS, "-t, --threads", "N", F_LONG, AT(threads), 1, 1024, NULL, "threads (default: physical cores = {cores})"},
-    {CLI_RUN | CLI_CHAT, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 0, I24, NULL,
+    {CLI_RUN | CLI_CHAT | CLI_PLAN, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 0, I24, NULL,
      "context length (default: the model's, at most 4096)"},
     {CLI_INFO, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 1, I24, NULL,
      "context length for the memory estimate (default 4096, or the model's\ntraining context if smaller)"},
-    {CLI_RUN | CLI_CHAT | CLI_BENCH, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
+    {CLI_SERVE, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 0, I24, NULL,
+     "context length of all slots together, divided among them (default: the\n"
+     "model's, at most 4096)"},
+    {CLI_SERVE, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
+     "tokens per engine step: every generating slot's next token, then chunks of\n"
+     "waiting prompts (default 512)"},
+    {CLI_RUN | CLI_CHAT | CLI_BENCH | CLI_PLAN, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
      "prompt tokens per forward pass (default 512)"},
     {GEN_CMDS, "--temp", "X", F_F32, AT(sp.temp), 0, 100, NULL, "temperature (default 0.8; 0 = greedy)"},
     {GEN_CMDS, "--top-k", "N", F_I32, AT(sp.top_k), 0, I24, NULL, "top-k sampling (default 40; 0 = off)"},
@@ -273,11 +292,13 @@ static const cli_flag flags[] = {
     {CLI_CHAT, "-sys, --system, --system-prompt", "TEXT", F_STR, AT(system), 0, 0, NULL, "system prompt"},
     {CLI_RUN, "--chat-template", "NAME", F_STR, AT(chat_template), 0, 0, NULL,
      "template for --chat instead of the model's (implies --chat)"},
+    {CLI_SERVE, "--chat-template", "NAME", F_STR, AT(chat_template), 0, 0, NULL,
+     "template for /v1/chat/completions instead of the model's (the names\n`hearth chat --help` lists)"},
     {CLI_CHAT, "--chat-template", "NAME", F_STR, AT(chat_template), 0, 0, NULL,
      "use this template instead of the model's (see below)"},
 
     /* memory and weights */
-    {MODEL_CMDS, "--kv-type", "f16|f32", F_FN, 0, 0, 0, fn_kv_type, "KV cache element type (default f16)"},
+    {MODEL_CMDS | CLI_PLAN, "--kv-type", "f16|f32", F_FN, 0, 0, 0, fn_kv_type, "KV cache element type (default f16)"},
     {MEM_CMDS, "--mem-budget", "SIZE", F_FN, 0, 0, 0, fn_budget,
      "memory for this device's weights + KV cache + scratch (300M, 1.5G; default\n"
      "auto = 80% of MemAvailable or the cgroup limit; off = plain mmap); the weights\n"
@@ -288,6 +309,9 @@ static const cli_flag flags[] = {
      "limit; the default) or off (plain mmap). Given, the table adds memory figures\n"
      "per test: ms/token, disk bytes/token, time blocked on weights/token, resident\n"
      "weights, pressure"},
+    {CLI_PLAN | CLI_PROFILE, "--mem-budget", "SIZE", F_FN, 0, 0, 0, fn_budget,
+     "this device's memory budget as its runs will have it (default auto = 80% of\n"
+     "MemAvailable or the cgroup limit): what the plan may keep resident here"},
     {MEM_CMDS | CLI_BENCH, "--window", "W", F_INT, AT(mem.window), 1, 1 << 20, NULL,
      "blocks of weights kept loading ahead when streaming (default 2)"},
     {MEM_CMDS, "--no-prefetch", NULL, F_ON, AT(mem.no_prefetch), 0, 0, NULL,
@@ -309,15 +333,18 @@ static const cli_flag flags[] = {
      "pressure (with --workers: one round trip per worker per token)"},
 
     /* the cluster */
-    {CLI_RUN, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
-     "run on these `hearth worker`s too (the head computes as well): tensor\n"
-     "parallel, or a pipeline with --pp"},
-    {CLI_RUN, "--tp-shares", "auto|W,...", F_FN, 0, 0, 0, fn_shares,
-     "share weights, head first (default: equal; auto: measured speed)"},
-    {CLI_RUN, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
-    {CLI_RUN, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
+    {CLI_RUN | CLI_SERVE, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
+     "run on these `hearth worker`s too (the head computes as well). Without\n"
+     "--tp-shares, --layer-windows, --pp or --allreduce the planner measures the\n"
+     "devices and links and runs the fastest plan it predicts: one device, tensor\n"
+     "parallel or a pipeline (`hearth plan` shows every candidate)"},
+    {CLI_PLAN, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers, "the `hearth worker`s the plan may use"},
+    {CLI_RUN | CLI_SERVE, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
+     "tensor parallel with these shares, head first (equal; auto: measured\nmatvec speed)"},
+    {CLI_RUN | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
+    {CLI_RUN | CLI_SERVE, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
      "with --workers: a pipeline (whole layers per device) instead of tensor\nparallelism"},
-    {CLI_RUN, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
+    {CLI_RUN | CLI_SERVE, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
      "with --pp: window sizes in layers per device, head first, dealt round the\n"
      "ring until all layers are placed (2,3,2: several rounds per token;\n"
      "default: one round, layers split evenly)"},
@@ -325,13 +352,43 @@ static const cli_flag flags[] = {
      "with --workers: per-device compute / all-reduce times per forward pass"},
     {CLI_WORKER, "--listen", "ADDR:PORT", F_STR, AT(listen), 0, 0, NULL,
      "where to listen, e.g. 0.0.0.0:7070 (port 0: any free port; printed)"},
-    {CLI_WORKER | CLI_RUN, "--cache", "DIR", F_STR, AT(cache_dir), 0, 0, NULL,
+    {CLI_WORKER | CLI_RUN | CLI_SERVE, "--cache", "DIR", F_STR, AT(cache_dir), 0, 0, NULL,
      "slice cache (run: the head's own share with --workers; default\n$XDG_CACHE_HOME/hearth/slices or ~/.cache/hearth/slices)"},
     {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL, "name shown to heads (default: worker)"},
     {CLI_WORKER, "--sessions", "N", F_LONG, AT(sessions), 1, 1 << 30, NULL,
      "exit after serving N heads (default: serve until interrupted)"},
     {CLI_WORKER, "--setup-timeout", "SEC", F_LONG, AT(setup_timeout), 1, 3600, NULL,
      "drop a head that has not sent its next set-up message within SEC s\n(default 20)"},
+
+    /* serve */
+    {CLI_SERVE, "--host", "ADDR", F_STR, AT(host), 0, 0, NULL,
+     "address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every\n"
+     "interface, then use --api-key)"},
+    {CLI_SERVE, "--port", "N", F_LONG, AT(port), 0, 65535, NULL, "port (default 8080; 0: any free port, logged)"},
+    {CLI_SERVE, "-np, --parallel", "N", F_LONG, AT(parallel), 1, 256, NULL,
+     "slots: requests answered at once, batched together (default 4)"},
+    {CLI_SERVE, "--queue", "N", F_LONG, AT(queue), 0, 1 << 20, NULL,
+     "requests that may wait for a slot; more are answered 503 (default 64)"},
+    {CLI_SERVE, "--api-key", "KEY", F_STR, AT(api_key), 0, 0, NULL,
+     "require `Authorization: Bearer KEY` (not for / and /health)"},
+    {CLI_SERVE, "--sse-ping", "SEC", F_F64, AT(sse_ping), 0.05, 3600, NULL,
+     "a stream with nothing to send for SEC s gets a comment line, so that\n"
+     "clients and proxies keep it open (default 5)"},
+    {CLI_SERVE, "-a, --alias", "NAME", F_STR, AT(alias), 0, 0, NULL,
+     "the model's name in /v1/models and replies (default: the file's name)"},
+    /* llama.cpp's flags that do not apply: refused with the reason rather than silently ignored (a
+       user who typed -ngl 99 expects a GPU to be used). No value is read: the command stops here. */
+    {MODEL_CMDS | CLI_WORKER, "-ngl, --gpu-layers, --n-gpu-layers", NULL, F_REFUSE, 0, 0, 0, NULL,
+     "not supported: hearth computes on CPUs only, nothing is offloaded to a GPU\n"
+     "(to use more machines' memory and cores, see `hearth run --workers`)"},
+    {MODEL_CMDS | CLI_WORKER, "-sm, --split-mode, -ts, --tensor-split, -mg, --main-gpu, -dev, --device", NULL,
+     F_REFUSE, 0, 0, 0, NULL,
+     "not supported: these place a model on GPUs; hearth splits a model across\n"
+     "machines instead (`hearth run --workers`, --tp-shares, --pp)"},
+    {MODEL_CMDS, "-fa, --flash-attn", NULL, F_REFUSE, 0, 0, 0, NULL,
+     "not supported: hearth's CPU attention is one kernel, there is no other to\nchoose"},
+    {CLI_RUN, "-cnv, --conversation, -i, --interactive", NULL, F_REFUSE, 0, 0, 0, NULL,
+     "not supported by run: `hearth chat` is the conversation"},
 
     /* bench */
     {CLI_BENCH, "-t, --threads", "LIST", F_FN, AT(bench_threads), 1, 1024, fn_list,
@@ -354,6 +411,13 @@ static const cli_flag flags[] = {
      "(tests at -d 0 only: at depth the KV cache is read too)"},
     {CLI_BENCH, "--json", NULL, F_ON, AT(json), 0, 0, NULL, "print a JSON list of {test, threads, tok_per_s, reps, ...}"},
 
+    /* plan, profile */
+    {CLI_PLAN | CLI_PROFILE, "--json", NULL, F_ON, AT(json), 0, 0, NULL, "print one JSON object instead of tables"},
+    {CLI_PLAN | CLI_PROFILE, "--no-cache", NULL, F_ON, AT(no_cache), 0, 0, NULL,
+     "measure this device again instead of using its cached profile"},
+    {CLI_PLAN, "--prompt-tokens", "N", F_LONG, AT(prompt_tokens), 1, I24, NULL,
+     "prompt length the predicted prefill time is for (default 512)"},
+
     /* info, tokenize, quantize */
     {CLI_INFO, "--json", NULL, F_ON, AT(json), 0, 0, NULL,
      "print one JSON object (with every tensor's name, type, shape and bytes)"},
@@ -363,9 +427,10 @@ static const cli_flag flags[] = {
     {CLI_TOKENIZE, "--parse-special", NULL, F_ON, AT(parse_special), 0, 0, NULL,
      "turn the texts of control tokens (<|im_start|>, <s>, ...) into those\n"
      "tokens (by default they are tokenized as plain text)"},
-    {CLI_TOKENIZE, "-e, --escape", NULL, F_ON, AT(escape), 0, 0, NULL,
-     "process escapes in the text first: \\n \\r \\t \\\\ \\' \\\" \\xNN"},
     {CLI_TOKENIZE, "--show-count", NULL, F_ON, AT(show_count), 0, 0, NULL, "also print the number of tokens"},
+    {CLI_CONVERT, "--type, --outtype", "T", F_STR, AT(type), 0, 0, NULL,
+     "type of the 2-D weights: f32, f16, bf16, q8_0, or auto (the default: bf16\n"
+     "for a bf16 checkpoint, else f16); norms and biases stay f32"},
     {CLI_QUANTIZE, "--keep-embd", NULL, F_ON, AT(keep_embd), 0, 0, NULL, "leave token_embd.weight in its type"},
 
     /* synth */
@@ -400,10 +465,11 @@ static const cli_flag flags[] = {
 /* ---- parsing -------------------------------------------------------------------------------------- */
 
 cli_opts cli_opts_default(void) {
-    cli_opts o = {.n_predict = 256, .n_batch = 512, .kv_type = HQ_TYPE_F16, .reps = 5,
+    cli_opts o = {.n_predict = 256, .n_batch = 512, .prompt_tokens = 512, .kv_type = HQ_TYPE_F16, .reps = 5,
                   .sp = ht_sampler_default_params(), .head = hc_head_default_params(), .seed = 1, .n_embd = -1,
                   .n_layer = -1, .n_head = -1, .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1,
-                  .synth_n_ctx = -1, .rope_base = -1, .tied = -1};
+                  .synth_n_ctx = -1, .rope_base = -1, .tied = -1, .escape = true, .host = "127.0.0.1",
+                  .port = 8080, .parallel = 4, .queue = 64, .sse_ping = 5};
     o.mem = o.head.mem;
     o.pin = hmem_default_params().pin;
     o.bench_threads = (cli_list){{hr_physical_cores()}, 1};
@@ -417,6 +483,8 @@ void cli_opts_free(cli_opts *o) {
     free(o->stops);
     free(o->tokens);
     free(o->workers_copy);
+    for (int i = 0; i < 2; i++) free(o->unescaped[i]);
+    o->unescaped[0] = o->unescaped[1] = NULL;
     o->stops = NULL;
     o->tokens = NULL;
     o->workers_copy = NULL;
@@ -465,10 +533,34 @@ static int flag_set(const cli_command *c, const cli_flag *f, const char *a, cons
         if (f->kind == F_F32) *FIELD(o, f, float) = (float)x;
         else *FIELD(o, f, double) = x;
         return 0;
+    case F_REFUSE: {
+        char reason[256];
+        snprintf(reason, sizeof reason, "%s", f->help);
+        for (char *p = reason; (p = strchr(p, '\n'));) *p = ' ';
+        return cli_usage_error(c, "%s: %s", a, reason);
+    }
     default:
         if (f->fn(o, f, v, why, sizeof why) == 0) return 0;
         return cli_usage_error(c, "invalid value '%s' for %s (%s)", v, a, why);
     }
+}
+
+/* -p and --system with llama.cpp's escapes processed (into copies: argv stays as it is) */
+static int unescape_typed(const cli_command *c, cli_opts *o) {
+    const char **texts[2] = {&o->prompt, &o->system};
+    for (int i = 0; i < 2; i++) {
+        if (!*texts[i] || !strchr(*texts[i], '\\')) continue;
+        free(o->unescaped[i]);
+        if (!(o->unescaped[i] = strdup(*texts[i]))) return cli_usage_error(c, "out of memory");
+        size_t n = strlen(o->unescaped[i]);
+        size_t k = cli_unescape(o->unescaped[i], n);
+        if (memchr(o->unescaped[i], 0, k))
+            return cli_usage_error(c, "\\x00 cannot be part of %s (give --no-escape to keep escapes as typed)",
+                                   i ? "--system" : "-p");
+        o->unescaped[i][k] = 0;
+        *texts[i] = o->unescaped[i];
+    }
+    return 0;
 }
 
 int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o) {
@@ -499,7 +591,7 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o) {
         int rc = flag_set(c, f, a, v, o);
         if (rc) return rc;
     }
-    return 0;
+    return o->escape ? unescape_typed(c, o) : 0;
 }
 
 /* one flag's lines of --help */
@@ -536,7 +628,7 @@ int cli_table_check(char *why, size_t cap) {
     for (size_t k = 0; k < HR_ARRAY_LEN(flags); k++) {
         const cli_flag *f = &flags[k];
         if (!f->help || !f->help[0] || !f->cmds || (f->kind == F_FN) != (f->fn != NULL) ||
-            ((f->kind == F_ON || f->kind == F_OFF) && f->arg)) {
+            ((f->kind == F_ON || f->kind == F_OFF || f->kind == F_REFUSE) && f->arg)) {
             snprintf(why, cap, "%s: incomplete entry", f->names);
             return HR_EINVAL;
         }

@@ -17,6 +17,8 @@
 enum {
     CLI_RUN = 1u << 0, CLI_CHAT = 1u << 1, CLI_EVAL = 1u << 2, CLI_BENCH = 1u << 3, CLI_INFO = 1u << 4,
     CLI_SYNTH = 1u << 5, CLI_QUANTIZE = 1u << 6, CLI_TOKENIZE = 1u << 7, CLI_WORKER = 1u << 8,
+    CLI_PLAN = 1u << 9, CLI_PROFILE = 1u << 10, CLI_CONVERT = 1u << 11,
+    CLI_SERVE = 1u << 12,
 };
 
 #define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */
@@ -28,6 +30,9 @@ typedef struct cli_list { long v[CLI_MAX_LIST]; int n; } cli_list;
 typedef struct cli_opts {
     const char *model, *prompt, *file, *output, *logits_out, *listen, *cache_dir, *name;
     const char *system, *chat_template, *stats_json;
+    const char *host, *api_key, *alias;  /* serve */
+    long        port, parallel, queue;   /* serve */
+    double      sse_ping;                /* serve */
     long        n_predict, threads, n_ctx, n_batch, sessions, reps, setup_timeout;
     int         kv_type;             /* HQ_TYPE_F16 or HQ_TYPE_F32 */
     bool        ignore_eos, no_bos, no_echo, chat, force, json, roofline, tensors, keep_embd;
@@ -42,6 +47,9 @@ typedef struct cli_opts {
     double      mem_pct;             /* bench --mem-budget N%: percent of the weights (0: not given) */
     int         pin;                 /* bench --pin: enum hmem_pin */
     hc_head_params head;             /* --workers and the cluster flags */
+    bool        plan_given;          /* --tp-shares, --layer-windows or --allreduce given (the planner stays out) */
+    bool        no_cache;            /* profile/plan --no-cache: measure this device again */
+    long        prompt_tokens;       /* plan: prompt length the prefill figure is for */
     char       *workers_copy;        /* owned: the split --workers text */
     cli_list    bench_threads, bench_prompt, bench_gen, bench_depth;
     /* synth */
@@ -49,6 +57,7 @@ typedef struct cli_opts {
     long        seed, n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, head_dim, synth_n_ctx;
     double      rope_base;
     int         tied;                /* -1 not given, 0 untied, 1 tied */
+    char       *unescaped[2];        /* owned: -p and --system with their escapes processed */
     const char *pos[3];              /* positional arguments */
     int         n_pos;
 } cli_opts;

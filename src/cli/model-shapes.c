@@ -269,7 +269,7 @@ static void cli_conv_worker(void *arg, int ith, int nth) {
     free(buf);
 }
 
-int cli_convert(hr_pool *pool, int dst_type, int64_t ne0, int64_t nrows, cli_row_fn fn, void *user,
+int cli_convert_rows(hr_pool *pool, int dst_type, int64_t ne0, int64_t nrows, cli_row_fn fn, void *user,
                 void *out, cli_progress_state *prog, hr_err *err) {
     const hq_traits *t = hq_get_traits(dst_type);
     if (!t || !t->from_float_ref)

@@ -2,7 +2,7 @@
  * model-shapes — what `hearth synth` and `hearth quantize` share: the named model shapes, the list
  * of tensors (llama.cpp names, GGUF ne order) a shape implies, the quantization recipes that pick a
  * type per tensor, and a multi-threaded row converter (float rows in, rows of any type out).
- * Part of the cli layer (prefix cli_); nothing here prints except cli_convert's progress bar.
+ * Part of the cli layer (prefix cli_); nothing here prints except cli_convert_rows's progress bar.
  *
  * A recipe is a type name (every 2-D weight gets that type) or one of llama.cpp's mixes Q3_K_M,
  * Q4_K_M, Q5_K_M, which give the same tensors the same types as llama.cpp does (docs/design.md,
@@ -90,7 +90,7 @@ typedef struct cli_progress_state {
 
 /* out[nrows * hq_row_size(dst_type, ne0)] = dst_type rows of fn's float rows, converted with the
    reference quantizer on all threads of `pool`. Advances and draws `prog` (may be NULL). */
-int cli_convert(hr_pool *pool, int dst_type, int64_t ne0, int64_t nrows, cli_row_fn fn, void *user,
+int cli_convert_rows(hr_pool *pool, int dst_type, int64_t ne0, int64_t nrows, cli_row_fn fn, void *user,
                 void *out, cli_progress_state *prog, hr_err *err);
 
 #endif

@@ -23,6 +23,8 @@
 #include "net/net.h"
 
 #define HC_MAX_DEVICES 64
+#define HC_MAX_MICRO 16
+#define HC_MICRO_MAX_BYTES (4u << 20)
 
 /* ---- plan ------------------------------------------------------------------------------------------ */
 typedef struct hc_share {
@@ -68,6 +70,25 @@ uint64_t hc_model_hash(const gguf_ctx *g);
    bytes read per second (GB/s), the figure decode speed follows. */
 double hc_bench_matvec(int n_threads, int ms, hr_err *err);
 
+/* ---- link measurement (the planner; a worker asked by LINK_PROBE) --------------------------------- */
+/* A session of its own with a worker, for measuring: HELLO, requests, BYE. */
+typedef struct hc_probe_conn {
+    hn_conn *conn;
+    hn_frame rx;
+    uint32_t seq;
+} hc_probe_conn;
+/* Connects to addr and says HELLO as `me`. On failure the caller still calls hc_probe_close. */
+int  hc_probe_open(hc_probe_conn *pc, const char *addr, const char *me, int timeout_ms, hr_err *err);
+/* Sends m; when want != 0 receives the answer into m (an ERROR becomes the error, with the peer's
+   text escaped). */
+int  hc_probe_request(hc_probe_conn *pc, hn_msg *m, int want, int timeout_ms, hr_err *err);
+int  hc_probe_expect(hc_probe_conn *pc, int want, hn_msg *m, int timeout_ms, hr_err *err);
+/* RTT: the median of n_pings empty PROFILE_REQ round trips (ms); throughput: one PROBE of `bytes`
+   (<= HN_MAX_PROBE): bytes / (its round trip - RTT), GB/s (0 when bytes is 0). */
+int  hc_probe_link(hc_probe_conn *pc, int n_pings, uint32_t bytes, int timeout_ms, double *rtt_ms, double *gbps,
+                   hr_err *err);
+void hc_probe_close(hc_probe_conn *pc, bool bye);   /* BYE when asked; frees everything */
+
 /* ---- head ------------------------------------------------------------------------------------------ */
 enum hc_allreduce { HC_ALLREDUCE_STAR = 0, HC_ALLREDUCE_RING = 1 };
 
@@ -88,6 +109,10 @@ typedef struct hc_head_params {
     bool  timings;           /* the caller asked for per-device figures (hc_head_stats) */
     bool  pp;                /* piped-ring pipeline instead of tensor parallelism */
     int   n_windows;                              /* pipeline: 0 = one even round; else one per device */
+    int   pp_micro;          /* pipeline: a batch of several sequences goes round the ring as up to this
+                                many micro-batches (whole sequences each; 0, 1: one pass), at most
+                                HC_MAX_MICRO, and only batches of at most HC_MICRO_MAX_BYTES of hidden
+                                states (docs/pipeline.md) */
     int   layer_windows[HC_MAX_DEVICES];          /* window sizes in layers, head first */
     /* tensor parallel: the head's share, a slice file in its cache (docs/tensor-parallel.md) */
     const char  *cache_dir;  /* NULL: hc_default_cache_dir() */
@@ -105,13 +130,21 @@ hc_head_params hc_head_default_params(void);
 
 typedef struct hc_head hc_head;
 /* Connects to the workers, makes the plan, sends the slices they lack, and creates the head's own
-   context (cp: n_ctx, n_batch, threads, kv_type; the workers use the same n_ctx, n_batch and kv_type). */
+   context (cp: n_ctx, n_seq, n_batch, threads, kv_type; the workers use the same n_ctx, n_seq,
+   n_batch and kv_type). */
 hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx_params *cp, hr_err *err);
 /* hm_eval for the whole cluster: tokens[0..n) at pos0.. -> logits of the last token (or of all). Batches
    larger than a FORWARD allows are split. */
 int      hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all_logits,
                       hr_err *err);
+/* hm_eval for the whole cluster, for a batch of several sequences (continuous batching): b as
+   hm_batch takes it (tokens, n <= the cluster's n_batch, pos or pos_of, seq, out, logits, all_logits),
+   checked before any device sees it; each token's sequence and position travel in FORWARD. A
+   sequence's logits are the bits the same cluster gives it alone (hm_batch). */
+int      hc_head_eval_batch(hc_head *h, const hm_batch *b, hr_err *err);
 int      hc_head_reset(hc_head *h, int32_t pos, hr_err *err);  /* forget KV positions >= pos everywhere */
+/* hm_kv_seq_copy on every device (KV_COPY): a shared prompt prefix is not computed again */
+int      hc_head_kv_seq_copy(hc_head *h, int32_t src, int32_t dst, int32_t n, hr_err *err);
 int32_t  hc_head_n_ctx(const hc_head *h);
 const hc_plan *hc_head_plan(const hc_head *h);
 const hc_pp_plan *hc_head_pp_plan(const hc_head *h);            /* NULL unless --pp */
@@ -156,6 +189,17 @@ int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err);
 void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap);
 
 /* ---- worker ---------------------------------------------------------------------------------------- */
+/* Key/value text a worker sends in its PROFILE (PROFILE_REQ with HN_PROFILE_DEVICE). */
+typedef struct hc_kv_text {
+    int  n;
+    char key[HN_MAX_KV][HN_MAX_KEY];
+    char val[HN_MAX_KV][HN_MAX_VALUE];
+} hc_kv_text;
+/* Describes this device into out (src/plan's profiler; cached by it): n_threads the worker's threads,
+   disk_dir where its weights live (its slice cache), mem the budget it was started with. */
+typedef int (*hc_profile_fn)(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, hc_kv_text *out,
+                             hr_err *err);
+
 typedef struct hc_worker_params {
     const char *listen;      /* "ADDR:PORT" (port 0 = ephemeral) */
     const char *cache_dir;   /* NULL: hc_default_cache_dir() */
@@ -166,6 +210,8 @@ typedef struct hc_worker_params {
     bool        no_repack;   /* --no-repack: load it in the file's layout */
     int         setup_ms;    /* a head that has said HELLO must have sent its plan by then (and each
                                 message until it is loaded within it); else the session is dropped */
+    hc_profile_fn profile;   /* answers PROFILE_REQ with HN_PROFILE_DEVICE; NULL: such a request is refused */
+    void         *profile_user;
 } hc_worker_params;
 hc_worker_params hc_worker_default_params(void);
 

@@ -37,7 +37,9 @@ struct hc_head {
     int32_t    n_ctx, n_batch;
     float     *x;                          /* [n_batch][n_embd]: embeddings of the current batch */
     float     *y;                          /* pipeline: the head's window output */
-    int32_t   *pos;
+    int32_t   *pos;                        /* [n_batch]: the batch's positions */
+    int32_t   *sq;                         /* [n_batch]: the batch's sequences (hc_head_eval_batch) */
+    int32_t    n_seq;                      /* sequences every device's KV cache holds */
     uint32_t   seq;
     uint64_t   bytes_sent, bytes_total;
     int64_t    evals, tokens;
@@ -206,6 +208,7 @@ static int hc_load_worker(hc_head *h, int d, uint64_t model_hash, uint64_t token
     if ((rc = hm_hparams_to_kv(hp, &io, err))) goto done;
     hc_kv(&kb, "n_ctx", "%d", h->n_ctx);
     hc_kv(&kb, "n_batch", "%d", h->n_batch);
+    hc_kv(&kb, "n_seq", "%d", h->n_seq);
     hc_kv(&kb, "kv_type", "%d", cp->kv_type);
     hc_kv(&kb, "allreduce", "%d", h->p.allreduce);
     hc_kv(&kb, "timeout_ms", "%d", h->p.timeout_ms);
@@ -448,7 +451,7 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
 
     /* the head's own context: every layer (tensor parallel; its units) or its windows (pipeline), and
        the output head; the sync hook is the all-reduce (none in a pipeline) */
-    int32_t fwd_max = (int32_t)(HC_FORWARD_MAX_BYTES / ((size_t)hp->n_embd * 4 + 4));
+    int32_t fwd_max = (int32_t)(HC_FORWARD_MAX_BYTES / ((size_t)hp->n_embd * 4 + 8)); /* + pos, seq */
     if (cp.n_batch <= 0) cp.n_batch = 512;
     cp.n_batch = HR_MIN(cp.n_batch, fwd_max);
     h->ar = (hc_ar){.mode = p->allreduce, .k = h->k, .me = 0, .conn = h->conn, .rx = h->rx, .names = h->name_ptr,
@@ -501,11 +504,13 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (!(h->ctx = hm_ctx_create(h->run, &sh, &cp, err))) goto err;
     h->n_ctx = hm_ctx_n_ctx(h->ctx);
     h->n_batch = HR_MIN(cp.n_batch, h->n_ctx);
+    h->n_seq = hm_ctx_n_seq(h->ctx);
     h->x = hr_alloc_aligned((size_t)h->n_batch * hp->n_embd * sizeof(float), 64);
     h->y = hr_alloc_aligned((size_t)h->n_batch * hp->n_embd * sizeof(float), 64);
     h->pos = malloc((size_t)h->n_batch * sizeof *h->pos);
+    h->sq = malloc((size_t)h->n_batch * sizeof *h->sq);
     tmp = malloc(HC_CHUNK_BYTES);
-    if (!h->x || !h->y || !h->pos || !tmp) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
+    if (!h->x || !h->y || !h->pos || !h->sq || !tmp) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
 
     /* the workers' weights */
     uint64_t token = (uint64_t)hr_time_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^ model_hash;
@@ -558,7 +563,9 @@ static int hc_pp_blame(hc_head *h, int from, int rc, hr_err *err) {
    or straight from the worker whose window ended the model's layers. An ERROR or a closed connection
    from any worker on the way ends the wait at once and names that worker. The pass must have moved
    on: its layer_begin is past `after`. */
-static int hc_pp_wait(hc_head *h, int nb, int32_t p0, int32_t after, hn_msg *m, hr_err *err) {
+/* the next FORWARD back from any worker (a pass's hidden state), within the deadline of a pass of nb
+   tokens; *from: who sent it */
+static int hc_pp_recv(hc_head *h, int nb, hn_msg *m, int *from_out, hr_err *err) {
     int64_t deadline = hc_ar_deadline(&h->ar, nb);
     for (;;) {
         struct pollfd pf[HC_MAX_DEVICES];
@@ -573,19 +580,161 @@ static int hc_pp_wait(hc_head *h, int nb, int32_t p0, int32_t after, hn_msg *m, 
         if (from < 0) continue;
         if (hc_expect(h, from, HN_MSG_FORWARD, m, HR_MAX(left, 1), err))
             return hc_pp_blame(h, from, err ? err->code : HR_ENET, err);
-        const hn_forward *f = &m->u.forward;
-        if (f->layer_begin <= (uint32_t)after || f->layer_begin > (uint32_t)h->m->hp.n_layer ||
-            f->n_tokens != (uint32_t)nb || f->n_embd != (uint32_t)h->m->hp.n_embd || f->pos[0] != p0)
-            return hc_dev_fail(h, from, HR_EPROTO, "returned the hidden state of another pass or window", err);
+        *from_out = from;
         return 0;
     }
+}
+
+static int hc_pp_wait(hc_head *h, int nb, int32_t after, hn_msg *m, hr_err *err) {
+    int from, rc = hc_pp_recv(h, nb, m, &from, err);
+    if (rc) return rc;
+    const hn_forward *f = &m->u.forward;
+    if (f->layer_begin <= (uint32_t)after || f->layer_begin > (uint32_t)h->m->hp.n_layer ||
+        f->n_tokens != (uint32_t)nb || f->n_embd != (uint32_t)h->m->hp.n_embd || f->pos[0] != h->pos[0])
+        return hc_dev_fail(h, from, HR_EPROTO, "returned the hidden state of another pass or window", err);
+    return 0;
+}
+
+/* ---- pipeline micro-batches ------------------------------------------------------------------------
+   A batch of several sequences is split by sequence into micro-batches that follow each other round
+   the ring, so that while one is on a worker the head and the other workers compute the others
+   (docs/pipeline.md). Each goes its own pass, window after window as a whole batch would; a token's
+   results do not depend on the other tokens of its batch (hm_batch), so the logits are those of the
+   batch in one pass. */
+typedef struct hc_mb {
+    int      n, n_out;        /* tokens, rows of logits wanted */
+    int32_t  layer;           /* where its pass is: the next layer to run */
+    int      w;               /* the head's next window */
+    bool     done;
+    int32_t *idx, *pos, *seq; /* [n]: its tokens' indices in the batch, positions, sequences */
+    uint8_t *out;             /* [n] */
+    float   *x;               /* [n][n_embd]: its hidden state */
+    float   *lg;              /* [n_out][n_vocab] */
+} hc_mb;
+
+/* mb's pass from where it is: the head's windows as the pass reaches them (the last one: logits, the
+   pass done), else on to worker 1 */
+static int hc_mb_advance(hc_head *h, hc_mb *mb, hr_err *err) {
+    const hm_hparams *hp = &h->m->hp;
+    const int nw = h->pp.n_win[0];
+    for (;;) {
+        int64_t t1 = hr_time_ns();
+        if (mb->w < nw && h->pp.win[0][mb->w].begin == mb->layer) {
+            hr_err e = {0};
+            const bool last = mb->w == nw - 1;
+            const hm_batch b = {.embd = mb->x, .n = mb->n, .pos_of = mb->pos, .seq = mb->seq, .out = mb->out,
+                                .logits = last ? mb->lg : NULL, .embd_out = h->y};
+            int rc = hm_eval_window(h->ctx, mb->w, &b, &e);
+            h->ar.compute_ns += hr_time_ns() - t1;
+            if (rc) { h->failed = true; return hr_fail(err, rc, "%s", e.msg); }
+            if (last) { mb->done = true; return 0; }
+            mb->layer = h->pp.win[0][mb->w++].end;
+            memcpy(mb->x, h->y, (size_t)mb->n * hp->n_embd * sizeof(float));
+            continue;
+        }
+        if (mb->layer == hp->n_layer) {
+            h->failed = true;
+            return hr_fail(err, HR_EPROTO, "the pipeline returned at layer %d, where the head has no window", mb->layer);
+        }
+        hn_msg f = {.type = HN_MSG_FORWARD};
+        f.u.forward = (hn_forward){.layer_begin = (uint32_t)mb->layer, .layer_end = (uint32_t)hp->n_layer,
+                                   .stage = HN_STAGE_BLOCK, .n_tokens = (uint32_t)mb->n, .n_embd = (uint32_t)hp->n_embd,
+                                   .pos = mb->pos, .seq = mb->seq, .data = mb->x};
+        int rc = hc_hsend(h, 1, &f, h->p.timeout_ms, err);
+        h->ar.send_ns += hr_time_ns() - t1;
+        return rc;
+    }
+}
+
+/* Splits pb (several sequences, pb->seq set) into n_mb micro-batches, whole sequences each, the
+   largest first onto the one with the fewest tokens; runs them round the ring together. */
+static int hc_pp_micro(hc_head *h, const hm_batch *pb, int n_mb, hr_err *err) {
+    const hm_hparams *hp = &h->m->hp;
+    const int n = pb->n, V = hp->n_vocab;
+    const int64_t E = hp->n_embd;
+    hc_mb mb[HC_MAX_MICRO] = {0};
+    int32_t *cnt = calloc((size_t)h->n_seq, sizeof *cnt), *grp = malloc(sizeof(int32_t) * (size_t)h->n_seq);
+    int32_t *idx = malloc(sizeof(int32_t) * 3 * (size_t)n);
+    uint8_t *out = malloc((size_t)n);
+    float *x = malloc(sizeof(float) * (size_t)n * E);
+    int rc = 0;
+    if (!cnt || !grp || !idx || !out || !x) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
+    for (int i = 0; i < n; i++) cnt[pb->seq[i]]++;
+    int load[HC_MAX_MICRO] = {0};
+    for (;;) { /* the largest unplaced sequence onto the lightest micro-batch */
+        int32_t s = -1;
+        for (int32_t q = 0; q < h->n_seq; q++)
+            if (cnt[q] > 0 && (s < 0 || cnt[q] > cnt[s])) s = q;
+        if (s < 0) break;
+        int g = 0;
+        for (int k = 1; k < n_mb; k++)
+            if (load[k] < load[g]) g = k;
+        grp[s] = g, load[g] += cnt[s], cnt[s] = -cnt[s];
+    }
+    /* each micro-batch's tokens in batch order, its rows of x, its wanted rows */
+    for (int k = 0, at = 0; k < n_mb; at += mb[k++].n) {
+        mb[k].idx = idx + at, mb[k].pos = idx + n + at, mb[k].seq = idx + 2 * n + at, mb[k].out = out + at;
+        mb[k].x = x + (int64_t)at * E;
+        for (int i = 0; i < n; i++) {
+            if (grp[pb->seq[i]] != k) continue;
+            const int j = mb[k].n++;
+            mb[k].idx[j] = i, mb[k].pos[j] = h->pos[i], mb[k].seq[j] = pb->seq[i];
+            mb[k].out[j] = pb->out ? pb->out[i] != 0 : pb->all_logits || i == n - 1;
+            mb[k].n_out += mb[k].out[j];
+            memcpy(mb[k].x + (int64_t)j * E, pb->embd + (int64_t)i * E, sizeof(float) * E);
+        }
+        if (pb->logits && mb[k].n_out && !(mb[k].lg = malloc(sizeof(float) * (size_t)mb[k].n_out * V))) {
+            rc = hr_fail(err, HR_ENOMEM, "out of memory");
+            goto done;
+        }
+    }
+    int in_flight = 0;
+    for (int k = 0; k < n_mb && !rc; k++)
+        if (mb[k].n && !(rc = hc_mb_advance(h, &mb[k], err))) in_flight += !mb[k].done;
+    while (!rc && in_flight > 0) {
+        hn_msg m;
+        int from;
+        if ((rc = hc_pp_recv(h, n, &m, &from, err))) break;
+        const hn_forward *f = &m.u.forward;
+        hc_mb *b = NULL;  /* whose pass it is: its sequences are its own */
+        for (int k = 0; k < n_mb && !b; k++)
+            if (mb[k].n && !mb[k].done && f->n_tokens == (uint32_t)mb[k].n && f->seq && f->seq[0] == mb[k].seq[0] &&
+                f->pos[0] == mb[k].pos[0] && f->layer_begin > (uint32_t)mb[k].layer)
+                b = &mb[k];
+        if (!b || f->layer_begin > (uint32_t)hp->n_layer || f->n_embd != (uint32_t)E) {
+            rc = hc_dev_fail(h, from, HR_EPROTO, "returned the hidden state of another pass or window", err);
+            break;
+        }
+        int64_t t0 = hr_time_ns();
+        memcpy(b->x, f->data, sizeof(float) * (size_t)b->n * E);
+        b->layer = (int32_t)f->layer_begin;
+        h->ar.wait_ns += hr_time_ns() - t0;
+        if (!(rc = hc_mb_advance(h, b, err))) in_flight -= b->done;
+    }
+    /* the logits in batch order: each micro-batch's rows to where its tokens' rows go */
+    if (!rc && pb->logits) {
+        int row = 0;
+        for (int i = 0; i < n; i++) {
+            const bool want = pb->out ? pb->out[i] != 0 : pb->all_logits || i == n - 1;
+            if (!want) continue;
+            for (int k = 0; k < n_mb; k++)
+                for (int j = 0, r = 0; j < mb[k].n; r += mb[k].out[j++])
+                    if (mb[k].idx[j] == i) memcpy(pb->logits + (size_t)row * V, mb[k].lg + (size_t)r * V, sizeof(float) * V);
+            row++;
+        }
+    }
+done:
+    for (int k = 0; k < HC_MAX_MICRO; k++) free(mb[k].lg);
+    free(cnt), free(grp), free(idx), free(out), free(x);
+    return rc;
 }
 
 /* One batch through the pipeline: the head runs its windows as the pass reaches them and otherwise
    hands the hidden state to worker 1 (the ring's first stage) — also when the ring brings it back
    before a worker's window, as with a head that owns no layers in between. */
-static int hc_pp_batch(hc_head *h, int nb, int32_t p0, float *lg, bool all_logits, hr_err *err) {
+static int hc_pp_batch(hc_head *h, const hm_batch *pb, hr_err *err) {
     const hm_hparams *hp = &h->m->hp;
+    const int nb = pb->n;
     int nw = h->pp.n_win[0], w = 0;
     int32_t layer = 0;
     for (;;) {
@@ -593,8 +742,9 @@ static int hc_pp_batch(hc_head *h, int nb, int32_t p0, float *lg, bool all_logit
         int64_t t1 = hr_time_ns();
         if (w < nw && h->pp.win[0][w].begin == layer) {
             hr_err e = {0};
-            const hm_batch b = {.embd = h->x, .n = nb, .pos = p0, .logits = w == nw - 1 ? lg : NULL,
-                                .all_logits = all_logits, .embd_out = h->y};
+            hm_batch b = *pb;
+            b.embd = h->x, b.embd_out = h->y;
+            if (w != nw - 1) b.logits = NULL;
             rc = hm_eval_window(h->ctx, w, &b, &e);
             int64_t t2 = hr_time_ns();
             h->ar.compute_ns += t2 - t1;
@@ -608,12 +758,12 @@ static int hc_pp_batch(hc_head *h, int nb, int32_t p0, float *lg, bool all_logit
         hn_msg f = {.type = HN_MSG_FORWARD};
         f.u.forward = (hn_forward){.layer_begin = (uint32_t)layer, .layer_end = (uint32_t)hp->n_layer,
                                    .stage = HN_STAGE_BLOCK, .n_tokens = (uint32_t)nb, .n_embd = (uint32_t)hp->n_embd,
-                                   .pos = h->pos, .data = h->x};
+                                   .pos = h->pos, .seq = pb->seq, .data = h->x};
         if ((rc = hc_hsend(h, 1, &f, h->p.timeout_ms, err))) return rc;
         int64_t t2 = hr_time_ns();
         h->ar.send_ns += t2 - t1;
         hn_msg m;
-        if ((rc = hc_pp_wait(h, nb, p0, layer, &m, err))) return rc;
+        if ((rc = hc_pp_wait(h, nb, layer, &m, err))) return rc;
         layer = (int32_t)m.u.forward.layer_begin;
         if (w >= nw || (h->pp.win[0][w].begin != layer && layer == hp->n_layer)) {
             h->failed = true;
@@ -624,43 +774,85 @@ static int hc_pp_batch(hc_head *h, int nb, int32_t p0, float *lg, bool all_logit
     }
 }
 
+/* One batch of at most n_batch tokens through the cluster: its embeddings in h->x, its positions in
+   h->pos (what FORWARD carries), b the head's hm_batch over them (seq: h->sq or NULL). */
+static int hc_pass(hc_head *h, const hm_batch *b, hr_err *err) {
+    const hm_hparams *hp = &h->m->hp;
+    int64_t t1 = hr_time_ns();
+    if (h->p.pp && h->p.pp_micro > 1 && b->seq &&
+        (uint64_t)b->n * hp->n_embd * sizeof(float) <= HC_MICRO_MAX_BYTES) {
+        /* micro-batches: as many as asked for, at most one per sequence */
+        int n_mb = 0;
+        for (int i = 0; i < b->n && n_mb < HR_MIN(h->p.pp_micro, HC_MAX_MICRO); i++) {
+            bool seen = false;
+            for (int j = 0; j < i && !seen; j++) seen = b->seq[j] == b->seq[i];
+            n_mb += !seen;
+        }
+        if (n_mb > 1) return hc_pp_micro(h, b, n_mb, err);
+    }
+    if (h->p.pp) return hc_pp_batch(h, b, err);
+    hn_msg f = {.type = HN_MSG_FORWARD};
+    f.u.forward = (hn_forward){.layer_begin = 0, .layer_end = (uint32_t)hp->n_layer, .stage = HN_STAGE_BLOCK,
+                               .n_tokens = (uint32_t)b->n, .n_embd = (uint32_t)hp->n_embd, .pos = h->pos,
+                               .seq = b->seq, .data = h->x};
+    int rc;
+    for (int d = 1; d < h->k; d++)
+        if ((rc = hc_hsend(h, d, &f, h->p.timeout_ms, err))) return rc;
+    memset(&h->ar.err, 0, sizeof h->ar.err);
+    h->ar.mark = hr_time_ns();
+    h->ar.send_ns += h->ar.mark - t1;
+    hr_err e = {0};
+    rc = hm_eval(h->ctx, b, &e);
+    h->ar.compute_ns += hr_time_ns() - h->ar.mark;
+    if (rc) {
+        h->failed = true;
+        return hr_fail(err, rc, "%s", h->ar.err.msg[0] ? h->ar.err.msg : e.msg);
+    }
+    return 0;
+}
+
+/* the embeddings of tokens[0..n) into h->x: the embedding stays here, workers get hidden states,
+   never token ids */
+static int hc_embed(hc_head *h, const int32_t *tokens, int n, hr_err *err) {
+    int64_t t0 = hr_time_ns();
+    int rc = hm_embed(h->run, tokens, n, h->x, err);
+    h->ar.compute_ns += hr_time_ns() - t0;
+    return rc;
+}
+
 int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all_logits, hr_err *err) {
     if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
     const hm_hparams *hp = &h->m->hp;
-    int64_t E = hp->n_embd;
     for (int off = 0; off < n; off += h->n_batch) {
         int nb = HR_MIN(h->n_batch, n - off);
         int32_t p0 = pos0 + off;
-        /* the embedding stays here: workers get hidden states, never token ids */
-        int64_t t0 = hr_time_ns();
-        int rc = hm_embed(h->run, tokens + off, nb, h->x, err);
+        int rc = hc_embed(h, tokens + off, nb, err);
         if (rc) return rc;
         for (int i = 0; i < nb; i++) h->pos[i] = p0 + i;
-        int64_t t1 = hr_time_ns();
-        h->ar.compute_ns += t1 - t0;
         float *lg = all_logits ? logits + (size_t)off * hp->n_vocab : (off + nb == n ? logits : NULL);
-        if (h->p.pp) {
-            if ((rc = hc_pp_batch(h, nb, p0, lg, all_logits, err))) return rc;
-            continue;
-        }
-        hn_msg f = {.type = HN_MSG_FORWARD};
-        f.u.forward = (hn_forward){.layer_begin = 0, .layer_end = (uint32_t)hp->n_layer, .stage = HN_STAGE_BLOCK,
-                                   .n_tokens = (uint32_t)nb, .n_embd = (uint32_t)E, .pos = h->pos, .data = h->x};
-        for (int d = 1; d < h->k; d++)
-            if ((rc = hc_hsend(h, d, &f, h->p.timeout_ms, err))) return rc;
-        memset(&h->ar.err, 0, sizeof h->ar.err);
-        h->ar.mark = hr_time_ns();
-        h->ar.send_ns += h->ar.mark - t1;
-        hr_err e = {0};
-        rc = hm_eval(h->ctx, &(hm_batch){.embd = h->x, .n = nb, .pos = p0, .logits = lg, .all_logits = all_logits}, &e);
-        h->ar.compute_ns += hr_time_ns() - h->ar.mark;
-        if (rc) {
-            h->failed = true;
-            return hr_fail(err, rc, "%s", h->ar.err.msg[0] ? h->ar.err.msg : e.msg);
-        }
+        const hm_batch b = {.embd = h->x, .n = nb, .pos = p0, .logits = lg, .all_logits = all_logits};
+        if ((rc = hc_pass(h, &b, err))) return rc;
     }
     h->evals++;
     h->tokens += n;
+    return 0;
+}
+
+int hc_head_eval_batch(hc_head *h, const hm_batch *b, hr_err *err) {
+    if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
+    if (!b->tokens) return hr_fail(err, HR_EINVAL, "a cluster batch takes token ids");
+    if (b->n > h->n_batch) return hr_fail(err, HR_EINVAL, "batch of %d tokens over the cluster's %d", b->n, h->n_batch);
+    /* checked here, before any device has it: a worker's own check failing would end its session */
+    int rc = hm_batch_check(h->ctx, b, err);
+    if (rc) return rc;
+    if ((rc = hc_embed(h, b->tokens, b->n, err))) return rc;
+    for (int i = 0; i < b->n; i++) h->pos[i] = b->pos_of ? b->pos_of[i] : b->pos + i;
+    if (b->seq) memcpy(h->sq, b->seq, sizeof *h->sq * (size_t)b->n);
+    const hm_batch pb = {.embd = h->x, .n = b->n, .pos = b->pos, .pos_of = h->pos, .seq = b->seq ? h->sq : NULL,
+                         .logits = b->logits, .all_logits = b->all_logits, .out = b->out};
+    if ((rc = hc_pass(h, &pb, err))) return rc;
+    h->evals++;
+    h->tokens += b->n;
     return 0;
 }
 
@@ -673,6 +865,17 @@ int hc_head_reset(hc_head *h, int32_t pos, hr_err *err) {
         if (rc) return rc;
     }
     return 0;
+}
+
+int hc_head_kv_seq_copy(hc_head *h, int32_t src, int32_t dst, int32_t n, hr_err *err) {
+    if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
+    int rc = hm_kv_seq_copy(h->ctx, src, dst, n, err); /* checks the arguments before any worker sees them */
+    for (int d = 1; !rc && d < h->k; d++) {
+        hn_msg m = {.type = HN_MSG_KV_COPY};
+        m.u.kv_copy = (hn_kv_copy){(uint32_t)src, (uint32_t)dst, (uint32_t)n};
+        rc = hc_hsend(h, d, &m, h->p.timeout_ms, err);
+    }
+    return rc;
 }
 
 int32_t hc_head_n_ctx(const hc_head *h) { return h->n_ctx; }
@@ -845,5 +1048,6 @@ void hc_head_free(hc_head *h) {
     hr_free_aligned(h->x);
     hr_free_aligned(h->y);
     free(h->pos);
+    free(h->sq);
     free(h);
 }

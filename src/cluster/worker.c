@@ -33,6 +33,8 @@ struct hc_worker {
     hmem_request mem;
     bool        use_mmap, no_repack;  /* how a session holds its slice (hmem_load_weights) */
     int         setup_ms;
+    hc_profile_fn profile;
+    void        *profile_user;
     hn_listener *l;
     hc_guest    door[HC_DOOR_MAX];
     int         n_door;
@@ -69,6 +71,8 @@ hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
     w->use_mmap = p->use_mmap;
     w->no_repack = p->no_repack;
     w->setup_ms = p->setup_ms > 0 ? p->setup_ms : 20000;
+    w->profile = p->profile;
+    w->profile_user = p->profile_user;
     if (!(w->l = hn_listen(p->listen, err))) goto err;
     return w;
 err:
@@ -100,7 +104,7 @@ typedef struct hc_session {
     uint32_t   index, n_dev;
     hc_share   share;
     hm_hparams hp;               /* the model's, as the plan says (hm_hparams_from_kv) */
-    int32_t    n_ctx, n_batch, kv_type;
+    int32_t    n_ctx, n_batch, kv_type, n_seq;
     int        mode, timeout_ms;
     char       ring_next[256];
     bool       pp;               /* a pipeline stage: whole layers, hidden states passed on */
@@ -311,6 +315,18 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         if (gbps < 0) return hc_bad(s, req->seq, e.code, "benchmark failed: %s", e.msg);
         KV("matvec_gbps", "%.4f", gbps);
     }
+    hc_kv_text *dev = NULL;
+    if (req->u.profile_req.flags & HN_PROFILE_DEVICE) {
+        if (!s->w->profile) return hc_bad(s, req->seq, HR_EUNSUPPORTED, "this worker cannot describe its device");
+        if (!(dev = calloc(1, sizeof *dev))) return hc_bad(s, req->seq, HR_ENOMEM, "out of memory");
+        hr_err e = {0};
+        if (s->w->profile(s->w->profile_user, s->w->n_threads, s->w->cache, &s->w->mem, dev, &e)) {
+            free(dev);
+            return hc_bad(s, req->seq, e.code, "device profile failed: %s", e.msg);
+        }
+        for (int i = 0; i < dev->n && p->n_kv < HN_MAX_KV; i++)
+            p->kv[p->n_kv++] = (hn_kv){hn_cstr(dev->key[i]), hn_cstr(dev->val[i])};
+    }
     if (req->u.profile_req.flags & HN_PROFILE_STATS) {
         hn_conn_stats st, nx = {0}, pv = {0};
         hn_conn_get_stats(s->head, &st);
@@ -355,6 +371,60 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
     }
 #undef KV
     hr_err e = {0};
+    int rc = hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e);
+    free(dev);
+    if (rc) {
+        HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
+        return e.code;
+    }
+    return 0;
+}
+
+/* PROBE: the head measures the link (docs/planner.md); the answer carries reply_bytes (bounded by the
+   decoder) of zeros */
+static int hc_handle_probe(hc_session *s, const hn_msg *req) {
+    uint32_t n = req->u.probe.reply_bytes;
+    uint8_t *zeros = n ? calloc(n, 1) : NULL;
+    if (n && !zeros) return hc_bad(s, req->seq, HR_ENOMEM, "out of memory");
+    hn_msg r = {.type = HN_MSG_PROBE, .seq = req->seq};
+    r.u.probe = (hn_probe){.reply_bytes = 0, .n = n, .data = zeros};
+    hr_err e = {0};
+    int rc = hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e);
+    free(zeros);
+    if (rc) HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
+    return rc ? e.code : 0;
+}
+
+/* LINK_PROBE: the planner asks this worker to measure its link to another worker (which must answer
+   as a hearth worker before any data is sent; the sizes are bounded by the decoder: at most
+   HN_MAX_PINGS small messages and one PROBE of HN_MAX_PROBE bytes per request) */
+static int hc_handle_link_probe(hc_session *s, const hn_msg *req) {
+    const hn_link_probe *l = &req->u.link_probe;
+    char addr[HN_MAX_NAME + 1], me[HN_MAX_NAME], vals[2][40];
+    hn_str_copy(addr, sizeof addr, l->addr);
+    snprintf(me, sizeof me, "probe from %.100s", s->w->name);
+    hc_probe_conn pc;
+    hr_err e = {0};
+    double rtt = 0, gbps = 0;
+    int rc = hc_probe_open(&pc, addr, me, HC_SETUP_TIMEOUT_MS, &e);
+    if (!rc) rc = hc_probe_link(&pc, (int)l->n_pings, l->probe_bytes, HC_SETUP_TIMEOUT_MS, &rtt, &gbps, &e);
+    hc_probe_close(&pc, !rc);
+    hn_msg r = {.type = HN_MSG_PROFILE, .seq = req->seq};
+    char why[HN_MAX_VALUE];
+    if (rc) { /* the head learns why and keeps its estimate; the session goes on */
+        char esc[HN_MAX_NAME * 4 + 1];
+        snprintf(why, sizeof why, "%.80s: %.160s", hr_escape(esc, sizeof esc, addr, strlen(addr)), e.msg);
+        HR_LOGW("worker: measuring the link to %s", why);
+        r.u.profile.kv[0] = (hn_kv){hn_cstr("error"), hn_cstr(why)};
+        r.u.profile.n_kv = 1;
+    } else {
+        snprintf(vals[0], sizeof vals[0], "%.6g", rtt);
+        snprintf(vals[1], sizeof vals[1], "%.6g", gbps);
+        r.u.profile.kv[0] = (hn_kv){hn_cstr("rtt_ms"), hn_cstr(vals[0])};
+        r.u.profile.kv[1] = (hn_kv){hn_cstr("gbps"), hn_cstr(vals[1])};
+        r.u.profile.n_kv = 2;
+    }
+    e = (hr_err){0};
     if (hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) {
         HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
         return e.code;
@@ -437,6 +507,10 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     var = x;
     U("n_ctx", s->n_ctx, 1, 1u << 24)
     U("n_batch", s->n_batch, 1, 1u << 16)
+    s->n_seq = 1; /* optional: a head of before issue 27 sends none */
+    if ((v = hc_param(p, "n_seq")) && (!hc_parse_u64(*v, &x, 10) || x < 1 || x > HM_MAX_SEQ))
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'n_seq'");
+    if (v) s->n_seq = (int32_t)x;
     U("kv_type", s->kv_type, 0, 64)
     U("allreduce", s->mode, 0, 1)
     U("timeout_ms", s->timeout_ms, 100, 24u * 3600 * 1000)
@@ -781,6 +855,7 @@ static int hc_create_context(hc_session *s) {
     const hm_hparams *hp = &s->m->hp;
     hm_ctx_params cp = hm_ctx_default_params();
     cp.n_ctx = s->n_ctx;
+    cp.n_seq = s->n_seq;
     cp.n_batch = s->n_batch;
     cp.n_threads = s->w->n_threads;
     cp.kv_type = s->kv_type;
@@ -827,6 +902,7 @@ static int hc_send_ready(hc_session *s, uint32_t seq) {
 static int hc_check_mem(hc_session *s, uint32_t seq) {
     hm_ctx_params cp = hm_ctx_default_params();
     cp.n_ctx = s->n_ctx;
+    cp.n_seq = s->n_seq;
     cp.n_batch = s->n_batch;
     cp.kv_type = s->kv_type;
     hm_shard sh = {.layer_end = s->pp ? s->n_layers : s->hp.n_layer, .kv_begin = 0, .kv_end = -1};
@@ -851,8 +927,9 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
 /* ---- FORWARD ---- */
 
 /* A FORWARD's shape against the session: [layer_begin, n_layer) (tensor parallel: from 0), n_embd,
-   a batch that fits, consecutive positions. */
-static int hc_check_forward(hc_session *s, const hn_msg *m, int32_t *pos0) {
+   a batch that fits; its sequences and positions as hm_eval takes them (each sequence's
+   consecutive, inside the context). */
+static int hc_check_forward(hc_session *s, const hn_msg *m) {
     const hn_forward *f = &m->u.forward;
     const hm_hparams *hp = &s->m->hp;
     if ((!s->pp && f->layer_begin != 0) || f->layer_begin >= (uint32_t)hp->n_layer ||
@@ -861,22 +938,20 @@ static int hc_check_forward(hc_session *s, const hn_msg *m, int32_t *pos0) {
         return hc_bad(s, m->seq, HR_EPROTO, "FORWARD of layers %u..%u, %u x %u does not fit this session (%d layers, "
                       "n_embd %d, batch %d)", f->layer_begin, f->layer_end, f->n_tokens, f->n_embd, hp->n_layer,
                       hp->n_embd, s->n_batch);
-    *pos0 = f->pos[0];
-    for (uint32_t i = 0; i < f->n_tokens; i++)
-        if (f->pos[i] != *pos0 + (int32_t)i || *pos0 < 0)
-            return hc_bad(s, m->seq, HR_EPROTO, "FORWARD positions must be consecutive from a non-negative start");
+    hr_err e = {0};
+    if (hm_batch_check(s->ctx, &(hm_batch){.n = (int32_t)f->n_tokens, .pos_of = f->pos, .seq = f->seq}, &e))
+        return hc_bad(s, m->seq, HR_EPROTO, "FORWARD: %s", e.msg);
     return 0;
 }
 
 static int hc_handle_forward(hc_session *s, const hn_msg *m) {
     const hn_forward *f = &m->u.forward;
-    int32_t pos0;
-    int rc = hc_check_forward(s, m, &pos0);
+    int rc = hc_check_forward(s, m);
     if (rc) return rc;
     hr_err e = {0};
     memset(&s->ar.err, 0, sizeof s->ar.err);
     s->ar.mark = hr_time_ns();
-    rc = hm_eval(s->ctx, &(hm_batch){.embd = f->data, .n = (int32_t)f->n_tokens, .pos = pos0}, &e);
+    rc = hm_eval(s->ctx, &(hm_batch){.embd = f->data, .n = (int32_t)f->n_tokens, .pos_of = f->pos, .seq = f->seq}, &e);
     s->ar.compute_ns += hr_time_ns() - s->ar.mark;
     if (rc) {
         /* the all-reduce's own message says which peer failed */
@@ -893,8 +968,7 @@ static int hc_handle_forward(hc_session *s, const hn_msg *m) {
 static int hc_pp_forward(hc_session *s, const hn_msg *m) {
     const hn_forward *f = &m->u.forward;
     const hm_hparams *hp = &s->m->hp;
-    int32_t pos0;
-    int rc = hc_check_forward(s, m, &pos0);
+    int rc = hc_check_forward(s, m);
     if (rc) return rc;
     int w = -1, nw = hm_ctx_n_windows(s->ctx);
     for (int i = 0; i < nw; i++)
@@ -902,7 +976,8 @@ static int hc_pp_forward(hc_session *s, const hn_msg *m) {
     if (w < 0) return hc_bad(s, m->seq, HR_EPROTO, "FORWARD at layer %u, where no window of this worker begins", f->layer_begin);
     hr_err e = {0};
     int64_t t0 = hr_time_ns();
-    const hm_batch b = {.embd = f->data, .n = (int32_t)f->n_tokens, .pos = pos0, .embd_out = s->pp_out};
+    const hm_batch b = {.embd = f->data, .n = (int32_t)f->n_tokens, .pos_of = f->pos, .seq = f->seq,
+                        .embd_out = s->pp_out};
     rc = hm_eval_window(s->ctx, w, &b, &e);
     int64_t t1 = hr_time_ns();
     s->ar.compute_ns += t1 - t0;
@@ -910,6 +985,7 @@ static int hc_pp_forward(hc_session *s, const hn_msg *m) {
     hn_msg o = {.type = HN_MSG_FORWARD, .seq = m->seq};
     o.u.forward = (hn_forward){.layer_begin = (uint32_t)s->win[w].end, .layer_end = (uint32_t)hp->n_layer,
                                .stage = HN_STAGE_BLOCK, .n_tokens = f->n_tokens, .n_embd = f->n_embd, .pos = f->pos,
+                               .seq = f->seq,
                                .data = s->pp_out};
     /* the last layer done: straight back to the head, which runs the output head */
     bool to_head = !s->ring_next_conn || s->win[w].end == hp->n_layer;
@@ -974,6 +1050,12 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
         char why[HN_MAX_MESSAGE + 1]; /* a peer's text, escaped */
         switch (m.type) {
         case HN_MSG_PROFILE_REQ: rc = hc_handle_profile(s, &m); break;
+        case HN_MSG_PROBE:
+            rc = s->planned ? hc_bad(s, m.seq, HR_EPROTO, "PROBE after LOAD_PLAN") : hc_handle_probe(s, &m);
+            break;
+        case HN_MSG_LINK_PROBE:
+            rc = s->planned ? hc_bad(s, m.seq, HR_EPROTO, "LINK_PROBE after LOAD_PLAN") : hc_handle_link_probe(s, &m);
+            break;
         case HN_MSG_LOAD_PLAN:
             rc = s->planned ? hc_bad(s, m.seq, HR_EUNSUPPORTED, "a second LOAD_PLAN in one session") : hc_handle_load(s, &m);
             break;
@@ -986,6 +1068,15 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
         case HN_MSG_RESET:
             /* nothing to forget: the next FORWARD overwrites the positions from pos_begin on */
             break;
+        case HN_MSG_KV_COPY: {
+            hr_err e = {0};
+            const hn_kv_copy *k = &m.u.kv_copy;
+            if (!s->planned) rc = hc_bad(s, m.seq, HR_EPROTO, "KV_COPY before LOAD_PLAN");
+            else if (k->src > INT32_MAX || k->dst > INT32_MAX || k->n > INT32_MAX ||
+                     hm_kv_seq_copy(s->ctx, (int32_t)k->src, (int32_t)k->dst, (int32_t)k->n, &e))
+                rc = hc_bad(s, m.seq, HR_EPROTO, "KV_COPY: %s", e.msg[0] ? e.msg : "out of range");
+            break;
+        }
         case HN_MSG_BYE:
             HR_LOGI("worker: head %s said goodbye (%s)", s->head_name,
                     hr_escape(why, sizeof why, m.u.bye.reason.s, m.u.bye.reason.n));

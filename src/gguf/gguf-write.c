@@ -45,6 +45,7 @@ struct gguf_writer {
     bool     overwrite;
     size_t   alignment;
     size_t   next;        /* the tensor write_data expects */
+    uint64_t part;        /* bytes of it write_part has written so far */
     uint64_t pos;         /* bytes written so far */
 };
 
@@ -334,7 +335,7 @@ int gguf_writer_write_data(gguf_writer *w, const void *data, size_t nbytes, hr_e
     if (w->next >= w->n_t)
         return hr_fail(err, HR_EINVAL, "%s: all %zu declared tensors are already written", w->path, w->n_t);
     const wtensor *t = &w->t[w->next];
-    if (nbytes != t->nbytes)
+    if (nbytes != t->nbytes || w->part)
         return hr_fail(err, HR_EINVAL, "%s: tensor '%s' (%s) needs %llu bytes, got %zu", w->path, t->name,
                        hq_type_name(t->type), (unsigned long long)t->nbytes, nbytes);
     if (nbytes && !data) return hr_fail(err, HR_EINVAL, "%s: tensor '%s': NULL data", w->path, t->name);
@@ -342,6 +343,26 @@ int gguf_writer_write_data(gguf_writer *w, const void *data, size_t nbytes, hr_e
     if (!rc) rc = pad_to_alignment(w, err);
     if (!rc) w->next++;
     return rc;
+}
+
+int gguf_writer_write_part(gguf_writer *w, const void *data, size_t nbytes, hr_err *err) {
+    if (!w || w->state != W_WRITING)
+        return hr_fail(err, HR_EINVAL, "gguf writer: write_part outside begin..finish (or after a failure)");
+    if (w->next >= w->n_t)
+        return hr_fail(err, HR_EINVAL, "%s: all %zu declared tensors are already written", w->path, w->n_t);
+    const wtensor *t = &w->t[w->next];
+    if (nbytes > t->nbytes - w->part)
+        return hr_fail(err, HR_EINVAL, "%s: tensor '%s' needs %llu more bytes, got %zu", w->path, t->name,
+                       (unsigned long long)(t->nbytes - w->part), nbytes);
+    if (nbytes && !data) return hr_fail(err, HR_EINVAL, "%s: tensor '%s': NULL data", w->path, t->name);
+    int rc = put(w, data, nbytes, err);
+    if (rc) return rc;
+    w->part += nbytes;
+    if (w->part < t->nbytes) return 0;
+    if ((rc = pad_to_alignment(w, err))) return rc;
+    w->part = 0;
+    w->next++;
+    return 0;
 }
 
 int gguf_writer_finish(gguf_writer *w, hr_err *err) {

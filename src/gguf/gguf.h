@@ -112,6 +112,9 @@ int gguf_writer_remove_key(gguf_writer *w, const char *key);
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne, hr_err *err);
 int gguf_writer_begin(gguf_writer *w, const char *path, bool overwrite, hr_err *err);
 int gguf_writer_write_data(gguf_writer *w, const void *data, size_t nbytes, hr_err *err);
+/* The current tensor's bytes in parts (a converter that streams rows): the tensor is complete, and
+   padded, once its parts add up to its size; a part past the end is an error. */
+int gguf_writer_write_part(gguf_writer *w, const void *data, size_t nbytes, hr_err *err);
 int gguf_writer_finish(gguf_writer *w, hr_err *err);
 
 #endif

@@ -1,7 +1,7 @@
 /* attention: RoPE, the KV cache store, and attention's numerics — see model-impl.h
  *
- * The cache holds K and V of each KV head as rows of hd values, position after position
- * ([n_kv][n_ctx][hd], F16 or F32).  The numerics are those of llama.cpp's CPU flash attention (below,
+ * The cache holds K and V of each sequence's KV heads as rows of hd values, position after position
+ * ([n_seq][n_kv][n_ctx][hd], F16 or F32).  The numerics are those of llama.cpp's CPU flash attention (below,
  * before hm_att_f32); RoPE angles are made by repeated float multiplication, as ggml's rope cache does.
  */
 #include "model-impl.h"
@@ -11,12 +11,16 @@
 /* Attention for one (token, head): one pass over the cache with an online softmax (running max M,
    running sum S, running output acc), so K and V are each read once. Two numerics, chosen as
    llama.cpp's CPU flash attention (its default, against which hearth is tested) chooses them:
-   - F32 path (batches of >= HM_KV_TILE tokens, and always with an F32 cache): q stays F32, an F16
-     cache is converted on load, scores are sequential sums over the head dimension, positions go in
-     tiles of HM_KV_TILE with the softmax normalised per tile, the output accumulates in F32;
-   - F16 path (smaller batches, F16 cache): q is rounded to F16 for the dot with K, and the output
-     is accumulated in F16, rounded after every position, as llama.cpp's per-row kernel does.
-   Both are exact softmax attention; they differ only in rounding (~3e-4 relative on the logits). */
+   - F32 path (a token whose sequence has >= HM_KV_TILE tokens in the batch, and always with an F32
+     cache): q stays F32, an F16 cache is converted on load, scores are sequential sums over the head
+     dimension, positions go in tiles of HM_KV_TILE with the softmax normalised per tile, the output
+     accumulates in F32;
+   - F16 path (fewer of its sequence's tokens in the batch, F16 cache): q is rounded to F16 for the
+     dot with K, and the output is accumulated in F16, rounded after every position, as llama.cpp's
+     per-row kernel does.
+   Both are exact softmax attention; they differ only in rounding (~3e-4 relative on the logits). The
+   choice is the token's sequence's, never the batch's: the other sequences of a batch do not change
+   a token's numerics (hm_batch). */
 
 /* F32 path for nq (<= HM_ATT_NQ) heads of one token that share a KV head (GQA): the scores of a tile
    for all of them in one kernel call (each K tile transposed once), each head's online softmax, then
@@ -134,11 +138,11 @@ static void hm_att_f16(const hq_att_kernels *ak, int nq, const float *q, const u
 }
 
 /* Thread ith's items [w0, w1) of the n * nh (token, head) items of a batch, in order: contiguous
-   ranges of equal cost, an item of token t costing its pos0 + t + 1 positions. (Equal item counts
+   ranges of equal cost, an item of token t costing its pos[t] + 1 positions. (Equal item counts
    gave the second of two threads 3/4 of a 512-token prompt's attention, the first waiting.) */
-static void hm_att_split(int n, int nh, int32_t pos0, int ith, int nth, int64_t *w0, int64_t *w1) {
+static void hm_att_split(int n, int nh, const int32_t *pos, int ith, int nth, int64_t *w0, int64_t *w1) {
     double total = 0;
-    for (int t = 0; t < n; t++) total += (double)(pos0 + t + 1);
+    for (int t = 0; t < n; t++) total += (double)(pos[t] + 1);
     int64_t bound[2];
     for (int e = 0; e < 2; e++) {
         const int i = ith + e;
@@ -146,8 +150,8 @@ static void hm_att_split(int n, int nh, int32_t pos0, int ith, int nth, int64_t 
         const double target = total * i / nth;   /* in positions per head */
         double cum = 0;
         int t = 0;
-        while (t < n - 1 && cum + (pos0 + t + 1) <= target) cum += (double)(pos0 + t + 1), t++;
-        int64_t h = (int64_t)((target - cum) / (pos0 + t + 1) * nh + 0.5);
+        while (t < n - 1 && cum + (pos[t] + 1) <= target) cum += (double)(pos[t] + 1), t++;
+        int64_t h = (int64_t)((target - cum) / (pos[t] + 1) * nh + 0.5);
         bound[e] = (int64_t)t * nh + HR_MIN(h, (int64_t)nh);
     }
     *w0 = bound[0];
@@ -167,17 +171,17 @@ void hm_att_worker(void *arg, int ith, int nth) {
     float *sc = acc + HM_ATT_NQ * hd, *sw = sc + HM_ATT_NQ * HM_KV_TILE;
     hr_fp16 *q16 = (hr_fp16 *)acc, *acc16 = q16 + HM_ATT_NQ * hd;
     const uint8_t *K = c->k_cache[j->li], *V = c->v_cache[j->li];
-    const size_t es = c->kv_esize, row = (size_t)hd * es, head = (size_t)c->n_ctx * row; /* a KV head's rows */
+    const size_t es = c->kv_esize, row = (size_t)hd * es;
     bool f16 = c->kv_type == HQ_TYPE_F16;
-    bool f16_path = f16 && j->n < HM_KV_TILE;
     const hq_att_kernels *ak = hq_get_att(false);
     int64_t w0, w1;
-    hm_att_split(j->n, nh, j->pos0, ith, nth, &w0, &w1);
+    hm_att_split(j->n, nh, c->tpos, ith, nth, &w0, &w1);
     for (int64_t w = w0, g = 1; w < w1; w += g) {
         int t = (int)(w / nh), h = (int)(w % nh), kvh = h / gqa;
-        int32_t npos = j->pos0 + t + 1;  /* causal: positions 0..pos */
+        int32_t npos = c->tpos[t] + 1;  /* causal: its sequence's positions 0..pos */
+        bool f16_path = f16 && !c->tf32[t];
         const float *q = c->q + (int64_t)t * Dq + (int64_t)h * hd;
-        const uint8_t *kb = K + (size_t)kvh * head, *vb = V + (size_t)kvh * head;
+        const uint8_t *kb = K + hm_kv_off(c, c->tseq[t], kvh, 0), *vb = V + hm_kv_off(c, c->tseq[t], kvh, 0);
         float *out = c->att + (int64_t)t * Dq + (int64_t)h * hd;
         /* this head and the next heads of this token on the same KV head, in this thread's range */
         g = 1;
@@ -201,17 +205,18 @@ void hm_att_warm(const void *arg, int ith, int nth) {
     const hm_ctx *c = j->c;
     const int hd = c->m->hp.head_dim, nh = c->nh, gqa = c->m->hp.n_head / c->m->hp.n_head_kv;
     const uint8_t *K = c->k_cache[j->li], *V = c->v_cache[j->li];
-    const size_t row = (size_t)hd * c->kv_esize, head = (size_t)c->n_ctx * row;
+    const size_t row = (size_t)hd * c->kv_esize;
+    const int32_t s = c->tseq[0], pos = c->tpos[0];
     if (ith == 0)
         for (int h = 0; h < c->nkv; h++)
-            hm_att_prefetch(K + h * head + (size_t)j->pos0 * row, V + h * head + (size_t)j->pos0 * row, row, 1, row, true);
+            hm_att_prefetch(K + hm_kv_off(c, s, h, pos), V + hm_kv_off(c, s, h, pos), row, 1, row, true);
     int64_t w0, w1;
-    hm_att_split(1, nh, j->pos0, ith, nth, &w0, &w1);
-    const int32_t np = HR_MIN(j->pos0, HM_ATT_PF_POS);
+    hm_att_split(1, nh, c->tpos, ith, nth, &w0, &w1);
+    const int32_t np = HR_MIN(pos, HM_ATT_PF_POS);
     for (int64_t w = w0; w < w1; w++) {
         const int h = (int)(w % nh);
         if (w > w0 && h % gqa) continue; /* once per KV head */
-        hm_att_prefetch(K + (size_t)(h / gqa) * head, V + (size_t)(h / gqa) * head, row, np, row, true);
+        hm_att_prefetch(K + hm_kv_off(c, s, h / gqa, 0), V + hm_kv_off(c, s, h / gqa, 0), row, np, row, true);
     }
 }
 
@@ -269,12 +274,11 @@ void hm_qk_worker(void *arg, int ith, int nth) {
             if (L->k_norm.data) hm_rmsnorm(k + h * hd, k + h * hd, L->k_norm.data, hd, hp->rms_eps);
             hm_rope(k + h * hd, cs, hd, hp->rope_neox);
         }
-        const size_t pos = (size_t)(j->pos0 + (int32_t)t), es = c->kv_esize;
         /* the dispatched F32 -> F16 rows: hr_fp32_to_fp16's bits */
         const hq_from_float_fn to16 = hq_get_traits(HQ_TYPE_F16)->from_float;
-        for (int h = 0; h < nkv; h++) { /* KV head h's row at pos (hm_ctx's cache layout) */
-            uint8_t *K = c->k_cache[j->li] + ((size_t)h * (size_t)c->n_ctx + pos) * (size_t)hd * es;
-            uint8_t *V = c->v_cache[j->li] + ((size_t)h * (size_t)c->n_ctx + pos) * (size_t)hd * es;
+        for (int h = 0; h < nkv; h++) { /* KV head h's row at the token's position in its sequence */
+            uint8_t *K = c->k_cache[j->li] + hm_kv_off(c, c->tseq[t], h, c->tpos[t]);
+            uint8_t *V = c->v_cache[j->li] + hm_kv_off(c, c->tseq[t], h, c->tpos[t]);
             if (c->kv_type == HQ_TYPE_F16) {
                 to16(k + h * hd, K, hd);
                 to16(v + h * hd, V, hd);
@@ -288,13 +292,13 @@ void hm_qk_worker(void *arg, int ith, int nth) {
 
 /* cos/sin of each token's RoPE angles: theta_i = pos * base^(-2i/hd) / freq_factor_i, computed by
    repeated multiplication in float as ggml's rope cache does */
-void hm_rope_cache(hm_ctx *c, int n, int32_t pos0) {
+void hm_rope_cache(hm_ctx *c, int n) {
     const hm_hparams *hp = &c->m->hp;
     int hd = hp->head_dim;
     const float theta_scale = powf(hp->rope_base, -2.0f / (float)hd);
     const float *ff = c->m->rope_freqs.data;
     for (int t = 0; t < n; t++) {
-        float theta = (float)(pos0 + t);
+        float theta = (float)c->tpos[t];
         float *cs = c->rope_cs + (int64_t)t * hd;
         for (int i = 0; i < hd / 2; i++) {
             float th = ff ? theta / ff[i] : theta;

@@ -89,12 +89,13 @@ static int64_t hm_max_dim(const hm_hparams *hp) {
 
 static uint64_t hm_ctx_bytes_need(const hm_hparams *hp, int64_t n_layers, int64_t n_kv, const hm_ctx_params *p) {
     int32_t n_ctx = hm_resolve_n_ctx(hp, p->n_ctx);
-    int64_t B = p->n_batch > 0 ? p->n_batch : 512;
+    int64_t B = p->n_batch > 0 ? p->n_batch : 512, n_seq = p->n_seq > 0 ? p->n_seq : 1;
     uint64_t kv = 2ull * (uint64_t)n_layers * hm_kv_layer_bytes(hp, n_ctx, p->kv_type) / (uint64_t)hp->n_head_kv *
-                  (uint64_t)n_kv;
+                  (uint64_t)n_kv * (uint64_t)n_seq;
     int64_t Dq = (int64_t)hp->n_head * hp->head_dim, Dkv = (int64_t)hp->n_head_kv * hp->head_dim;
     uint64_t scratch = (uint64_t)B * (3 * hp->n_embd + 2 * Dq + 2 * Dkv + 2 * hp->n_ff + hp->head_dim) * 4;
     scratch += (uint64_t)B * hm_max_dim(hp) * 4 * 3;   /* quantized and prepared copies (upper bound) */
+    scratch += (uint64_t)B * 9 + (uint64_t)n_seq * 4;   /* the batch's sequences, positions, paths */
     int nt = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
     scratch += (uint64_t)nt * ((uint64_t)n_ctx * 8 + hp->head_dim * 4 + 256);
     return kv + scratch;
@@ -118,6 +119,10 @@ void hm_ctx_free(hm_ctx *c) {
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->gate, c->up, c->rope_cs};
     for (size_t i = 0; i < HR_ARRAY_LEN(bufs); i++) hr_free_aligned(bufs[i]);
     free(c->L);
+    hr_free_aligned(c->tseq);
+    hr_free_aligned(c->tpos);
+    hr_free_aligned(c->tf32);
+    hr_free_aligned(c->seq_n);
     hm_act *acts[] = {&c->act_in, &c->act_att, &c->act_ff};
     for (size_t a = 0; a < HR_ARRAY_LEN(acts); a++)
         for (int i = 0; i < HM_ACT_COUNT; i++) hr_free_aligned(acts[a]->q[i]);
@@ -145,10 +150,7 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
     c->p.n_ctx = c->n_ctx;
     if (c->p.n_batch > c->n_ctx) c->p.n_batch = c->n_ctx;
     if (c->p.n_seq <= 0) c->p.n_seq = 1;
-    if (c->p.n_seq > 1) { /* TODO(issue 27): multi-sequence KV cache (being written) */
-        hr_fail(err, HR_EUNSUPPORTED, "a KV cache of %d sequences is not implemented yet", c->p.n_seq);
-        goto err;
-    }
+    if (c->p.n_seq > HM_MAX_SEQ) { hr_fail(err, HR_EINVAL, "%d sequences (at most %d)", c->p.n_seq, HM_MAX_SEQ); goto err; }
     c->kv_type = c->p.kv_type;
     if (c->kv_type != HQ_TYPE_F16 && c->kv_type != HQ_TYPE_F32) {
         hr_fail(err, HR_EINVAL, "KV cache type must be F16 or F32");
@@ -189,7 +191,7 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
     c->k_cache = calloc((size_t)HR_MAX(nl, 1), sizeof(uint8_t *));
     c->v_cache = calloc((size_t)HR_MAX(nl, 1), sizeof(uint8_t *));
     if (!c->k_cache || !c->v_cache) goto oom;
-    size_t kvb = (size_t)c->n_ctx * (size_t)Dkv * c->kv_esize;
+    size_t kvb = (size_t)c->p.n_seq * (size_t)c->n_ctx * (size_t)Dkv * c->kv_esize;
     for (int i = 0; i < nl; i++) {
         c->k_cache[i] = hm_ctx_alloc(c, kvb);
         c->v_cache[i] = hm_ctx_alloc(c, kvb);
@@ -207,6 +209,9 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
     ALLOC_F(up, B * c->F);
     ALLOC_F(rope_cs, B * hd);
 #undef ALLOC_F
+    if (!(c->tseq = hm_ctx_alloc(c, (size_t)B * 4)) || !(c->tpos = hm_ctx_alloc(c, (size_t)B * 4)) ||
+        !(c->tf32 = hm_ctx_alloc(c, (size_t)B)) || !(c->seq_n = hm_ctx_alloc(c, (size_t)c->p.n_seq * 4)))
+        goto oom;
     /* which activation types the shard's weights need */
     for (int i = 0; i < nl; i++) {
         const hm_layer *L = &c->L[i];
@@ -243,7 +248,14 @@ int hm_kv_seq_copy(hm_ctx *c, int32_t src, int32_t dst, int32_t n, hr_err *err) 
     if (src < 0 || dst < 0 || src >= c->p.n_seq || dst >= c->p.n_seq || n < 0 || n > c->n_ctx)
         return hr_fail(err, HR_EINVAL, "KV copy of %d positions from sequence %d to %d (of %d)", n, src, dst,
                        c->p.n_seq);
-    return 0; /* one sequence: src == dst */
+    if (src == dst || n == 0) return 0;
+    const size_t bytes = (size_t)n * (size_t)c->m->hp.head_dim * c->kv_esize;
+    for (int li = 0; li < c->nl; li++)
+        for (int h = 0; h < c->nkv; h++) {
+            memcpy(c->k_cache[li] + hm_kv_off(c, dst, h, 0), c->k_cache[li] + hm_kv_off(c, src, h, 0), bytes);
+            memcpy(c->v_cache[li] + hm_kv_off(c, dst, h, 0), c->v_cache[li] + hm_kv_off(c, src, h, 0), bytes);
+        }
+    return 0;
 }
 hm_timings hm_ctx_timings(const hm_ctx *c) { return c->t; }
 
@@ -301,7 +313,7 @@ static int hm_sync(hm_ctx *c, int layer, enum hm_block b, float *x, int n, hr_er
 }
 
 /* o = attention block output (this share's partial sum) for xn = rmsnorm(x) * attn_norm */
-static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n, int32_t pos0) {
+static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n) {
     if (c->nkv == 0) { /* no attention heads in this share: a zero partial */
         memset(c->o, 0, (size_t)n * c->m->hp.n_embd * sizeof(float));
         return;
@@ -310,12 +322,12 @@ static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n, int3
     hm_act_set(&c->act_in, c->xn, n, c->m->hp.n_embd);
     const hm_tensor *wqkv[] = {&L->wq, &L->wk, &L->wv};
     float *oqkv[] = {c->q, c->k, c->v};
-    hm_att_job aj = {c, li, n, pos0};
+    hm_att_job aj = {c, li, n};
     const hm_mm_hooks warm = {.then = hm_att_warm, .arg = &aj};
     hm_matmul(c, &c->act_in, wqkv, oqkv, 3, false, n == 1 ? &warm : NULL);
     /* biases, q/k norm, RoPE, KV store */
     int64_t t0 = hr_time_ns();
-    hm_qk_job qj = {c, L, li, n, pos0};
+    hm_qk_job qj = {c, L, li, n};
     if (n == 1) hm_qk_worker(&qj, 0, 1);
     else hr_pool_run(c->pool, hm_qk_worker, &qj);
     /* softmax(q K^T / sqrt(hd)) V */
@@ -347,6 +359,45 @@ static void hm_ffn_block(hm_ctx *c, const hm_layer *L, int n) {
 
 int hm_ctx_n_windows(const hm_ctx *c) { return c->shard.n_windows; }
 
+/* The batch's tokens' sequences and positions into tseq / tpos, checked, and each token's attention
+   path into tf32: F32 where its sequence has HM_KV_TILE tokens or more in the batch (one sequence: the
+   whole batch, as before there were several), so that what one sequence's tokens compute never
+   depends on the other sequences' (attention.c). */
+static int hm_batch_setup(hm_ctx *c, const hm_batch *b, hr_err *err) {
+    const int n = b->n;
+    const int32_t n_seq = c->p.n_seq;
+    int32_t *cnt = c->seq_n;
+    memset(cnt, 0, sizeof *cnt * (size_t)n_seq);
+    for (int i = 0; i < n; i++) {
+        const int32_t s = b->seq ? b->seq[i] : 0;
+        const int64_t p = b->pos_of ? b->pos_of[i] : (int64_t)b->pos + i;
+        if (s < 0 || s >= n_seq) return hr_fail(err, HR_EINVAL, "token %d: sequence %d of %d", i, s, n_seq);
+        if (p < 0 || p >= c->n_ctx)
+            return hr_fail(err, HR_ERANGE, "token %d: position %lld outside the context length %d", i, (long long)p,
+                           c->n_ctx);
+        c->tseq[i] = s, c->tpos[i] = (int32_t)p;
+        cnt[s]++;
+    }
+    for (int i = 0; i < n; i++) c->tf32[i] = c->kv_type == HQ_TYPE_F32 || cnt[c->tseq[i]] >= HM_KV_TILE;
+    /* a sequence's tokens are consecutive positions in ascending order; seq_n now holds the index of
+       each sequence's last token so far (-1: none yet) */
+    memset(cnt, 0xff, sizeof *cnt * (size_t)n_seq);
+    for (int i = 0; i < n; i++) {
+        const int32_t s = c->tseq[i], last = cnt[s];
+        if (last >= 0 && c->tpos[i] != c->tpos[last] + 1)
+            return hr_fail(err, HR_EINVAL, "token %d of sequence %d at position %d, after position %d", i, s,
+                           c->tpos[i], c->tpos[last]);
+        cnt[s] = i;
+    }
+    return 0;
+}
+
+int hm_batch_check(hm_ctx *c, const hm_batch *b, hr_err *err) {
+    if (b->n < 1 || b->n > c->p.n_batch)
+        return hr_fail(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", b->n, c->p.n_batch);
+    return hm_batch_setup(c, b, err);
+}
+
 int hm_eval(hm_ctx *c, const hm_batch *b, hr_err *err) {
     if (c->shard.n_windows != 1)
         return hr_fail(err, HR_EINVAL, "a shard of %d windows is run window by window (hm_eval_window)",
@@ -359,17 +410,12 @@ int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err) {
     const hm_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
     const int n = b->n;
-    const int32_t pos0 = b->pos;
     memset(&c->t, 0, sizeof c->t);
     int64_t t_start = hr_time_ns();
-    if (n < 1 || n > c->p.n_batch)
-        return hr_fail(err, HR_EINVAL, "batch of %d tokens outside [1, %d]", n, c->p.n_batch);
-    if (pos0 < 0 || (int64_t)pos0 + n > c->n_ctx)
-        return hr_fail(err, HR_ERANGE, "positions %d..%d exceed the context length %d", pos0, pos0 + n - 1, c->n_ctx);
     if (w < 0 || w >= c->shard.n_windows)
         return hr_fail(err, HR_EINVAL, "window %d of a shard of %d", w, c->shard.n_windows);
-    if (b->seq || b->pos_of || b->out) /* TODO(issue 27): multi-sequence batches (being written) */
-        return hr_fail(err, HR_EUNSUPPORTED, "multi-sequence batches are not implemented yet");
+    const int rc = hm_batch_check(c, b, err);
+    if (rc) return rc;
     const hm_window win = c->shard.windows[w];
     bool first = c->shard.first && w == 0, last = c->shard.last && w == c->shard.n_windows - 1;
 
@@ -383,7 +429,7 @@ int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err) {
         memcpy(c->x, b->embd, (size_t)n * E * sizeof(float));
     }
     /* the RoPE angles of the batch's positions, for every layer */
-    hm_rope_cache(c, n, pos0);
+    hm_rope_cache(c, n);
 
     for (int il = win.begin; il < win.end; il++) {
         int li = c->win_slot[w] + il - win.begin;
@@ -391,7 +437,7 @@ int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err) {
         /* attention rmsnorm (the residual add of the previous FFN is folded into op 1) */
         hm_rows(c, n, il == win.begin ? 0 : 1, L->attn_norm.data);
         hm_weights(c, il, HM_BLOCK_ATTN, HM_PHASE_BEGIN);
-        hm_attention_block(c, L, li, n, pos0);
+        hm_attention_block(c, L, li, n);
         hm_weights(c, il, HM_BLOCK_ATTN, HM_PHASE_END);
         if (hm_sync(c, il, HM_BLOCK_ATTN, c->o, n, err)) return err ? err->code : HR_ENET;
         /* ffn rmsnorm (with the attention residual x += o folded in) */
@@ -409,12 +455,13 @@ int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err) {
         c->t.total_ns = hr_time_ns() - t_start;
         return 0;
     }
-    /* final norm and output head, for the last token or all of them */
-    int t0 = b->all_logits ? 0 : n - 1, cnt = b->all_logits ? n : 1;
+    /* final norm and output head, for the wanted tokens (out), or the last token or all of them */
     hm_weights(c, m->hp.n_layer, HM_BLOCK_OUTPUT, HM_PHASE_BEGIN);
-    for (int t = t0; t < n; t++)
-        hm_rmsnorm(c->xn + (t - t0) * E, c->x + (int64_t)t * E, m->output_norm.data, E, hp->rms_eps);
-    if (b->logits) {
+    int cnt = 0;
+    for (int t = 0; t < n; t++)
+        if (b->out ? b->out[t] != 0 : b->all_logits || t == n - 1)
+            hm_rmsnorm(c->xn + (int64_t)cnt++ * E, c->x + (int64_t)t * E, m->output_norm.data, E, hp->rms_eps);
+    if (b->logits && cnt > 0) {
         hm_act_set(&c->act_in, c->xn, cnt, E);
         const hm_tensor *wout[] = {&m->output};
         float *olog[] = {b->logits};

@@ -11,6 +11,7 @@
 
 #define HM_ROW_CHUNK 16   /* rows per work unit: a multiple of every tile kernel's row step, whole bands */
 #define HM_MAX_SPLIT 64   /* decode splits rows by measured speed up to this many threads (evenly above) */
+#define HM_DEC_MAX_N 16   /* "decode": jobs of up to this many tokens (a step of several sequences' next tokens) */
 static_assert(HM_ROW_CHUNK % HQ_BAND == 0, "a work unit of a packed weight is whole bands (quant.h)");
 
 /* ---- activation forms ---------------------------------------------------------------------------- */
@@ -114,7 +115,7 @@ typedef struct hm_mm_job {
     double *speed;      /* decode: the ctx's dec_speed, which each thread updates for itself */
     hq_silu_mul_fn glu; /* if set: items 0 and 1 are the gate and up projections (same rows), computed
                            together row range by row range, each range finished as gate = silu(gate) * up */
-    hm_mm_span *span;   /* decode (n = 1, nth <= HM_MAX_SPLIT): [nth]; NULL: static shares */
+    hm_mm_span *span;   /* decode (n <= HM_DEC_MAX_N, nth <= HM_MAX_SPLIT): [nth]; NULL: static shares */
     const struct hm_mm_hooks *hooks;
 } hm_mm_job;
 
@@ -244,7 +245,9 @@ void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *o
         j.items[i].y = hm_act_get(c, a, ai, &j.items[i].y_row);
         j.items[i].out = outs[i];
     }
-    if (a->n == 1 && c->p.n_threads <= HM_MAX_SPLIT) {
+    /* a decode step of one sequence or of several (continuous batching): the same weight stream, and
+       the same threads' speeds; its rows cost more per byte, not differently from one thread to the other */
+    if (a->n <= HM_DEC_MAX_N && c->p.n_threads <= HM_MAX_SPLIT) {
         j.span = c->dec_span;
         hm_dec_spans(&j, c->dec_speed, c->p.n_threads, j.span);
     }

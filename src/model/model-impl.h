@@ -61,8 +61,13 @@ struct hm_ctx {
     int32_t nl;                     /* layers of the shard (all its windows) */
     int32_t win_slot[HM_MAX_WINDOWS]; /* slot of each window's first layer in L and the caches */
     hm_layer *L;                    /* [nl]: views of the model's tensors, window after window */
-    /* KV cache of the shard's layers: K and V as [n_kv][n_ctx][hd], each KV head's rows in one run */
+    /* KV cache of the shard's layers: K and V as [n_seq][n_kv][n_ctx][hd], each (sequence, KV head)'s
+       rows in one run (hm_kv_rows) */
     uint8_t **k_cache, **v_cache;
+    /* the current batch's tokens: sequence, position, and whether its attention takes the F32 path */
+    int32_t *tseq, *tpos;           /* [n_batch] */
+    uint8_t *tf32;                  /* [n_batch] */
+    int32_t *seq_n;                 /* [n_seq]: scratch, per sequence (hm_batch_setup) */
     /* scratch, [n_batch][...] */
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *up;
     float *rope_cs;                 /* [n_batch][hd/2][2] cos, sin */
@@ -78,6 +83,12 @@ struct hm_ctx {
     uint64_t bytes;
     hm_timings t;
 };
+
+/* byte offset in a layer's K or V cache of sequence seq's KV head h's row at position pos */
+static inline size_t hm_kv_off(const hm_ctx *c, int32_t seq, int h, int32_t pos) {
+    return (((size_t)seq * (size_t)c->nkv + (size_t)h) * (size_t)c->n_ctx + (size_t)pos) *
+           (size_t)c->m->hp.head_dim * c->kv_esize;
+}
 
 /* scratch of the ctx, counted in hm_ctx_bytes */
 static inline void *hm_ctx_alloc(hm_ctx *c, size_t bytes) {
@@ -150,16 +161,16 @@ void hm_ff_gate_up(hm_ctx *c, const hm_layer *L, int n);
 
 /* ---- attention.c -------------------------------------------------------------------------------- */
 
+/* the tokens' sequences and positions are the ctx's tseq and tpos */
 typedef struct hm_att_job {
     hm_ctx *c;
     int li;          /* layer index within the shard */
     int n;
-    int32_t pos0;
 } hm_att_job;
-typedef struct hm_qk_job { hm_ctx *c; const hm_layer *L; int li; int n; int32_t pos0; } hm_qk_job;
+typedef struct hm_qk_job { hm_ctx *c; const hm_layer *L; int li; int n; } hm_qk_job;
 
-/* cos/sin of the RoPE angles of positions pos0..pos0+n-1, into rope_cs */
-void hm_rope_cache(hm_ctx *c, int n, int32_t pos0);
+/* cos/sin of the RoPE angles of the n tokens' positions (tpos), into rope_cs */
+void hm_rope_cache(hm_ctx *c, int n);
 /* hm_qk_job's tokens: biases, q/k norms, RoPE, and the K/V store into the cache */
 void hm_qk_worker(void *arg, int ith, int nth);
 /* hm_att_job's (token, head) items: att = softmax(q K^T / sqrt(hd)) V */

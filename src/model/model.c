@@ -245,12 +245,18 @@ typedef struct hm_load_job {
     hm_tensor **list;   /* packed already says which to pack; map is the source */
     uint8_t **dst;
     int n;
+    uint64_t total;     /* bytes of all of them (progress, reported by thread 0) */
 } hm_load_job;
 
 static void hm_load_worker(void *arg, int ith, int nth) {
     const hm_load_job *j = arg;
+    uint64_t done = 0;
     for (int i = 0; i < j->n; i++) {
         const hm_tensor *t = j->list[i];
+        if (ith == 0) {
+            hr_progress("load", done, j->total);
+            done += (uint64_t)t->ne1 * t->row_bytes;
+        }
         const bool pk = t->packed;
         int64_t r0, r1;
         hr_split(t->ne1, ith, nth, pk ? HQ_BAND : 1, &r0, &r1);
@@ -301,8 +307,10 @@ int hm_model_load_weights(hm_model *m, const hm_shard *shard, bool repack, uint6
         goto done;
     }
     for (int i = 0; i < n; i++) list[i]->packed = repack && hq_pack_ok(list[i]->type, list[i]->ne0, list[i]->ne1);
-    hm_load_job job = {list, dst, n};
+    hm_load_job job = {list, dst, n, 0};
+    for (int i = 0; i < n; i++) job.total += (uint64_t)list[i]->ne1 * list[i]->row_bytes;
     hr_pool_run(pool, hm_load_worker, &job);
+    hr_progress("load", job.total, job.total);
     const bool tied = m->output.map == m->tok_embd.map;
     const long pg = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
     for (int i = 0; i < n; i++) {

@@ -198,9 +198,10 @@ int hm_model_load_weights(hm_model *m, const hm_shard *shard, bool repack, uint6
 void hm_tensor_row_f32(const hm_tensor *t, int64_t r, float *out);
 
 /* ---- context: KV cache + scratch, bound to a model ---------------------------------------------- */
+#define HM_MAX_SEQ 4096
 typedef struct hm_ctx_params {
     int32_t n_ctx;        /* KV cache length (tokens) of each sequence; default min(n_ctx_train, 4096) */
-    int32_t n_seq;        /* sequences the KV cache holds (each n_ctx positions); default 1 */
+    int32_t n_seq;        /* sequences the KV cache holds (each n_ctx positions), 1..HM_MAX_SEQ; default 1 */
     int32_t n_batch;      /* max tokens per hm_eval call; default 512 */
     int32_t n_threads;    /* default: physical cores */
     int     kv_type;      /* HQ_TYPE_F16 (default) or HQ_TYPE_F32 */
@@ -221,15 +222,21 @@ uint64_t hm_ctx_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const h
 /* One call's tokens, what goes in and what comes out (all borrowed). A batch at pos overwrites the
    cache from pos on: to restart generation or drop a turn, run the next batch at the earlier pos.
    Several sequences (continuous batching): seq[i] and pos_of[i] give each token's sequence and
-   position; a sequence's tokens in one batch are consecutive positions in ascending order, and each
-   token attends to its own sequence's positions 0..pos_of[i] only. A token's results do not depend
-   on the other tokens of the batch: a sequence run alone or batched with others gives the same logits. */
+   position (pos is then unused); a sequence's tokens in one batch are consecutive positions in
+   ascending order (HR_EINVAL otherwise), and each token attends to its own sequence's positions
+   0..pos_of[i] only, those of its batch before it included. A token's results do not depend on the
+   other sequences' tokens in the batch, nor on where its own sit in it: a sequence run alone or
+   batched with others gives the same logits, bit for bit. What they do depend on is how many of its
+   own sequence's tokens the batch has: fewer than 64 (a decode step, a short chunk of a prompt) and
+   64 or more (a prompt chunk) take attention's two numerics (F16 cache: src/model/attention.c), so
+   a prompt cut into chunks gives the bits of the same prompt in one batch when every chunk is on
+   the same side of 64 as that batch (docs/model.md). */
 typedef struct hm_batch {
     const int32_t *tokens;     /* [n] token ids: the input of a first shard (its first window) */
     const float   *embd;       /* [n][n_embd] hidden states: the input of any other shard or window */
     int32_t        n;          /* tokens, 1..n_batch */
     int32_t        pos;        /* the first token's position: the batch fills pos..pos+n-1 (< n_ctx) */
-    float         *logits;     /* last shard: [all_logits ? n : 1][n_vocab] out, or NULL */
+    float         *logits;     /* last shard: [rows wanted][n_vocab] out, or NULL (rows: out, all_logits) */
     bool           all_logits; /* logits of every token, not only of the last */
     float         *embd_out;   /* [n][n_embd] hidden states out (after the layers), or NULL */
     const int32_t *seq;        /* [n] each token's sequence, 0..n_seq-1, or NULL: all sequence 0 */
@@ -245,6 +252,9 @@ int hm_eval(hm_ctx *c, const hm_batch *b, hr_err *err);
    shard, logits out only after the last window of a last shard; hidden states otherwise. */
 int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err);
 int hm_ctx_n_windows(const hm_ctx *c);
+/* Checks a batch against the context as hm_eval does before it computes anything (size, sequences,
+   positions): 0 or HR_EINVAL / HR_ERANGE (a cluster's head checks before it sends the batch on). */
+int hm_batch_check(hm_ctx *c, const hm_batch *b, hr_err *err);
 int32_t hm_ctx_n_ctx(const hm_ctx *c);
 int32_t hm_ctx_n_seq(const hm_ctx *c);
 /* Copies positions [0, n) of sequence src's KV cache into sequence dst (a shared prompt prefix is

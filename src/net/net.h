@@ -21,7 +21,7 @@
 #include "base/base.h"
 
 #define HN_MAGIC          0x48545248u /* "HRTH" as a little-endian u32 */
-#define HN_PROTO_VERSION  1
+#define HN_PROTO_VERSION  2   /* 2: FORWARD carries each token's sequence (issue 27) */
 #define HN_HEADER_SIZE    16
 
 /* field limits (bytes or entries) */
@@ -53,7 +53,10 @@ enum hn_msg_type {
     HN_MSG_RESULT      = 14,
     HN_MSG_RESET       = 15,
     HN_MSG_BYE         = 16,
-    HN_MSG_COUNT       = 17,
+    HN_MSG_PROBE       = 17, /* link measurement: either side sends data, the other answers PROBE */
+    HN_MSG_LINK_PROBE  = 18, /* head -> worker: measure your link to another worker (answer: PROFILE) */
+    HN_MSG_KV_COPY     = 19,
+    HN_MSG_COUNT       = 20,
 };
 
 /* capability bits in HELLO / HELLO_ACK (append only) */
@@ -68,7 +71,9 @@ enum {
 enum {
     HN_PROFILE_BENCH = 1u << 0, /* run the matvec benchmark (bench_ms budget) */
     HN_PROFILE_STATS = 1u << 1, /* report (and restart) the session's run-time counters */
+    HN_PROFILE_DEVICE = 1u << 2,/* report the device profile (src/plan: speeds per weight type, memory, disk) */
 };
+#define HN_MAX_PROBE (8u << 20) /* PROBE data and reply size limit (bytes) */
 
 /* what a FORWARD / PARTIAL covers (wire values: append only) */
 enum hn_stage { HN_STAGE_BLOCK = 0, HN_STAGE_ATTN = 1, HN_STAGE_FFN = 2, HN_STAGE_COUNT = 3 };
@@ -211,6 +216,7 @@ typedef struct hn_forward {
     uint32_t       layer_begin, layer_end, stage;
     uint32_t       n_tokens, n_embd;
     const int32_t *pos;    /* n_tokens */
+    const int32_t *seq;    /* n_tokens each token's sequence (hm_batch.seq), or NULL: all sequence 0 */
     const float   *data;   /* n_tokens x n_embd, row per token */
 } hn_forward;
 
@@ -229,6 +235,14 @@ typedef struct hn_result {
 } hn_result;
 
 typedef struct hn_reset { uint32_t pos_begin; } hn_reset;
+/* A worker answers PROBE with PROBE: reply_bytes (<= HN_MAX_PROBE) bytes of data, reply_bytes 0. */
+typedef struct hn_probe { uint32_t reply_bytes; uint32_t n; const uint8_t *data; } hn_probe;
+/* The worker at addr (<= HN_MAX_NAME) is measured by the receiver: n_pings (1..HN_MAX_PINGS) round
+   trips, one PROBE of probe_bytes (<= HN_MAX_PROBE); the answer is PROFILE "rtt_ms", "gbps". */
+#define HN_MAX_PINGS 64
+typedef struct hn_link_probe { hn_str addr; uint32_t n_pings, probe_bytes; } hn_link_probe;
+/* positions [0, n) of sequence src's KV cache copied into sequence dst (hm_kv_seq_copy), no reply */
+typedef struct hn_kv_copy { uint32_t src, dst, n; } hn_kv_copy;
 typedef struct hn_bye   { int32_t code; hn_str reason; } hn_bye;
 
 typedef struct hn_msg {
@@ -250,7 +264,10 @@ typedef struct hn_msg {
         hn_partial     partial;
         hn_result      result;
         hn_reset       reset;
+        hn_kv_copy     kv_copy;
         hn_bye         bye;
+        hn_probe       probe;
+        hn_link_probe  link_probe;
     } u;
 } hn_msg;
 

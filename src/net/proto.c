@@ -33,6 +33,9 @@ static const msg_info msg_table[HN_MSG_COUNT] = {
     [HN_MSG_RESULT]      = { "RESULT",      64 * MIB },
     [HN_MSG_RESET]       = { "RESET",       256 },
     [HN_MSG_BYE]         = { "BYE",         4 * KIB },
+    [HN_MSG_PROBE]       = { "PROBE",       HN_MAX_PROBE + 64 },
+    [HN_MSG_LINK_PROBE]  = { "LINK_PROBE",  512 },
+    [HN_MSG_KV_COPY]     = { "KV_COPY",     256 },
 };
 
 static bool type_known(int type) { return type > 0 && type < HN_MSG_COUNT; }
@@ -334,13 +337,27 @@ static bool msg_ok(const hn_msg *m, why *w) {
         if (c->offset > UINT64_MAX - c->n) return bad(w, "offset", "offset + length overflows");
         return true;
     }
-    case HN_MSG_SLICE_END: case HN_MSG_READY: case HN_MSG_RESET: return true;
+    case HN_MSG_SLICE_END: case HN_MSG_READY: case HN_MSG_RESET: case HN_MSG_KV_COPY: return true;
+    case HN_MSG_PROBE: {
+        const hn_probe *p = &m->u.probe;
+        if (p->reply_bytes > HN_MAX_PROBE) return bad(w, "reply_bytes", "%u exceed %u", p->reply_bytes, HN_MAX_PROBE);
+        if (p->n > HN_MAX_PROBE) return bad(w, "data", "%u bytes exceed %u", p->n, HN_MAX_PROBE);
+        if (p->n && !p->data) return bad(w, "data", "NULL with %u bytes", p->n);
+        return true;
+    }
+    case HN_MSG_LINK_PROBE: {
+        const hn_link_probe *l = &m->u.link_probe;
+        if (l->n_pings < 1 || l->n_pings > HN_MAX_PINGS) return bad(w, "n_pings", "%u is not in 1..%u", l->n_pings, HN_MAX_PINGS);
+        if (l->probe_bytes > HN_MAX_PROBE) return bad(w, "probe_bytes", "%u exceed %u", l->probe_bytes, HN_MAX_PROBE);
+        if (l->addr.n == 0) return bad(w, "addr", "empty");
+        return str_ok(l->addr, HN_MAX_NAME, "addr", w);
+    }
     case HN_MSG_FORWARD: {
         const hn_forward *f = &m->u.forward;
         if (f->layer_begin > f->layer_end)
             return bad(w, "layer_begin", "layer range %u..%u", f->layer_begin, f->layer_end);
         if (!stage_ok(f->stage, w)) return false;
-        return array_ok(f->pos, f->n_tokens, "pos", w) &&
+        return array_ok(f->pos, f->n_tokens, "pos", w) && array_ok(f->seq, f->seq ? f->n_tokens : 0, "seq", w) &&
                array_ok(f->data, (uint64_t)f->n_tokens * f->n_embd, "data", w);
     }
     case HN_MSG_PARTIAL: {
@@ -457,6 +474,7 @@ int hn_msg_encode(const hn_msg *m, hn_buf *b, hn_iov *tail, hr_err *err) {
         hn_buf_put_u32(b, f->n_tokens);
         hn_buf_put_u32(b, f->n_embd);
         hn_buf_put_i32s(b, f->pos, f->n_tokens);
+        hn_buf_put_i32s(b, f->seq, f->seq ? f->n_tokens : 0);
         uint32_t n = f->n_tokens * f->n_embd; /* fits: checked by msg_ok */
         hn_buf_put_array_head(b, n, 4);
         tail->p = f->data;
@@ -488,12 +506,28 @@ int hn_msg_encode(const hn_msg *m, hn_buf *b, hn_iov *tail, hr_err *err) {
         tail->n = (size_t)n * 4;
         break;
     }
+    case HN_MSG_KV_COPY:
+        hn_buf_put_u32(b, m->u.kv_copy.src);
+        hn_buf_put_u32(b, m->u.kv_copy.dst);
+        hn_buf_put_u32(b, m->u.kv_copy.n);
+        break;
     case HN_MSG_RESET:
         hn_buf_put_u32(b, m->u.reset.pos_begin);
         break;
     case HN_MSG_BYE:
         hn_buf_put_i32(b, m->u.bye.code);
         put_hstr(b, m->u.bye.reason);
+        break;
+    case HN_MSG_PROBE:
+        hn_buf_put_u32(b, m->u.probe.reply_bytes);
+        hn_buf_put_u32(b, m->u.probe.n);
+        tail->p = m->u.probe.data;
+        tail->n = m->u.probe.n;
+        break;
+    case HN_MSG_LINK_PROBE:
+        put_hstr(b, m->u.link_probe.addr);
+        hn_buf_put_u32(b, m->u.link_probe.n_pings);
+        hn_buf_put_u32(b, m->u.link_probe.probe_bytes);
         break;
     }
     if (b->oom) return hr_fail(err, HR_ENOMEM, "%s: out of memory encoding the payload", hn_msg_name(m->type));
@@ -617,6 +651,10 @@ int hn_msg_decode(int type, uint32_t seq, const void *payload, size_t len, hn_ms
         f->pos = hn_rd_array(r, &n, 4, "pos");
         if (!r->failed && n != f->n_tokens)
             hn_rd_reject(r, "pos", "count %u, but n_tokens is %u", n, f->n_tokens);
+        f->seq = hn_rd_array(r, &n, 4, "seq");
+        if (!r->failed && n != 0 && n != f->n_tokens)
+            hn_rd_reject(r, "seq", "count %u, but n_tokens is %u (or 0)", n, f->n_tokens);
+        if (n == 0) f->seq = NULL;
         f->data = hn_rd_array(r, &n, 4, "data");
         if (!r->failed && (uint64_t)n != (uint64_t)f->n_tokens * f->n_embd)
             hn_rd_reject(r, "data", "count %u, but n_tokens x n_embd is %llu", n,
@@ -646,12 +684,26 @@ int hn_msg_decode(int type, uint32_t seq, const void *payload, size_t len, hn_ms
                          (unsigned long long)res->n_tokens * res->n_embd);
         break;
     }
+    case HN_MSG_KV_COPY:
+        m->u.kv_copy.src = hn_rd_u32(r, "src");
+        m->u.kv_copy.dst = hn_rd_u32(r, "dst");
+        m->u.kv_copy.n = hn_rd_u32(r, "n");
+        break;
     case HN_MSG_RESET:
         m->u.reset.pos_begin = hn_rd_u32(r, "pos_begin");
         break;
     case HN_MSG_BYE:
         m->u.bye.code = hn_rd_i32(r, "code");
         m->u.bye.reason = hn_rd_str(r, HN_MAX_MESSAGE, "reason");
+        break;
+    case HN_MSG_PROBE:
+        m->u.probe.reply_bytes = hn_rd_u32(r, "reply_bytes");
+        m->u.probe.data = hn_rd_blob(r, &m->u.probe.n, HN_MAX_PROBE, "data");
+        break;
+    case HN_MSG_LINK_PROBE:
+        m->u.link_probe.addr = hn_rd_str(r, HN_MAX_NAME, "addr");
+        m->u.link_probe.n_pings = hn_rd_u32(r, "n_pings");
+        m->u.link_probe.probe_bytes = hn_rd_u32(r, "probe_bytes");
         break;
     }
     why w = { 0 };

@@ -228,9 +228,26 @@ enum { KQ_PU = HQ_PANEL / QK_K };
    sub-groups (256-bit kernels: 2 of 2 rows) with 8 accumulators of type VT each (2 per column), run by COLS(sub, i0, i1, yo, NC,
    group, y, acc) and stored by STORE(dst, acc_lo, acc_hi).  Declares the locals it needs; nb, nr, nc,
    x, bx, vy, by, s and lds are the gemm's.  A tile is one band (of HQ_BAND rows, the last maybe fewer),
-   and a chunk of KQ_KC super-blocks lies within one K-panel. */
+   and a chunk of KQ_KC super-blocks lies within one K-panel.
+   Tiles of at most KQ_FEW_NC columns (a decode step of several sequences, issue 27) read their
+   weights from DRAM once for little arithmetic, as decode does, and in chunks, the groups in turn,
+   the unit's work was added to the wait for its bytes: each sub-group's super-blocks of a K-panel
+   go in one run (one stream) instead, each requesting into L1 the bytes KQ_FEW_PF ahead of it.
+   Llama-3.2-1B shape Q4_K_M, 2 threads on a 16-core Xeon, a step of 4 sequences against a step of
+   one: 1.39x -> 0.89x, 8: 1.90x -> 1.56x (one run alone: 1.37x; the decode distance KQ_DEC_PF
+   into L2: 1.02x; docs/benchmarks.md, issue 27).  Every sum keeps its order. */
+enum { KQ_FEW_NC = 8, KQ_FEW_PF = 4608 };
 static_assert((int)KQ_TR == (int)HQ_BAND && (int)KQ_PU % (int)KQ_KC == 0, "prefill tiles: one band, chunks within a panel");
+#define KQ_TILE_COLS(COLS, sub, k0, k1, yo, C, grp, yc, acc)                                                    \
+    switch (C) {                                                                                                \
+    case 4: COLS(sub, k0, k1, yo, 4, grp, yc, acc); break;                                                      \
+    case 3: COLS(sub, k0, k1, yo, 3, grp, yc, acc); break;                                                      \
+    case 2: COLS(sub, k0, k1, yo, 2, grp, yc, acc); break;                                                      \
+    default: COLS(sub, k0, k1, yo, 1, grp, yc, acc); break;                                                     \
+    }
 #define KQ_PREP_TILES(PT, COLS, VT, ZERO, STORE, NSUB, E)                                                         \
+    const bool few = nc <= KQ_FEW_NC;                                                                           \
+    const int kc = few ? KQ_PU : KQ_KC;                                                                         \
     for (int r0 = 0; r0 < nr; r0 += KQ_TR) {                                                                    \
         const int ng = (nr - r0 < KQ_TR ? nr - r0 : KQ_TR) / HQ_PACK_ROWS, ns = ng * (NSUB);                    \
         const uint8_t *band = (const uint8_t *)x + (size_t)r0 * bx;                                             \
@@ -239,19 +256,22 @@ static_assert((int)KQ_TR == (int)HQ_BAND && (int)KQ_PU % (int)KQ_KC == 0, "prefi
             VT acc[KQ_TR / 4 * (NSUB)][8];                                                                      \
             for (int g = 0; g < ns; g++)                                                                        \
                 for (int c = 0; c < 8; c++) acc[g][c] = ZERO();                                                 \
-            for (int i0 = 0; i0 < nb; i0 += KQ_KC) {                                                            \
-                const int i1 = nb - i0 < KQ_KC ? nb : i0 + KQ_KC, p0 = i0 / KQ_PU * KQ_PU;                      \
+            for (int i0 = 0; i0 < nb; i0 += kc) {                                                               \
+                const int i1 = nb - i0 < kc ? nb : i0 + kc, p0 = i0 / KQ_PU * KQ_PU;                            \
                 const PT *yc[4];                                                                                \
                 for (int c = 0; c < 4; c++)                                                                     \
                     yc[c] = (const PT *)((const char *)vy + (size_t)(j0 + (c < C ? c : 0)) * by) + i0;          \
                 for (int g = 0; g < ns; g++) {                                                                  \
                     const uint8_t *grp = band + hq_panel_at(ng, g / (NSUB), nb, p0, KQ_PU, (E));                \
                     const int k0 = i0 - p0, k1 = i1 - p0;                                                       \
-                    switch (C) {                                                                                \
-                    case 4: COLS(g % (NSUB), k0, k1, k0, 4, grp, yc, acc[g]); break;                            \
-                    case 3: COLS(g % (NSUB), k0, k1, k0, 3, grp, yc, acc[g]); break;                            \
-                    case 2: COLS(g % (NSUB), k0, k1, k0, 2, grp, yc, acc[g]); break;                            \
-                    default: COLS(g % (NSUB), k0, k1, k0, 1, grp, yc, acc[g]); break;                           \
+                    if (!few) {                                                                                 \
+                        KQ_TILE_COLS(COLS, g % (NSUB), k0, k1, k0, C, grp, yc, acc[g])                          \
+                        continue;                                                                               \
+                    }                                                                                           \
+                    for (int k = k0; k < k1; k++) {                                                             \
+                        const char *pf = (const char *)grp + (size_t)k * (E) + KQ_FEW_PF;                       \
+                        for (int o = 0; o < (E); o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);                    \
+                        KQ_TILE_COLS(COLS, g % (NSUB), k, k + 1, k0, C, grp, yc, acc[g])                        \
                     }                                                                                           \
                 }                                                                                               \
             }                                                                                                   \

@@ -320,15 +320,17 @@ KQ_INLINE __m128 kx_hsum4(__m512 lo, __m512 hi) {
                 __m512 acc[KQ_TR / 4][8];                                                                                         \
                 for (int g = 0; g < ng; g++)                                                                                      \
                     for (int c = 0; c < 8; c++) acc[g][c] = _mm512_setzero_ps();                                                  \
-                for (int i0 = 0; i0 < nb; i0 += KQ_KC) {                                                                          \
-                    const int i1 = nb - i0 < KQ_KC ? nb : i0 + KQ_KC;                                                             \
+                /* a few columns (KQ_FEW_NC, kq.h): each group's row in one run, prefetched as decode's */                \
+                const int kc = nc <= KQ_FEW_NC ? nb : KQ_KC, pf = nc <= KQ_FEW_NC ? KX_DEC_PF_##t : 0;                    \
+                for (int i0 = 0; i0 < nb; i0 += kc) {                                                                             \
+                    const int i1 = nb - i0 < kc ? nb : i0 + kc;                                                                   \
                     for (int g = 0; g < ng; g++) {                                                                                \
                         const uint8_t *grp = (const uint8_t *)x + (size_t)(r0 + 4 * g) * bx;                                      \
                         switch (C) {                                                                                              \
-                        case 4: kx_cols_##t(i0, i1, 4, grp, yc, acc[g], 0); break;                                                \
-                        case 3: kx_cols_##t(i0, i1, 3, grp, yc, acc[g], 0); break;                                                \
-                        case 2: kx_cols_##t(i0, i1, 2, grp, yc, acc[g], 0); break;                                                \
-                        default: kx_cols_##t(i0, i1, 1, grp, yc, acc[g], 0); break;                                               \
+                        case 4: kx_cols_##t(i0, i1, 4, grp, yc, acc[g], pf); break;                                               \
+                        case 3: kx_cols_##t(i0, i1, 3, grp, yc, acc[g], pf); break;                                               \
+                        case 2: kx_cols_##t(i0, i1, 2, grp, yc, acc[g], pf); break;                                               \
+                        default: kx_cols_##t(i0, i1, 1, grp, yc, acc[g], pf); break;                                              \
                         }                                                                                                         \
                     }                                                                                                             \
                 }                                                                                                                 \

@@ -130,6 +130,15 @@ QZ_INLINE size_t qv_unit(bool q8) { return 16 * (q8 ? sizeof(block_q8_0) : sizeo
 enum {
     QV_KC = 8, QV_TC = 4, QV_TR = 16,  /* prefill: units per chunk, columns and rows per tile */
     QV_PU = HQ_PANEL / 128,            /* units per K-panel (docs/quant.md) */
+    /* Tiles of a few columns (a decode step of several sequences, issue 27) read the weights from
+       DRAM once for little arithmetic, as decode does, and were bound by the stream's latency: each
+       group's units in chunks of QV_KC, the 4 groups of a band taken in turn, and the unit's work
+       added to the wait for its bytes (Llama-3.2-1B shape, 2 threads on a 16-core Xeon: a step of 4
+       sequences 1.63x a step of one, 8: 2.52x).  So up to QV_FEW_NC columns each group's units of a
+       panel go in one run, one stream for the prefetchers, and each unit requests the bytes
+       QV_PF_UNITS units ahead of it into L1: 4 sequences 1.00x, 8: 1.82x (docs/benchmarks.md, issue
+       27).  The order of every sum is the same either way (units in order, per row and column). */
+    QV_FEW_NC = 8, QV_PF_UNITS = 16,
 };
 static_assert((int)QV_TR == (int)HQ_BAND && (int)QV_PU % (int)QV_KC == 0, "prefill tiles: one band, chunks within a panel");
 
@@ -164,12 +173,14 @@ QZ_INLINE void qv_matvec(bool q8, int nu, float *restrict s, const char *restric
 
 /* prefill: one group's units k0 .. k0+kc against C prepared columns (column c's unit k at yc[c][k]),
    accumulating into acc[c] */
-QZ_INLINE void qv_rows(bool q8, int C, const char *grp, int k0, int kc, const qv_a *const *yc, __m512 *acc) {
+QZ_INLINE void qv_rows(bool q8, int C, const char *grp, int k0, int kc, const qv_a *const *yc, __m512 *acc, size_t pf) {
     __m512 t[QV_TC];
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) t[c] = acc[c];
     for (int k = 0; k < kc; k++) {
         const char *e = grp + (size_t)(k0 + k) * qv_unit(q8);
+        if (pf)
+            for (size_t b = 0; b < qv_unit(q8); b += 64) _mm_prefetch(e + pf + b, _MM_HINT_T0);
         __m512i w[8];
         qv_codes(q8, e, w);
         const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)e));
@@ -193,6 +204,8 @@ QZ_INLINE void qv_gemm(bool q8, int n, float *restrict s, size_t lds, const void
         qv_matvec(q8, nu, s, x, bx, nr, y);
         return;
     }
+    const bool few = nc <= QV_FEW_NC; /* a decode step of several sequences: see QV_FEW_NC */
+    const size_t pf = few ? (size_t)QV_PF_UNITS * qv_unit(q8) : 0;
     for (int r0 = 0; r0 < nr; r0 += QV_TR) {
         const int ng = (nr - r0 < QV_TR ? nr - r0 : QV_TR) / 4;
         const char *band = (const char *)x + (size_t)r0 * bx;
@@ -201,17 +214,18 @@ QZ_INLINE void qv_gemm(bool q8, int n, float *restrict s, size_t lds, const void
             __m512 acc[QV_TR / 4][QV_TC];
             for (int g = 0; g < ng; g++)
                 for (int c = 0; c < QV_TC; c++) acc[g][c] = _mm512_setzero_ps();
-            for (int k0 = 0; k0 < nu; k0 += QV_KC) {
-                const int kc = nu - k0 < QV_KC ? nu - k0 : QV_KC, p0 = k0 / QV_PU * QV_PU;
+            const int KC = few ? QV_PU : QV_KC;
+            for (int k0 = 0; k0 < nu; k0 += KC) {
+                const int kc = nu - k0 < KC ? nu - k0 : KC, p0 = k0 / QV_PU * QV_PU;
                 const qv_a *buf[QV_TC];
                 for (int c = 0; c < QV_TC; c++) buf[c] = (const qv_a *)((const char *)y + (size_t)(j + (c < C ? c : 0)) * by) + k0;
                 for (int g = 0; g < ng; g++) {
                     const char *grp = band + hq_panel_at(ng, g, nu, p0, QV_PU, qv_unit(q8));
                     switch (C) {
-                    case 1: qv_rows(q8, 1, grp, k0 - p0, kc, buf, acc[g]); break;
-                    case 2: qv_rows(q8, 2, grp, k0 - p0, kc, buf, acc[g]); break;
-                    case 3: qv_rows(q8, 3, grp, k0 - p0, kc, buf, acc[g]); break;
-                    default: qv_rows(q8, 4, grp, k0 - p0, kc, buf, acc[g]); break;
+                    case 1: qv_rows(q8, 1, grp, k0 - p0, kc, buf, acc[g], pf); break;
+                    case 2: qv_rows(q8, 2, grp, k0 - p0, kc, buf, acc[g], pf); break;
+                    case 3: qv_rows(q8, 3, grp, k0 - p0, kc, buf, acc[g], pf); break;
+                    default: qv_rows(q8, 4, grp, k0 - p0, kc, buf, acc[g], pf); break;
                     }
                 }
             }

@@ -1,0 +1,164 @@
+/* `hearth plan`: the planner's view of a cluster for one model — every device's profile, every link,
+   every candidate plan with its predicted speed and memory, the chosen one and why (src/plan) — as
+   tables or as one JSON object. */
+#include "cli.h"
+#include "engine.h"
+
+#include "quant/quant.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static json_t *plan_json_device(int i, const hpl_cluster *c) {
+    char *txt = hpl_device_json(&c->dev[i]);
+    json_t *o = txt ? json_loads(txt, 0, NULL) : json_object();
+    free(txt);
+    json_object_set_new(o, "index", json_integer(i));
+    json_object_set_new(o, "address", json_string(c->addr[i]));
+    if (i > 0) {
+        json_object_set_new(o, "rtt_ms", json_real(c->link[0][i].rtt_ms));
+        json_object_set_new(o, "link_gbps", json_real(c->link[0][i].gbps));
+    }
+    return o;
+}
+
+static json_t *plan_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
+    json_t *o = json_object(), *devs = json_array(), *mem = json_array();
+    json_object_set_new(o, "kind", json_string(hpl_kind_name(p->kind)));
+    for (int i = 0; i < p->n; i++) json_array_append_new(devs, json_integer(p->dev[i]));
+    json_object_set_new(o, "devices", devs);
+    if (p->kind == HPL_TP) {
+        json_t *a = json_array();
+        for (int i = 0; i < p->n; i++) json_array_append_new(a, json_real(p->share[i]));
+        json_object_set_new(o, "shares", a);
+    } else if (p->kind == HPL_PP) {
+        json_t *a = json_array();
+        for (int i = 0; i < p->n; i++) json_array_append_new(a, json_integer(p->window[i]));
+        json_object_set_new(o, "windows", a);
+        json_object_set_new(o, "trips", json_integer(p->trips));
+    }
+    char desc[256];
+    hpl_plan_describe(p, desc, sizeof desc);
+    json_object_set_new(o, "plan", json_string(desc));
+    json_object_set_new(o, "feasible", json_boolean(p->feasible));
+    if (!p->feasible) json_object_set_new(o, "why", json_string(p->why));
+    json_object_set_new(o, "predicted_ms_per_token", plan_num(p->ms_per_token));
+    json_object_set_new(o, "predicted_prefill_ms", plan_num(p->prefill_ms));
+    json_object_set_new(o, "prompt_tokens", json_integer(n_prompt));
+    json_object_set_new(o, "compute_ms", json_real(p->compute_ms));
+    json_object_set_new(o, "network_ms", json_real(p->comm_ms));
+    json_object_set_new(o, "blocked_ms", json_real(p->blocked_ms));
+    json_object_set_new(o, "messages_per_token", json_integer(p->n_messages));
+    for (int i = 0; i < p->n && p->feasible; i++) {
+        const hpl_dev_cost *d = &p->dc[i];
+        json_t *m = json_object();
+        json_object_set_new(m, "device", json_integer(d->dev));
+        json_object_set_new(m, "layers", json_integer(d->layers));
+        json_object_set_new(m, "compute_ms", json_real(d->compute_ms));
+        json_object_set_new(m, "blocked_ms", json_real(d->blocked_ms));
+        json_object_set_new(m, "resident_bytes", json_integer((json_int_t)d->resident_bytes));
+        json_object_set_new(m, "stream_bytes_per_token", json_integer((json_int_t)d->stream_bytes));
+        json_object_set_new(m, "kv_bytes", json_integer((json_int_t)d->kv_bytes));
+        json_object_set_new(m, "scratch_bytes", json_integer((json_int_t)d->scratch_bytes));
+        json_object_set_new(m, "budget_bytes", json_integer((json_int_t)d->budget));
+        json_array_append_new(mem, m);
+    }
+    json_object_set_new(o, "memory", mem);
+    return o;
+}
+
+static int plan_run(cli_opts *o) {
+    hr_err err = {0};
+    cli_engine e;
+    hpl_cluster *cl = malloc(sizeof *cl);
+    hpl_choice *ch = malloc(sizeof *ch);
+    int rc = 1;
+    if (!cl || !ch) { fprintf(stderr, "hearth plan: out of memory\n"); goto done; }
+    if (cli_engine_open(&e, o, false, &err)) { fprintf(stderr, "hearth plan: %s\n", err.msg); goto done; }
+    hm_ctx_params cp = cli_ctx_params(o);
+    int np = (int)o->prompt_tokens;
+    if (cli_engine_plan(o, e.m, &cp, np, cl, ch, &err)) {
+        fprintf(stderr, "hearth plan: %s\n", err.msg);
+        cli_engine_close(&e);
+        goto done;
+    }
+    cli_engine_close(&e);
+    if (o->json) {
+        json_t *root = json_object(), *devs = json_array(), *cands = json_array();
+        for (int i = 0; i < cl->n; i++) json_array_append_new(devs, plan_json_device(i, cl));
+        for (int i = 0; i < ch->n; i++) json_array_append_new(cands, plan_json_cand(&ch->cand[i], np));
+        json_object_set_new(root, "devices", devs);
+        json_t *links = json_array();
+        for (int a = 0; a < cl->n; a++)
+            for (int b = a + 1; b < cl->n; b++) {
+                json_t *l = json_object();
+                json_object_set_new(l, "a", json_integer(a));
+                json_object_set_new(l, "b", json_integer(b));
+                json_object_set_new(l, "rtt_ms", json_real(cl->link[a][b].rtt_ms));
+                json_object_set_new(l, "gbps", json_real(cl->link[a][b].gbps));
+                json_object_set_new(l, "estimated", json_boolean(cl->link[a][b].estimated));
+                json_array_append_new(links, l);
+            }
+        json_object_set_new(root, "links", links);
+        json_object_set_new(root, "profile_ms", json_real(cl->profile_ms));
+        json_object_set_new(root, "candidates", cands);
+        json_object_set_new(root, "chosen", ch->chosen >= 0 ? json_integer(ch->chosen) : json_null());
+        json_object_set_new(root, "why", json_string(ch->why));
+        char *s = json_dumps(root, JSON_INDENT(1));
+        if (s) puts(s);
+        free(s);
+        json_decref(root);
+    } else {
+        printf("devices (profiled in %.0f ms):\n", cl->profile_ms);
+        for (int i = 0; i < cl->n; i++) cli_print_device(i, cl->addr[i], &cl->dev[i]);
+        if (cl->n > 1) {
+            printf("links:\n");
+            for (int a = 0; a < cl->n; a++)
+                for (int b = a + 1; b < cl->n; b++)
+                    printf("  %-2d <-> %-2d  rtt %7.3f ms  %7.3f GB/s%s\n", a, b, cl->link[a][b].rtt_ms, cl->link[a][b].gbps,
+                           cl->link[a][b].estimated ? "  (estimated)" : "");
+        }
+        printf("candidates (decode ms/token; prefill of %d tokens):\n", np);
+        printf("  %-3s %-58s %10s %11s %9s %9s %9s  %s\n", "#", "plan", "ms/token", "prefill ms", "compute", "network",
+               "blocked", "per device: resident + streamed/token MiB");
+        for (int i = 0; i < ch->n; i++) {
+            const hpl_plan *p = &ch->cand[i];
+            char desc[256];
+            hpl_plan_describe(p, desc, sizeof desc);
+            if (!p->feasible) {
+                printf("%s %-3d %-58.58s does not fit: %s\n", i == ch->chosen ? "*" : " ", i, desc, p->why);
+                continue;
+            }
+            printf("%s %-3d %-58.58s %10.2f %11.1f %9.2f %9.2f %9.2f  ", i == ch->chosen ? "*" : " ", i, desc,
+                   p->ms_per_token, p->prefill_ms, p->compute_ms, p->comm_ms, p->blocked_ms);
+            for (int d = 0; d < p->n; d++)
+                printf("%s%d: %.0f+%.0f", d ? ", " : "", p->dc[d].dev, p->dc[d].resident_bytes / 1048576.0,
+                       p->dc[d].stream_bytes / 1048576.0);
+            printf("\n");
+        }
+        if (ch->chosen >= 0) printf("chosen: %d: %s\n", ch->chosen, ch->why);
+        else printf("%s\n", ch->why);
+    }
+    rc = ch->chosen >= 0 ? 0 : 1;
+    if (rc && o->json) fprintf(stderr, "hearth plan: %s\n", ch->why);
+done:
+    free(cl);
+    free(ch);
+    return rc;
+}
+
+static int plan_check(const cli_command *c, cli_opts *o) { return cli_check_model(c, o); }
+
+const cli_command cli_plan = {
+    "plan", CLI_PLAN, "measure the devices and links, predict every plan, choose one",
+    "-m MODEL [--workers H:P,...] [-c CTX] [--json]",
+    "Profiles this device (cached) and every worker (each measures itself; cached there), measures the\n"
+    "links to the workers, then predicts, for every candidate plan — one device; tensor parallel over\n"
+    "the head and each set of workers (shares by min-max); a piped-ring pipeline over them (windows\n"
+    "and trips by an ILP) — decode ms/token, prefill time and each device's memory, and names the\n"
+    "fastest. `hearth run --workers ...` without plan flags runs that plan. docs/planner.md.",
+    .check = plan_check, .run = plan_run};

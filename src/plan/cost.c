@@ -1,0 +1,355 @@
+/* plan/cost: what a plan costs — decode ms/token, prefill ms, per-device memory — from the profiles;
+   the formulas are in docs/planner.md, "The cost model" */
+#include "plan.h"
+
+#include "quant/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#define HPL_MSG_OVERHEAD 64.0       /* bytes of header and fields around a hidden state */
+#define HPL_DISK_UNKNOWN_GBPS 0.1   /* a device whose disk could not be measured: assume a slow one */
+
+const char *hpl_kind_name(int kind) {
+    static const char *names[] = {"single", "tp", "pp"};
+    return kind >= 0 && kind < 3 ? names[kind] : "?";
+}
+
+/* ---- the model -------------------------------------------------------------------------------------- */
+
+static void hpl_add_bytes(hpl_model *m, int type, double bytes) {
+    for (int i = 0; i < m->n_types; i++)
+        if (m->type[i] == type) { m->layer_bytes_of[i] += bytes; return; }
+    if (m->n_types == HPL_MAX_TYPES) { m->layer_bytes_of[0] += bytes; return; } /* cannot happen with hq's types */
+    m->type[m->n_types] = type;
+    m->layer_bytes_of[m->n_types++] = bytes;
+}
+
+static double hpl_tensor_bytes(const hm_tensor *t) { return t->data || t->map ? (double)t->row_bytes * (double)t->ne1 : 0; }
+
+int hpl_model_from(const hm_model *mod, const hm_ctx_params *cp, hpl_model *m, hr_err *err) {
+    const hm_hparams *hp = &mod->hp;
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", hp->name[0] ? hp->name : hp->arch_name);
+    m->n_layer = hp->n_layer;
+    m->n_embd = hp->n_embd;
+    m->n_vocab = hp->n_vocab;
+    m->n_ctx = cp->n_ctx > 0 ? cp->n_ctx : HR_MIN(hp->n_ctx_train, 4096);
+    m->n_batch = cp->n_batch > 0 ? cp->n_batch : 512;
+    if (m->n_layer < 1) return hr_fail(err, HR_EINVAL, "a model without layers");
+    for (int il = 0; il < hp->n_layer; il++) {
+        const hm_layer *L = &mod->layers[il];
+        const hm_tensor *attn[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq, &L->bk, &L->bv, &L->q_norm, &L->k_norm, &L->wo};
+        const hm_tensor *ffn[] = {&L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+        double a = 0, f = 0;
+        for (size_t i = 0; i < HR_ARRAY_LEN(attn); i++) {
+            double b = hpl_tensor_bytes(attn[i]);
+            a += b;
+            hpl_add_bytes(m, attn[i]->type, b / hp->n_layer);
+        }
+        for (size_t i = 0; i < HR_ARRAY_LEN(ffn); i++) {
+            double b = hpl_tensor_bytes(ffn[i]);
+            f += b;
+            hpl_add_bytes(m, ffn[i]->type, b / hp->n_layer);
+        }
+        m->layer_bytes += (a + f) / hp->n_layer;
+        m->block_max_bytes = HR_MAX(m->block_max_bytes, HR_MAX(a, f));
+    }
+    m->out_type = mod->output.type;
+    m->out_bytes = hpl_tensor_bytes(&mod->output) + hpl_tensor_bytes(&mod->output_norm);
+    m->embd_bytes = hpl_tensor_bytes(&mod->tok_embd);
+    const double elt = cp->kv_type == HQ_TYPE_F32 ? 4 : 2;
+    const int n_seq = cp->n_seq > 0 ? cp->n_seq : 1;
+    m->kv_bytes_per_layer = 2.0 * m->n_ctx * n_seq * hp->n_head_kv * hp->head_dim * elt;
+    double total = (double)hm_ctx_bytes_estimate(hp, cp);
+    m->scratch_bytes = HR_MAX(0, total - m->kv_bytes_per_layer * hp->n_layer);
+    return 0;
+}
+
+/* ---- per-device figures ------------------------------------------------------------------------------- */
+
+/* ms for `layers` layers of fraction x of every weight, decode (tokens 0) or prefill of `tokens` */
+static double hpl_layers_ms(const hpl_device *d, const hpl_model *m, double layers, double x, int tokens) {
+    double ms = 0;
+    for (int i = 0; i < m->n_types; i++) {
+        double gbps = hpl_speed(d, m->type[i], tokens > 0);
+        ms += m->layer_bytes_of[i] * x * layers * (tokens > 0 ? tokens : 1) / (gbps * 1e6);
+    }
+    return ms;
+}
+
+/* what only the head does per token: the output norm and head, and the sampler (a few passes over the
+   logits) */
+static double hpl_head_extra_ms(const hpl_device *d, const hpl_model *m) {
+    double ms = m->out_bytes / (hpl_speed(d, m->out_type, false) * 1e6);
+    double bw = d->mem_bw_gbps > 0 ? d->mem_bw_gbps : 1;
+    return ms + 4.0 * 4.0 * m->n_vocab / (bw * 1e6);
+}
+
+static double hpl_disk_ms_per_byte(const hpl_device *d) {
+    return 1.0 / ((d->disk_gbps > 0 ? d->disk_gbps : HPL_DISK_UNKNOWN_GBPS) * 1e6);
+}
+
+/* Memory of one device holding `weights` bytes of layers (plus `fixed` bytes the head keeps: the
+   output head, one block of its own), kv bytes of KV cache and the scratch: what stays resident and
+   what streams. The residency manager's rules (src/mem): everything kept when it fits the budget;
+   else room for two of the largest blocks stays free for the stream and the rest of the budget pins
+   weights. A default budget that cannot hold the KV cache, the scratch and the largest block means
+   no manager (src/mem/setup.c): plain mmap, where the kernel keeps what fits the device's memory and
+   a token's pass over more than that misses every page (LRU over a cycle); a budget given that
+   cannot hold them is an error. */
+static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, double fixed, double kv,
+                       double block, hpl_dev_cost *dc, char *why, size_t cap) {
+    dc->kv_bytes = kv;
+    dc->scratch_bytes = m->scratch_bytes;
+    dc->budget = (double)d->budget;
+    block = HR_MAX(block, fixed);
+    double all = weights + fixed, avail = dc->budget - kv - m->scratch_bytes;
+    if (all <= avail) {
+        dc->resident_bytes = all;
+        dc->stream_bytes = 0;
+        dc->mem_bytes = all + kv + m->scratch_bytes;
+        return true;
+    }
+    if (avail < block && !d->budget_set) {
+        double usable = (double)d->mem_usable - kv - m->scratch_bytes;
+        if (usable < 0) {
+            snprintf(why, cap, "%s: its memory (%.0f MiB) does not hold the KV cache (%.0f MiB) and the scratch (%.0f MiB)",
+                     d->name, d->mem_usable / 1048576.0, kv / 1048576, m->scratch_bytes / 1048576);
+            return false;
+        }
+        dc->mmap = true;
+        dc->resident_bytes = all <= usable ? all : 0;
+        dc->stream_bytes = all <= usable ? 0 : all;
+        dc->mem_bytes = HR_MIN(all, usable) + kv + m->scratch_bytes;
+        return true;
+    }
+    if (avail < block) {
+        snprintf(why, cap, "%s: its budget %.0f MiB does not hold the KV cache (%.0f MiB), the scratch (%.0f MiB) and one "
+                 "block of weights (%.0f MiB)", d->name, dc->budget / 1048576, kv / 1048576, m->scratch_bytes / 1048576,
+                 block / 1048576);
+        return false;
+    }
+    double room = HR_MIN(2 * block, avail);
+    dc->resident_bytes = avail - room;
+    dc->stream_bytes = all - dc->resident_bytes;
+    dc->mem_bytes = dc->budget;
+    return true;
+}
+
+/* what of a device's streaming its compute does not cover: a manager's loader reads ahead while it
+   computes (and hidden_ms more in the ring's idle time); plain mmap faults pages in as compute
+   reaches them */
+static double hpl_blocked(const hpl_dev_cost *dc, double hidden_ms) {
+    if (dc->mmap) return dc->stream_ms;
+    return HR_MAX(0, dc->stream_ms - dc->compute_ms - hidden_ms);
+}
+
+static const hpl_link *hpl_link_of(const hpl_cluster *c, int a, int b) { return &c->link[a][b]; }
+
+/* one-way time of a message of `bytes` on the link a -> b */
+static double hpl_hop_ms(const hpl_cluster *c, int a, int b, double bytes) {
+    const hpl_link *l = hpl_link_of(c, a, b);
+    double gbps = l->gbps > 0 ? l->gbps : 0.1;
+    return l->rtt_ms / 2 + bytes / (gbps * 1e6);
+}
+
+/* ---- the plans ---------------------------------------------------------------------------------------------- */
+
+static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p) {
+    const hpl_device *d = &c->dev[0];
+    hpl_dev_cost *dc = &p->dc[0];
+    dc->dev = 0;
+    dc->share = 1;
+    dc->layers = m->n_layer;
+    if (!hpl_memory(d, m, m->layer_bytes * m->n_layer, m->out_bytes, m->kv_bytes_per_layer * m->n_layer,
+                    m->block_max_bytes, dc, p->why, sizeof p->why))
+        return 0;
+    p->head_extra_ms = hpl_head_extra_ms(d, m);
+    dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, 1, 0) + p->head_extra_ms;
+    dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
+    dc->blocked_ms = hpl_blocked(dc, 0);
+    p->compute_ms = dc->compute_ms;
+    p->blocked_ms = dc->blocked_ms;
+    p->ms_per_token = dc->compute_ms + dc->blocked_ms;
+    int nb = (n_prompt + m->n_batch - 1) / m->n_batch;
+    double pf = hpl_layers_ms(d, m, m->n_layer, 1, n_prompt) + p->head_extra_ms;
+    p->prefill_ms = pf + HR_MAX(0, nb * dc->stream_ms - pf);
+    p->feasible = true;
+    return 0;
+}
+
+/* the time of TP device i (index into p->dev) for share x, per token: its layers' compute and the
+   part of its streaming that compute does not cover */
+static double hpl_tp_dev(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, int i, double x, hpl_dev_cost *dc,
+                         bool *ok, char *why, size_t cap) {
+    const hpl_device *d = &c->dev[p->dev[i]];
+    memset(dc, 0, sizeof *dc);
+    dc->dev = p->dev[i];
+    dc->share = x;
+    dc->layers = m->n_layer;
+    *ok = hpl_memory(d, m, x * m->layer_bytes * m->n_layer, i == 0 ? m->out_bytes : 0,
+                     x * m->kv_bytes_per_layer * m->n_layer, HR_MAX(x * m->block_max_bytes, 1), dc, why, cap);
+    if (!*ok) return INFINITY;
+    dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, x, 0);
+    dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
+    dc->blocked_ms = hpl_blocked(dc, 0);
+    return dc->compute_ms + dc->blocked_ms;
+}
+
+double hpl_tp_dev_time(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, int i, double x) {
+    hpl_dev_cost dc;
+    bool ok;
+    char why[8];
+    return hpl_tp_dev(c, m, p, i, x, &dc, &ok, why, sizeof why);
+}
+
+double hpl_tp_objective(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, const double *x) {
+    double worst = 0;
+    for (int i = 0; i < p->n; i++) worst = HR_MAX(worst, hpl_tp_dev_time(c, m, p, i, x[i]));
+    return worst;
+}
+
+static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p) {
+    const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
+    double layers = 0, ar, fwd, ar_pf, fwd_pf, layers_pf = 0, stream = 0, rtt = 0, xfer = 0, xfer_pf = 0;
+    int nb = (n_prompt + m->n_batch - 1) / m->n_batch, per = HR_MIN(n_prompt, m->n_batch);
+    for (int i = 0; i < p->n; i++) {
+        bool ok;
+        double t = hpl_tp_dev(c, m, p, i, p->share[i], &p->dc[i], &ok, p->why, sizeof p->why);
+        if (!ok) return 0;
+        layers = HR_MAX(layers, t);
+        p->compute_ms = HR_MAX(p->compute_ms, p->dc[i].compute_ms);
+        p->blocked_ms = HR_MAX(p->blocked_ms, p->dc[i].blocked_ms);
+        layers_pf = HR_MAX(layers_pf, hpl_layers_ms(&c->dev[p->dev[i]], m, m->n_layer, p->share[i], n_prompt));
+        stream = HR_MAX(stream, p->dc[i].stream_ms);
+        if (i == 0) continue;
+        /* star all-reduce: PARTIAL up, RESULT down; FORWARD to start the pass. The latencies
+           overlap (the slowest link's), the bytes do not: they all pass the head's own link */
+        const hpl_link *l = hpl_link_of(c, 0, p->dev[i]);
+        double gbps = l->gbps > 0 ? l->gbps : 0.1;
+        rtt = HR_MAX(rtt, l->rtt_ms);
+        xfer += 2 * B / (gbps * 1e6);
+        xfer_pf += 2 * B * per / (gbps * 1e6);
+    }
+    ar = rtt + xfer;
+    ar_pf = rtt + xfer_pf;
+    fwd = rtt / 2 + xfer / 2;
+    fwd_pf = rtt / 2 + xfer_pf / 2;
+    p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
+    p->dc[0].compute_ms += p->head_extra_ms;
+    p->comm_ms = fwd + 2.0 * m->n_layer * ar;
+    p->n_messages = (p->n - 1) * (1 + 4 * m->n_layer);
+    p->ms_per_token = layers + p->head_extra_ms + p->comm_ms;
+    double pf = layers_pf + p->head_extra_ms + nb * (fwd_pf + 2.0 * m->n_layer * ar_pf);
+    p->prefill_ms = pf + HR_MAX(0, nb * stream - pf);
+    p->feasible = true;
+    return 0;
+}
+
+static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
+    hc_pp_plan pl;
+    hr_err e = {0};
+    if (hc_pp_plan_make(m->n_layer, p->window, p->n, &pl, &e)) {
+        snprintf(p->why, sizeof p->why, "windows: %.200s", e.msg);
+        return 0;
+    }
+    p->trips = HR_MAX(1, pl.n_rounds);
+    const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
+    int nb = (n_prompt + m->n_batch - 1) / m->n_batch, per = HR_MIN(n_prompt, m->n_batch);
+    /* the hand-offs of a pass: from the head round the ring, a window at a time, back to the head */
+    double comm = 0, comm_pf = 0;
+    int at = 0, hops = 0;
+    for (int s = 0; s <= pl.n_steps; s++) {
+        int to = s < pl.n_steps ? pl.step_dev[s] : 0;
+        if (to == at) continue;
+        if (to < at && at != 0) { /* round the ring's end: back through the head */
+            comm += hpl_hop_ms(c, p->dev[at], 0, B);
+            comm_pf += hpl_hop_ms(c, p->dev[at], 0, B * per);
+            hops++;
+            at = 0;
+            if (to == 0) continue;
+        }
+        comm += hpl_hop_ms(c, p->dev[at], p->dev[to], B);
+        comm_pf += hpl_hop_ms(c, p->dev[at], p->dev[to], B * per);
+        hops++;
+        at = to;
+    }
+    p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
+    double sum_c = 0, sum_pf = 0;
+    for (int i = 0; i < p->n; i++) {
+        hpl_dev_cost *dc = &p->dc[i];
+        const hpl_device *d = &c->dev[p->dev[i]];
+        memset(dc, 0, sizeof *dc);
+        dc->dev = p->dev[i];
+        dc->window = p->window[i];
+        for (int w = 0; w < pl.n_win[i]; w++) dc->layers += pl.win[i][w].end - pl.win[i][w].begin;
+        if (!hpl_memory(d, m, dc->layers * m->layer_bytes, i == 0 ? m->out_bytes : 0, dc->layers * m->kv_bytes_per_layer,
+                        m->block_max_bytes, dc, p->why, sizeof p->why))
+            return 0;
+        dc->compute_ms = hpl_layers_ms(d, m, dc->layers, 1, 0) + (i == 0 ? p->head_extra_ms : 0);
+        dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
+        sum_c += dc->compute_ms;
+        sum_pf += hpl_layers_ms(d, m, dc->layers, 1, n_prompt) + (i == 0 ? p->head_extra_ms : 0);
+    }
+    /* TPI-LLM Prop. 4 / prima.cpp: a device's loader reads while it computes and, up to the room it
+       has for each window, while the rest of the ring computes; what is left blocks */
+    double blocked = 0, blocked_pf = 0;
+    for (int i = 0; i < p->n; i++) {
+        hpl_dev_cost *dc = &p->dc[i];
+        if (dc->stream_bytes <= 0) continue;
+        const hpl_device *d = &c->dev[p->dev[i]];
+        double idle = sum_c - dc->compute_ms + comm;
+        double room_ms = pl.n_win[i] * HR_MIN(2 * m->block_max_bytes, dc->stream_bytes) * hpl_disk_ms_per_byte(d);
+        double hidden = HR_MIN(idle, room_ms);
+        dc->blocked_ms = hpl_blocked(dc, hidden);
+        blocked += dc->blocked_ms;
+        double own_pf = hpl_layers_ms(d, m, dc->layers, 1, n_prompt);
+        blocked_pf += HR_MAX(0, dc->stream_ms - own_pf - HR_MIN(sum_pf - own_pf + comm_pf, room_ms));
+    }
+    p->compute_ms = sum_c;
+    p->comm_ms = comm;
+    p->blocked_ms = blocked;
+    p->n_messages = hops;
+    p->ms_per_token = sum_c + comm + blocked;
+    p->prefill_ms = nb * (sum_pf + comm_pf + blocked_pf) - (nb - 1) * p->head_extra_ms;
+    p->feasible = true;
+    (void)err;
+    return 0;
+}
+
+int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
+    p->feasible = false;
+    p->why[0] = 0;
+    p->ms_per_token = p->prefill_ms = INFINITY;
+    p->compute_ms = p->comm_ms = p->blocked_ms = p->head_extra_ms = 0;
+    p->n_messages = 0;
+    memset(p->dc, 0, sizeof p->dc);
+    if (n_prompt < 1) n_prompt = 1;
+    if (p->n < 1 || p->n > c->n || p->dev[0] != 0) return hr_fail(err, HR_EINVAL, "a plan's first device must be the head");
+    int rc;
+    switch (p->kind) {
+    case HPL_SINGLE: rc = p->n == 1 ? hpl_cost_single(c, m, n_prompt, p) : hr_fail(err, HR_EINVAL, "single: one device"); break;
+    case HPL_TP: rc = p->n >= 2 ? hpl_cost_tp(c, m, n_prompt, p) : hr_fail(err, HR_EINVAL, "tp: two devices or more"); break;
+    case HPL_PP: rc = p->n >= 2 ? hpl_cost_pp(c, m, n_prompt, p, err) : hr_fail(err, HR_EINVAL, "pp: two devices or more"); break;
+    default: rc = hr_fail(err, HR_EINVAL, "plan kind %d", p->kind);
+    }
+    if (!p->feasible) p->ms_per_token = p->prefill_ms = INFINITY;
+    return rc;
+}
+
+void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap) {
+    size_t n = 0;
+    if (p->kind == HPL_SINGLE) { snprintf(buf, cap, "single device (the head)"); return; }
+    n += (size_t)snprintf(buf + n, cap - n, "%s over %d devices (", hpl_kind_name(p->kind), p->n);
+    for (int i = 0; i < p->n && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%d", i ? "," : "", p->dev[i]);
+    if (n < cap && p->kind == HPL_TP) {
+        n += (size_t)snprintf(buf + n, cap - n, "), shares ");
+        for (int i = 0; i < p->n && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%.3f", i ? "," : "", p->share[i]);
+    } else if (n < cap) {
+        n += (size_t)snprintf(buf + n, cap - n, "), windows ");
+        for (int i = 0; i < p->n && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%d", i ? "," : "", p->window[i]);
+        if (n < cap) snprintf(buf + n, cap - n, ", %d trip%s", p->trips, p->trips == 1 ? "" : "s");
+    }
+}

@@ -1,0 +1,109 @@
+/* plan/links: the head profiles the cluster — every worker's device profile (PROFILE_REQ with
+   HN_PROFILE_DEVICE, measured on all devices at once) and every head <-> worker link (RTT: the median of
+   small round trips; throughput: one PROBE of a few MiB), then every worker <-> worker link, measured by
+   one of the two (LINK_PROBE) — see plan.h and docs/planner.md */
+#include "plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+hpl_cluster_params hpl_cluster_default_params(void) {
+    return (hpl_cluster_params){.self = hpl_profile_default_params(), .timeout_ms = 20000, .n_pings = 9,
+                                .probe_bytes = 4u << 20, .peer_links = true};
+}
+
+static int hpl_peer_fail(int i, const char *addr, const hr_err *e, hr_err *err) {
+    return hr_fail(err, e->code, "worker %d at %s: %s", i, addr, e->msg);
+}
+
+/* the link from worker a to worker b, measured by a (LINK_PROBE); false (the estimate stays) if a
+   could not */
+static bool hpl_peer_link(hc_probe_conn *pc, const char *b_addr, const hpl_cluster_params *p, hpl_link *out, hr_err *e) {
+    hn_msg m = {.type = HN_MSG_LINK_PROBE};
+    m.u.link_probe = (hn_link_probe){hn_cstr(b_addr), (uint32_t)HR_MAX(1, HR_MIN(p->n_pings, HN_MAX_PINGS)), p->probe_bytes};
+    if (hc_probe_request(pc, &m, HN_MSG_PROFILE, p->timeout_ms, e)) return false;
+    double rtt = -1, gbps = -1;
+    for (uint32_t i = 0; i < m.u.profile.n_kv; i++) {
+        char k[HN_MAX_KEY + 1], v[HN_MAX_VALUE + 1];
+        hn_str_copy(k, sizeof k, m.u.profile.kv[i].key);
+        hn_str_copy(v, sizeof v, m.u.profile.kv[i].value);
+        if (!strcmp(k, "rtt_ms")) rtt = atof(v);
+        else if (!strcmp(k, "gbps")) gbps = atof(v);
+        else if (!strcmp(k, "error")) {
+            char esc[HN_MAX_VALUE * 4 + 1];
+            hr_fail(e, HR_ENET, "%s", hr_escape(esc, sizeof esc, v, strlen(v)));
+            return false;
+        }
+    }
+    if (!(rtt > 0 && rtt < 1e6 && gbps > 0 && gbps < 1e6)) {
+        hr_fail(e, HR_EPROTO, "an answer without rtt_ms and gbps");
+        return false;
+    }
+    *out = (hpl_link){rtt, gbps, false};
+    return true;
+}
+
+int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_params *p, hpl_cluster *out, hr_err *err) {
+    int64_t t0 = hr_time_ns();
+    memset(out, 0, sizeof *out);
+    if (nw < 0 || nw + 1 > HPL_MAX_DEVICES) return hr_fail(err, HR_ERANGE, "the planner takes at most %d workers", HPL_MAX_DEVICES - 1);
+    if (p->probe_bytes > HN_MAX_PROBE) return hr_fail(err, HR_ERANGE, "probe of %u bytes (at most %u)", p->probe_bytes, HN_MAX_PROBE);
+    out->n = 1 + nw;
+    snprintf(out->addr[0], sizeof out->addr[0], "head");
+    hc_probe_conn w[HPL_MAX_DEVICES] = {0};
+    int rc = 0;
+    char host[64] = "head", me[HN_MAX_NAME];
+    gethostname(host, sizeof host - 1);
+    snprintf(me, sizeof me, "planner %s", host);
+    hr_err e = {0};
+    for (int i = 1; i <= nw && !rc; i++) {
+        snprintf(out->addr[i], sizeof out->addr[i], "%s", workers[i - 1]);
+        if (hc_probe_open(&w[i], workers[i - 1], me, p->timeout_ms, &e)) { rc = hpl_peer_fail(i, workers[i - 1], &e, err); break; }
+        /* every worker measures itself while the head does */
+        hn_msg m = {.type = HN_MSG_PROFILE_REQ};
+        m.u.profile_req.flags = HN_PROFILE_DEVICE;
+        if (hc_probe_request(&w[i], &m, 0, p->timeout_ms, &e)) rc = hpl_peer_fail(i, workers[i - 1], &e, err);
+    }
+    if (!rc) rc = hpl_profile_self(&p->self, &out->dev[0], err);
+    snprintf(out->dev[0].name, sizeof out->dev[0].name, "head %s", host);
+    for (int i = 1; i <= nw && !rc; i++) {
+        hn_msg m;
+        if (hc_probe_expect(&w[i], HN_MSG_PROFILE, &m, p->timeout_ms, &e) || hpl_device_from_kv(&m.u.profile, &out->dev[i], &e))
+            rc = hpl_peer_fail(i, workers[i - 1], &e, err);
+    }
+    for (int i = 1; i <= nw && !rc; i++) {
+        hpl_link *l = &out->link[0][i];
+        if (hc_probe_link(&w[i], p->n_pings, p->probe_bytes, p->timeout_ms, &l->rtt_ms, &l->gbps, &e))
+            rc = hpl_peer_fail(i, workers[i - 1], &e, err);
+        out->link[i][0] = *l;
+    }
+    for (int i = 1; i <= nw; i++) hc_probe_close(&w[i], !rc); /* the workers are free again */
+    /* worker <-> worker: first an estimate — a household's devices meet at one switch or access point,
+       so a path between two workers is about half of each one's path to the head — then, when asked,
+       measured by one of the two (LINK_PROBE; the other must be free: its session with us is over) */
+    for (int a = 1; a <= nw && !rc; a++)
+        for (int b = 1; b <= nw; b++)
+            if (a != b)
+                out->link[a][b] = (hpl_link){(out->link[0][a].rtt_ms + out->link[0][b].rtt_ms) / 2,
+                                             HR_MIN(out->link[0][a].gbps, out->link[0][b].gbps), true};
+    for (int a = 1; a < nw && !rc && p->peer_links; a++) {
+        hc_probe_conn pc;
+        e = (hr_err){0};
+        if (hc_probe_open(&pc, workers[a - 1], me, p->timeout_ms, &e)) {
+            HR_LOGW("plan: worker %d at %s: %s; its links to the other workers are estimated", a, workers[a - 1], e.msg);
+            hc_probe_close(&pc, false);
+            continue;
+        }
+        for (int b = a + 1; b <= nw; b++) {
+            hpl_link l;
+            e = (hr_err){0};
+            if (hpl_peer_link(&pc, workers[b - 1], p, &l, &e)) out->link[a][b] = out->link[b][a] = l;
+            else HR_LOGW("plan: the link from worker %d to worker %d: %s; estimated", a, b, e.msg);
+            if (e.code && e.code != HR_ENET) break; /* the session itself failed */
+        }
+        hc_probe_close(&pc, true);
+    }
+    out->profile_ms = (double)(hr_time_ns() - t0) / 1e6;
+    return rc;
+}

@@ -1,0 +1,220 @@
+/*
+ * plan — the planner: what each device can do (profile), what a plan would cost (cost model), and
+ * which plan to run (solvers). Prefix: hpl_.
+ *
+ * - Profile: a device measures itself once (matrix-vector and matrix-matrix speed per weight type
+ *   with the real kernels, memory bandwidth, the memory it may use, its CPU quota, the cold read speed
+ *   of the disk that holds its weights) and caches the figures in a JSON file, keyed by what they
+ *   depend on (CPU, cores, threads, memory and CPU limits, the disk). The head measures the links to
+ *   its workers (RTT, throughput) with PROFILE_REQ and PROBE messages (src/net) and asks every worker
+ *   for its own profile (PROFILE_REQ with HN_PROFILE_DEVICE).
+ * - Cost model: decode ms/token, prefill ms and per-device memory of a candidate plan — one device,
+ *   tensor parallel with shares, or a piped-ring pipeline with windows — from the profiles (prima.cpp's
+ *   latency model, TPI-LLM Prop. 4 for the streaming the prefetch hides, messages x RTT + bytes /
+ *   throughput per link).
+ * - Solvers: TP shares by HALO's min-max (minimise the slowest device's time, memory-aware); pipeline
+ *   windows and trip count by a Halda-style ILP per trip count (GLPK). Hybrid plans are not candidates
+ *   (no runtime for them yet).
+ *
+ * Library code: no printing to stdout; errors as negative HR_E* codes in an hr_err.
+ * docs/planner.md explains the measurements, the formulas and the solvers.
+ */
+#ifndef HEARTH_PLAN_H
+#define HEARTH_PLAN_H
+
+#include "base/base.h"
+#include "cluster/cluster.h"
+#include "mem/mem.h"
+#include "model/model.h"
+
+#define HPL_MAX_TYPES   10   /* weight types a profile holds speeds for */
+#define HPL_MAX_DEVICES 16   /* devices a plan considers (the head and up to 15 workers) */
+
+/* ---- device profile -------------------------------------------------------------------------------- */
+typedef struct hpl_type_speed {
+    int    type;         /* hq_type */
+    double matvec_gbps;  /* decode: weight bytes read per second (1e9), one activation row */
+    double matmul_gbps;  /* prefill: weight bytes x activation rows per second (1e9), HPL_MATMUL_ROWS rows */
+} hpl_type_speed;
+#define HPL_MATMUL_ROWS 32
+
+typedef struct hpl_device {
+    char     name[80];
+    int      n_threads;
+    double   cpu_quota;       /* cores the cgroup grants (cpu.max / cfs_quota); 0 = no limit */
+    uint64_t mem_total;       /* MemTotal */
+    uint64_t mem_available;   /* MemAvailable when profiled (not cached: read every time) */
+    uint64_t mem_limit;       /* the tightest of the cgroup limit and TESTBED_MEM_LIMIT; 0 = none */
+    uint64_t mem_usable;      /* the smallest of MemAvailable and mem_limit */
+    uint64_t budget;          /* what its residency manager will use: --mem-budget, else 80% of mem_usable */
+    bool     budget_set;      /* --mem-budget was given (a budget that cannot work is then an error; the
+                                 default one falls back to plain mmap) */
+    double   mem_bw_gbps;     /* streaming read bandwidth, all threads */
+    double   disk_gbps;       /* cold read of the disk holding its weights; 0 unknown */
+    int      n_types;
+    hpl_type_speed ts[HPL_MAX_TYPES];
+    bool     cached;          /* the speeds came from the cache */
+    double   profile_ms;      /* time the profile took */
+} hpl_device;
+
+typedef struct hpl_profile_params {
+    int         n_threads;    /* 0: physical cores */
+    const char *disk_path;    /* a file or folder on the disk the weights are read from (NULL: the cache folder) */
+    const char *cache_path;   /* the cache file; NULL: $XDG_CACHE_HOME/hearth/profile.json (or ~/.cache/...) */
+    bool        no_cache;     /* measure again (the result is still written) */
+    int         bench_ms;     /* per measurement (default 60) */
+    hmem_request mem;         /* the memory flags the device runs with (its budget) */
+} hpl_profile_params;
+hpl_profile_params hpl_profile_default_params(void);
+
+/* Measures this device, or reads its figures from the cache when the cache key (docs/planner.md)
+   matches; the memory figures are read fresh every time. */
+int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err);
+/* The cache key of this device for n_threads and the disk of disk_path (what invalidates a profile). */
+int hpl_profile_key(int n_threads, const char *disk_path, char *buf, size_t cap, hr_err *err);
+/* The speed of `type` (matvec or matmul), GB/s; a type that was not measured: Q8_0's byte rate. */
+double hpl_speed(const hpl_device *d, int type, bool matmul);
+
+/* The device as PROFILE key/values and back (a worker's answer to HN_PROFILE_DEVICE). */
+int hpl_device_to_kv(const hpl_device *d, hc_kv_text *out);
+int hpl_device_from_kv(const hn_profile *p, hpl_device *out, hr_err *err);
+/* JSON object text of a device (jansson; caller frees) */
+char *hpl_device_json(const hpl_device *d);
+
+/* The worker's hook (hc_worker_params.profile): hpl_profile_self with the defaults, as key/values. */
+int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, hc_kv_text *out,
+                       hr_err *err);
+
+/* CPU quota of this process's cgroup in cores (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / period), the
+   tightest along the path to the root; 0 = none. Parsers exposed for tests. */
+double hpl_cpu_quota(void);
+double hpl_parse_cpu_max(const char *text);            /* "50000 100000" -> 0.5; "max 100000" -> 0 */
+
+/* ---- the cluster as measured -------------------------------------------------------------------------- */
+typedef struct hpl_link {
+    double rtt_ms;        /* median round trip of a small message */
+    double gbps;          /* throughput, 1e9 bytes/s */
+    bool   estimated;     /* not measured (a worker <-> worker link a worker could not measure: from the two
+                             devices' links to the head) */
+} hpl_link;
+
+typedef struct hpl_cluster {
+    int        n;                                  /* devices, the head first */
+    char       addr[HPL_MAX_DEVICES][64];          /* "head" or HOST:PORT */
+    hpl_device dev[HPL_MAX_DEVICES];
+    hpl_link   link[HPL_MAX_DEVICES][HPL_MAX_DEVICES];
+    double     profile_ms;                          /* wall time of the whole profile */
+} hpl_cluster;
+
+typedef struct hpl_cluster_params {
+    hpl_profile_params self;   /* the head's own profile */
+    int timeout_ms;            /* per message (default 20000: a worker may be measuring itself) */
+    int n_pings;               /* RTT samples per link (default 9) */
+    uint32_t probe_bytes;      /* throughput message size (default 4 MiB) */
+    bool peer_links;           /* measure worker <-> worker links too (LINK_PROBE; default true) */
+} hpl_cluster_params;
+hpl_cluster_params hpl_cluster_default_params(void);
+
+/* Connects to the workers, asks each for its device profile (they measure at the same time as the
+   head), measures every head <-> worker link and says BYE; then asks worker a to measure its link
+   to each worker b > a (kept as an estimate, with a warning, where that fails). */
+int hpl_cluster_profile(const char *const *workers, int n_workers, const hpl_cluster_params *p, hpl_cluster *out,
+                        hr_err *err);
+
+/* ---- the model, as the cost model sees it ------------------------------------------------------------- */
+typedef struct hpl_model {
+    char     name[128];
+    int      n_layer, n_embd, n_vocab, n_ctx, n_batch;
+    int      n_types;
+    int      type[HPL_MAX_TYPES];
+    double   layer_bytes_of[HPL_MAX_TYPES];  /* per layer (average), bytes of each type */
+    double   layer_bytes;                    /* per layer, all types */
+    double   block_max_bytes;                /* the largest block (attention or FFN half of a layer) */
+    int      out_type;
+    double   out_bytes;                      /* output norm + head */
+    double   embd_bytes;                     /* token_embd (not read whole per token; counted in memory only
+                                                when tied, as the output head) */
+    double   kv_bytes_per_layer;             /* K + V at n_ctx */
+    double   scratch_bytes;                  /* the context's scratch (beyond the KV cache) */
+} hpl_model;
+
+/* From a loaded model (weights not needed) and the context the run will use. */
+int hpl_model_from(const hm_model *m, const hm_ctx_params *cp, hpl_model *out, hr_err *err);
+
+/* ---- plans and their cost ----------------------------------------------------------------------------- */
+enum hpl_kind { HPL_SINGLE = 0, HPL_TP = 1, HPL_PP = 2 };
+const char *hpl_kind_name(int kind);   /* "single", "tp", "pp" */
+
+typedef struct hpl_dev_cost {
+    int    dev;              /* index in the cluster */
+    double share;            /* TP: fraction of every layer's units */
+    int    layers;           /* layers it runs (PP: of all its windows; TP/single: all) */
+    int    window;           /* PP: window size */
+    double compute_ms;       /* per token, its own compute (head: with the output head) */
+    double stream_ms;        /* per token, reading its streamed weights from disk */
+    double blocked_ms;       /* per token, compute blocked on weights (what the prefetch does not hide) */
+    double resident_bytes;   /* weights kept in memory */
+    double stream_bytes;     /* weights read from disk per token */
+    double kv_bytes, scratch_bytes;
+    double mem_bytes;        /* resident + kv + scratch (+ the loader's room when streaming) */
+    bool   mmap;             /* no residency manager (the default budget cannot hold the KV cache, the
+                                scratch and the largest block): plain mmap, the kernel pages */
+    double budget;           /* its budget */
+} hpl_dev_cost;
+
+typedef struct hpl_plan {
+    int    kind;                        /* enum hpl_kind */
+    int    n;                           /* devices used */
+    int    dev[HPL_MAX_DEVICES];        /* their cluster indices, the head (0) first */
+    double share[HPL_MAX_DEVICES];      /* TP */
+    int    window[HPL_MAX_DEVICES];     /* PP */
+    int    trips;                       /* PP: trips round the ring */
+    /* predictions */
+    bool   feasible;
+    char   why[256];                    /* when not feasible: what is missing */
+    double ms_per_token;
+    double compute_ms, comm_ms, blocked_ms, head_extra_ms;  /* its parts */
+    double prefill_ms;                  /* for hpl_cost's n_prompt tokens */
+    int    n_messages;                  /* per token, on the network */
+    hpl_dev_cost dc[HPL_MAX_DEVICES];
+} hpl_plan;
+
+/* Predicts decode ms/token, prefill ms for n_prompt tokens and every device's memory. Sets feasible
+   (false with why when a device's KV cache and scratch do not fit its budget). */
+int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err);
+
+/* ---- solvers -------------------------------------------------------------------------------------------- */
+/* Min-max shares (HALO): for the devices p->dev[0..n), shares minimising the slowest device's time per
+   block, under their budgets (a share beyond its memory streams). Writes p->share. */
+int hpl_solve_tp(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, hr_err *err);
+/* Device i's (index into p->dev) time per token for share x: compute and unhidden streaming (ms;
+   INFINITY when its KV cache and scratch do not fit). */
+double hpl_tp_dev_time(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, int i, double x);
+/* The slowest device's time per token for shares x (ms): the min-max objective (tests). */
+double hpl_tp_objective(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, const double *x);
+
+/* Piped ring (Halda-style): for p->dev[0..n) and `trips` trips, the window sizes minimising the ILP's
+   token time (GLPK). HR_ERANGE when no window set fits the budgets. Writes p->window, p->trips and
+   *objective (ms) if not NULL. */
+int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, int trips, double *objective, hr_err *err);
+/* The ILP's objective for given windows (the same linear model, evaluated; tests compare it with the
+   solver's optimum). Returns a negative value when the windows break a constraint. */
+double hpl_pp_objective(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, int trips);
+/* Every trip count; the best by hpl_cost. */
+int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err);
+
+#define HPL_MAX_CANDIDATES 128
+typedef struct hpl_choice {
+    int      n;
+    hpl_plan cand[HPL_MAX_CANDIDATES];
+    int      chosen;                 /* index of the fastest feasible candidate; -1 when none is */
+    char     why[512];               /* the deciding numbers, or what is missing */
+} hpl_choice;
+/* Every candidate (one device; TP and PP over the head plus each subset of the workers, or prefixes
+   of them by speed for many workers), costed; the fastest feasible one chosen. */
+int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choice *out, hr_err *err);
+
+/* One line naming a plan: "tp over 3 devices, shares 0.40,0.30,0.30" */
+void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap);
+
+#endif

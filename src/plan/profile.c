@@ -1,0 +1,578 @@
+/* plan/profile: a device measures itself (kernels per weight type, memory, CPU quota, disk) and caches
+   the figures — see plan.h and docs/planner.md */
+#include "plan.h"
+
+#include "base/pool.h"
+#include "quant/quant.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+/* the weight types every profile measures: those of the models hearth meets (a model's other types
+   are costed at Q8_0's byte rate) */
+static const int hpl_std_types[] = {HQ_TYPE_F16, HQ_TYPE_Q8_0, HQ_TYPE_Q4_0, HQ_TYPE_Q4_K, HQ_TYPE_Q5_K, HQ_TYPE_Q6_K};
+#define HPL_BENCH_BYTES (32u << 20)   /* matrix size: beyond the caches, like a model's weights */
+#define HPL_BENCH_COLS  4096
+#define HPL_DISK_BYTES  (32u << 20)
+
+hpl_profile_params hpl_profile_default_params(void) {
+    return (hpl_profile_params){.bench_ms = 90, .mem.window = 2};
+}
+
+/* ---- small readers -------------------------------------------------------------------------------- */
+
+static bool hpl_read_text(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return n > 0;
+}
+
+double hpl_parse_cpu_max(const char *text) {
+    char a[32];
+    double period = 0;
+    if (sscanf(text, "%31s %lf", a, &period) != 2 || !strcmp(a, "max") || !(period > 0)) return 0;
+    double quota = atof(a);
+    return quota > 0 ? quota / period : 0;
+}
+
+/* the cgroup path of this process for controller `ctl` (v1) or the unified one (ctl NULL) */
+static bool hpl_cgroup_path(const char *ctl, char *out, size_t cap) {
+    char text[4096];
+    if (!hpl_read_text("/proc/self/cgroup", text, sizeof text)) return false;
+    for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c2 = 0;
+        bool match = false;
+        if (!ctl) match = !strcmp(line, "0") && c1[1] == 0;
+        else {
+            char *save = NULL;
+            for (char *t = strtok_r(c1 + 1, ",", &save); t; t = strtok_r(NULL, ",", &save)) match |= !strcmp(t, ctl);
+        }
+        if (match && strlen(c2 + 1) < cap) { strcpy(out, c2 + 1); return true; }
+    }
+    return false;
+}
+
+double hpl_cpu_quota(void) {
+    char cg[2048], dir[2600], f[2700], text[128];
+    double best = 0;
+    /* v2: cpu.max from the process's cgroup up to the root; v1: cfs_quota_us / cfs_period_us */
+    for (int v1 = 0; v1 < 2; v1++) {
+        if (!hpl_cgroup_path(v1 ? "cpu" : NULL, cg, sizeof cg)) continue;
+        const char *mnt = v1 ? "/sys/fs/cgroup/cpu" : "/sys/fs/cgroup";
+        snprintf(dir, sizeof dir, "%s%s", mnt, cg);
+        for (;;) {
+            double q = 0;
+            if (!v1) {
+                snprintf(f, sizeof f, "%s/cpu.max", dir);
+                if (hpl_read_text(f, text, sizeof text)) q = hpl_parse_cpu_max(text);
+            } else {
+                char t2[64];
+                snprintf(f, sizeof f, "%s/cpu.cfs_quota_us", dir);
+                if (hpl_read_text(f, text, sizeof text)) {
+                    snprintf(f, sizeof f, "%s/cpu.cfs_period_us", dir);
+                    if (hpl_read_text(f, t2, sizeof t2) && atof(text) > 0 && atof(t2) > 0) q = atof(text) / atof(t2);
+                }
+            }
+            if (q > 0 && (best == 0 || q < best)) best = q;
+            char *slash = strrchr(dir, '/');
+            if (!slash || (size_t)(slash - dir) < strlen(mnt)) break;
+            *slash = 0;
+        }
+    }
+    /* tools/testbed exec runs in a network namespace whose /sys has no cgroup mounts: it passes the
+       device's quota as TESTBED_CPUS (as TESTBED_MEM_LIMIT for memory, src/mem) */
+    const char *env = getenv("TESTBED_CPUS");
+    double q = env ? atof(env) : 0;
+    if (q > 0 && (best == 0 || q < best)) best = q;
+    return best;
+}
+
+static void hpl_cpu_model(char *out, size_t cap) {
+    char text[16384];
+    snprintf(out, cap, "?");
+    if (!hpl_read_text("/proc/cpuinfo", text, sizeof text)) return;
+    static const char *keys[] = {"model name", "CPU part", "Hardware"};
+    for (size_t k = 0; k < HR_ARRAY_LEN(keys); k++) {
+        char *p = strstr(text, keys[k]);
+        if (!p || !(p = strchr(p, ':'))) continue;
+        p++;
+        while (*p == ' ' || *p == '\t') p++;
+        size_t n = strcspn(p, "\n");
+        snprintf(out, cap, "%.*s", (int)HR_MIN(n, cap - 1), p);
+        return;
+    }
+}
+
+/* the folder (or the file's folder) the disk figure is about */
+static void hpl_disk_dir(const char *path, char *out, size_t cap) {
+    struct stat st;
+    if (path && !stat(path, &st) && S_ISDIR(st.st_mode)) { snprintf(out, cap, "%s", path); return; }
+    if (path && strchr(path, '/')) {
+        snprintf(out, cap, "%s", path);
+        *strrchr(out, '/') = 0;
+        if (!out[0]) snprintf(out, cap, "/");
+        return;
+    }
+    snprintf(out, cap, ".");
+}
+
+static int hpl_default_cache_file(char *buf, size_t cap, hr_err *err) {
+    const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (x && *x) snprintf(buf, cap, "%s/hearth/profile.json", x);
+    else if (home && *home) snprintf(buf, cap, "%s/.cache/hearth/profile.json", home);
+    else return hr_fail(err, HR_ENOTFOUND, "neither XDG_CACHE_HOME nor HOME is set: no place for the profile cache");
+    return 0;
+}
+
+int hpl_profile_key(int n_threads, const char *disk_path, char *buf, size_t cap, hr_err *err) {
+    char cpu[128], dir[2048];
+    hpl_cpu_model(cpu, sizeof cpu);
+    hmem_sysmem sm;
+    if (hmem_sysmem_read(&sm, err)) return err->code;
+    uint64_t lim = sm.cgroup_limit;
+    if (sm.env_limit && (!lim || sm.env_limit < lim)) lim = sm.env_limit;
+    hpl_disk_dir(disk_path, dir, sizeof dir);
+    struct stat st;
+    unsigned dmaj = 0, dmin = 0;
+    if (!stat(dir, &st)) { dmaj = major(st.st_dev); dmin = minor(st.st_dev); }
+    snprintf(buf, cap, "v2|%s|cpus %ld|cores %d|simd %s|threads %d|quota %.2f|memtotal %" PRIu64 "|memlimit %" PRIu64
+             "|disk %u:%u", cpu, sysconf(_SC_NPROCESSORS_ONLN), hr_physical_cores(), hq_simd_name(), n_threads,
+             hpl_cpu_quota(), sm.mem_total, lim, dmaj, dmin);
+    return 0;
+}
+
+/* ---- measurements ------------------------------------------------------------------------------------ */
+
+typedef struct hpl_bench {
+    const hq_traits *tr;
+    hq_gemm_fn fn;
+    const uint8_t *w;
+    size_t bx, by;
+    int64_t rows, cols;
+    const uint8_t *y;
+    int nc;
+    float *s;
+} hpl_bench;
+
+static void hpl_bench_worker(void *arg, int ith, int nth) {
+    hpl_bench *b = arg;
+    int64_t r0, r1;
+    hr_split(b->rows, ith, nth, HQ_BAND, &r0, &r1);
+    for (int64_t r = r0; r < r1; r += HQ_BAND) {
+        int nr = (int)HR_MIN(HQ_BAND, r1 - r);
+        b->fn((int)b->cols, b->s + r, (size_t)b->rows, b->w + (size_t)r * b->bx, b->bx, nr, b->y, b->by, b->nc);
+    }
+}
+
+/* the best rate of three runs of ms/3 each: a device shares its cores with whatever else runs there,
+   and the best of short runs is the closest to what the kernels do when hearth has the cores (the
+   minimum time, as benchmarks report) */
+static double hpl_run_for(hr_pool *pool, hr_pool_fn fn, void *arg, int ms, double bytes_per_pass) {
+    hr_pool_run(pool, fn, arg); /* warm-up */
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        int64_t t0 = hr_time_ns(), t1 = t0, budget = (int64_t)ms * 1000000 / 3;
+        int64_t passes = 0;
+        while (t1 - t0 < budget || passes < 1) {
+            hr_pool_run(pool, fn, arg);
+            passes++;
+            t1 = hr_time_ns();
+        }
+        best = HR_MAX(best, (double)passes * bytes_per_pass / (double)(t1 - t0));
+    }
+    return best;
+}
+
+/* matvec and matmul speed of one weight type with the kernels the engine runs (packed when the type
+   packs, as loaded weights are) */
+static int hpl_bench_type(hr_pool *pool, int type, int ms, hpl_type_speed *out, hr_err *err) {
+    const hq_traits *tr = hq_get_traits(type), *vt = tr ? hq_get_traits(tr->vec_dot_type) : NULL;
+    if (!tr || !vt) return hr_fail(err, HR_EUNSUPPORTED, "profile: type %d", type);
+    const int64_t cols = HPL_BENCH_COLS;
+    const size_t bx = hq_row_size(type, cols);
+    int64_t rows = (int64_t)(HPL_BENCH_BYTES / bx) / HQ_BAND * HQ_BAND;
+    const bool packed = tr->gemm_packed && hq_pack_ok(type, cols, rows);
+    const size_t vrow = hq_row_size(tr->vec_dot_type, cols);
+    const size_t by = packed && tr->prep ? tr->prep_size(cols) : vrow;
+    uint8_t *w = hr_alloc_aligned((size_t)rows * bx, 64), *src = hr_alloc_aligned((size_t)HQ_BAND * bx, 64);
+    uint8_t *y = hr_alloc_aligned(by * HPL_MATMUL_ROWS, 64), *vq = hr_alloc_aligned(vrow, 64);
+    float *f = hr_alloc_aligned((size_t)cols * sizeof(float), 64);
+    float *s = hr_alloc_aligned((size_t)rows * HPL_MATMUL_ROWS * sizeof(float), 64);
+    int rc = 0;
+    if (!w || !src || !y || !vq || !f || !s) { rc = hr_fail(err, HR_ENOMEM, "profile: out of memory"); goto done; }
+    /* one quantized row of small random values, repeated: realistic scales, no NaN */
+    uint64_t r = 0x9e3779b97f4a7c15ULL;
+    for (int64_t i = 0; i < cols; i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        f[i] = (float)((int64_t)(r % 2001) - 1000) * 1e-4f;
+    }
+    if (type == HQ_TYPE_F32) memcpy(src, f, bx);
+    else tr->from_float_ref(f, src, cols);
+    for (int i = 1; i < HQ_BAND; i++) memcpy(src + (size_t)i * bx, src, bx);
+    for (int64_t b = 0; b < rows; b += HQ_BAND) {
+        if (packed) tr->pack(w + (size_t)b * bx, src, bx, cols, HQ_BAND);
+        else memcpy(w + (size_t)b * bx, src, (size_t)HQ_BAND * bx);
+    }
+    if (tr->vec_dot_type == HQ_TYPE_F32) memcpy(vq, f, vrow);
+    else vt->from_float(f, vq, cols);
+    for (int j = 0; j < HPL_MATMUL_ROWS; j++) {
+        if (packed && tr->prep) tr->prep(y + (size_t)j * by, vq, cols);
+        else memcpy(y + (size_t)j * by, vq, vrow);
+    }
+    hpl_bench b = {tr, packed ? tr->gemm_packed : tr->gemm, w, bx, by, rows, cols, y, 1, s};
+    const double bytes = (double)rows * (double)bx;
+    out->type = type;
+    out->matvec_gbps = hpl_run_for(pool, hpl_bench_worker, &b, ms, bytes);
+    b.nc = HPL_MATMUL_ROWS;
+    out->matmul_gbps = hpl_run_for(pool, hpl_bench_worker, &b, ms, bytes * HPL_MATMUL_ROWS);
+done:
+    hr_free_aligned(w);
+    hr_free_aligned(src);
+    hr_free_aligned(y);
+    hr_free_aligned(vq);
+    hr_free_aligned(f);
+    hr_free_aligned(s);
+    return rc;
+}
+
+typedef struct hpl_read_job { hr_pool *pool; hr_span span; uint64_t sum; } hpl_read_job;
+
+static double hpl_bench_membw(hr_pool *pool, int ms) {
+    const size_t n = 64u << 20;
+    uint8_t *buf = hr_alloc_aligned(n, 64);
+    if (!buf) return 0;
+    memset(buf, 1, n);
+    hr_span sp = {buf, n};
+    uint64_t sum = hr_pool_read(pool, &sp, 1); /* warm-up */
+    int64_t t0 = hr_time_ns(), t1 = t0;
+    int passes = 0;
+    while (t1 - t0 < (int64_t)ms * 1000000 || passes < 2) {
+        sum += hr_pool_read(pool, &sp, 1);
+        passes++;
+        t1 = hr_time_ns();
+    }
+    hr_free_aligned(buf);
+    return sum ? (double)passes * (double)n / (double)(t1 - t0) : 0;
+}
+
+/* reads [off, off+len) of fd after dropping it from the page cache, the way the residency manager's
+   loader streams (src/mem: WILLNEED on a block, then the block is touched): 4 MiB reads with the next
+   16 MiB advised ahead, so the disk has several requests in flight; bytes/ns */
+static double hpl_cold_read(int fd, off_t off, size_t len) {
+    posix_fadvise(fd, off, (off_t)len, POSIX_FADV_DONTNEED);
+    const size_t chunk = 4u << 20, ahead = 16u << 20;
+    uint8_t *buf = malloc(chunk);
+    if (!buf) return 0;
+    int64_t t0 = hr_time_ns();
+    size_t done = 0;
+    while (done < len) {
+        posix_fadvise(fd, off + (off_t)done, (off_t)HR_MIN(ahead, len - done), POSIX_FADV_WILLNEED);
+        ssize_t r = pread(fd, buf, HR_MIN(chunk, len - done), off + (off_t)done);
+        if (r <= 0) break;
+        done += (size_t)r;
+    }
+    int64_t t1 = hr_time_ns();
+    free(buf);
+    posix_fadvise(fd, off, (off_t)len, POSIX_FADV_DONTNEED);
+    return done == len && t1 > t0 ? (double)len / (double)(t1 - t0) : 0;
+}
+
+/* cold read speed of the disk holding path: a 32 MiB range of the file itself when it is that large,
+   else of a file written (and synced) for the purpose in its folder; 0 when neither can be done */
+static double hpl_bench_disk(const char *path) {
+    struct stat st;
+    if (path && !stat(path, &st) && S_ISREG(st.st_mode) && st.st_size >= (off_t)(HPL_DISK_BYTES / 2)) {
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) return 0;
+        size_t len = (size_t)HR_MIN((off_t)HPL_DISK_BYTES, st.st_size);
+        off_t at = (st.st_size - (off_t)len) / 2 / 4096 * 4096;
+        double v = HR_MAX(hpl_cold_read(fd, at, len), hpl_cold_read(fd, at, len)); /* the better of two */
+        close(fd);
+        return v;
+    }
+    char dir[2048], tmp[2200];
+    hpl_disk_dir(path, dir, sizeof dir);
+    snprintf(tmp, sizeof tmp, "%s/.hearth-disk-probe.%ld", dir, (long)getpid());
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return 0;
+    unlink(tmp);
+    double v = 0;
+    uint8_t *buf = malloc(1u << 20);
+    bool ok = buf != NULL;
+    for (size_t i = 0; ok && i < HPL_DISK_BYTES; i += 1u << 20) {
+        for (size_t j = 0; j < (1u << 20); j += 8) memcpy(buf + j, &(uint64_t){i + j}, 8); /* not zeros: no sparse tricks */
+        ok = write(fd, buf, 1u << 20) == (ssize_t)(1u << 20);
+    }
+    free(buf);
+    if (ok && !fsync(fd)) v = HR_MAX(hpl_cold_read(fd, 0, HPL_DISK_BYTES), hpl_cold_read(fd, 0, HPL_DISK_BYTES));
+    close(fd);
+    return v;
+}
+
+/* ---- cache (JSON) -------------------------------------------------------------------------------------- */
+
+static json_t *hpl_device_to_json(const hpl_device *d, bool speeds_only) {
+    json_t *o = json_object(), *ts = json_array();
+    if (!speeds_only) {
+        json_object_set_new(o, "name", json_string(d->name));
+        json_object_set_new(o, "mem_total", json_integer((json_int_t)d->mem_total));
+        json_object_set_new(o, "mem_available", json_integer((json_int_t)d->mem_available));
+        json_object_set_new(o, "mem_limit", json_integer((json_int_t)d->mem_limit));
+        json_object_set_new(o, "mem_usable", json_integer((json_int_t)d->mem_usable));
+        json_object_set_new(o, "budget", json_integer((json_int_t)d->budget));
+        json_object_set_new(o, "cached", json_boolean(d->cached));
+        json_object_set_new(o, "profile_ms", json_real(d->profile_ms));
+    }
+    json_object_set_new(o, "threads", json_integer(d->n_threads));
+    json_object_set_new(o, "cpu_quota", json_real(d->cpu_quota));
+    json_object_set_new(o, "mem_bw_gbps", json_real(d->mem_bw_gbps));
+    json_object_set_new(o, "disk_gbps", json_real(d->disk_gbps));
+    for (int i = 0; i < d->n_types; i++) {
+        json_t *t = json_object();
+        json_object_set_new(t, "type", json_string(hq_type_name(d->ts[i].type)));
+        json_object_set_new(t, "matvec_gbps", json_real(d->ts[i].matvec_gbps));
+        json_object_set_new(t, "matmul_gbps", json_real(d->ts[i].matmul_gbps));
+        json_array_append_new(ts, t);
+    }
+    json_object_set_new(o, "types", ts);
+    return o;
+}
+
+char *hpl_device_json(const hpl_device *d) {
+    json_t *o = hpl_device_to_json(d, false);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+static bool hpl_speeds_from_json(json_t *o, hpl_device *d) {
+    json_t *ts = json_object_get(o, "types");
+    if (!json_is_array(ts) || json_array_size(ts) > HPL_MAX_TYPES) return false;
+    d->mem_bw_gbps = json_number_value(json_object_get(o, "mem_bw_gbps"));
+    d->disk_gbps = json_number_value(json_object_get(o, "disk_gbps"));
+    d->n_types = 0;
+    for (size_t i = 0; i < json_array_size(ts); i++) {
+        json_t *t = json_array_get(ts, i);
+        int type = hq_type_from_name(json_string_value(json_object_get(t, "type")) ? json_string_value(json_object_get(t, "type")) : "");
+        double mv = json_number_value(json_object_get(t, "matvec_gbps")), mm = json_number_value(json_object_get(t, "matmul_gbps"));
+        if (type < 0 || !(mv > 0) || !(mm > 0)) return false;
+        d->ts[d->n_types++] = (hpl_type_speed){type, mv, mm};
+    }
+    return d->n_types > 0 && d->mem_bw_gbps > 0;
+}
+
+/* the cached speeds for key, if any */
+static bool hpl_cache_get(const char *file, const char *key, hpl_device *d) {
+    json_t *root = json_load_file(file, 0, NULL);
+    bool ok = false;
+    if (root) {
+        json_t *e = json_object_get(json_object_get(root, "entries"), key);
+        ok = json_is_object(e) && hpl_speeds_from_json(e, d);
+        json_decref(root);
+    }
+    return ok;
+}
+
+/* makes the folders on the way to file (the cache may be new) */
+static void hpl_mkdirs_for(const char *file) {
+    char dir[2048];
+    snprintf(dir, sizeof dir, "%s", file);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) return;
+    *slash = 0;
+    for (char *q = dir + 1; *q; q++)
+        if (*q == '/') { *q = 0; mkdir(dir, 0755); *q = '/'; }
+    mkdir(dir, 0755);
+}
+
+/* writes the speeds under key (the file keeps at most 16 keys: the machine's thread counts, disks);
+   a private name, then a rename, so two processes never see half a file */
+static void hpl_cache_put(const char *file, const char *key, const hpl_device *d) {
+    json_t *root = json_load_file(file, 0, NULL);
+    if (!json_is_object(root)) { json_decref(root); root = json_object(); }
+    json_t *entries = json_object_get(root, "entries");
+    if (!json_is_object(entries)) { entries = json_object(); json_object_set_new(root, "entries", entries); }
+    while (json_object_size(entries) >= 16) json_object_del(entries, json_object_iter_key(json_object_iter(entries)));
+    json_object_set_new(entries, key, hpl_device_to_json(d, true));
+    char tmp[2200];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", file, (long)getpid());
+    if (!json_dump_file(root, tmp, JSON_INDENT(1)) && rename(tmp, file)) unlink(tmp);
+    json_decref(root);
+}
+
+/* ---- the profile --------------------------------------------------------------------------------------- */
+
+static void hpl_read_memory(const hmem_request *rq, hpl_device *d) {
+    hmem_sysmem sm;
+    hr_err e = {0};
+    if (hmem_sysmem_read(&sm, &e)) return;
+    d->mem_total = sm.mem_total;
+    d->mem_available = sm.mem_available;
+    d->mem_limit = sm.cgroup_limit;
+    if (sm.env_limit && (!d->mem_limit || sm.env_limit < d->mem_limit)) d->mem_limit = sm.env_limit;
+    d->mem_usable = sm.mem_available ? sm.mem_available : sm.mem_total;
+    if (d->mem_limit && d->mem_limit < d->mem_usable) d->mem_usable = d->mem_limit;
+    d->budget_set = rq && rq->given && !rq->off && rq->bytes;
+    d->budget = d->budget_set ? rq->bytes : hmem_default_budget(&sm);
+}
+
+int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err) {
+    int64_t t0 = hr_time_ns();
+    memset(out, 0, sizeof *out);
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(out->name, sizeof out->name, "%s", host);
+    out->n_threads = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
+    out->cpu_quota = hpl_cpu_quota();
+    hpl_read_memory(&p->mem, out);
+    char file[2048], key[1024];
+    if (p->cache_path) snprintf(file, sizeof file, "%s", p->cache_path);
+    else if (hpl_default_cache_file(file, sizeof file, err)) return err->code;
+    hpl_mkdirs_for(file); /* before the key: it names the disk the folder is on */
+    if (hpl_profile_key(out->n_threads, p->disk_path ? p->disk_path : file, key, sizeof key, err)) return err->code;
+    if (!p->no_cache && hpl_cache_get(file, key, out)) {
+        out->cached = true;
+        out->profile_ms = (double)(hr_time_ns() - t0) / 1e6;
+        return 0;
+    }
+    int ms = p->bench_ms > 0 ? p->bench_ms : 60;
+    hr_pool *pool = hr_pool_create(out->n_threads, err);
+    if (!pool) return err->code;
+    int rc = 0;
+    out->n_types = 0;
+    for (size_t i = 0; i < HR_ARRAY_LEN(hpl_std_types) && !rc; i++)
+        if (!(rc = hpl_bench_type(pool, hpl_std_types[i], ms, &out->ts[out->n_types], err))) out->n_types++;
+    if (!rc) out->mem_bw_gbps = hpl_bench_membw(pool, ms);
+    hr_pool_free(pool);
+    if (rc) return rc;
+    out->disk_gbps = hpl_bench_disk(p->disk_path ? p->disk_path : file);
+    hpl_cache_put(file, key, out);
+    out->profile_ms = (double)(hr_time_ns() - t0) / 1e6;
+    return 0;
+}
+
+double hpl_speed(const hpl_device *d, int type, bool matmul) {
+    const hpl_type_speed *q8 = NULL;
+    for (int i = 0; i < d->n_types; i++) {
+        if (d->ts[i].type == type) return matmul ? d->ts[i].matmul_gbps : d->ts[i].matvec_gbps;
+        if (d->ts[i].type == HQ_TYPE_Q8_0) q8 = &d->ts[i];
+    }
+    if (q8) return matmul ? q8->matmul_gbps : q8->matvec_gbps;
+    return d->n_types ? (matmul ? d->ts[0].matmul_gbps : d->ts[0].matvec_gbps) : 1;
+}
+
+/* ---- key/values (PROFILE) -------------------------------------------------------------------------------- */
+
+#define HPL_KV(o, k, ...) do { if ((o)->n < HN_MAX_KV) { snprintf((o)->key[(o)->n], HN_MAX_KEY, "%s", k); \
+        snprintf((o)->val[(o)->n], HN_MAX_VALUE, __VA_ARGS__); (o)->n++; } } while (0)
+
+int hpl_device_to_kv(const hpl_device *d, hc_kv_text *o) {
+    o->n = 0;
+    HPL_KV(o, "name", "%s", d->name);
+    HPL_KV(o, "threads", "%d", d->n_threads);
+    HPL_KV(o, "cpu_quota", "%.4f", d->cpu_quota);
+    HPL_KV(o, "mem_total", "%" PRIu64, d->mem_total);
+    HPL_KV(o, "mem_available", "%" PRIu64, d->mem_available);
+    HPL_KV(o, "mem_limit", "%" PRIu64, d->mem_limit);
+    HPL_KV(o, "mem_usable", "%" PRIu64, d->mem_usable);
+    HPL_KV(o, "budget", "%" PRIu64, d->budget);
+    HPL_KV(o, "budget_set", "%d", d->budget_set);
+    HPL_KV(o, "mem_bw_gbps", "%.6g", d->mem_bw_gbps);
+    HPL_KV(o, "disk_gbps", "%.6g", d->disk_gbps);
+    HPL_KV(o, "cached", "%d", d->cached);
+    HPL_KV(o, "profile_ms", "%.3f", d->profile_ms);
+    for (int i = 0; i < d->n_types; i++) {
+        char k[HN_MAX_KEY];
+        snprintf(k, sizeof k, "mv.%s", hq_type_name(d->ts[i].type));
+        HPL_KV(o, k, "%.6g", d->ts[i].matvec_gbps);
+        snprintf(k, sizeof k, "mm.%s", hq_type_name(d->ts[i].type));
+        HPL_KV(o, k, "%.6g", d->ts[i].matmul_gbps);
+    }
+    return 0;
+}
+
+static bool hpl_kv_num(hn_str s, double *out) {
+    char buf[64];
+    if (s.n == 0 || s.n >= sizeof buf) return false;
+    memcpy(buf, s.s, s.n);
+    buf[s.n] = 0;
+    char *end;
+    errno = 0;
+    double v = strtod(buf, &end);
+    if (errno || *end || !isfinite(v) || v < 0) return false;
+    *out = v;
+    return true;
+}
+
+int hpl_device_from_kv(const hn_profile *p, hpl_device *d, hr_err *err) {
+    memset(d, 0, sizeof *d);
+    for (uint32_t i = 0; i < p->n_kv; i++) {
+        const hn_kv *kv = &p->kv[i];
+        char key[HN_MAX_KEY + 1];
+        hn_str_copy(key, sizeof key, kv->key);
+        if (!strcmp(key, "name")) {
+            char raw[HN_MAX_VALUE + 1];
+            hn_str_copy(raw, sizeof raw, kv->value);
+            hr_escape(d->name, sizeof d->name, raw, strlen(raw)); /* a peer's text */
+            continue;
+        }
+        double v;
+        if (!hpl_kv_num(kv->value, &v)) return hr_fail(err, HR_EPROTO, "profile: '%s' is not a number >= 0", key);
+        if (!strcmp(key, "threads")) d->n_threads = (int)HR_MIN(v, 1e6);
+        else if (!strcmp(key, "cpu_quota")) d->cpu_quota = v;
+        else if (!strcmp(key, "mem_total")) d->mem_total = (uint64_t)HR_MIN(v, 1e18);
+        else if (!strcmp(key, "mem_available")) d->mem_available = (uint64_t)HR_MIN(v, 1e18);
+        else if (!strcmp(key, "mem_limit")) d->mem_limit = (uint64_t)HR_MIN(v, 1e18);
+        else if (!strcmp(key, "mem_usable")) d->mem_usable = (uint64_t)HR_MIN(v, 1e18);
+        else if (!strcmp(key, "budget")) d->budget = (uint64_t)HR_MIN(v, 1e18);
+        else if (!strcmp(key, "budget_set")) d->budget_set = v != 0;
+        else if (!strcmp(key, "mem_bw_gbps")) d->mem_bw_gbps = v;
+        else if (!strcmp(key, "disk_gbps")) d->disk_gbps = v;
+        else if (!strcmp(key, "cached")) d->cached = v != 0;
+        else if (!strcmp(key, "profile_ms")) d->profile_ms = v;
+        else if ((!strncmp(key, "mv.", 3) || !strncmp(key, "mm.", 3))) {
+            int type = hq_type_from_name(key + 3);
+            if (type < 0 || !(v > 0)) return hr_fail(err, HR_EPROTO, "profile: '%s' names no weight type or is 0", key);
+            int j = 0;
+            while (j < d->n_types && d->ts[j].type != type) j++;
+            if (j == d->n_types) {
+                if (d->n_types == HPL_MAX_TYPES) return hr_fail(err, HR_EPROTO, "profile: more than %d types", HPL_MAX_TYPES);
+                d->ts[d->n_types++] = (hpl_type_speed){.type = type};
+            }
+            if (key[1] == 'v') d->ts[j].matvec_gbps = v;
+            else d->ts[j].matmul_gbps = v;
+        }
+        /* other keys (the worker's plain PROFILE figures) are not the device's */
+    }
+    for (int j = 0; j < d->n_types; j++)
+        if (!(d->ts[j].matvec_gbps > 0 && d->ts[j].matmul_gbps > 0))
+            return hr_fail(err, HR_EPROTO, "profile: %s lacks its matvec or matmul speed", hq_type_name(d->ts[j].type));
+    if (!d->n_types || !(d->n_threads > 0)) return hr_fail(err, HR_EPROTO, "profile: no speeds (a worker without the planner?)");
+    return 0;
+}
+
+int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, hc_kv_text *out,
+                       hr_err *err) {
+    hpl_profile_params p = hpl_profile_default_params();
+    p.n_threads = n_threads;
+    p.disk_path = disk_dir;
+    if (mem) p.mem = *mem;
+    hpl_device d;
+    if (hpl_profile_self(&p, &d, err)) return err->code;
+    return hpl_device_to_kv(&d, out);
+}

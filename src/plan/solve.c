@@ -1,0 +1,313 @@
+/* plan/solve: TP shares by min-max (HALO), pipeline windows by an ILP per trip count (Halda, GLPK), and
+   the choice among all candidates — see plan.h and docs/planner.md, "The solvers" */
+#include "plan.h"
+
+#include <glpk.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- tensor parallel: min-max shares ------------------------------------------------------------------- */
+
+/* the largest share of device i whose time stays within T (the time grows with the share) */
+static double hpl_tp_share_within(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, int i, double T) {
+    if (hpl_tp_dev_time(c, m, p, i, 1.0) <= T) return 1;
+    double lo = 0, hi = 1;
+    for (int it = 0; it < 50; it++) {
+        double mid = (lo + hi) / 2;
+        if (hpl_tp_dev_time(c, m, p, i, mid) <= T) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+int hpl_solve_tp(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, hr_err *err) {
+    if (p->n < 1) return hr_fail(err, HR_EINVAL, "tp: no devices");
+    /* T: from 0 to the time of the slowest device doing everything (or more, when streaming) */
+    double hi = 0;
+    for (int i = 0; i < p->n; i++) {
+        double t = hpl_tp_dev_time(c, m, p, i, 1.0);
+        if (isfinite(t)) hi = HR_MAX(hi, t);
+    }
+    if (!(hi > 0)) return hr_fail(err, HR_ERANGE, "tp: no device can hold the whole model's KV cache; no share fits");
+    double lo = 0, x[HPL_MAX_DEVICES];
+    /* grow hi until the shares that fit within it cover the model */
+    for (int grow = 0; grow < 60; grow++) {
+        double sum = 0;
+        for (int i = 0; i < p->n; i++) sum += hpl_tp_share_within(c, m, p, i, hi);
+        if (sum >= 1) break;
+        hi *= 2;
+        if (grow == 59) return hr_fail(err, HR_ERANGE, "tp: the devices' memory cannot hold the model's KV cache");
+    }
+    for (int it = 0; it < 60; it++) {
+        double mid = (lo + hi) / 2, sum = 0;
+        for (int i = 0; i < p->n; i++) sum += hpl_tp_share_within(c, m, p, i, mid);
+        if (sum >= 1) hi = mid;
+        else lo = mid;
+    }
+    double sum = 0;
+    for (int i = 0; i < p->n; i++) sum += x[i] = hpl_tp_share_within(c, m, p, i, hi);
+    for (int i = 0; i < p->n; i++) p->share[i] = x[i] / sum; /* scaling down keeps every time within hi */
+    return 0;
+}
+
+/* ---- pipeline: the ILP per trip count ------------------------------------------------------------------ */
+
+/* the linear model's constants (docs/planner.md, "Pipeline ILP") */
+typedef struct hpl_ilp {
+    int    n, k, L;
+    double c[HPL_MAX_DEVICES];     /* ms per layer */
+    double D[HPL_MAX_DEVICES];     /* disk ms per byte */
+    double F[HPL_MAX_DEVICES];     /* bytes that must stay: the scratch */
+    double E[HPL_MAX_DEVICES];     /* weights beyond the windows' (the head's output head): may stream */
+    double M[HPL_MAX_DEVICES];     /* budget */
+    double wmax[HPL_MAX_DEVICES];  /* largest window the KV cache allows */
+    double hide_cap[HPL_MAX_DEVICES];
+    double Wl, Kl, comm, extra;
+    int    Wmin, Wmax;
+} hpl_ilp;
+
+static void hpl_ilp_setup(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, int k, hpl_ilp *q) {
+    memset(q, 0, sizeof *q);
+    q->n = p->n;
+    q->k = k;
+    q->L = m->n_layer;
+    q->Wl = m->layer_bytes;
+    q->Kl = m->kv_bytes_per_layer;
+    const double B = m->n_embd * 4.0 + 64;
+    for (int i = 0; i < p->n; i++) {
+        const hpl_device *d = &c->dev[p->dev[i]];
+        q->c[i] = 0;
+        for (int t = 0; t < m->n_types; t++) q->c[i] += m->layer_bytes_of[t] / (hpl_speed(d, m->type[t], false) * 1e6);
+        q->D[i] = 1.0 / ((d->disk_gbps > 0 ? d->disk_gbps : 0.1) * 1e6);
+        q->F[i] = m->scratch_bytes;
+        q->E[i] = i == 0 ? m->out_bytes : 0;
+        q->M[i] = (double)d->budget;
+        double room = q->M[i] - q->F[i] - m->block_max_bytes;
+        q->wmax[i] = room < 0 ? -1 : (q->Kl > 0 ? floor(room / (k * q->Kl)) : q->L);
+        q->wmax[i] = HR_MIN(q->wmax[i], q->L);
+        q->hide_cap[i] = k * 2 * m->block_max_bytes * q->D[i];
+        /* every trip goes once round the ring */
+        const hpl_link *l = &c->link[p->dev[i]][p->dev[(i + 1) % p->n]];
+        q->comm += k * (l->rtt_ms / 2 + B / ((l->gbps > 0 ? l->gbps : 0.1) * 1e6));
+    }
+    q->extra = m->out_bytes / (hpl_speed(&c->dev[0], m->out_type, false) * 1e6);
+    q->Wmin = (q->L + k - 1) / k;
+    q->Wmax = k >= 2 ? (q->L - 1) / (k - 1) : q->L * 64;
+}
+
+static double hpl_ilp_eval(const hpl_ilp *q, const int *w) {
+    int W = 0;
+    for (int i = 0; i < q->n; i++) {
+        if (w[i] < (i ? 1 : 0) || w[i] > q->wmax[i]) return -1;
+        W += w[i];
+    }
+    if (W < q->Wmin || W > q->Wmax) return -1;
+    double sum_c = 0;
+    for (int i = 0; i < q->n; i++) sum_c += q->k * q->c[i] * w[i];
+    double obj = sum_c + q->comm + q->extra;
+    for (int i = 0; i < q->n; i++) {
+        double o = HR_MAX(0, q->k * w[i] * (q->Wl + q->Kl) + q->E[i] + q->F[i] - q->M[i]);
+        double idle = sum_c - q->k * q->c[i] * w[i] + q->comm + (i ? q->extra : 0);
+        double h = HR_MIN(idle, q->hide_cap[i]);
+        obj += HR_MAX(0, q->D[i] * o - q->k * q->c[i] * w[i] - h);
+    }
+    return obj;
+}
+
+double hpl_pp_objective(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, int trips) {
+    hpl_ilp q;
+    hpl_ilp_setup(c, m, p, trips, &q);
+    return hpl_ilp_eval(&q, p->window);
+}
+
+static int hpl_glp_silent(void *info, const char *s) { (void)info; (void)s; return 1; }
+
+int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, int k, double *objective, hr_err *err) {
+    if (p->n < 2 || k < 1) return hr_fail(err, HR_EINVAL, "pp: two devices and one trip at least");
+    hpl_ilp q;
+    hpl_ilp_setup(c, m, p, k, &q);
+    if (q.Wmin > q.Wmax) return hr_fail(err, HR_ERANGE, "pp: %d trips cannot place %d layers", k, q.L);
+    for (int i = 0; i < p->n; i++)
+        if (q.wmax[i] < (i ? 1 : 0))
+            return hr_fail(err, HR_ERANGE, "pp: device %d cannot hold the KV cache of one layer per trip", p->dev[i]);
+    const int n = p->n;
+    /* columns: w_i (1..n), o_i (n+1..2n), h_i (2n+1..3n), b_i (3n+1..4n) */
+    glp_term_hook(hpl_glp_silent, NULL);
+    glp_prob *lp = glp_create_prob();
+    glp_set_obj_dir(lp, GLP_MIN);
+    glp_add_cols(lp, 4 * n);
+    for (int i = 0; i < n; i++) {
+        int w = 1 + i, o = 1 + n + i, h = 1 + 2 * n + i, b = 1 + 3 * n + i;
+        glp_set_col_kind(lp, w, GLP_IV);
+        glp_set_col_bnds(lp, w, GLP_DB, i ? 1 : 0, HR_MAX(i ? 1 : 0, q.wmax[i]));
+        if (q.wmax[i] == (i ? 1 : 0)) glp_set_col_bnds(lp, w, GLP_FX, q.wmax[i], q.wmax[i]);
+        glp_set_obj_coef(lp, w, k * q.c[i]);
+        glp_set_col_bnds(lp, o, GLP_LO, 0, 0);
+        glp_set_col_bnds(lp, h, q.hide_cap[i] > 0 ? GLP_DB : GLP_FX, 0, q.hide_cap[i]);
+        glp_set_col_bnds(lp, b, GLP_LO, 0, 0);
+        glp_set_obj_coef(lp, b, 1);
+    }
+    glp_set_obj_coef(lp, 0, q.comm + q.extra);
+    int ind[2 * HPL_MAX_DEVICES + 4];
+    double val[2 * HPL_MAX_DEVICES + 4];
+    /* sum w in [Wmin, Wmax] */
+    int r = glp_add_rows(lp, 1);
+    for (int i = 0; i < n; i++) { ind[1 + i] = 1 + i; val[1 + i] = 1; }
+    glp_set_mat_row(lp, r, n, ind, val);
+    glp_set_row_bnds(lp, r, q.Wmin == q.Wmax ? GLP_FX : GLP_DB, q.Wmin, q.Wmax);
+    for (int i = 0; i < n; i++) {
+        int w = 1 + i, o = 1 + n + i, h = 1 + 2 * n + i, b = 1 + 3 * n + i;
+        /* o_i - k (Wl + Kl) w_i >= E_i + F_i - M_i: the bytes beyond the budget stream */
+        r = glp_add_rows(lp, 1);
+        ind[1] = o; val[1] = 1; ind[2] = w; val[2] = -k * (q.Wl + q.Kl);
+        glp_set_mat_row(lp, r, 2, ind, val);
+        glp_set_row_bnds(lp, r, GLP_LO, q.E[i] + q.F[i] - q.M[i], 0);
+        /* b_i - D_i o_i + k c_i w_i + h_i >= 0: what neither its compute nor the hidden load covers blocks */
+        r = glp_add_rows(lp, 1);
+        ind[1] = b; val[1] = 1; ind[2] = o; val[2] = -q.D[i]; ind[3] = w; val[3] = k * q.c[i]; ind[4] = h; val[4] = 1;
+        glp_set_mat_row(lp, r, 4, ind, val);
+        glp_set_row_bnds(lp, r, GLP_LO, 0, 0);
+        /* h_i - sum_{j != i} k c_j w_j <= comm + (the head's extra, for a worker): loads hide only in idle time */
+        r = glp_add_rows(lp, 1);
+        int nz = 0;
+        ind[++nz] = h; val[nz] = 1;
+        for (int j = 0; j < n; j++)
+            if (j != i) { ind[++nz] = 1 + j; val[nz] = -k * q.c[j]; }
+        glp_set_mat_row(lp, r, nz, ind, val);
+        glp_set_row_bnds(lp, r, GLP_UP, 0, q.comm + (i ? q.extra : 0));
+    }
+    glp_iocp parm;
+    glp_init_iocp(&parm);
+    parm.presolve = GLP_ON;
+    parm.msg_lev = GLP_MSG_OFF;
+    int rc = glp_intopt(lp, &parm), st = glp_mip_status(lp);
+    if (rc || (st != GLP_OPT && st != GLP_FEAS)) {
+        glp_delete_prob(lp);
+        return hr_fail(err, HR_ERANGE, "pp: no window set with %d trips fits the budgets", k);
+    }
+    for (int i = 0; i < n; i++) p->window[i] = (int)lround(glp_mip_col_val(lp, 1 + i));
+    if (objective) *objective = glp_mip_obj_val(lp);
+    glp_delete_prob(lp);
+    p->trips = k;
+    return 0;
+}
+
+int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
+    hpl_plan best = *p;
+    best.feasible = false;
+    char why[256] = "";
+    int max_trips = HR_MIN(m->n_layer, HM_MAX_WINDOWS - 1);
+    for (int k = 1; k <= max_trips; k++) {
+        hpl_plan t = *p;
+        hr_err e = {0};
+        if (hpl_solve_pp_trips(c, m, &t, k, NULL, &e)) {
+            if (!why[0]) snprintf(why, sizeof why, "%.250s", e.msg);
+            continue;
+        }
+        if (hpl_cost(c, m, n_prompt, &t, err)) return err->code;
+        if (!t.feasible && !why[0]) snprintf(why, sizeof why, "%s", t.why);
+        if (t.feasible && (!best.feasible || t.ms_per_token < best.ms_per_token)) best = t;
+    }
+    *p = best;
+    if (!best.feasible) {
+        snprintf(p->why, sizeof p->why, "%s", why[0] ? why : "no window set fits");
+        p->ms_per_token = p->prefill_ms = INFINITY;
+    }
+    return 0;
+}
+
+/* ---- all candidates --------------------------------------------------------------------------------------- */
+
+static int hpl_add_candidates(const hpl_cluster *c, const hpl_model *m, int n_prompt, const int *sub, int ns,
+                              hpl_choice *out, hr_err *err) {
+    for (int kind = HPL_TP; kind <= HPL_PP; kind++) {
+        if (out->n >= HPL_MAX_CANDIDATES) return 0;
+        hpl_plan *p = &out->cand[out->n];
+        memset(p, 0, sizeof *p);
+        p->kind = kind;
+        p->n = ns + 1;
+        p->dev[0] = 0;
+        for (int i = 0; i < ns; i++) p->dev[1 + i] = sub[i];
+        hr_err e = {0};
+        if (kind == HPL_TP) {
+            if (hpl_solve_tp(c, m, p, &e)) {
+                for (int i = 0; i < p->n; i++) p->share[i] = 1.0 / p->n;
+                hpl_cost(c, m, n_prompt, p, err);
+                p->feasible = false;
+                p->ms_per_token = p->prefill_ms = INFINITY;
+                snprintf(p->why, sizeof p->why, "%.250s", e.msg);
+            } else if (hpl_cost(c, m, n_prompt, p, err)) return err->code;
+        } else if (hpl_solve_pp(c, m, n_prompt, p, err)) return err->code;
+        out->n++;
+    }
+    return 0;
+}
+
+static double hpl_dev_speed(const hpl_device *d) { return hpl_speed(d, 8 /* Q8_0 */, false); }
+
+int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choice *out, hr_err *err) {
+    memset(out, 0, sizeof *out);
+    out->chosen = -1;
+    if (c->n < 1) return hr_fail(err, HR_EINVAL, "no devices");
+    hpl_plan *s = &out->cand[out->n++];
+    s->kind = HPL_SINGLE;
+    s->n = 1;
+    s->share[0] = 1;
+    if (hpl_cost(c, m, n_prompt, s, err)) return err->code;
+    const int nw = c->n - 1;
+    int sub[HPL_MAX_DEVICES];
+    if (nw <= 5) { /* every subset of the workers, in their order */
+        for (int mask = 1; mask < (1 << nw); mask++) {
+            int ns = 0;
+            for (int i = 0; i < nw; i++)
+                if (mask & (1 << i)) sub[ns++] = 1 + i;
+            if (hpl_add_candidates(c, m, n_prompt, sub, ns, out, err)) return err->code;
+        }
+    } else { /* prefixes of the workers by speed, each kept in the given order */
+        int order[HPL_MAX_DEVICES];
+        for (int i = 0; i < nw; i++) order[i] = 1 + i;
+        for (int i = 0; i < nw; i++)
+            for (int j = i + 1; j < nw; j++)
+                if (hpl_dev_speed(&c->dev[order[j]]) > hpl_dev_speed(&c->dev[order[i]])) {
+                    int t = order[i]; order[i] = order[j]; order[j] = t;
+                }
+        for (int len = 1; len <= nw; len++) {
+            bool in[HPL_MAX_DEVICES] = {0};
+            for (int i = 0; i < len; i++) in[order[i]] = true;
+            int ns = 0;
+            for (int d = 1; d <= nw; d++)
+                if (in[d]) sub[ns++] = d;
+            if (hpl_add_candidates(c, m, n_prompt, sub, ns, out, err)) return err->code;
+        }
+    }
+    int best = -1, second = -1;
+    for (int i = 0; i < out->n; i++) {
+        if (!out->cand[i].feasible) continue;
+        if (best < 0 || out->cand[i].ms_per_token < out->cand[best].ms_per_token) { second = best; best = i; }
+        else if (second < 0 || out->cand[i].ms_per_token < out->cand[second].ms_per_token) second = i;
+    }
+    out->chosen = best;
+    if (best < 0) {
+        double need = m->kv_bytes_per_layer * m->n_layer, have = 0;
+        for (int d = 0; d < c->n; d++) have += HR_MAX(0, (double)c->dev[d].budget - m->scratch_bytes - m->block_max_bytes);
+        snprintf(out->why, sizeof out->why,
+                 "no plan fits: the KV cache at %d tokens needs %.0f MiB and each device also needs %.0f MiB of scratch "
+                 "and room for one %.0f MiB block of weights; the devices' budgets leave %.0f MiB for the KV cache "
+                 "(%s). Use a shorter context (-c), or add memory or devices",
+                 m->n_ctx, need / 1048576, m->scratch_bytes / 1048576, m->block_max_bytes / 1048576, have / 1048576,
+                 out->cand[0].why);
+        return 0;
+    }
+    char a[160], b[160];
+    const hpl_plan *B = &out->cand[best];
+    hpl_plan_describe(B, a, sizeof a);
+    int n = snprintf(out->why, sizeof out->why, "%s: %.2f ms/token (compute %.2f, network %.2f, blocked on disk %.2f)",
+                     a, B->ms_per_token, B->compute_ms, B->comm_ms, B->blocked_ms);
+    if (second >= 0 && n > 0 && (size_t)n < sizeof out->why) {
+        hpl_plan_describe(&out->cand[second], b, sizeof b);
+        snprintf(out->why + n, sizeof out->why - (size_t)n, "; next best %s: %.2f ms/token (%+.0f%%)", b,
+                 out->cand[second].ms_per_token, 100.0 * (out->cand[second].ms_per_token / B->ms_per_token - 1));
+    }
+    return 0;
+}

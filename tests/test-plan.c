@@ -1,0 +1,208 @@
+/* test-plan — the planner's cost model and solvers on synthetic profiles with known answers: the
+   pipeline ILP against enumeration of every window set, the TP min-max shares against a brute-force
+   grid, clusters where one device, TP or PP must win, an impossible cluster, a single-device cost
+   computed by hand, the profile's key/values round trip and the cgroup cpu.max parser. */
+#include "test.h"
+
+#include "plan/plan.h"
+#include "quant/quant.h"
+
+#include <math.h>
+
+#define MIB (1024.0 * 1024.0)
+
+/* a device whose kernels read every type at `gbps`, with `budget` bytes and a disk of `disk` GB/s */
+static hpl_device dev(double gbps, double budget, double disk) {
+    hpl_device d = {.n_threads = 1, .mem_bw_gbps = gbps, .disk_gbps = disk, .budget = (uint64_t)budget,
+                    .mem_usable = (uint64_t)(budget / 0.8)};
+    snprintf(d.name, sizeof d.name, "synthetic %.1f GB/s", gbps);
+    d.n_types = 1;
+    d.ts[0] = (hpl_type_speed){HQ_TYPE_Q8_0, gbps, gbps * 4};
+    return d;
+}
+
+static void links(hpl_cluster *c, double rtt_ms, double gbps) {
+    for (int a = 0; a < c->n; a++)
+        for (int b = 0; b < c->n; b++) c->link[a][b] = (hpl_link){a == b ? 0 : rtt_ms, gbps, false};
+}
+
+/* a model of L layers of `layer` bytes of Q8_0, an output head of `out` bytes, KV `kv` bytes per layer */
+static hpl_model model(int L, double layer, double out, double kv) {
+    hpl_model m = {.n_layer = L, .n_embd = 2048, .n_vocab = 32000, .n_ctx = 1024, .n_batch = 512, .n_types = 1,
+                   .layer_bytes = layer, .block_max_bytes = layer * 2 / 3, .out_type = HQ_TYPE_Q8_0,
+                   .out_bytes = out, .kv_bytes_per_layer = kv, .scratch_bytes = 8 * MIB};
+    m.type[0] = HQ_TYPE_Q8_0;
+    m.layer_bytes_of[0] = layer;
+    snprintf(m.name, sizeof m.name, "synthetic");
+    return m;
+}
+
+/* ---- the ILP against enumeration ------------------------------------------------------------------------ */
+static void test_ilp_enumerate(void) {
+    hpl_cluster c = {.n = 3};
+    /* the head is fast with little memory, worker 1 slow with plenty, worker 2 medium with a slow disk */
+    c.dev[0] = dev(8, 200 * MIB, 1.0);
+    c.dev[1] = dev(3, 2000 * MIB, 0.5);
+    c.dev[2] = dev(5, 300 * MIB, 0.2);
+    links(&c, 1.0, 0.1);
+    hpl_model m = model(12, 60 * MIB, 50 * MIB, 2 * MIB);
+    for (int k = 1; k <= 4; k++) {
+        hpl_plan p = {.kind = HPL_PP, .n = 3, .dev = {0, 1, 2}};
+        double best = INFINITY;
+        int w[3], bw[3] = {0};
+        for (w[0] = 0; w[0] <= 12; w[0]++)
+            for (w[1] = 1; w[1] <= 12; w[1]++)
+                for (w[2] = 1; w[2] <= 12; w[2]++) {
+                    memcpy(p.window, w, sizeof w);
+                    double o = hpl_pp_objective(&c, &m, &p, k);
+                    if (o >= 0 && o < best) { best = o; memcpy(bw, w, sizeof w); }
+                }
+        double obj = -1;
+        hr_err err = {0};
+        int rc = hpl_solve_pp_trips(&c, &m, &p, k, &obj, &err);
+        if (!isfinite(best)) { CHECKF(rc != 0, "k=%d: no window set is valid, the solver found one", k); continue; }
+        CHECKF(rc == 0, "k=%d: %s", k, err.msg);
+        CHECKF(fabs(obj - best) <= 1e-6 * best, "k=%d: ILP %.6f, enumeration %.6f (%d,%d,%d)", k, obj, best, bw[0], bw[1], bw[2]);
+        double again = hpl_pp_objective(&c, &m, &p, k);
+        CHECKF(fabs(again - best) <= 1e-6 * best, "k=%d: the solver's windows %d,%d,%d evaluate to %.6f, not %.6f", k,
+               p.window[0], p.window[1], p.window[2], again, best);
+    }
+}
+
+/* ---- min-max against a grid ----------------------------------------------------------------------------- */
+static void test_minmax_brute(void) {
+    hpl_cluster c = {.n = 3};
+    c.dev[0] = dev(6, 4000 * MIB, 1.0);
+    c.dev[1] = dev(2, 4000 * MIB, 1.0);
+    c.dev[2] = dev(9, 150 * MIB, 0.3); /* fast, but streams beyond ~130 MiB of layers */
+    links(&c, 0.1, 1.0);
+    hpl_model m = model(16, 40 * MIB, 30 * MIB, 1 * MIB);
+    hpl_plan p = {.kind = HPL_TP, .n = 3, .dev = {0, 1, 2}};
+    hr_err err = {0};
+    CHECKF(hpl_solve_tp(&c, &m, &p, &err) == 0, "%s", err.msg);
+    double solved = hpl_tp_objective(&c, &m, &p, p.share);
+    CHECK(fabs(p.share[0] + p.share[1] + p.share[2] - 1) < 1e-9);
+    const int N = 200;
+    double best = INFINITY, x[3];
+    for (int a = 0; a <= N; a++)
+        for (int b = 0; a + b <= N; b++) {
+            x[0] = (double)a / N;
+            x[1] = (double)b / N;
+            x[2] = 1 - x[0] - x[1];
+            best = HR_MIN(best, hpl_tp_objective(&c, &m, &p, x));
+        }
+    /* the continuous optimum is no worse than any grid point, and a grid point is within one step of it */
+    CHECKF(solved <= best * (1 + 1e-6), "min-max %.4f ms, grid best %.4f ms", solved, best);
+    CHECKF(best <= solved * 1.03, "grid best %.4f ms far above min-max %.4f ms", best, solved);
+    /* the fast device's memory binds: it gets less than its speed's share */
+    CHECKF(p.share[2] < 9.0 / 17, "share of the memory-bound device %.3f", p.share[2]);
+}
+
+/* ---- who must win ----------------------------------------------------------------------------------------- */
+static int choose(const hpl_cluster *c, const hpl_model *m, hpl_choice *ch) {
+    hr_err err = {0};
+    int rc = hpl_choose(c, m, 128, ch, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    return ch->chosen >= 0 ? ch->cand[ch->chosen].kind : -1;
+}
+
+static void test_winners(void) {
+    static hpl_choice ch;
+    /* one device: a small model, links of 5 ms: any split waits longer than it computes */
+    hpl_cluster c = {.n = 3};
+    for (int i = 0; i < 3; i++) c.dev[i] = dev(5, 4000 * MIB, 1.0);
+    links(&c, 5.0, 0.1);
+    hpl_model small = model(16, 4 * MIB, 10 * MIB, 0.1 * MIB);
+    CHECKF(choose(&c, &small, &ch) == HPL_SINGLE, "small model, slow links: %s", ch.why);
+
+    /* tensor parallel: a big model that fits everywhere, links of 0.02 ms: splitting every layer wins */
+    links(&c, 0.02, 1.0);
+    hpl_model big = model(16, 100 * MIB, 100 * MIB, 1 * MIB);
+    int k = choose(&c, &big, &ch);
+    CHECKF(k == HPL_TP && ch.cand[ch.chosen].n == 3, "fast links: %s", ch.why);
+
+    /* pipeline: the model exceeds each device's budget but not their sum, the disks are slow and the
+       links 5 ms: TP would pay 2L round trips, one device would stream from its slow disk */
+    for (int i = 0; i < 3; i++) c.dev[i] = dev(5, 230 * MIB, 0.05);
+    links(&c, 5.0, 0.1);
+    hpl_model mid = model(16, 30 * MIB, 50 * MIB, 1 * MIB);
+    k = choose(&c, &mid, &ch);
+    CHECKF(k == HPL_PP && ch.cand[ch.chosen].n == 3, "memory-bound, slow links: %s", ch.why);
+    /* and the chosen windows keep every device within its budget */
+    const hpl_plan *p = &ch.cand[ch.chosen];
+    for (int i = 0; i < p->n; i++)
+        CHECKF(p->dc[i].stream_bytes == 0 && p->dc[i].mem_bytes <= p->dc[i].budget, "device %d: %.0f MiB streamed",
+               i, p->dc[i].stream_bytes / MIB);
+
+    /* impossible: the KV cache at the context length exceeds every budget */
+    hpl_model kv = model(16, 10 * MIB, 10 * MIB, 200 * MIB);
+    CHECK(choose(&c, &kv, &ch) == -1);
+    CHECKF(strstr(ch.why, "shorter context") != NULL, "%s", ch.why);
+}
+
+/* ---- a cost computed by hand ------------------------------------------------------------------------------- */
+static void test_single_cost(void) {
+    hpl_cluster c = {.n = 1};
+    c.dev[0] = dev(10, 4000 * MIB, 1.0);
+    hpl_model m = model(10, 50 * MIB, 20 * MIB, 1 * MIB);
+    hpl_plan p = {.kind = HPL_SINGLE, .n = 1};
+    hr_err err = {0};
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible);
+    /* 520 MiB at 10 GB/s, plus the sampler's 4 passes over 4-byte logits at 10 GB/s */
+    double want = (10 * 50 + 20) * MIB / 10e6 + 16.0 * 32000 / 10e6;
+    CHECKF(fabs(p.ms_per_token - want) < 1e-9, "%.6f ms, want %.6f", p.ms_per_token, want);
+    CHECK(p.dc[0].stream_bytes == 0 && p.dc[0].resident_bytes == 520 * MIB);
+    /* the same device with a budget of 300 MiB streams the rest from a 1 GB/s disk, which compute hides
+       only partly */
+    c.dev[0].budget = (uint64_t)(300 * MIB);
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible);
+    double avail = 300 * MIB - 10 * MIB - 8 * MIB, room = 2 * (50 * MIB * 2 / 3);
+    double stream = 520 * MIB - (avail - room);
+    CHECKF(fabs(p.dc[0].stream_bytes - stream) < 1, "streams %.0f, want %.0f", p.dc[0].stream_bytes, stream);
+    CHECKF(fabs(p.ms_per_token - HR_MAX(want, stream / 1e6)) < 1e-6, "%.4f ms", p.ms_per_token);
+}
+
+/* a default budget that cannot hold the output head (one block of its own): no manager, plain mmap,
+   every page of a pass missed when the weights exceed the memory; a budget given explicitly fails */
+static void test_mmap_fallback(void) {
+    hpl_cluster c = {.n = 1};
+    c.dev[0] = dev(10, 200 * MIB, 1.0);      /* mem_usable 250 MiB */
+    hpl_model m = model(10, 50 * MIB, 190 * MIB, 1 * MIB);
+    hpl_plan p = {.kind = HPL_SINGLE, .n = 1};
+    hr_err err = {0};
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[0].mmap);
+    double all = (10 * 50 + 190) * MIB;
+    CHECKF(p.dc[0].stream_bytes == all && fabs(p.blocked_ms - all / 1e6) < 1e-6, "streams %.0f MiB, blocked %.1f ms",
+           p.dc[0].stream_bytes / MIB, p.blocked_ms);
+    c.dev[0].budget_set = true;
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && !p.feasible && strstr(p.why, "budget"));
+}
+
+static void test_kv_roundtrip(void) {
+    hpl_device d = dev(7.5, 123 * MIB, 0.25), e;
+    d.cpu_quota = 0.5;
+    d.ts[d.n_types++] = (hpl_type_speed){HQ_TYPE_Q4_K, 3.25, 11.5};
+    hc_kv_text t;
+    hpl_device_to_kv(&d, &t);
+    hn_profile pr = {.n_kv = (uint32_t)t.n};
+    for (int i = 0; i < t.n; i++) pr.kv[i] = (hn_kv){hn_cstr(t.key[i]), hn_cstr(t.val[i])};
+    hr_err err = {0};
+    CHECKF(hpl_device_from_kv(&pr, &e, &err) == 0, "%s", err.msg);
+    CHECK(e.n_types == 2 && e.ts[1].type == HQ_TYPE_Q4_K && e.ts[1].matmul_gbps == 11.5 && e.budget == d.budget &&
+          e.cpu_quota == 0.5 && e.disk_gbps == 0.25 && !strcmp(e.name, d.name));
+    /* a peer's nonsense is refused, not believed */
+    pr.kv[1].value = hn_cstr("-3");
+    CHECK(hpl_device_from_kv(&pr, &e, &err) == HR_EPROTO);
+    CHECK(hpl_parse_cpu_max("50000 100000\n") == 0.5 && hpl_parse_cpu_max("max 100000") == 0 &&
+          hpl_parse_cpu_max("") == 0 && hpl_parse_cpu_max("200000 100000") == 2);
+}
+
+int main(void) {
+    test_ilp_enumerate();
+    test_minmax_brute();
+    test_winners();
+    test_single_cost();
+    test_mmap_fallback();
+    test_kv_roundtrip();
+    return test_summary();
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The planner through the command line, on loopback (docs/planner.md):
+# - `hearth run --workers ...` without plan flags runs the planner's choice (one line names it and its
+#   prediction) and prints exactly the single-device greedy text, on stories260K and a synth model;
+# - `hearth plan --json` lists the devices, every link (worker <-> worker measured by a worker),
+#   candidates of every kind with predictions, and a chosen index;
+# - `hearth profile`: the second run reads the cache; another thread count measures again;
+# - usage errors: plan without -m.
+# Every process started here is killed on exit (trap). Env: HEARTH_BIN, HEARTH_SHARED.
+set -u
+
+source "$(dirname "$0")/lib-cluster.sh"
+
+for i in 1 2; do start_worker $i; done
+S=$SHARED/models
+
+# ---- run: the planner's plan, the same text ---------------------------------------------------------
+for model in "$S/stories260K.gguf" "$S/synth/synth-llama-Q8_0.gguf"; do
+    run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
+    check_same "$model" "$(workers 1 2)"
+    if grep -q "plan: .*predicted .* ms/token" "$TMP/cl.err"; then ok; else bad "no plan line: $(tail -3 "$TMP/cl.err")"; fi
+done
+
+# ---- plan --json --------------------------------------------------------------------------------------
+if "$BIN" plan -m "$S/synth/synth-llama-Q8_0.gguf" --workers "$(workers 1 2)" -t 1 -c 128 --json > "$TMP/plan.json" \
+    2> "$TMP/plan.err"; then ok; else bad "hearth plan failed: $(tail -2 "$TMP/plan.err")"; fi
+if python3 - "$TMP/plan.json" << 'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert len(j["devices"]) == 3, j["devices"]
+kinds = [c["kind"] for c in j["candidates"]]
+assert kinds[0] == "single" and "tp" in kinds and "pp" in kinds, kinds
+c = j["candidates"][j["chosen"]]
+assert c["feasible"] and c["predicted_ms_per_token"] > 0 and c["predicted_prefill_ms"] > 0
+best = min(x["predicted_ms_per_token"] for x in j["candidates"] if x["feasible"])
+assert c["predicted_ms_per_token"] == best
+for d in j["devices"][1:]:
+    assert d["rtt_ms"] > 0 and d["link_gbps"] > 0 and d["types"], d
+# every pair of devices, the worker <-> worker one measured by a worker (LINK_PROBE)
+assert [(l["a"], l["b"]) for l in j["links"]] == [(0, 1), (0, 2), (1, 2)], j["links"]
+assert all(l["rtt_ms"] > 0 and l["gbps"] > 0 and not l["estimated"] for l in j["links"]), j["links"]
+PY
+then ok; else bad "plan --json: $(head -c 300 "$TMP/plan.json")"; fi
+"$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 1)" -t 1 > "$TMP/plan.txt" 2>&1 || bad "plan (text) failed"
+if grep -q "^chosen: " "$TMP/plan.txt" && grep -q "single device" "$TMP/plan.txt"; then ok; else bad "plan text: $(cat "$TMP/plan.txt")"; fi
+
+# ---- the profile cache ---------------------------------------------------------------------------------
+export XDG_CACHE_HOME=$TMP/profile-cache
+"$BIN" profile -t 1 > "$TMP/p1.txt" 2>&1 || bad "profile 1"
+"$BIN" profile -t 1 > "$TMP/p2.txt" 2>&1 || bad "profile 2"
+"$BIN" profile -t 2 > "$TMP/p3.txt" 2>&1 || bad "profile 3"
+if grep -q "measured" "$TMP/p1.txt" && grep -q "from the cache" "$TMP/p2.txt" && grep -q "measured" "$TMP/p3.txt"; then ok
+else bad "profile cache: $(head -1 "$TMP/p1.txt") / $(head -1 "$TMP/p2.txt") / $(head -1 "$TMP/p3.txt")"; fi
+"$BIN" profile -t 1 --json > "$TMP/p4.json" 2>&1 || bad "profile --json"
+if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['cached'] and d['types'][0]['matvec_gbps'] > 0" \
+    "$TMP/p4.json"; then ok; else bad "profile --json: $(cat "$TMP/p4.json")"; fi
+
+# ---- usage errors ----------------------------------------------------------------------------------------
+"$BIN" plan --workers "$(workers 1)" > /dev/null 2> "$TMP/u.err"
+if [[ $? -eq 2 ]]; then ok; else bad "plan without -m: want exit 2"; fi
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]
