@@ -27,10 +27,16 @@ the figure. With --chunk NAME=TOKENS (the server's prompt chunk: llama-server's 
 hearth's chunk) it is also given in chunks, a chunk's time being the long prompt's prefill time
 × TOKENS / its token count.
 
+The model: every token it can generate must have text, because a server may send no chunk for a
+token without any (hearth serve does not; llama-server sends an empty one), and a stream without
+chunks has no times. `hearth synth --vocab-from V` pads a smaller vocabulary with control tokens up
+to the shape's n_vocab, and a random model generates those; so give `--n-vocab` the vocabulary's
+own size (e.g. `--vocab-from ggml-vocab-llama-spm.gguf --n-vocab 32000`).
+
 --ban-tokens: random-weight models emit arbitrary byte tokens, and llama-server (3f545be) answers
 a stream whose text ends inside a UTF-8 character with an error chunk ("does not match the expected
-Content-only format"); banning the byte tokens 0x80-0xFF (ids 131-258 in stories260K's vocabulary,
-which `hearth synth` uses by default) avoids that at no measurable cost. A server that ignores
+Content-only format"); banning the byte tokens 0x80-0xFF (ids 131-258 in the SentencePiece vocabularies
+of stories260K and llama-spm) avoids that at no measurable cost. A server that ignores
 logit_bias is unaffected.
 
 Prompts are made distinct per round, client and test (a different first word), so that no server's
@@ -195,8 +201,11 @@ def client_metrics(res, max_tokens):
     if res["error"]:
         die("request failed: " + res["error"])
     times = res["times"]
-    if not times:
-        die("a stream carried no tokens")
+    if len(times) < 2:
+        # a server that sends no chunk for a token without text (a control token) leaves nothing to
+        # time: use a model whose every token has text (see the note at the top)
+        die("a stream carried %d chunk(s) with text for %s tokens: nothing to time"
+            % (len(times), (res["usage"] or {}).get("completion_tokens", "?")))
     n = len(times)
     if res["usage"] and res["usage"].get("completion_tokens"):
         n = res["usage"]["completion_tokens"]
@@ -218,8 +227,8 @@ def concurrent(server, c, max_tokens, tag):
     wall = max(m["t_last"] for m in ms) - min(m["t_first"] for m in ms)
     gaps = sorted(g for m in ms for g in m["gaps_ms"])
     return {"concurrency": c, "aggregate_tok_s": after_first / wall if wall > 0 else 0.0,
-            "per_client_tok_s": statistics.median((m["tokens"] - 1) / (m["t_last"] - m["t_first"])
-                                                  for m in ms if m["t_last"] > m["t_first"]),
+            "per_client_tok_s": med([(m["tokens"] - 1) / (m["t_last"] - m["t_first"])
+                                     for m in ms if m["t_last"] > m["t_first"]]),
             "ttft_ms": statistics.median(m["ttft_ms"] for m in ms),
             "ttft_max_ms": max(m["ttft_ms"] for m in ms),
             "itl_ms": statistics.median(gaps) if gaps else 0.0,
