@@ -401,8 +401,8 @@ def main():
     out.append("Aggregate decode tok/s, median of %d round(s) (min-max); max_tokens %d, temperature 0, ignore_eos"
                % (a.repeats, a.max_tokens))
     out.append("")
-    cols = "| server | C | aggregate tok/s | × C=1 | × %s | per-client tok/s | TTFT ms (median / max) | ITL ms (median / p90) |" % baseline
-    out.append(cols)
+    out.append("| server | C | aggregate tok/s | × C=1 | × %s | per-client tok/s | TTFT ms (median / max) "
+               "| ITL ms (median / p90) |" % baseline)
     out.append("|" + " --- |" * 8)
     for s in servers:
         pc = summary[s.name]["concurrent"]
