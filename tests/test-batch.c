@@ -19,16 +19,8 @@
 #include "quant/quant-impl.h"
 
 
-#define REQUIRE_V(x) do { if (!(x)) { fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #x); \
-    test_n_fail++; return; } } while (0)
-
 static uint64_t rng_state = 0x243f6a8885a308d3ULL;
-static uint64_t rng_next(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(void) { return test_splitmix64(&rng_state); }
 static float rng_uniform(void) { return -1.0f + 2.0f * (float)(rng_next() >> 40) * 0x1p-24f; }
 
 /* ---- kernels: a row's result does not depend on its tile ------------------------------------------- */
@@ -56,7 +48,7 @@ static void test_kernel_columns(void) {
                 uint8_t *x = malloc(bx * R), *px = malloc(bx * R), *y = malloc(by * NC), *py = malloc(pys * NC);
                 float *f = malloc((size_t)n * sizeof(float)), *ref = malloc(sizeof(float) * R * NC),
                       *s = malloc(sizeof(float) * R * NC);
-                REQUIRE_V(x && px && y && py && f && ref && s);
+                REQUIRE_VOID(x && px && y && py && f && ref && s);
                 for (int r = 0; r < R; r++) {
                     for (int i = 0; i < n; i++) f[i] = rng_uniform();
                     tr->from_float_ref(f, x + r * bx, n);
@@ -190,10 +182,10 @@ static bool run_batched(const hm_model *m, int kv_type, const tseq *ss, int ns, 
 static void check_prefix_copy(const hm_model *m, int kv_type, const tseq *s, const float *alone, const char *name) {
     hr_err err = {0};
     hm_ctx *c = mk_ctx(m, 2, kv_type);
-    REQUIRE_V(c);
+    REQUIRE_VOID(c);
     const int V = m->hp.n_vocab, keep = s->n_prompt - 5, stop = s->len - 3;
     float *lg = malloc(sizeof(float) * (size_t)s->len * V);
-    REQUIRE_V(lg && keep > 0 && keep + 5 <= 64 && s->chunk_alone < 64);
+    REQUIRE_VOID(lg && keep > 0 && keep + 5 <= 64 && s->chunk_alone < 64);
     int bad = 0;
     int32_t zero[64] = {0}, ones[64], po[64];
     for (int k = 0; k < 64; k++) ones[k] = 1;
@@ -228,9 +220,9 @@ static void check_prefix_copy(const hm_model *m, int kv_type, const tseq *s, con
 static void test_model(const char *shared, const char *rel, bool load, int kv_type) {
     hr_err err = {0};
     gguf_ctx *g = gguf_open(test_path(shared, rel), &err);
-    REQUIRE_V(g);
+    REQUIRE_VOID(g);
     hm_model *m = hm_model_load(g, &err);
-    REQUIRE_V(m);
+    REQUIRE_VOID(m);
     hm_shard sh = hm_shard_full(m);
     uint64_t copied, packed = 0;
     if (load) CHECK(hm_model_load_weights(m, &sh, true, &copied, &packed, &err) == 0);
@@ -273,14 +265,14 @@ static void test_model(const char *shared, const char *rel, bool load, int kv_ty
 static void test_bad(const char *shared) {
     hr_err err = {0};
     gguf_ctx *g = gguf_open(test_path(shared, "models/stories260K.gguf"), &err);
-    REQUIRE_V(g);
+    REQUIRE_VOID(g);
     hm_model *m = hm_model_load(g, &err);
-    REQUIRE_V(m);
+    REQUIRE_VOID(m);
     hm_ctx_params p = hm_ctx_default_params();
     p.n_ctx = 16, p.n_batch = 8, p.n_seq = 3;
     hm_shard sh = hm_shard_full(m);
     hm_ctx *c = hm_ctx_create(m, &sh, &p, &err);
-    REQUIRE_V(c);
+    REQUIRE_VOID(c);
     CHECK(hm_ctx_n_seq(c) == 3 && hm_ctx_n_ctx(c) == 16);
     float *lg = malloc(sizeof(float) * 8 * (size_t)m->hp.n_vocab);
     const int32_t tok[4] = {1, 2, 3, 4};

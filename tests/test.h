@@ -4,6 +4,7 @@
 #ifndef HEARTH_TEST_H
 #define HEARTH_TEST_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,14 @@ static int test_n_pass, test_n_fail;
 
 #define REQUIRE_VOID(x) do { if (!(x)) { fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #x); \
     test_n_fail++; return; } } while (0)
+
+/* splitmix64: the tests' reproducible pseudo-random numbers (*state is the stream) */
+static inline uint64_t test_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
 
 static inline int test_summary(void) {
     printf("%d passed, %d failed\n", test_n_pass, test_n_fail);
