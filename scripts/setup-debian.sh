@@ -2,6 +2,7 @@
 # Installs the Debian 12 packages hearth builds and tests with (needs root or sudo).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libglpk-dev libmicrohttpd-dev
+      libsodium-dev  # cluster key, Noise handshake and encrypted links (src/net)
       nodejs chromium  # hearth serve's tests: the openai npm client, the web page in headless Chromium
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static iproute2 nftables iputils-ping gnuplot-nox python3
       clang libclang-rt-dev  # clang + compiler-rt: libFuzzer for scripts/fuzz.sh

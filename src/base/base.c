@@ -2,11 +2,13 @@
 #include "base.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -190,4 +192,21 @@ char *hr_escape(char *dst, size_t cap, const char *src, size_t n) {
     }
     dst[o] = 0;
     return dst;
+}
+
+int hr_mkdirs(const char *path, unsigned mode, hr_err *err) {
+    char tmp[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof tmp) return hr_fail(err, HR_EINVAL, "bad directory '%s'", path);
+    memcpy(tmp, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (tmp[i] != '/' && tmp[i] != 0) continue;
+        char c = tmp[i];
+        tmp[i] = 0;
+        if (mkdir(tmp, (mode_t)mode) && errno != EEXIST) return hr_fail(err, HR_EIO, "mkdir '%s': %s", tmp, strerror(errno));
+        tmp[i] = c;
+    }
+    struct stat st;
+    if (stat(path, &st) || !S_ISDIR(st.st_mode)) return hr_fail(err, HR_EIO, "'%s' is not a directory", path);
+    return 0;
 }

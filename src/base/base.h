@@ -124,6 +124,8 @@ static inline size_t hr_pad(size_t x, size_t n) { return (x + n - 1) / n * n; }
 
 /* Parses sizes like "300M", "1.5G", "4096" (bytes; K/M/G/T are powers of 1024). -1 on error. */
 int64_t hr_parse_size(const char *s);
+/* mkdir -p: path and the directories above it that are missing, each made with mode (umask applies) */
+int hr_mkdirs(const char *path, unsigned mode, hr_err *err);
 /* Untrusted text (a peer's device name, a reason it gives) made safe to print: n bytes of src into dst
    (NUL-terminated, cut at cap, never inside an escape) with control characters — C0, DEL and C1 as
    UTF-8 — and the backslash written as \xNN, so that it cannot forge log lines or drive a terminal.

@@ -246,6 +246,8 @@ static const cli_flag flags[] = {
     {CLI_EVAL, "--tokens", "LIST", F_FN, 0, 0, 0, fn_tokens, "comma-separated token ids (required)"},
     {CLI_EVAL, "--logits", "FILE", F_STR, AT(logits_out), 0, 0, NULL,
      "output file (required; not overwritten unless --force)"},
+    {CLI_KEYGEN, "-o, --output", "FILE", F_STR, AT(output), 0, 0, NULL,
+     "where to write the key (default $XDG_CONFIG_HOME/hearth/cluster.key); never overwritten"},
     {CLI_SYNTH, "-o, --output", "OUT", F_STR, AT(output), 0, 0, NULL, "output file (default <shape>-<type>.gguf)"},
     {CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_CONVERT, "--force", NULL, F_ON, AT(force), 0, 0, NULL,
      "overwrite the output file if it exists (never the input itself)"},

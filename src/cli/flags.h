@@ -18,7 +18,7 @@ enum {
     CLI_RUN = 1u << 0, CLI_CHAT = 1u << 1, CLI_EVAL = 1u << 2, CLI_BENCH = 1u << 3, CLI_INFO = 1u << 4,
     CLI_SYNTH = 1u << 5, CLI_QUANTIZE = 1u << 6, CLI_TOKENIZE = 1u << 7, CLI_WORKER = 1u << 8,
     CLI_PLAN = 1u << 9, CLI_PROFILE = 1u << 10, CLI_CONVERT = 1u << 11,
-    CLI_SERVE = 1u << 12,
+    CLI_SERVE = 1u << 12, CLI_KEYGEN = 1u << 13,
 };
 
 #define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */

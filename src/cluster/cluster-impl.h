@@ -45,7 +45,6 @@ const void *hc_slice_bytes(const hc_slice *s, uint64_t off, size_t len, void *tm
 uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *s, int n);
 
 /* ---- slice files: CACHE/<model hash>/<slice key>.gguf ---- */
-int hc_mkdirs(const char *path, hr_err *err);   /* mkdir -p */
 /* dir = CACHE/<model hash> (created), path = the file of that key in it */
 int hc_slice_path(const char *cache, uint64_t model_hash, uint64_t key, char *dir, size_t dir_cap, char *path,
                   size_t cap, hr_err *err);

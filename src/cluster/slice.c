@@ -176,28 +176,11 @@ uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *v
 
 /* ---- slice files ---- */
 
-int hc_mkdirs(const char *path, hr_err *err) {
-    char tmp[PATH_MAX];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof tmp) return hr_fail(err, HR_EINVAL, "bad directory '%s'", path);
-    memcpy(tmp, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (tmp[i] != '/' && tmp[i] != 0) continue;
-        char c = tmp[i];
-        tmp[i] = 0;
-        if (mkdir(tmp, 0755) && errno != EEXIST) return hr_fail(err, HR_EIO, "mkdir '%s': %s", tmp, strerror(errno));
-        tmp[i] = c;
-    }
-    struct stat st;
-    if (stat(path, &st) || !S_ISDIR(st.st_mode)) return hr_fail(err, HR_EIO, "'%s' is not a directory", path);
-    return 0;
-}
-
 int hc_slice_path(const char *cache, uint64_t model_hash, uint64_t key, char *dir, size_t dir_cap, char *path,
                   size_t cap, hr_err *err) {
     if ((size_t)snprintf(dir, dir_cap, "%s/%016llx", cache, (unsigned long long)model_hash) >= dir_cap)
         return hr_fail(err, HR_ERANGE, "cache path too long");
-    int rc = hc_mkdirs(dir, err);
+    int rc = hr_mkdirs(dir, 0755, err);
     if (rc) return rc;
     if ((size_t)snprintf(path, cap, "%s/%016llx.gguf", dir, (unsigned long long)key) >= cap)
         return hr_fail(err, HR_ERANGE, "cache path too long");

@@ -64,7 +64,7 @@ hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
         if (strlen(p->cache_dir) >= sizeof w->cache - 64) { hr_fail(err, HR_ERANGE, "cache path too long"); goto err; }
         snprintf(w->cache, sizeof w->cache, "%s", p->cache_dir);
     } else if (hc_default_cache_dir(w->cache, sizeof w->cache - 64, err)) goto err;
-    if (hc_mkdirs(w->cache, err)) goto err;
+    if (hr_mkdirs(w->cache, 0755, err)) goto err;
     snprintf(w->name, sizeof w->name, "%s", p->name && p->name[0] ? p->name : "worker");
     w->n_threads = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
     w->mem = p->mem;

@@ -347,4 +347,23 @@ int hn_recv_frame(hn_conn *c, hn_frame *f, int64_t deadline, hr_err *err);
 int hn_msg_send(hn_conn *c, const hn_msg *m, int64_t deadline, hr_err *err);
 int hn_msg_recv(hn_conn *c, hn_frame *f, hn_msg *m, int64_t deadline, hr_err *err);
 
+/* ---- cluster key (key.c): 32 random bytes every device of one cluster shares ---------------------
+   Stored as one line of base64 in a file of mode 0600. Loading warns when others may read the file. */
+#define HN_KEY_SIZE    32
+#define HN_KEY_ID_SIZE 8
+typedef struct hn_key { uint8_t k[HN_KEY_SIZE]; } hn_key;
+
+/* $XDG_CONFIG_HOME/hearth/cluster.key, else $HOME/.config/hearth/cluster.key (HR_ENOTFOUND: neither) */
+int  hn_key_default_path(char *out, size_t cap, hr_err *err);
+/* A fresh random key written to path (created with O_EXCL, mode 0600; the directory must exist):
+   HR_EEXIST if path exists — a key is never overwritten. *out (may be NULL) receives it. */
+int  hn_key_generate(const char *path, hn_key *out, hr_err *err);
+/* HR_ENOTFOUND (no file), HR_EFORMAT (not a key file), HR_EIO */
+int  hn_key_load(const char *path, hn_key *out, hr_err *err);
+/* A public name of the key (a keyed BLAKE2b hash of a label): the same for everyone holding the key,
+   useless for finding the key. For logs and discovery announcements — a hint, never proof. */
+void hn_key_id(const hn_key *k, uint8_t id[HN_KEY_ID_SIZE]);
+void hn_key_id_hex(const hn_key *k, char out[2 * HN_KEY_ID_SIZE + 1]);
+void hn_key_wipe(hn_key *k); /* zeroes it in a way the compiler keeps */
+
 #endif
