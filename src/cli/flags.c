@@ -1,6 +1,7 @@
 /* cli/flags: the flag table, the parser that reads a command line against it, and --help from it */
 #include "cli.h"
 
+#include "net/net.h"
 #include "quant/quant.h"
 #include "text/chat.h"
 
@@ -163,8 +164,11 @@ static int fn_pin(cli_opts *o, const cli_flag *f, const char *v, char *why, size
 
 static int fn_workers(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
     free(o->workers_copy);
-    if (!(o->workers_copy = strdup(v))) { snprintf(why, cap, "out of memory"); return -1; }
+    o->workers_copy = NULL;
     o->head.n_workers = 0;
+    /* found on the LAN by cli_discover_workers before the command runs */
+    if ((o->workers_auto = !strcmp(v, "auto"))) return 0;
+    if (!(o->workers_copy = strdup(v))) { snprintf(why, cap, "out of memory"); return -1; }
     for (char *p = o->workers_copy;;) {
         char *c = strchr(p, ',');
         if (c) *c = 0;
@@ -335,12 +339,15 @@ static const cli_flag flags[] = {
      "pressure (with --workers: one round trip per worker per token)"},
 
     /* the cluster */
-    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--workers", "H:P,...|auto", F_FN, 0, 0, 0, fn_workers,
      "run on these `hearth worker`s too (the head computes as well). Without\n"
      "--tp-shares, --layer-windows, --pp or --allreduce the planner measures the\n"
      "devices and links and runs the fastest plan it predicts: one device, tensor\n"
-     "parallel or a pipeline (`hearth plan` shows every candidate)"},
-    {CLI_PLAN, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers, "the `hearth worker`s the plan may use"},
+     "parallel or a pipeline (`hearth plan` shows every candidate). auto: the\n"
+     "workers on the LAN that announce this cluster key (`hearth worker --announce`;\n"
+     "docs/discovery.md)"},
+    {CLI_PLAN, "--workers", "H:P,...|auto", F_FN, 0, 0, 0, fn_workers,
+     "the `hearth worker`s the plan may use (auto: those found on the LAN)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
      "tensor parallel with these shares, head first (equal; auto: measured\nmatvec speed)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
@@ -363,6 +370,22 @@ static const cli_flag flags[] = {
     {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL, "name shown to heads (default: worker)"},
     {CLI_WORKER, "--sessions", "N", F_LONG, AT(sessions), 1, 1 << 30, NULL,
      "exit after serving N heads (default: serve until interrupted)"},
+    {CLI_WORKER, "--announce", NULL, F_ON, AT(announce), 0, 0, NULL,
+     "make this worker findable on the LAN (`--workers auto`, `hearth workers`):\n"
+     "UDP multicast announcements carrying its port, name, threads, memory budget\n"
+     "and the cluster key's public id, now and then and when asked (a hint only:\n"
+     "the key is what lets a head in)"},
+    {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKERS, "--key", "FILE", F_STR, AT(key_file), 0, 0,
+     NULL, "the cluster key (`hearth keygen`; default\n$XDG_CONFIG_HOME/hearth/cluster.key or ~/.config/hearth/cluster.key)"},
+    {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKERS, "--discover-group", "ADDR:PORT", F_STR,
+     AT(discover_group), 0, 0, NULL,
+     "the multicast group discovery uses (default " HN_DISCOVER_GROUP "; one\n"
+     "per cluster if two share a LAN)"},
+    {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKERS, "--discover-iface", "NAME", F_STR,
+     AT(discover_iface), 0, 0, NULL, "discover on this network interface only (default: every one that is up)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKERS, "--discover-ms", "MS", F_LONG, AT(discover_ms), 50, 60000,
+     NULL, "how long to collect the workers' answers (default 1000)"},
+    {CLI_WORKERS, "--json", NULL, F_ON, AT(json), 0, 0, NULL, "print one JSON object instead of a table"},
     {CLI_WORKER, "--setup-timeout", "SEC", F_LONG, AT(setup_timeout), 1, 3600, NULL,
      "drop a head that has not sent its next set-up message within SEC s\n(default 20)"},
 
@@ -478,7 +501,7 @@ cli_opts cli_opts_default(void) {
                   .sp = ht_sampler_default_params(), .head = hc_head_default_params(), .seed = 1, .n_embd = -1,
                   .n_layer = -1, .n_head = -1, .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1,
                   .synth_n_ctx = -1, .rope_base = -1, .tied = -1, .escape = true, .host = "127.0.0.1",
-                  .port = 8080, .parallel = 4, .queue = 64, .sse_ping = 5};
+                  .port = 8080, .parallel = 4, .queue = 64, .sse_ping = 5, .discover_ms = 1000};
     o.mem = o.head.mem;
     o.pin = hmem_default_params().pin;
     o.bench_threads = (cli_list){{hr_physical_cores()}, 1};
@@ -670,7 +693,7 @@ int cli_check_model(const cli_command *c, const cli_opts *o) {
 
 int cli_check_cluster(const cli_command *c, const cli_opts *o) {
     const hc_head_params *h = &o->head;
-    if (h->n_workers) return 0;
+    if (h->n_workers || o->workers_auto) return 0;
     const char *f = h->pp ? "--pp" : h->n_windows ? "--layer-windows" : h->n_shares || h->shares_auto ? "--tp-shares"
                   : h->timings ? "--timings" : h->pp_micro > 1 ? "--pp-micro" : NULL;
     return f ? cli_usage_error(c, "%s needs --workers", f) : 0;
@@ -698,6 +721,7 @@ int cli_main(const cli_command *c, int argc, char **argv) {
     if (c->defaults) c->defaults(&o);
     int rc = cli_parse(c, argc, argv, &o);
     if (!rc && c->check) rc = c->check(c, &o);
+    if (!rc && o.workers_auto) rc = cli_discover_workers(c, &o);
     if (!rc) rc = c->run(&o);
     cli_opts_free(&o);
     return rc == CLI_HELP ? 0 : rc;

@@ -18,7 +18,7 @@ enum {
     CLI_RUN = 1u << 0, CLI_CHAT = 1u << 1, CLI_EVAL = 1u << 2, CLI_BENCH = 1u << 3, CLI_INFO = 1u << 4,
     CLI_SYNTH = 1u << 5, CLI_QUANTIZE = 1u << 6, CLI_TOKENIZE = 1u << 7, CLI_WORKER = 1u << 8,
     CLI_PLAN = 1u << 9, CLI_PROFILE = 1u << 10, CLI_CONVERT = 1u << 11,
-    CLI_SERVE = 1u << 12, CLI_KEYGEN = 1u << 13,
+    CLI_SERVE = 1u << 12, CLI_KEYGEN = 1u << 13, CLI_WORKERS = 1u << 14,
 };
 
 #define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */
@@ -51,7 +51,12 @@ typedef struct cli_opts {
     bool        no_cache;            /* profile/plan --no-cache: measure this device again */
     bool        profile_serial;      /* plan/run --profile-serial: the devices measure one at a time */
     long        prompt_tokens;       /* plan: prompt length the prefill figure is for */
-    char       *workers_copy;        /* owned: the split --workers text */
+    char       *workers_copy;        /* owned: the split --workers text, or the discovered addresses */
+    bool        workers_auto;        /* --workers auto: found by discovery before the command runs */
+    const char *key_file;            /* --key: the cluster key (default hn_key_default_path) */
+    bool        announce;            /* worker --announce */
+    const char *discover_group, *discover_iface; /* --discover-group, --discover-iface */
+    long        discover_ms;         /* --discover-ms: how long a head listens for answers */
     cli_list    bench_threads, bench_prompt, bench_gen, bench_depth;
     /* synth */
     const char *shape, *type, *vocab_from, *arch;

@@ -366,4 +366,89 @@ void hn_key_id(const hn_key *k, uint8_t id[HN_KEY_ID_SIZE]);
 void hn_key_id_hex(const hn_key *k, char out[2 * HN_KEY_ID_SIZE + 1]);
 void hn_key_wipe(hn_key *k); /* zeroes it in a way the compiler keeps */
 
+/* ---- discovery (discover.c): workers found on the LAN by UDP multicast (docs/discovery.md) ---------
+   A worker started with --announce sends an ANNOUNCE to the group now and then and in answer to a
+   QUERY (unicast back to whoever asked); a head sends QUERYs for a short window and collects the
+   answers. An announcement is a hint, never proof: trust comes from the connection's handshake.
+   Packet (little-endian, HN_DISCOVER_MAX_PACKET bytes at most):
+     u32 magic "HRDS" | u16 version (HN_DISCOVER_VERSION) | u16 kind (enum hn_disc_kind)
+   a QUERY ends there; an ANNOUNCE goes on:
+     u16 proto_version | u16 port | u8 key_id[HN_KEY_ID_SIZE] | u64 instance | u32 n_threads |
+     u64 mem_budget | str host (numeric address or empty) | str name
+   Decoding is strict (every field, limit and character checked, nothing left over) and the encoder
+   checks the same, so whatever encodes decodes. */
+#define HN_DISCOVER_GROUP      "239.255.72.82:7072" /* organisation-local scope (RFC 2365), TTL 1 */
+#define HN_DISCOVER_VERSION    1
+#define HN_DISCOVER_MAX_PACKET 512
+#define HN_DISCOVER_MAX_HOST   45   /* INET6_ADDRSTRLEN - 1 */
+#define HN_DISCOVER_MAX_THREADS 65536
+#define HN_DISCOVER_MAX_FOUND  64
+
+enum hn_disc_kind { HN_DISC_QUERY = 1, HN_DISC_ANNOUNCE = 2 };
+
+typedef struct hn_announce {
+    uint16_t proto_version;            /* the HN_PROTO_VERSION the worker speaks */
+    uint16_t port;                     /* its cluster port (1..65535) */
+    uint8_t  key_id[HN_KEY_ID_SIZE];   /* hn_key_id of its cluster key */
+    uint64_t instance;                 /* random per worker process: one worker heard on two interfaces is one */
+    uint32_t n_threads;                /* threads it computes with */
+    uint64_t mem_budget;               /* bytes its residency manager may use; 0 = unknown */
+    char     host[HN_DISCOVER_MAX_HOST + 1]; /* the numeric address it listens on; "" = any (use the sender's) */
+    char     name[HN_MAX_NAME + 1];    /* 1..HN_MAX_NAME bytes, no control characters */
+} hn_announce;
+
+/* kind HN_DISC_QUERY (a may be NULL) or HN_DISC_ANNOUNCE: the packet in out (replaced). HR_EINVAL
+   naming the field when a would not decode. */
+int hn_discover_encode(int kind, const hn_announce *a, hn_buf *out, hr_err *err);
+/* Decodes a packet (p 8-byte aligned). *kind and, for an ANNOUNCE, *a are set on success. Errors:
+   HR_ERANGE (longer than HN_DISCOVER_MAX_PACKET), HR_EUNSUPPORTED (another version), HR_EFORMAT. */
+int hn_discover_decode(const void *p, size_t n, int *kind, hn_announce *a, hr_err *err);
+
+/* what was received and not used; every packet lands in exactly one counter or is used */
+typedef struct hn_discover_stats {
+    uint32_t received;       /* packets read */
+    uint32_t malformed;      /* not a valid packet, or an address that cannot be right */
+    uint32_t oversize;       /* longer than HN_DISCOVER_MAX_PACKET */
+    uint32_t other_version;  /* a hearth discovery packet of another version */
+    uint32_t foreign_key;    /* announcements of another cluster key (querier) */
+    uint32_t duplicates;     /* an instance heard before (querier) */
+    uint32_t ignored;        /* valid but not for us: queries at a querier, announcements at a worker */
+    uint32_t rate_limited;   /* queries not answered: more than the announcer answers per second */
+    uint32_t sent;           /* packets sent */
+} hn_discover_stats;
+
+/* Where discovery happens: the group and, optionally, one interface (else every interface that is up
+   and can multicast, and loopback). */
+typedef struct hn_discover_where {
+    const char *group;       /* "ADDR:PORT" of an IPv4 multicast group; NULL = HN_DISCOVER_GROUP */
+    const char *iface;       /* interface name ("eth0", "lo"); NULL = all */
+} hn_discover_where;
+
+typedef struct hn_announcer hn_announcer;
+/* Starts a thread that announces *a (its instance made random when 0) to the group every period_ms
+   (<= 0: 5000) and answers queries; stop it with hn_announcer_stop. A worker bound to a loopback
+   address should announce on "lo" alone (a LAN peer could not reach it). */
+hn_announcer *hn_announcer_start(const hn_discover_where *w, const hn_announce *a, int period_ms, hr_err *err);
+/* Stops and joins the thread, closes its socket; st (may be NULL) gets what it counted. NULL is fine. */
+void hn_announcer_stop(hn_announcer *an, hn_discover_stats *st);
+
+typedef struct hn_found {
+    hn_announce a;
+    char        addr[HN_DISCOVER_MAX_HOST + 9]; /* what --workers takes: "10.0.0.5:7070", "[fe80::1]:7070" */
+    bool        same_key;   /* a.key_id is the key id the querier gave */
+    bool        loopback;   /* addr is a loopback address (no other device could use it) */
+} hn_found;
+
+typedef struct hn_discovery {
+    int               n;
+    hn_found          w[HN_DISCOVER_MAX_FOUND]; /* sorted by addr */
+    hn_discover_stats st;
+} hn_discovery;
+
+/* Sends QUERYs to the group (three, spread over the window) on every interface of w, and collects
+   the answers for window_ms. key_id (may be NULL) marks the workers that share it (same_key); the
+   others are kept too and counted in st.foreign_key. Only socket errors are errors: no answer is
+   out->n == 0. */
+int hn_discover(const hn_discover_where *w, const uint8_t *key_id, int window_ms, hn_discovery *out, hr_err *err);
+
 #endif
