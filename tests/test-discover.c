@@ -211,7 +211,7 @@ static void to_group(int fd, const void *p, size_t n) {
 
 /* A fake worker: answers every query with junk, another version, and a copy of a real worker's
    announcement (a duplicate) — none of which may change what the querier finds. */
-typedef struct fake { int fd; atomic_bool stop; hn_announce dup; int answered; } fake;
+typedef struct fake { int fd; atomic_bool stop; hn_announce dup; atomic_int answered; } fake;
 static void *fake_main(void *arg) {
     fake *f = arg;
     uint64_t buf[128];
@@ -297,7 +297,7 @@ static void test_live(void) {
         CHECK(d->w[0].a.n_threads == 4 && d->w[0].a.mem_budget == 3ull << 30 && d->w[0].a.proto_version == 2);
         CHECK(d->w[0].a.instance != 0 && d->w[1].a.instance == 0x5eedULL && d->w[0].loopback);
     }
-    CHECKF(f.answered >= 1, "the fake worker heard %d queries", f.answered);
+    CHECKF(atomic_load(&f.answered) >= 1, "the fake worker heard %d queries", atomic_load(&f.answered));
     CHECKF(d->st.malformed >= 1 && d->st.oversize >= 1 && d->st.other_version >= 1 && d->st.duplicates >= 1 &&
            d->st.foreign_key >= 1, "querier counted malformed %u oversize %u version %u duplicates %u foreign %u",
            d->st.malformed, d->st.oversize, d->st.other_version, d->st.duplicates, d->st.foreign_key);
@@ -348,6 +348,7 @@ static void test_live(void) {
 }
 
 int main(void) {
+    hr_log_set_level(HR_LOG_WARN); /* set before any thread logs (the level is read without a lock) */
     test_layout();
     test_refusals();
     write_seeds();
