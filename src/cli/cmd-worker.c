@@ -55,12 +55,11 @@ static hn_announcer *worker_announce(const cli_opts *o, const hc_worker_params *
     if (res) freeaddrinfo(res);
     hn_discover_where w = {.group = o->discover_group, .iface = o->discover_iface};
     if (loopback && !w.iface) w.iface = "lo";
-    hn_announcer *an = hn_announcer_start(&w, &a, 0, err);
-    if (!an) return NULL;
+    /* said before the thread starts, which may log too (the log level is set by the first line) */
     sodium_bin2hex(hex, sizeof hex, a.key_id, HN_KEY_ID_SIZE);
     HR_LOGI("announcing '%s' on %s%s%s (cluster key id %s, %s)", a.name, w.group ? w.group : HN_DISCOVER_GROUP,
             w.iface ? " via " : "", w.iface ? w.iface : "", hex, path);
-    return an;
+    return hn_announcer_start(&w, &a, 0, err);
 }
 
 static int worker(cli_opts *o) {

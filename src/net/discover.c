@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,6 +236,14 @@ struct hn_announcer {
    announcement); returns the current interfaces in idx */
 static int announcer_join(hn_announcer *an, disc_if ifs[DISC_MAX_IFS]) {
     int n = disc_ifaces(an->one_iface ? an->iface : NULL, false, ifs);
+    /* an interface that went away took its membership with it: forget it, so it is joined again */
+    int kept = 0;
+    for (int k = 0; k < an->n_joined; k++) {
+        bool there = false;
+        for (int i = 0; i < n && !there; i++) there = ifs[i].idx == an->joined[k];
+        if (there) an->joined[kept++] = an->joined[k];
+    }
+    an->n_joined = kept;
     for (int i = 0; i < n; i++) {
         bool have = false;
         for (int k = 0; k < an->n_joined && !have; k++) have = an->joined[k] == ifs[i].idx;
@@ -324,7 +333,12 @@ hn_announcer *hn_announcer_start(const hn_discover_where *w, const hn_announce *
                 an->one_iface ? " on " : "", an->one_iface ? an->iface : "");
         goto fail;
     }
+    /* the thread takes no signals: the process's handlers (a worker's SIGTERM) run on its own threads */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&an->th, NULL, announcer_main, an);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) { hr_fail(err, HR_EIO, "cannot start the announcer thread: %s", strerror(rc)); goto fail; }
     return an;
 fail:
