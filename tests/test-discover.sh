@@ -4,8 +4,9 @@
 #   loopback (any user): multicast on lo alone (--discover-iface lo, a random group port, so nothing
 #   leaves the machine and concurrent runs do not meet): `hearth workers --json` lists all three with
 #   the right key marks; run --workers auto uses exactly the two of its key and gives the one-device
-#   greedy text; plan takes auto; no key / a key nobody holds / a bad group are clear errors; junk
-#   sent to the group is counted by the workers, which keep answering and exit 0 on SIGTERM.
+#   greedy text; the default key path works; chat, serve and plan take auto too; no key / a key nobody
+#   holds / a bad group are clear errors; junk sent to the group is counted by the workers, which keep
+#   answering and exit 0 on SIGTERM.
 #   testbed (root, network namespaces): the same across a bridge — 4 devices, workers of key A on d1
 #   and d2, of key B on d3; d0 finds exactly d1 and d2 and runs tensor parallel over them.
 source "$(dirname "$0")/lib-cluster.sh"
@@ -65,12 +66,11 @@ used=$(sed -n 's/^tp: device [12] (\(.*\)): share.*/\1/p' "$TMP/auto.err" | sort
 check "run --workers auto used exactly the workers of its key ($used, want $want)" test "$used" = "$want"
 check "run --workers auto logs what it found" grep -q -- "--workers auto: 2 workers of key id" "$TMP/auto.err"
 
-# with the key at the default path, and through plan
+# with the key at the default path (B's): only the neighbour is this cluster
 mkdir -p "$TMP/config/hearth" && cp "$TMP/kb" "$TMP/config/hearth/cluster.key"
-"$BIN" plan -m "$MODEL" --workers auto "${LO[@]}" --discover-ms $DMS --json -t 1 > "$TMP/plan.json" 2> "$TMP/plan.err"
-check "plan --workers auto with the default key exits 0: $(tail -1 "$TMP/plan.err")" test $? = 0
-addrs=$(jq_py "$TMP/plan.json" "','.join(x['address'] for x in d['devices'][1:])" 2> /dev/null)
-check "plan --workers auto plans over the worker of the default key ($addrs)" test "$addrs" = "127.0.0.1:${WPORT[3]}"
+"$BIN" workers --json "${LO[@]}" --discover-ms $DMS > "$TMP/wsb.json" 2> "$TMP/wsb.err"
+mine=$(jq_py "$TMP/wsb.json" "[w['name'] for w in d['workers'] if w['same_key']]")
+check "hearth workers with the default key marks the worker of that key alone ($mine)" test "$mine" = "['neighbour']"
 rm -f "$TMP/config/hearth/cluster.key"
 
 # errors
@@ -78,6 +78,12 @@ run -m "$MODEL" --workers auto --key "$TMP/kc" "${LO[@]}" --discover-ms $DMS > /
 rc=$?
 check "auto with a key no worker holds: exit 1 ($rc)" test $rc = 1
 check "... saying nobody of this key answered" grep -q "no worker of this cluster's key.*3 answered with other keys" "$TMP/nokey.err"
+for cmd in chat serve plan; do   # the other commands that take --workers resolve auto the same way
+    "$BIN" $cmd -m "$MODEL" --workers auto --key "$TMP/kc" "${LO[@]}" --discover-ms 200 < /dev/null > /dev/null 2> "$TMP/$cmd.err"
+    rc=$?
+    check "$cmd --workers auto with a key no worker holds: exit 1 ($rc) with the reason" \
+        sh -c "test $rc = 1 && grep -q 'hearth $cmd: --workers auto: no worker of this cluster' '$TMP/$cmd.err'"
+done
 run -m "$MODEL" --workers auto "${LO[@]}" > /dev/null 2> "$TMP/nofile.err"
 rc=$?
 check "auto without any key: exit 1 ($rc)" test $rc = 1

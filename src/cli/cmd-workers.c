@@ -190,8 +190,8 @@ static int workers_run(cli_opts *o) {
 
 const cli_command cli_workers = {
     "workers", CLI_WORKERS, "list the workers that announce themselves on the LAN", "[--json] [--discover-ms MS]",
-    "Asks the LAN (UDP multicast, docs/discovery.md) which `hearth worker --announce` are there and\n"
-    "lists each one's address, name, threads and memory budget, and whether it holds this device's\n"
+    "Asks the LAN (UDP multicast, docs/discovery.md) which workers started with `--announce` are\n"
+    "there and lists each one's address, name, threads and memory budget, and whether it holds this device's\n"
     "cluster key (--key, or the default key file; without one every worker is listed as other).\n"
     "An announcement is a hint: only the cluster key's handshake lets a head in. `--workers auto`\n"
     "(run, chat, serve, plan) uses the workers listed here as `this cluster`.",
