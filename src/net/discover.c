@@ -451,7 +451,11 @@ int hn_discover(const hn_discover_where *w, const uint8_t *key_id, int window_ms
             hn_announce a;
             if (disc_take(buf, n, &kind, &a, &out->st)) continue;
             if (kind != HN_DISC_ANNOUNCE || from.ss_family != AF_INET) { out->st.ignored++; continue; }
+            int before = out->n;
             found_add(out, &a, (struct sockaddr_in *)&from, own, n_own, key_id);
+            if (out->n > before)
+                HR_LOGD("discovery: %s answered %.1f ms after the first query", out->w[out->n - 1].addr,
+                        (double)(hr_time_ns() - t0) * 1e-6);
         }
     }
     hn_buf_free(&q);
