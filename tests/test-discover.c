@@ -32,8 +32,9 @@ static hn_announce sample(void) {
 }
 
 static bool same(const hn_announce *a, const hn_announce *b) {
-    return a->proto_version == b->proto_version && a->port == b->port && !memcmp(a->key_id, b->key_id, HN_KEY_ID_SIZE) &&
-           a->instance == b->instance && a->n_threads == b->n_threads && a->mem_budget == b->mem_budget &&
+    return a->proto_version == b->proto_version && a->port == b->port &&
+           !memcmp(a->key_id, b->key_id, HN_KEY_ID_SIZE) && a->instance == b->instance && a->n_threads == b->n_threads &&
+           a->mem_budget == b->mem_budget &&
            !strcmp(a->host, b->host) && !strcmp(a->name, b->name);
 }
 
@@ -171,7 +172,8 @@ static void test_refusals(void) {
         } else if (rc == HR_EFORMAT || rc == HR_EUNSUPPORTED || rc == HR_ERANGE) refused++;
         else wrong++;
     }
-    CHECKF(wrong == 0 && ok > 0 && refused > 0, "random corruption: %d decoded, %d refused, %d wrong", ok, refused, wrong);
+    CHECKF(wrong == 0 && ok > 0 && refused > 0, "random corruption: %d decoded, %d refused, %d wrong", ok, refused,
+           wrong);
     hn_buf_free(&out);
 }
 

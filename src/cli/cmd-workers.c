@@ -83,7 +83,11 @@ int cli_discover_workers(const cli_command *c, cli_opts *o) {
     /* the addresses live as long as the options, as a typed list does */
     const size_t each = sizeof d->w[0].addr;
     free(o->workers_copy);
-    if (!(o->workers_copy = malloc(each * (size_t)n))) { free(d); fprintf(stderr, "hearth %s: out of memory\n", c->name); return 1; }
+    if (!(o->workers_copy = malloc(each * (size_t)n))) {
+        free(d);
+        fprintf(stderr, "hearth %s: out of memory\n", c->name);
+        return 1;
+    }
     char list[HC_MAX_DEVICES * (HN_DISCOVER_MAX_HOST + 9 + HN_MAX_NAME + 4)] = "";
     size_t len = 0;
     o->head.n_workers = 0;

@@ -377,7 +377,9 @@ static const cli_flag flags[] = {
      "and the cluster key's public id, now and then and when asked (a hint only:\n"
      "the key is what lets a head in)"},
     {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKERS, "--key", "FILE", F_STR, AT(key_file), 0, 0,
-     NULL, "the cluster key (`hearth keygen`; default\n$XDG_CONFIG_HOME/hearth/cluster.key or ~/.config/hearth/cluster.key)"},
+     NULL,
+     "the cluster key (`hearth keygen`; default\n"
+     "$XDG_CONFIG_HOME/hearth/cluster.key or ~/.config/hearth/cluster.key)"},
     {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKERS, "--discover-group", "ADDR:PORT", F_STR,
      AT(discover_group), 0, 0, NULL,
      "the multicast group discovery uses (default " HN_DISCOVER_GROUP "; one\n"

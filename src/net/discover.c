@@ -73,10 +73,12 @@ int hn_discover_encode(int kind, const hn_announce *a, hn_buf *out, hr_err *err)
 }
 
 int hn_discover_decode(const void *p, size_t n, int *kind, hn_announce *a, hr_err *err) {
-    if (n > HN_DISCOVER_MAX_PACKET) return hr_fail(err, HR_ERANGE, "announcement: %zu bytes (at most %d)", n, HN_DISCOVER_MAX_PACKET);
+    if (n > HN_DISCOVER_MAX_PACKET)
+        return hr_fail(err, HR_ERANGE, "announcement: %zu bytes (at most %d)", n, HN_DISCOVER_MAX_PACKET);
     hn_rd r;
     hn_rd_init(&r, 0, p, n);
-    if (hn_rd_u32(&r, "magic") != DISC_MAGIC || r.failed) return hr_fail(err, HR_EFORMAT, "not a hearth discovery packet");
+    if (hn_rd_u32(&r, "magic") != DISC_MAGIC || r.failed)
+        return hr_fail(err, HR_EFORMAT, "not a hearth discovery packet");
     uint16_t version = hn_rd_u16(&r, "version");
     if (!r.failed && version != HN_DISCOVER_VERSION)
         return hr_fail(err, HR_EUNSUPPORTED, "discovery version %u (this is %d)", version, HN_DISCOVER_VERSION);
@@ -118,8 +120,8 @@ static int disc_group(const hn_discover_where *w, struct sockaddr_in *g, hr_err 
     g->sin_family = AF_INET;
     g->sin_port = htons(port);
     if (inet_pton(AF_INET, host, &g->sin_addr) != 1 || !IN_MULTICAST(ntohl(g->sin_addr.s_addr)) || port == 0)
-        return hr_fail(err, HR_EINVAL, "discovery group '%s': expected an IPv4 multicast address and a port, like %s", s,
-                       HN_DISCOVER_GROUP);
+        return hr_fail(err, HR_EINVAL, "discovery group '%s': expected an IPv4 multicast address and a port, like %s",
+                       s, HN_DISCOVER_GROUP);
     return 0;
 }
 
@@ -371,7 +373,8 @@ static int found_cmp(const void *a, const void *b) {
 
 /* the address a head should connect to, from the announcement and where it came from; false when it
    cannot be right (a loopback address announced from another machine) */
-static bool found_addr(const hn_announce *a, const struct sockaddr_in *from, const disc_if *own, int n_own, hn_found *f) {
+static bool found_addr(const hn_announce *a, const struct sockaddr_in *from, const disc_if *own, int n_own,
+                       hn_found *f) {
     bool local = v4_loopback(from->sin_addr);
     for (int i = 0; i < n_own && !local; i++) local = own[i].addr.s_addr == from->sin_addr.s_addr;
     if (a->host[0]) {
@@ -415,7 +418,8 @@ int hn_discover(const hn_discover_where *w, const uint8_t *key_id, int window_ms
     if (only && !if_nametoindex(only)) return hr_fail(err, HR_EINVAL, "discovery: no network interface '%s'", only);
     disc_if ifs[DISC_MAX_IFS], own[DISC_MAX_IFS];
     int n_if = disc_ifaces(only, false, ifs), n_own = disc_ifaces(NULL, true, own);
-    if (n_if == 0) return hr_fail(err, HR_ENET, "discovery: no network interface is up%s%s", only ? ": " : "", only ? only : "");
+    if (n_if == 0)
+        return hr_fail(err, HR_ENET, "discovery: no network interface is up%s%s", only ? ": " : "", only ? only : "");
     int fd = disc_socket(0, err); /* an ephemeral port: the answers come back to it alone */
     if (fd < 0) return err ? err->code : HR_ENET;
     hn_buf q;
