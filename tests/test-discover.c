@@ -33,8 +33,8 @@ static hn_announce sample(void) {
 
 static bool same(const hn_announce *a, const hn_announce *b) {
     return a->proto_version == b->proto_version && a->port == b->port &&
-           !memcmp(a->key_id, b->key_id, HN_KEY_ID_SIZE) && a->instance == b->instance && a->n_threads == b->n_threads &&
-           a->mem_budget == b->mem_budget &&
+           !memcmp(a->key_id, b->key_id, HN_KEY_ID_SIZE) && a->instance == b->instance &&
+           a->n_threads == b->n_threads && a->mem_budget == b->mem_budget &&
            !strcmp(a->host, b->host) && !strcmp(a->name, b->name);
 }
 
