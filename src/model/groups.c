@@ -1,0 +1,202 @@
+/* groups: what each group of tensor-parallel units contributes to a block's output — calibration's
+ * statistics and the lossy-link simulation (model.h, "unit groups"; docs/lossy.md).
+ *
+ * The probe sees a block's activations a (the input of attn_output / ffn_down) and its output x. The
+ * output is W a = sum over groups g of W[:, cols(g)] a[cols(g)], so a group's contribution to output
+ * element r is the dot product of row r's columns of g with a's; the copy of W here is F32, one
+ * [n_embd][K] matrix per layer and block.
+ */
+#include "model-impl.h"
+
+#include <stdlib.h>
+
+struct hm_groups {
+    const hm_model *m;
+    int32_t L, E;
+    int64_t K[2];            /* activation width per block: n_head * head_dim, n_ff */
+    int32_t cols[2];         /* columns per group */
+    int32_t count[2];        /* groups per block */
+    int32_t stride;          /* max(count) */
+    float  *w[2];            /* [L][E][K] dequantized attn_output, ffn_down */
+    /* statistics */
+    bool     stats;
+    double  *norm_sum;       /* [L][2][stride] */
+    uint64_t tokens;
+    /* loss simulation */
+    bool     lossy;
+    int      n_dev;
+    double   loss[HM_GROUPS_MAX_DEV];
+    int32_t *assign;         /* [L][2][stride] */
+    int32_t  packet;
+    uint64_t seed;
+    hm_groups_counters cnt;
+};
+
+void hm_groups_free(hm_groups *g) {
+    if (!g) return;
+    free(g->w[0]);
+    free(g->w[1]);
+    free(g->norm_sum);
+    free(g->assign);
+    free(g);
+}
+
+hm_groups *hm_groups_create(const hm_model *m, int32_t att_kv, int32_t ff, hr_err *err) {
+    const hm_hparams *hp = &m->hp;
+    if (m->is_slice || m->has_layer) {
+        hr_fail(err, HR_EINVAL, "unit groups need the whole model, not a slice file");
+        return NULL;
+    }
+    if (att_kv < 1 || att_kv > hp->n_head_kv || ff < 1 || ff > hp->n_ff) {
+        hr_fail(err, HR_EINVAL, "group sizes %d KV heads, %d neurons out of range", att_kv, ff);
+        return NULL;
+    }
+    hm_groups *g = calloc(1, sizeof *g);
+    if (!g) goto oom;
+    g->m = m;
+    g->L = hp->n_layer;
+    g->E = hp->n_embd;
+    g->K[0] = (int64_t)hp->n_head * hp->head_dim;
+    g->K[1] = hp->n_ff;
+    g->cols[0] = att_kv * (hp->n_head / hp->n_head_kv) * hp->head_dim;
+    g->cols[1] = ff;
+    for (int b = 0; b < 2; b++) {
+        g->count[b] = (int32_t)((g->K[b] + g->cols[b] - 1) / g->cols[b]);
+        g->stride = HR_MAX(g->stride, g->count[b]);
+        if (!(g->w[b] = malloc(sizeof(float) * (size_t)g->L * (size_t)g->E * (size_t)g->K[b]))) goto oom;
+        for (int il = 0; il < g->L; il++) {
+            const hm_tensor *t = b == 0 ? &m->layers[il].wo : &m->layers[il].w_down;
+            if (t->ne0 != g->K[b] || t->ne1 != g->E) {
+                hr_fail(err, HR_EFORMAT, "layer %d: %s is %lld x %lld", il, b == 0 ? "attn_output" : "ffn_down",
+                        (long long)t->ne0, (long long)t->ne1);
+                hm_groups_free(g);
+                return NULL;
+            }
+            for (int32_t r = 0; r < g->E; r++)
+                hm_tensor_row_f32(t, r, g->w[b] + ((size_t)il * g->E + r) * (size_t)g->K[b]);
+        }
+    }
+    const size_t cells = (size_t)g->L * 2 * (size_t)g->stride;
+    if (!(g->norm_sum = calloc(cells, sizeof *g->norm_sum)) || !(g->assign = calloc(cells, sizeof *g->assign)))
+        goto oom;
+    return g;
+oom:
+    hm_groups_free(g);
+    hr_fail(err, HR_ENOMEM, "out of memory for the unit groups' copy of attn_output and ffn_down");
+    return NULL;
+}
+
+int32_t hm_groups_count(const hm_groups *g, enum hm_block b) { return g->count[b == HM_BLOCK_FFN]; }
+int32_t hm_groups_stride(const hm_groups *g) { return g->stride; }
+uint64_t hm_groups_tokens(const hm_groups *g) { return g->tokens; }
+hm_groups_counters hm_groups_get_counters(const hm_groups *g) { return g->cnt; }
+
+void hm_groups_stats(hm_groups *g, bool on) {
+    g->stats = on;
+    g->tokens = 0;
+    memset(g->norm_sum, 0, sizeof *g->norm_sum * (size_t)g->L * 2 * (size_t)g->stride);
+}
+
+void hm_groups_mean_norms(const hm_groups *g, int layer, enum hm_block b, double *out) {
+    const int bi = b == HM_BLOCK_FFN;
+    const double *s = g->norm_sum + ((size_t)layer * 2 + bi) * (size_t)g->stride;
+    for (int32_t i = 0; i < g->count[bi]; i++) out[i] = g->tokens ? s[i] / (double)g->tokens : 0;
+}
+
+int hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err) {
+    memset(&g->cnt, 0, sizeof g->cnt);
+    g->lossy = false;
+    if (!l) return 0;
+    if (l->n_dev < 1 || l->n_dev > HM_GROUPS_MAX_DEV || l->packet < 1)
+        return hr_fail(err, HR_EINVAL, "loss simulation: %d devices, packets of %d elements", l->n_dev, l->packet);
+    for (int d = 1; d < l->n_dev; d++)
+        if (!(l->loss[d] >= 0 && l->loss[d] <= 1))
+            return hr_fail(err, HR_EINVAL, "loss simulation: device %d's loss rate %g outside [0, 1]", d, l->loss[d]);
+    for (int il = 0; il < g->L; il++)
+        for (int b = 0; b < 2; b++)
+            for (int32_t i = 0; i < g->count[b]; i++) {
+                const size_t at = ((size_t)il * 2 + b) * (size_t)g->stride + i;
+                if (l->assign[at] < 0 || l->assign[at] >= l->n_dev)
+                    return hr_fail(err, HR_EINVAL, "loss simulation: layer %d group %d on device %d of %d", il, i,
+                                   l->assign[at], l->n_dev);
+                g->assign[at] = l->assign[at];
+            }
+    g->n_dev = l->n_dev;
+    g->loss[0] = 0;
+    for (int d = 1; d < l->n_dev; d++) g->loss[d] = l->loss[d];
+    g->packet = l->packet;
+    g->seed = l->seed;
+    g->lossy = true;
+    return 0;
+}
+
+static double hm_dot(const float *w, const float *a, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)w[i] * a[i];
+    return s;
+}
+
+/* a uniform number in [0, 1) from the packet's identity (splitmix64's finalizer over a mix of them) */
+static double hm_packet_draw(uint64_t seed, uint64_t call, int dev, uint64_t packet) {
+    uint64_t z = seed ^ (call * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)dev * 0xC2B2AE3D27D4EB4Full) ^
+                 (packet * 0x165667B19E3779F9ull);
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+static void hm_groups_probe(void *user, int layer, enum hm_block block, const float *act, int64_t K, float *x,
+                            int n, int E) {
+    hm_groups *g = user;
+    const int bi = block == HM_BLOCK_FFN;
+    HR_ASSERT(K == g->K[bi] && E == g->E && layer >= 0 && layer < g->L); /* a full shard of this model */
+    const float *W = g->w[bi] + (size_t)layer * (size_t)E * (size_t)K;
+    const int32_t cols = g->cols[bi], count = g->count[bi];
+    const size_t cell = ((size_t)layer * 2 + bi) * (size_t)g->stride;
+    if (g->stats) {
+        if (layer == 0 && bi == 0) g->tokens += (uint64_t)n;
+        for (int t = 0; t < n; t++) {
+            const float *a = act + (size_t)t * K;
+            for (int32_t i = 0; i < count; i++) {
+                const int64_t c0 = (int64_t)i * cols, nc = HR_MIN((int64_t)cols, K - c0);
+                double n2 = 0;
+                for (int r = 0; r < E; r++) {
+                    const double s = hm_dot(W + (size_t)r * K + c0, a + c0, nc);
+                    n2 += s * s;
+                }
+                g->norm_sum[cell + i] += sqrt(n2);
+            }
+        }
+    }
+    if (!g->lossy || layer == 0) return;
+    const uint64_t call = g->cnt.allreduces++;
+    const int64_t total = (int64_t)n * E, npk = (total + g->packet - 1) / g->packet;
+    for (int d = 1; d < g->n_dev; d++) {
+        g->cnt.packets += (uint64_t)npk;
+        g->cnt.elems += (uint64_t)total;
+        for (int64_t pk = 0; pk < npk; pk++) {
+            if (hm_packet_draw(g->seed, call, d, (uint64_t)pk) >= g->loss[d]) continue;
+            const int64_t e0 = pk * g->packet, e1 = HR_MIN(total, e0 + g->packet);
+            g->cnt.lost++;
+            g->cnt.elems_lost += (uint64_t)(e1 - e0);
+            for (int64_t e = e0; e < e1; e++) {
+                const int64_t t = e / E, r = e % E;
+                const float *a = act + (size_t)t * K, *w = W + (size_t)r * K;
+                double s = 0;
+                for (int32_t i = 0; i < count; i++) {
+                    if (g->assign[cell + i] != d) continue;
+                    const int64_t c0 = (int64_t)i * cols;
+                    s += hm_dot(w + c0, a + c0, HR_MIN((int64_t)cols, K - c0));
+                }
+                x[e] -= (float)s;
+            }
+        }
+    }
+}
+
+void hm_groups_attach(hm_groups *g, hm_shard *s) {
+    s->probe = hm_groups_probe;
+    s->probe_user = g;
+}
