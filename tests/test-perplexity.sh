@@ -4,7 +4,8 @@
 # eval`'s logits, -log softmax summed in double); KL divergence of a run against its own base is 0
 # with 100% top-token agreement, against another quant type of the same model > 0; the lossy
 # simulation at 0% loss is the lossless run and at 10% costs quality, less with the groups' importance
-# measured on the text (oracle) than at random; calibrate's file; refusals.
+# measured on the text (oracle) than at random, and less still ranked token by token; calibrate's
+# file; refusals.
 . "$(dirname "$0")/lib-cli.sh"
 if ! command -v python3 > /dev/null; then echo "python3 not found; skipping" >&2; exit 77; fi
 TEXT="$(dirname "$0")/data/lossy-text.txt"
@@ -113,6 +114,10 @@ read -r ko _ <<< "$(kl "$TMP/so.out")"
 grep -q "worker datagrams lost" "$TMP/sr.out" && ok || bad "no loss counters"
 python3 -c "import sys; sys.exit(0 if 0 < float('$ko') < float('$kr') else 1)" \
     && ok || bad "10% loss on one worker: KLD oracle $ko, random $kr (want 0 < oracle < random)"
+sim --sim-loss 0,0,10 --sim-placement per-token > "$TMP/st.out" && ok || bad "sim per-token: $(tail -1 "$TMP/sim.err")"
+read -r kt _ <<< "$(kl "$TMP/st.out")"
+python3 -c "import sys; sys.exit(0 if 0 < float('$kt') < float('$ko') else 1)" \
+    && ok || bad "10% loss on one worker: KLD per-token $kt, oracle $ko (want 0 < per-token < oracle)"
 sim --sim-loss 5 > /dev/null 2>&1; [[ $? -eq 2 ]] && ok || bad "importance placement without --importance"
 sim --sim-loss 5 --sim-placement best > /dev/null 2>&1; [[ $? -eq 2 ]] && ok || bad "an unknown placement"
 sim --sim-loss 5,5 --sim-devices 4 --sim-placement random > /dev/null 2>&1; [[ $? -eq 1 ]] && ok \

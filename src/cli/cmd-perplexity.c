@@ -179,7 +179,9 @@ static int ppl_sim_setup(ppl_run *r, cli_opts *o, hr_err *err) {
         rc = hr_fail(err, HR_EINVAL, "'%s' has %d layers of %d + %d groups; this model %d of %d + %d", o->importance,
                      imp.n_layer, imp.n_groups[0], imp.n_groups[1], L, hm_groups_count(g, HM_BLOCK_ATTN),
                      hm_groups_count(g, HM_BLOCK_FFN));
-    int32_t *assign = calloc((size_t)L * 2 * (size_t)stride, sizeof *assign);
+    int32_t *assign = calloc((size_t)L * 2 * (size_t)stride, sizeof *assign), count2[2 * HC_MAX_DEVICES];
+    for (int b = 0; !rc && b < 2; b++)
+        rc = hpl_group_counts(weight, nd, hm_groups_count(g, b ? HM_BLOCK_FFN : HM_BLOCK_ATTN), count2 + b * nd, err);
     double *rnd = malloc(sizeof *rnd * (size_t)stride);
     if (!rc && (!assign || !rnd)) rc = hr_fail(err, HR_ENOMEM, "out of memory");
     uint64_t seed = (uint64_t)o->sim_seed * 0x9E3779B97F4A7C15ull + 12345;
@@ -188,7 +190,7 @@ static int ppl_sim_setup(ppl_run *r, cli_opts *o, hr_err *err) {
             const int32_t n = hm_groups_count(g, b ? HM_BLOCK_FFN : HM_BLOCK_ATTN);
             int32_t count[HC_MAX_DEVICES], *as = assign + ((size_t)il * 2 + b) * (size_t)stride;
             if ((rc = hpl_group_counts(weight, nd, n, count, err))) break;
-            if (o->sim_placement == CLI_SIM_CONTIGUOUS) {
+            if (o->sim_placement == CLI_SIM_CONTIGUOUS || o->sim_placement == CLI_SIM_PER_TOKEN) {
                 for (int d = 0, i = 0; d < nd; d++)
                     for (int32_t k = 0; k < count[d]; k++) as[i++] = d;
                 continue;
@@ -208,7 +210,8 @@ static int ppl_sim_setup(ppl_run *r, cli_opts *o, hr_err *err) {
         }
     if (!rc) {
         const hm_groups_loss gl = {.n_dev = nd, .loss = loss, .assign = assign, .packet = (int32_t)o->sim_packet,
-                                   .seed = (uint64_t)o->sim_seed};
+                                   .seed = (uint64_t)o->sim_seed, .per_token = o->sim_placement == CLI_SIM_PER_TOKEN,
+                                   .count = count2};
         rc = hm_groups_set_loss(g, &gl, err);
     }
     free(assign);

@@ -146,10 +146,10 @@ static int fn_sim_loss(cli_opts *o, const cli_flag *f, const char *v, char *why,
 }
 
 static int fn_sim_placement(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    static const char *const names[] = {"importance", "random", "oracle", "contiguous"};
+    static const char *const names[] = {"importance", "random", "oracle", "contiguous", "per-token"};
     for (int i = 0; i < (int)HR_ARRAY_LEN(names); i++)
         if (!strcmp(v, names[i])) { o->sim_placement = i; return 0; }
-    snprintf(why, cap, "importance, random, oracle or contiguous");
+    snprintf(why, cap, "importance, random, oracle, contiguous or per-token");
     return -1;
 }
 
@@ -294,7 +294,9 @@ static const cli_flag flags[] = {
     {CLI_PERPLEXITY, "--sim-placement", "NAME", F_FN, 0, 0, 0, fn_sim_placement,
      "which device gets which unit groups: importance (HALO's Alg. 3 over\n"
      "--importance FILE), oracle (importance measured on this text), random, or\n"
-     "contiguous (today's runtime: ranges in device order); default importance"},
+     "contiguous (today's runtime: ranges in device order), or per-token (each\n"
+     "token's own largest contributions on the least lossy devices: the bound\n"
+     "for a runtime predictor); default importance"},
     {CLI_PERPLEXITY, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
      "importance file from `hearth calibrate` (for --sim-placement importance)"},
     {CLI_PERPLEXITY, "--sim-packet", "N", F_LONG, AT(sim_packet), 1, 1 << 20, NULL,

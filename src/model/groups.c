@@ -29,6 +29,12 @@ struct hm_groups {
     int32_t *assign;         /* [L][2][stride] */
     int32_t  packet;
     uint64_t seed;
+    bool     per_token;
+    int32_t  dev_count[2][HM_GROUPS_MAX_DEV]; /* per_token: groups per device */
+    int      dev_order[HM_GROUPS_MAX_DEV];  /* devices by loss, lowest first */
+    int32_t *tok_assign;     /* per_token: [n_batch][stride], grown as needed */
+    size_t   tok_cap;
+    double  *tok_norm;       /* [stride] */
     hm_groups_counters cnt;
 };
 
@@ -38,6 +44,8 @@ void hm_groups_free(hm_groups *g) {
     free(g->w[1]);
     free(g->norm_sum);
     free(g->assign);
+    free(g->tok_assign);
+    free(g->tok_norm);
     free(g);
 }
 
@@ -77,7 +85,8 @@ hm_groups *hm_groups_create(const hm_model *m, int32_t att_kv, int32_t ff, hr_er
         }
     }
     const size_t cells = (size_t)g->L * 2 * (size_t)g->stride;
-    if (!(g->norm_sum = calloc(cells, sizeof *g->norm_sum)) || !(g->assign = calloc(cells, sizeof *g->assign)))
+    if (!(g->norm_sum = calloc(cells, sizeof *g->norm_sum)) || !(g->assign = calloc(cells, sizeof *g->assign)) ||
+        !(g->tok_norm = malloc(sizeof *g->tok_norm * (size_t)g->stride)))
         goto oom;
     return g;
 oom:
@@ -103,6 +112,8 @@ void hm_groups_mean_norms(const hm_groups *g, int layer, enum hm_block b, double
     for (int32_t i = 0; i < g->count[bi]; i++) out[i] = g->tokens ? s[i] / (double)g->tokens : 0;
 }
 
+static double hm_loss_of(const hm_groups_loss *l, int d) { return d == 0 ? 0 : l->loss[d]; }
+
 int hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err) {
     memset(&g->cnt, 0, sizeof g->cnt);
     g->lossy = false;
@@ -112,15 +123,37 @@ int hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err) {
     for (int d = 1; d < l->n_dev; d++)
         if (!(l->loss[d] >= 0 && l->loss[d] <= 1))
             return hr_fail(err, HR_EINVAL, "loss simulation: device %d's loss rate %g outside [0, 1]", d, l->loss[d]);
-    for (int il = 0; il < g->L; il++)
-        for (int b = 0; b < 2; b++)
-            for (int32_t i = 0; i < g->count[b]; i++) {
-                const size_t at = ((size_t)il * 2 + b) * (size_t)g->stride + i;
-                if (l->assign[at] < 0 || l->assign[at] >= l->n_dev)
-                    return hr_fail(err, HR_EINVAL, "loss simulation: layer %d group %d on device %d of %d", il, i,
-                                   l->assign[at], l->n_dev);
-                g->assign[at] = l->assign[at];
+    if (l->per_token) {
+        for (int b = 0; b < 2; b++) {
+            int64_t sum = 0;
+            for (int d = 0; d < l->n_dev; d++) {
+                g->dev_count[b][d] = l->count[b * l->n_dev + d];
+                if (g->dev_count[b][d] < 0) return hr_fail(err, HR_EINVAL, "loss simulation: a negative group count");
+                sum += g->dev_count[b][d];
             }
+            if (sum != g->count[b])
+                return hr_fail(err, HR_EINVAL, "loss simulation: %lld groups dealt of %d", (long long)sum,
+                               hm_groups_count(g, b ? HM_BLOCK_FFN : HM_BLOCK_ATTN));
+        }
+        /* devices by loss, lowest first (ties: lower index), as hpl_place_groups orders them */
+        for (int i = 0; i < l->n_dev; i++) {
+            int j = i;
+            for (; j > 0 && hm_loss_of(l, i) < hm_loss_of(l, g->dev_order[j - 1]); j--)
+                g->dev_order[j] = g->dev_order[j - 1];
+            g->dev_order[j] = i;
+        }
+    } else {
+        for (int il = 0; il < g->L; il++)
+            for (int b = 0; b < 2; b++)
+                for (int32_t i = 0; i < g->count[b]; i++) {
+                    const size_t at = ((size_t)il * 2 + b) * (size_t)g->stride + i;
+                    if (l->assign[at] < 0 || l->assign[at] >= l->n_dev)
+                        return hr_fail(err, HR_EINVAL, "loss simulation: layer %d group %d on device %d of %d", il, i,
+                                       l->assign[at], l->n_dev);
+                    g->assign[at] = l->assign[at];
+                }
+    }
+    g->per_token = l->per_token;
     g->n_dev = l->n_dev;
     g->loss[0] = 0;
     for (int d = 1; d < l->n_dev; d++) g->loss[d] = l->loss[d];
@@ -147,6 +180,49 @@ static double hm_packet_draw(uint64_t seed, uint64_t call, int dev, uint64_t pac
     return (double)(z >> 11) * 0x1.0p-53;
 }
 
+/* the L2 norm of each group's contribution to one token's output: out[count] */
+static void hm_token_norms(const hm_groups *g, int bi, const float *W, const float *a, int64_t K, double *out) {
+    const int32_t cols = g->cols[bi];
+    for (int32_t i = 0; i < g->count[bi]; i++) {
+        const int64_t c0 = (int64_t)i * cols, nc = HR_MIN((int64_t)cols, K - c0);
+        double n2 = 0;
+        for (int r = 0; r < g->E; r++) {
+            const double s = hm_dot(W + (size_t)r * K + c0, a + c0, nc);
+            n2 += s * s;
+        }
+        out[i] = sqrt(n2);
+    }
+}
+
+typedef struct hm_rank { double v; int32_t i; } hm_rank;
+static int hm_rank_desc(const void *a, const void *b) {
+    const hm_rank *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* per_token: each token's groups to devices, the largest contributions to the least lossy devices */
+static bool hm_token_assign(hm_groups *g, int bi, const float *W, const float *act, int64_t K, int n) {
+    const size_t need = (size_t)n * (size_t)g->stride;
+    if (need > g->tok_cap) {
+        int32_t *p = realloc(g->tok_assign, sizeof *p * need);
+        if (!p) return false;
+        g->tok_assign = p, g->tok_cap = need;
+    }
+    hm_rank *rk = malloc(sizeof *rk * (size_t)g->count[bi]);
+    if (!rk) return false;
+    for (int t = 0; t < n; t++) {
+        hm_token_norms(g, bi, W, act + (size_t)t * K, K, g->tok_norm);
+        for (int32_t i = 0; i < g->count[bi]; i++) rk[i] = (hm_rank){g->tok_norm[i], i};
+        qsort(rk, (size_t)g->count[bi], sizeof *rk, hm_rank_desc);
+        int32_t *as = g->tok_assign + (size_t)t * g->stride, next = 0;
+        for (int k = 0; k < g->n_dev; k++)
+            for (int32_t c = 0; c < g->dev_count[bi][g->dev_order[k]]; c++) as[rk[next++].i] = g->dev_order[k];
+    }
+    free(rk);
+    return true;
+}
+
 static void hm_groups_probe(void *user, int layer, enum hm_block block, const float *act, int64_t K, float *x,
                             int n, int E) {
     hm_groups *g = user;
@@ -157,20 +233,15 @@ static void hm_groups_probe(void *user, int layer, enum hm_block block, const fl
     const size_t cell = ((size_t)layer * 2 + bi) * (size_t)g->stride;
     if (g->stats) {
         if (layer == 0 && bi == 0) g->tokens += (uint64_t)n;
+        double *sum = g->norm_sum + cell;
         for (int t = 0; t < n; t++) {
-            const float *a = act + (size_t)t * K;
-            for (int32_t i = 0; i < count; i++) {
-                const int64_t c0 = (int64_t)i * cols, nc = HR_MIN((int64_t)cols, K - c0);
-                double n2 = 0;
-                for (int r = 0; r < E; r++) {
-                    const double s = hm_dot(W + (size_t)r * K + c0, a + c0, nc);
-                    n2 += s * s;
-                }
-                g->norm_sum[cell + i] += sqrt(n2);
-            }
+            hm_token_norms(g, bi, W, act + (size_t)t * K, K, g->tok_norm);
+            for (int32_t i = 0; i < count; i++) sum[i] += g->tok_norm[i];
         }
     }
     if (!g->lossy || layer == 0) return;
+    const bool assigned = !g->per_token || hm_token_assign(g, bi, W, act, K, n);
+    HR_ASSERT(assigned); /* out of memory for a few ints per token: the simulation cannot go on */
     const uint64_t call = g->cnt.allreduces++;
     const int64_t total = (int64_t)n * E, npk = (total + g->packet - 1) / g->packet;
     for (int d = 1; d < g->n_dev; d++) {
@@ -184,9 +255,10 @@ static void hm_groups_probe(void *user, int layer, enum hm_block block, const fl
             for (int64_t e = e0; e < e1; e++) {
                 const int64_t t = e / E, r = e % E;
                 const float *a = act + (size_t)t * K, *w = W + (size_t)r * K;
+                const int32_t *as = g->per_token ? g->tok_assign + (size_t)t * g->stride : g->assign + cell;
                 double s = 0;
                 for (int32_t i = 0; i < count; i++) {
-                    if (g->assign[cell + i] != d) continue;
+                    if (as[i] != d) continue;
                     const int64_t c0 = (int64_t)i * cols;
                     s += hm_dot(w + c0, a + c0, HR_MIN((int64_t)cols, K - c0));
                 }

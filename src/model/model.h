@@ -300,6 +300,11 @@ typedef struct hm_groups_loss {
                                   see hm_groups_count (copied) */
     int32_t        packet;     /* elements per datagram, >= 1 */
     uint64_t       seed;
+    /* per_token: ignore assign; for every token, the groups whose contributions to it are largest go
+       to the least lossy devices, count[b * n_dev + d] groups to device d in block b — the best a
+       runtime predictor of importance (HALO's SAPs) could do, as a bound */
+    bool           per_token;
+    const int32_t *count;
 } hm_groups_loss;
 #define HM_GROUPS_MAX_DEV 64
 typedef struct hm_groups_counters {
