@@ -173,7 +173,7 @@ static int ppl_sim_setup(ppl_run *r, cli_opts *o, hr_err *err) {
     if (o->sim_placement == CLI_SIM_ORACLE) {
         fprintf(stderr, "perplexity: oracle placement: measuring the groups' importance on this text first\n");
         rc = cli_importance_measure(e, &r->ck, &imp, err);
-    } else if (o->sim_placement == CLI_SIM_IMPORTANCE && !(rc = hpl_importance_read(&imp, o->importance, err)) &&
+    } else if (o->importance && !(rc = hpl_importance_read(&imp, o->importance, err)) &&
                (imp.n_layer != L || imp.n_groups[0] != hm_groups_count(g, HM_BLOCK_ATTN) ||
                 imp.n_groups[1] != hm_groups_count(g, HM_BLOCK_FFN)))
         rc = hr_fail(err, HR_EINVAL, "'%s' has %d layers of %d + %d groups; this model %d of %d + %d", o->importance,
@@ -190,13 +190,13 @@ static int ppl_sim_setup(ppl_run *r, cli_opts *o, hr_err *err) {
             const int32_t n = hm_groups_count(g, b ? HM_BLOCK_FFN : HM_BLOCK_ATTN);
             int32_t count[HC_MAX_DEVICES], *as = assign + ((size_t)il * 2 + b) * (size_t)stride;
             if ((rc = hpl_group_counts(weight, nd, n, count, err))) break;
-            if (o->sim_placement == CLI_SIM_CONTIGUOUS || o->sim_placement == CLI_SIM_PER_TOKEN) {
+            if (o->sim_placement == CLI_SIM_CONTIGUOUS) {
                 for (int d = 0, i = 0; d < nd; d++)
                     for (int32_t k = 0; k < count[d]; k++) as[i++] = d;
                 continue;
             }
             const double *imp_row = imp.imp[b] ? imp.imp[b] + (size_t)il * n : NULL;
-            if (o->sim_placement == CLI_SIM_RANDOM) {
+            if (o->sim_placement == CLI_SIM_RANDOM || (o->sim_placement >= CLI_SIM_PER_TOKEN && !imp_row)) {
                 for (int32_t i = 0; i < n; i++) {
                     seed += 0x9E3779B97F4A7C15ull;
                     uint64_t z = seed;
@@ -210,7 +210,9 @@ static int ppl_sim_setup(ppl_run *r, cli_opts *o, hr_err *err) {
         }
     if (!rc) {
         const hm_groups_loss gl = {.n_dev = nd, .loss = loss, .assign = assign, .packet = (int32_t)o->sim_packet,
-                                   .seed = (uint64_t)o->sim_seed, .per_token = o->sim_placement == CLI_SIM_PER_TOKEN,
+                                   .seed = (uint64_t)o->sim_seed, .rank = o->sim_placement == CLI_SIM_PER_TOKEN    ? HM_RANK_TOKEN
+                                         : o->sim_placement == CLI_SIM_PREV_TOKEN ? HM_RANK_PREV
+                                                                                  : HM_RANK_STATIC,
                                    .count = count2};
         rc = hm_groups_set_loss(g, &gl, err);
     }

@@ -22,7 +22,8 @@ enum {
 };
 
 /* perplexity --sim-placement: how the simulated devices get their unit groups (docs/lossy.md) */
-enum cli_sim_placement { CLI_SIM_IMPORTANCE, CLI_SIM_RANDOM, CLI_SIM_ORACLE, CLI_SIM_CONTIGUOUS, CLI_SIM_PER_TOKEN };
+enum cli_sim_placement { CLI_SIM_IMPORTANCE, CLI_SIM_RANDOM, CLI_SIM_ORACLE, CLI_SIM_CONTIGUOUS, CLI_SIM_PER_TOKEN,
+                             CLI_SIM_PREV_TOKEN };
 
 #define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */
 

@@ -29,12 +29,15 @@ struct hm_groups {
     int32_t *assign;         /* [L][2][stride] */
     int32_t  packet;
     uint64_t seed;
-    bool     per_token;
-    int32_t  dev_count[2][HM_GROUPS_MAX_DEV]; /* per_token: groups per device */
+    int      rank;           /* enum hm_groups_rank */
+    int32_t  dev_count[2][HM_GROUPS_MAX_DEV]; /* ranked modes: groups per device */
     int      dev_order[HM_GROUPS_MAX_DEV];  /* devices by loss, lowest first */
-    int32_t *tok_assign;     /* per_token: [n_batch][stride], grown as needed */
+    int32_t *tok_assign;     /* ranked modes: [n_batch][stride], grown as needed */
     size_t   tok_cap;
     double  *tok_norm;       /* [stride] */
+    double  *norms;          /* ranked modes: [n_batch][stride], grown as needed */
+    size_t   norms_cap;
+    double  *prev_norm;      /* HM_RANK_PREV: [L][2][stride] the last token's norms of each block */
     hm_groups_counters cnt;
 };
 
@@ -46,6 +49,8 @@ void hm_groups_free(hm_groups *g) {
     free(g->assign);
     free(g->tok_assign);
     free(g->tok_norm);
+    free(g->norms);
+    free(g->prev_norm);
     free(g);
 }
 
@@ -86,7 +91,8 @@ hm_groups *hm_groups_create(const hm_model *m, int32_t att_kv, int32_t ff, hr_er
     }
     const size_t cells = (size_t)g->L * 2 * (size_t)g->stride;
     if (!(g->norm_sum = calloc(cells, sizeof *g->norm_sum)) || !(g->assign = calloc(cells, sizeof *g->assign)) ||
-        !(g->tok_norm = malloc(sizeof *g->tok_norm * (size_t)g->stride)))
+        !(g->tok_norm = malloc(sizeof *g->tok_norm * (size_t)g->stride)) ||
+        !(g->prev_norm = calloc(cells, sizeof *g->prev_norm)))
         goto oom;
     return g;
 oom:
@@ -123,7 +129,9 @@ int hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err) {
     for (int d = 1; d < l->n_dev; d++)
         if (!(l->loss[d] >= 0 && l->loss[d] <= 1))
             return hr_fail(err, HR_EINVAL, "loss simulation: device %d's loss rate %g outside [0, 1]", d, l->loss[d]);
-    if (l->per_token) {
+    if (l->rank < HM_RANK_STATIC || l->rank > HM_RANK_PREV)
+        return hr_fail(err, HR_EINVAL, "loss simulation: ranking %d", l->rank);
+    if (l->rank != HM_RANK_STATIC) {
         for (int b = 0; b < 2; b++) {
             int64_t sum = 0;
             for (int d = 0; d < l->n_dev; d++) {
@@ -142,18 +150,19 @@ int hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err) {
                 g->dev_order[j] = g->dev_order[j - 1];
             g->dev_order[j] = i;
         }
-    } else {
-        for (int il = 0; il < g->L; il++)
-            for (int b = 0; b < 2; b++)
-                for (int32_t i = 0; i < g->count[b]; i++) {
-                    const size_t at = ((size_t)il * 2 + b) * (size_t)g->stride + i;
-                    if (l->assign[at] < 0 || l->assign[at] >= l->n_dev)
-                        return hr_fail(err, HR_EINVAL, "loss simulation: layer %d group %d on device %d of %d", il, i,
-                                       l->assign[at], l->n_dev);
-                    g->assign[at] = l->assign[at];
-                }
     }
-    g->per_token = l->per_token;
+    for (int il = 0; l->assign && il < g->L; il++) /* ranked modes may leave it out */
+        for (int b = 0; b < 2; b++)
+            for (int32_t i = 0; i < g->count[b]; i++) {
+                const size_t at = ((size_t)il * 2 + b) * (size_t)g->stride + i;
+                if (l->assign[at] < 0 || l->assign[at] >= l->n_dev)
+                    return hr_fail(err, HR_EINVAL, "loss simulation: layer %d group %d on device %d of %d", il, i,
+                                   l->assign[at], l->n_dev);
+                g->assign[at] = l->assign[at];
+            }
+    if (!l->assign && l->rank == HM_RANK_STATIC) return hr_fail(err, HR_EINVAL, "loss simulation: no placement");
+    g->rank = l->rank;
+    memset(g->prev_norm, 0, sizeof *g->prev_norm * (size_t)g->L * 2 * (size_t)g->stride);
     g->n_dev = l->n_dev;
     g->loss[0] = 0;
     for (int d = 1; d < l->n_dev; d++) g->loss[d] = l->loss[d];
@@ -201,24 +210,32 @@ static int hm_rank_desc(const void *a, const void *b) {
     return (x->i > y->i) - (x->i < y->i);
 }
 
-/* per_token: each token's groups to devices, the largest contributions to the least lossy devices */
-static bool hm_token_assign(hm_groups *g, int bi, const float *W, const float *act, int64_t K, int n) {
+/* ranked modes: each token's groups to devices, the largest contributions (to this token, or to the
+   one before) to the least lossy devices */
+static bool hm_token_assign(hm_groups *g, int bi, size_t cell, const float *W, const float *act, int64_t K, int n) {
     const size_t need = (size_t)n * (size_t)g->stride;
     if (need > g->tok_cap) {
         int32_t *p = realloc(g->tok_assign, sizeof *p * need);
-        if (!p) return false;
-        g->tok_assign = p, g->tok_cap = need;
+        double *q = realloc(g->norms, sizeof *q * need);
+        if (p) g->tok_assign = p;
+        if (q) g->norms = q;
+        if (!p || !q) return false;
+        g->tok_cap = need;
     }
     hm_rank *rk = malloc(sizeof *rk * (size_t)g->count[bi]);
     if (!rk) return false;
+    for (int t = 0; t < n; t++) hm_token_norms(g, bi, W, act + (size_t)t * K, K, g->norms + (size_t)t * g->stride);
     for (int t = 0; t < n; t++) {
-        hm_token_norms(g, bi, W, act + (size_t)t * K, K, g->tok_norm);
-        for (int32_t i = 0; i < g->count[bi]; i++) rk[i] = (hm_rank){g->tok_norm[i], i};
+        const double *nrm = g->rank == HM_RANK_TOKEN ? g->norms + (size_t)t * g->stride
+                          : t > 0                    ? g->norms + (size_t)(t - 1) * g->stride
+                                                     : g->prev_norm + cell;
+        for (int32_t i = 0; i < g->count[bi]; i++) rk[i] = (hm_rank){nrm[i], i};
         qsort(rk, (size_t)g->count[bi], sizeof *rk, hm_rank_desc);
         int32_t *as = g->tok_assign + (size_t)t * g->stride, next = 0;
         for (int k = 0; k < g->n_dev; k++)
             for (int32_t c = 0; c < g->dev_count[bi][g->dev_order[k]]; c++) as[rk[next++].i] = g->dev_order[k];
     }
+    memcpy(g->prev_norm + cell, g->norms + (size_t)(n - 1) * g->stride, sizeof *g->prev_norm * (size_t)g->count[bi]);
     free(rk);
     return true;
 }
@@ -240,7 +257,7 @@ static void hm_groups_probe(void *user, int layer, enum hm_block block, const fl
         }
     }
     if (!g->lossy || layer == 0) return;
-    const bool assigned = !g->per_token || hm_token_assign(g, bi, W, act, K, n);
+    const bool assigned = g->rank == HM_RANK_STATIC || hm_token_assign(g, bi, cell, W, act, K, n);
     HR_ASSERT(assigned); /* out of memory for a few ints per token: the simulation cannot go on */
     const uint64_t call = g->cnt.allreduces++;
     const int64_t total = (int64_t)n * E, npk = (total + g->packet - 1) / g->packet;
@@ -255,7 +272,7 @@ static void hm_groups_probe(void *user, int layer, enum hm_block block, const fl
             for (int64_t e = e0; e < e1; e++) {
                 const int64_t t = e / E, r = e % E;
                 const float *a = act + (size_t)t * K, *w = W + (size_t)r * K;
-                const int32_t *as = g->per_token ? g->tok_assign + (size_t)t * g->stride : g->assign + cell;
+                const int32_t *as = g->rank != HM_RANK_STATIC ? g->tok_assign + (size_t)t * g->stride : g->assign + cell;
                 double s = 0;
                 for (int32_t i = 0; i < count; i++) {
                     if (as[i] != d) continue;

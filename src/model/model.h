@@ -300,12 +300,15 @@ typedef struct hm_groups_loss {
                                   see hm_groups_count (copied) */
     int32_t        packet;     /* elements per datagram, >= 1 */
     uint64_t       seed;
-    /* per_token: ignore assign; for every token, the groups whose contributions to it are largest go
-       to the least lossy devices, count[b * n_dev + d] groups to device d in block b — the best a
-       runtime predictor of importance (HALO's SAPs) could do, as a bound */
-    bool           per_token;
+    /* rank: HM_RANK_STATIC uses assign. Otherwise assign is ignored and every token's groups are ranked
+       on their own, the largest to the least lossy devices, count[b * n_dev + d] groups to device d
+       in block b: HM_RANK_TOKEN by their contributions to that very token (the best a runtime
+       predictor of importance, HALO's SAPs, could do: a bound), HM_RANK_PREV by their contributions
+       to the token before (what a runtime could know when it deals a decode step's groups) */
+    int            rank;
     const int32_t *count;
 } hm_groups_loss;
+enum hm_groups_rank { HM_RANK_STATIC = 0, HM_RANK_TOKEN = 1, HM_RANK_PREV = 2 };
 #define HM_GROUPS_MAX_DEV 64
 typedef struct hm_groups_counters {
     uint64_t allreduces;       /* lossy all-reduces simulated (layer >= 1, per block call) */
