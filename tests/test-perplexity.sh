@@ -118,6 +118,17 @@ sim --sim-loss 0,0,10 --sim-placement per-token > "$TMP/st.out" && ok || bad "si
 read -r kt _ <<< "$(kl "$TMP/st.out")"
 python3 -c "import sys; sys.exit(0 if 0 < float('$kt') < float('$ko') else 1)" \
     && ok || bad "10% loss on one worker: KLD per-token $kt, oracle $ko (want 0 < per-token < oracle)"
+# the low-rank predictor at full rank (n_embd = 64) predicts the FFN's activations exactly: it ranks the FFN per token,
+# and beats the same placement's static FFN ranking; at rank 4 it is worse than at full rank
+sim --sim-loss 0,0,10 --importance "$TMP/imp.json" --sim-placement lowrank --sim-rank 64 > "$TMP/sl.out" \
+    && ok || bad "sim lowrank: $(tail -1 "$TMP/sim.err")"
+sim --sim-loss 0,0,10 --importance "$TMP/imp.json" --sim-placement lowrank --sim-rank 4 > "$TMP/sl4.out" \
+    && ok || bad "sim lowrank 4: $(tail -1 "$TMP/sim.err")"
+read -r kl64 _ <<< "$(kl "$TMP/sl.out")"
+read -r kl4 _ <<< "$(kl "$TMP/sl4.out")"
+read -r ki _ <<< "$(kl "$TMP/si.out")"
+python3 -c "import sys; sys.exit(0 if 0 < float('$kl64') < float('$ki') and float('$kl64') < float('$kl4') else 1)" \
+    && ok || bad "lowrank: KLD rank 64 $kl64, rank 4 $kl4, static importance $ki (want rank 64 below both)"
 sim --sim-loss 5 > /dev/null 2>&1; [[ $? -eq 2 ]] && ok || bad "importance placement without --importance"
 sim --sim-loss 5 --sim-placement best > /dev/null 2>&1; [[ $? -eq 2 ]] && ok || bad "an unknown placement"
 sim --sim-loss 5,5 --sim-devices 4 --sim-placement random > /dev/null 2>&1; [[ $? -eq 1 ]] && ok \

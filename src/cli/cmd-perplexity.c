@@ -212,7 +212,9 @@ static int ppl_sim_setup(ppl_run *r, cli_opts *o, hr_err *err) {
         const hm_groups_loss gl = {.n_dev = nd, .loss = loss, .assign = assign, .packet = (int32_t)o->sim_packet,
                                    .seed = (uint64_t)o->sim_seed, .rank = o->sim_placement == CLI_SIM_PER_TOKEN    ? HM_RANK_TOKEN
                                          : o->sim_placement == CLI_SIM_PREV_TOKEN ? HM_RANK_PREV
+                                         : o->sim_placement == CLI_SIM_LOWRANK    ? HM_RANK_LOWRANK
                                                                                   : HM_RANK_STATIC,
+                                   .lowrank = o->sim_rank ? (int32_t)o->sim_rank : HR_MAX(1, e->m->hp.n_embd / 8),
                                    .count = count2};
         rc = hm_groups_set_loss(g, &gl, err);
     }

@@ -147,10 +147,10 @@ static int fn_sim_loss(cli_opts *o, const cli_flag *f, const char *v, char *why,
 
 static int fn_sim_placement(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
     static const char *const names[] = {"importance", "random", "oracle", "contiguous", "per-token",
-                                        "prev-token"};
+                                        "prev-token", "lowrank"};
     for (int i = 0; i < (int)HR_ARRAY_LEN(names); i++)
         if (!strcmp(v, names[i])) { o->sim_placement = i; return 0; }
-    snprintf(why, cap, "importance, random, oracle, contiguous, per-token or prev-token");
+    snprintf(why, cap, "importance, random, oracle, contiguous, per-token, prev-token or lowrank");
     return -1;
 }
 
@@ -297,8 +297,11 @@ static const cli_flag flags[] = {
      "--importance FILE), oracle (importance measured on this text), random, or\n"
      "contiguous (today's runtime: ranges in device order), or per-token (each\n"
      "token's own largest contributions on the least lossy devices: the bound\n"
-     "for a runtime predictor), or prev-token (ranked by the token before's:\n"
-     "a predictor a runtime could have); default importance"},
+     "for a runtime predictor), prev-token (ranked by the token before's), or\n"
+     "lowrank (FFN ranked per token by a rank --sim-rank predictor from the\n"
+     "block's input, attention by --importance); default importance"},
+    {CLI_PERPLEXITY, "--sim-rank", "K", F_LONG, AT(sim_rank), 1, 1 << 20, NULL,
+     "rank of --sim-placement lowrank's predictor (default n_embd/8)"},
     {CLI_PERPLEXITY, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
      "importance file from `hearth calibrate` (for --sim-placement importance)"},
     {CLI_PERPLEXITY, "--sim-packet", "N", F_LONG, AT(sim_packet), 1, 1 << 20, NULL,

@@ -23,7 +23,7 @@ enum {
 
 /* perplexity --sim-placement: how the simulated devices get their unit groups (docs/lossy.md) */
 enum cli_sim_placement { CLI_SIM_IMPORTANCE, CLI_SIM_RANDOM, CLI_SIM_ORACLE, CLI_SIM_CONTIGUOUS, CLI_SIM_PER_TOKEN,
-                             CLI_SIM_PREV_TOKEN };
+                             CLI_SIM_PREV_TOKEN, CLI_SIM_LOWRANK };
 
 #define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */
 
@@ -70,7 +70,7 @@ typedef struct cli_opts {
     const char *importance;          /* --importance FILE (hearth calibrate's) */
     double      sim_loss[HC_MAX_DEVICES]; /* --sim-loss, percent per worker (one value: every worker) */
     int         n_sim_loss;          /* 0: no simulation */
-    long        sim_devices, sim_packet, sim_seed;
+    long        sim_devices, sim_packet, sim_seed, sim_rank;
     int         sim_placement;       /* enum cli_sim_placement */
     const char *pos[3];              /* positional arguments */
     int         n_pos;

@@ -38,6 +38,11 @@ struct hm_groups {
     double  *norms;          /* ranked modes: [n_batch][stride], grown as needed */
     size_t   norms_cap;
     double  *prev_norm;      /* HM_RANK_PREV: [L][2][stride] the last token's norms of each block */
+    /* HM_RANK_LOWRANK: per layer, gate and up as Q [n_ff][k] and B [k][E] (W ~ Q B); ffn_down's column norms */
+    int32_t  lr_k;
+    float   *lr_q[2], *lr_b[2];
+    float   *down_norm;      /* [L][n_ff] */
+    float   *lr_scratch;     /* [2][n_ff] + [k] */
     hm_groups_counters cnt;
 };
 
@@ -51,6 +56,12 @@ void hm_groups_free(hm_groups *g) {
     free(g->tok_norm);
     free(g->norms);
     free(g->prev_norm);
+    for (int i = 0; i < 2; i++) {
+        free(g->lr_q[i]);
+        free(g->lr_b[i]);
+    }
+    free(g->down_norm);
+    free(g->lr_scratch);
     free(g);
 }
 
@@ -118,6 +129,134 @@ void hm_groups_mean_norms(const hm_groups *g, int layer, enum hm_block b, double
     for (int32_t i = 0; i < g->count[bi]; i++) out[i] = g->tokens ? s[i] / (double)g->tokens : 0;
 }
 
+static double hm_dot(const float *w, const float *a, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)w[i] * a[i];
+    return s;
+}
+
+/* a uniform number in [0, 1) from the packet's identity (splitmix64's finalizer over a mix of them) */
+static double hm_packet_draw(uint64_t seed, uint64_t call, int dev, uint64_t packet) {
+    uint64_t z = seed ^ (call * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)dev * 0xC2B2AE3D27D4EB4Full) ^
+                 (packet * 0x165667B19E3779F9ull);
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+/* ---- the low-rank FFN predictor (HM_RANK_LOWRANK) ------------------------------------------------------ */
+
+/* orthonormal columns of a [m][k] row-major matrix, in place (modified Gram-Schmidt; a column that
+   vanishes stays zero) */
+static void hm_orthonormalize(float *a, int64_t m, int32_t k) {
+    for (int32_t j = 0; j < k; j++) {
+        for (int32_t i = 0; i < j; i++) {
+            double d = 0;
+            for (int64_t r = 0; r < m; r++) d += (double)a[r * k + i] * a[r * k + j];
+            for (int64_t r = 0; r < m; r++) a[r * k + j] -= (float)d * a[r * k + i];
+        }
+        double n2 = 0;
+        for (int64_t r = 0; r < m; r++) n2 += (double)a[r * k + j] * a[r * k + j];
+        const float inv = n2 > 0 ? (float)(1 / sqrt(n2)) : 0;
+        for (int64_t r = 0; r < m; r++) a[r * k + j] *= inv;
+    }
+}
+
+/* W [m][E] ~ Q [m][k] B [k][E]: Q spans W's range found from W times a random [E][k] matrix, refined by
+   one power iteration (Q = orth(W orth(W^T Q))); B = Q^T W */
+static bool hm_lowrank(const float *W, int64_t m, int32_t E, int32_t k, uint64_t seed, float *Q, float *B) {
+    float *om = malloc(sizeof *om * (size_t)E * (size_t)k);
+    if (!om) return false;
+    for (size_t i = 0; i < (size_t)E * (size_t)k; i++) /* a centred uniform; its range is what matters */
+        om[i] = (float)(hm_packet_draw(seed, i, 0, 0) - 0.5);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t r = 0; r < m; r++) /* Q = W om */
+            for (int32_t j = 0; j < k; j++) {
+                double d = 0;
+                for (int32_t e = 0; e < E; e++) d += (double)W[r * E + e] * om[(size_t)e * k + j];
+                Q[r * k + j] = (float)d;
+            }
+        hm_orthonormalize(Q, m, k);
+        if (pass == 1) break;
+        for (int32_t e = 0; e < E; e++) /* om = W^T Q */
+            for (int32_t j = 0; j < k; j++) {
+                double d = 0;
+                for (int64_t r = 0; r < m; r++) d += (double)W[r * E + e] * Q[r * k + j];
+                om[(size_t)e * k + j] = (float)d;
+            }
+        hm_orthonormalize(om, E, k);
+    }
+    for (int32_t j = 0; j < k; j++) /* B = Q^T W */
+        for (int32_t e = 0; e < E; e++) {
+            double d = 0;
+            for (int64_t r = 0; r < m; r++) d += (double)Q[r * k + j] * W[r * E + e];
+            B[(size_t)j * E + e] = (float)d;
+        }
+    free(om);
+    return true;
+}
+
+static int hm_lowrank_setup(hm_groups *g, int32_t k, hr_err *err) {
+    if (k < 1 || k > g->E) return hr_fail(err, HR_EINVAL, "loss simulation: predictor rank %d outside [1, %d]", k, g->E);
+    if (g->lr_k == k) return 0;
+    const int64_t F = g->K[1];
+    for (int i = 0; i < 2; i++) {
+        free(g->lr_q[i]);
+        free(g->lr_b[i]);
+        g->lr_q[i] = malloc(sizeof(float) * (size_t)g->L * (size_t)F * (size_t)k);
+        g->lr_b[i] = malloc(sizeof(float) * (size_t)g->L * (size_t)k * (size_t)g->E);
+    }
+    free(g->lr_scratch);
+    g->lr_scratch = malloc(sizeof(float) * (size_t)(2 * F + k));
+    if (!g->down_norm) g->down_norm = malloc(sizeof(float) * (size_t)g->L * (size_t)F);
+    float *W = malloc(sizeof(float) * (size_t)F * (size_t)g->E);
+    bool ok = W && g->lr_q[0] && g->lr_q[1] && g->lr_b[0] && g->lr_b[1] && g->lr_scratch && g->down_norm;
+    for (int il = 0; ok && il < g->L; il++) {
+        for (int i = 0; ok && i < 2; i++) {
+            const hm_tensor *t = i == 0 ? &g->m->layers[il].w_gate : &g->m->layers[il].w_up;
+            for (int64_t r = 0; r < F; r++) hm_tensor_row_f32(t, r, W + (size_t)r * g->E);
+            ok = hm_lowrank(W, F, g->E, k, g->seed + 17 * (uint64_t)il + (uint64_t)i,
+                            g->lr_q[i] + (size_t)il * F * k, g->lr_b[i] + (size_t)il * k * g->E);
+        }
+        const float *D = g->w[1] + (size_t)il * g->E * F; /* ffn_down [E][F] */
+        for (int64_t j = 0; j < F; j++) {
+            double n2 = 0;
+            for (int32_t r = 0; r < g->E; r++) n2 += (double)D[(size_t)r * F + j] * D[(size_t)r * F + j];
+            g->down_norm[(size_t)il * F + j] = (float)sqrt(n2);
+        }
+    }
+    free(W);
+    if (!ok) {
+        g->lr_k = 0;
+        return hr_fail(err, HR_ENOMEM, "out of memory for the low-rank predictor");
+    }
+    g->lr_k = k;
+    return 0;
+}
+
+/* predicted contribution norms of the FFN groups for one token's normalized input xn */
+static void hm_lowrank_norms(hm_groups *g, int layer, const float *xn, double *out) {
+    const int64_t F = g->K[1];
+    const int32_t k = g->lr_k, E = g->E;
+    float *pre = g->lr_scratch, *t = g->lr_scratch + 2 * F;
+    for (int i = 0; i < 2; i++) {
+        const float *Q = g->lr_q[i] + (size_t)layer * F * k, *B = g->lr_b[i] + (size_t)layer * k * E;
+        for (int32_t j = 0; j < k; j++) t[j] = (float)hm_dot(B + (size_t)j * E, xn, E);
+        for (int64_t r = 0; r < F; r++) pre[i * F + r] = (float)hm_dot(Q + (size_t)r * k, t, k);
+    }
+    const float *dn = g->down_norm + (size_t)layer * F;
+    for (int32_t gi = 0; gi < g->count[1]; gi++) {
+        double s = 0;
+        for (int64_t j = (int64_t)gi * g->cols[1]; j < HR_MIN(F, (int64_t)(gi + 1) * g->cols[1]); j++) {
+            const double gate = pre[j], a = gate / (1 + exp(-gate)) * pre[F + j], c = a * dn[j];
+            s += c * c;
+        }
+        out[gi] = sqrt(s);
+    }
+}
+
 static double hm_loss_of(const hm_groups_loss *l, int d) { return d == 0 ? 0 : l->loss[d]; }
 
 int hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err) {
@@ -129,7 +268,7 @@ int hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err) {
     for (int d = 1; d < l->n_dev; d++)
         if (!(l->loss[d] >= 0 && l->loss[d] <= 1))
             return hr_fail(err, HR_EINVAL, "loss simulation: device %d's loss rate %g outside [0, 1]", d, l->loss[d]);
-    if (l->rank < HM_RANK_STATIC || l->rank > HM_RANK_PREV)
+    if (l->rank < HM_RANK_STATIC || l->rank > HM_RANK_LOWRANK)
         return hr_fail(err, HR_EINVAL, "loss simulation: ranking %d", l->rank);
     if (l->rank != HM_RANK_STATIC) {
         for (int b = 0; b < 2; b++) {
@@ -160,33 +299,18 @@ int hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err) {
                                    l->assign[at], l->n_dev);
                 g->assign[at] = l->assign[at];
             }
-    if (!l->assign && l->rank == HM_RANK_STATIC) return hr_fail(err, HR_EINVAL, "loss simulation: no placement");
+    if (!l->assign && (l->rank == HM_RANK_STATIC || l->rank == HM_RANK_LOWRANK))
+        return hr_fail(err, HR_EINVAL, "loss simulation: no placement");
+    g->seed = l->seed;
+    if (l->rank == HM_RANK_LOWRANK && hm_lowrank_setup(g, l->lowrank, err)) return err->code;
     g->rank = l->rank;
     memset(g->prev_norm, 0, sizeof *g->prev_norm * (size_t)g->L * 2 * (size_t)g->stride);
     g->n_dev = l->n_dev;
     g->loss[0] = 0;
     for (int d = 1; d < l->n_dev; d++) g->loss[d] = l->loss[d];
     g->packet = l->packet;
-    g->seed = l->seed;
     g->lossy = true;
     return 0;
-}
-
-static double hm_dot(const float *w, const float *a, int64_t n) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)w[i] * a[i];
-    return s;
-}
-
-/* a uniform number in [0, 1) from the packet's identity (splitmix64's finalizer over a mix of them) */
-static double hm_packet_draw(uint64_t seed, uint64_t call, int dev, uint64_t packet) {
-    uint64_t z = seed ^ (call * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)dev * 0xC2B2AE3D27D4EB4Full) ^
-                 (packet * 0x165667B19E3779F9ull);
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
 }
 
 /* the L2 norm of each group's contribution to one token's output: out[count] */
@@ -212,7 +336,8 @@ static int hm_rank_desc(const void *a, const void *b) {
 
 /* ranked modes: each token's groups to devices, the largest contributions (to this token, or to the
    one before) to the least lossy devices */
-static bool hm_token_assign(hm_groups *g, int bi, size_t cell, const float *W, const float *act, int64_t K, int n) {
+static bool hm_token_assign(hm_groups *g, int layer, int bi, size_t cell, const float *W, const float *in,
+                            const float *act, int64_t K, int n) {
     const size_t need = (size_t)n * (size_t)g->stride;
     if (need > g->tok_cap) {
         int32_t *p = realloc(g->tok_assign, sizeof *p * need);
@@ -224,9 +349,13 @@ static bool hm_token_assign(hm_groups *g, int bi, size_t cell, const float *W, c
     }
     hm_rank *rk = malloc(sizeof *rk * (size_t)g->count[bi]);
     if (!rk) return false;
-    for (int t = 0; t < n; t++) hm_token_norms(g, bi, W, act + (size_t)t * K, K, g->norms + (size_t)t * g->stride);
     for (int t = 0; t < n; t++) {
-        const double *nrm = g->rank == HM_RANK_TOKEN ? g->norms + (size_t)t * g->stride
+        double *nt = g->norms + (size_t)t * g->stride;
+        if (g->rank == HM_RANK_LOWRANK) hm_lowrank_norms(g, layer, in + (size_t)t * g->E, nt);
+        else hm_token_norms(g, bi, W, act + (size_t)t * K, K, nt);
+    }
+    for (int t = 0; t < n; t++) {
+        const double *nrm = g->rank != HM_RANK_PREV ? g->norms + (size_t)t * g->stride
                           : t > 0                    ? g->norms + (size_t)(t - 1) * g->stride
                                                      : g->prev_norm + cell;
         for (int32_t i = 0; i < g->count[bi]; i++) rk[i] = (hm_rank){nrm[i], i};
@@ -240,8 +369,8 @@ static bool hm_token_assign(hm_groups *g, int bi, size_t cell, const float *W, c
     return true;
 }
 
-static void hm_groups_probe(void *user, int layer, enum hm_block block, const float *act, int64_t K, float *x,
-                            int n, int E) {
+static void hm_groups_probe(void *user, int layer, enum hm_block block, const float *in, const float *act, int64_t K,
+                            float *x, int n, int E) {
     hm_groups *g = user;
     const int bi = block == HM_BLOCK_FFN;
     HR_ASSERT(K == g->K[bi] && E == g->E && layer >= 0 && layer < g->L); /* a full shard of this model */
@@ -257,7 +386,9 @@ static void hm_groups_probe(void *user, int layer, enum hm_block block, const fl
         }
     }
     if (!g->lossy || layer == 0) return;
-    const bool assigned = g->rank == HM_RANK_STATIC || hm_token_assign(g, bi, cell, W, act, K, n);
+    /* HM_RANK_LOWRANK ranks the FFN only */
+    const bool ranked = g->rank != HM_RANK_STATIC && (g->rank != HM_RANK_LOWRANK || bi == 1);
+    const bool assigned = !ranked || hm_token_assign(g, layer, bi, cell, W, in, act, K, n);
     HR_ASSERT(assigned); /* out of memory for a few ints per token: the simulation cannot go on */
     const uint64_t call = g->cnt.allreduces++;
     const int64_t total = (int64_t)n * E, npk = (total + g->packet - 1) / g->packet;
@@ -272,7 +403,7 @@ static void hm_groups_probe(void *user, int layer, enum hm_block block, const fl
             for (int64_t e = e0; e < e1; e++) {
                 const int64_t t = e / E, r = e % E;
                 const float *a = act + (size_t)t * K, *w = W + (size_t)r * K;
-                const int32_t *as = g->rank != HM_RANK_STATIC ? g->tok_assign + (size_t)t * g->stride : g->assign + cell;
+                const int32_t *as = ranked ? g->tok_assign + (size_t)t * g->stride : g->assign + cell;
                 double s = 0;
                 for (int32_t i = 0; i < count; i++) {
                     if (as[i] != d) continue;

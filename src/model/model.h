@@ -157,14 +157,15 @@ int hm_block_weights(const hm_model *m, int layer, enum hm_block block, hr_span 
    forward pass then stops and returns it). */
 typedef int (*hm_sync_fn)(void *user, int layer, enum hm_block block, float *x, int n_tokens, int n_embd);
 
-/* Called after a block's output projection, before sync, with the block's input to that projection —
+/* Called after a block's output projection, before sync, with the block's normalized input in =
+   [n_tokens][n_embd] (rmsnorm(x) * the block's norm weight), the input of its output projection —
    attention: the share's heads' outputs act = [n_tokens][act_dim = query heads x head_dim]; FFN:
    silu(gate) * up, act = [n_tokens][act_dim = the share's neurons] — and its output x = [n_tokens]
    [n_embd], which it may change. What it is for: measuring what each group of units contributes
    (hearth calibrate) and simulating lost all-reduce partials (docs/lossy.md), hm_groups below. NULL
    in every normal run, where it costs one test per block. */
-typedef void (*hm_probe_fn)(void *user, int layer, enum hm_block block, const float *act, int64_t act_dim, float *x,
-                            int n_tokens, int n_embd);
+typedef void (*hm_probe_fn)(void *user, int layer, enum hm_block block, const float *in, const float *act,
+                            int64_t act_dim, float *x, int n_tokens, int n_embd);
 
 /* A shard: some layers — one range, or several windows run one hm_eval_window call each — and, for
    tensor parallelism, a share of every layer in it: the attention units [kv_begin, kv_end) (a unit
@@ -307,8 +308,13 @@ typedef struct hm_groups_loss {
        to the token before (what a runtime could know when it deals a decode step's groups) */
     int            rank;
     const int32_t *count;
+    int32_t        lowrank;    /* HM_RANK_LOWRANK: the predictor's rank (1..n_embd) */
 } hm_groups_loss;
-enum hm_groups_rank { HM_RANK_STATIC = 0, HM_RANK_TOKEN = 1, HM_RANK_PREV = 2 };
+/* HM_RANK_LOWRANK: the FFN's groups ranked per token by a cheap predictor from the block's input —
+   rank-k approximations W ~ Q (Q^T W) of ffn_gate and ffn_up (a randomized range finder with one
+   power iteration), giving each neuron's predicted activation silu(g) u, times its ffn_down column's
+   norm; k (n_ff + n_embd) multiply-adds per token instead of 2 n_ff n_embd. Attention keeps assign. */
+enum hm_groups_rank { HM_RANK_STATIC = 0, HM_RANK_TOKEN = 1, HM_RANK_PREV = 2, HM_RANK_LOWRANK = 3 };
 #define HM_GROUPS_MAX_DEV 64
 typedef struct hm_groups_counters {
     uint64_t allreduces;       /* lossy all-reduces simulated (layer >= 1, per block call) */
