@@ -66,7 +66,8 @@ static int ppl_read_base_header(ppl_run *r, const char *path, int32_t *hdr, int3
         return hr_fail(err, HR_EFORMAT, "'%s': n_ctx %d, %d chunks, vocabulary %d (the model's: %lld)", path, n_ctx,
                        n_chunk, n_vocab, (long long)r->V);
     const uint64_t scored = (uint64_t)(n_ctx - 1 - n_ctx / 2);
-    const uint64_t want = 20 + 4ull * (uint64_t)n_ctx * (uint64_t)n_chunk + 2ull * scored * (uint64_t)n_vocab * (uint64_t)n_chunk;
+    const uint64_t want =
+        20 + 4ull * (uint64_t)n_ctx * (uint64_t)n_chunk + 2ull * scored * (uint64_t)n_vocab * (uint64_t)n_chunk;
     if ((uint64_t)st.st_size != want)
         return hr_fail(err, HR_EFORMAT, "'%s' is %lld bytes; its header says %llu", path, (long long)st.st_size,
                        (unsigned long long)want);
@@ -113,7 +114,8 @@ static int ppl_score(ppl_run *r, int chunk, bool compare, ppl_stats *st, hr_err 
         for (int64_t i = 0; i < V; i++) {
             const float b = r->lp_base[i] = hr_fp16_to_fp32(row[i]);
             if (b > r->lp_base[ibase]) ibase = (int)i;
-            if (b > -16.f) kld += expf(b) * (double)(b - r->lp[i]); /* as llama-perplexity: tails below e^-16 left out */
+            /* as llama-perplexity: the base's tail below e^-16 is left out */
+            if (b > -16.f) kld += expf(b) * (double)(b - r->lp[i]);
         }
         const double nll_base = -r->lp_base[next];
         st->nll_base += nll_base;
@@ -209,13 +211,13 @@ static int ppl_sim_setup(ppl_run *r, cli_opts *o, hr_err *err) {
             rc = hpl_place_groups(imp_row, n, loss, count, nd, as, err);
         }
     if (!rc) {
+        const int rank = o->sim_placement == CLI_SIM_PER_TOKEN    ? HM_RANK_TOKEN
+                       : o->sim_placement == CLI_SIM_PREV_TOKEN ? HM_RANK_PREV
+                       : o->sim_placement == CLI_SIM_LOWRANK    ? HM_RANK_LOWRANK
+                                                                : HM_RANK_STATIC;
         const hm_groups_loss gl = {.n_dev = nd, .loss = loss, .assign = assign, .packet = (int32_t)o->sim_packet,
-                                   .seed = (uint64_t)o->sim_seed, .rank = o->sim_placement == CLI_SIM_PER_TOKEN    ? HM_RANK_TOKEN
-                                         : o->sim_placement == CLI_SIM_PREV_TOKEN ? HM_RANK_PREV
-                                         : o->sim_placement == CLI_SIM_LOWRANK    ? HM_RANK_LOWRANK
-                                                                                  : HM_RANK_STATIC,
-                                   .lowrank = o->sim_rank ? (int32_t)o->sim_rank : HR_MAX(1, e->m->hp.n_embd / 8),
-                                   .count = count2};
+                                   .seed = (uint64_t)o->sim_seed, .rank = rank, .count = count2,
+                                   .lowrank = o->sim_rank ? (int32_t)o->sim_rank : HR_MAX(1, e->m->hp.n_embd / 8)};
         rc = hm_groups_set_loss(g, &gl, err);
     }
     free(assign);
@@ -273,8 +275,9 @@ static int ppl_main(ppl_run *r, cli_opts *o, hr_err *err) {
             printf("[%d]%.4lf,", i + 1, exp(st.nll / (double)st.count));
         } else {
             const ppl_kl_figures f = ppl_kl(&st);
-            printf("%4d    %9.4lf \xc2\xb1 %9.4lf    %10.5lf \xc2\xb1 %10.5lf    %10.5lf \xc2\xb1 %10.5lf    %6.3lf \xc2\xb1 "
-                   "%6.3lf %%    %6.3lf \xc2\xb1 %6.3lf %%\n", i + 1, f.ppl, f.ppl_unc, f.lnr, f.lnr_unc, f.kld,
+            printf("%4d    %9.4lf \xc2\xb1 %9.4lf    %10.5lf \xc2\xb1 %10.5lf    %10.5lf \xc2\xb1 %10.5lf    "
+                   "%6.3lf \xc2\xb1 %6.3lf %%    %6.3lf \xc2\xb1 %6.3lf %%\n",
+                   i + 1, f.ppl, f.ppl_unc, f.lnr, f.lnr_unc, f.kld,
                    f.kld_unc, 100 * f.dp_rms, 100 * f.dp_rms_unc, 100 * f.top, 100 * f.top_unc);
         }
         fflush(stdout);
@@ -284,7 +287,8 @@ static int ppl_main(ppl_run *r, cli_opts *o, hr_err *err) {
         /* llama-perplexity's estimate: exp(mean nll) +/- exp(mean) * standard error of the mean nll */
         const double mean = st.nll / (double)st.count, var = st.nll2 / (double)st.count - mean * mean;
         const double ppl = exp(mean);
-        if (var > 0 && st.count > 1) printf("Final estimate: PPL = %.4lf +/- %.5lf\n", ppl, sqrt(var / (double)(st.count - 1)) * ppl);
+        if (var > 0 && st.count > 1)
+            printf("Final estimate: PPL = %.4lf +/- %.5lf\n", ppl, sqrt(var / (double)(st.count - 1)) * ppl);
         else printf("Final estimate: PPL = %.4lf (no uncertainty: the log-probabilities do not vary)\n", ppl);
     } else {
         const ppl_kl_figures f = ppl_kl(&st);

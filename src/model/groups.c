@@ -199,7 +199,8 @@ static bool hm_lowrank(const float *W, int64_t m, int32_t E, int32_t k, uint64_t
 }
 
 static int hm_lowrank_setup(hm_groups *g, int32_t k, hr_err *err) {
-    if (k < 1 || k > g->E) return hr_fail(err, HR_EINVAL, "loss simulation: predictor rank %d outside [1, %d]", k, g->E);
+    if (k < 1 || k > g->E)
+        return hr_fail(err, HR_EINVAL, "loss simulation: predictor rank %d outside [1, %d]", k, g->E);
     if (g->lr_k == k) return 0;
     const int64_t F = g->K[1];
     for (int i = 0; i < 2; i++) {
