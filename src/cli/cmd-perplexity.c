@@ -349,7 +349,9 @@ static int ppl_check(const cli_command *c, cli_opts *o) {
     if (o->n_sim_loss && o->sim_placement == CLI_SIM_IMPORTANCE && !o->importance)
         return cli_usage_error(c, "--sim-placement importance needs --importance FILE (hearth calibrate)");
     if (!o->n_sim_loss && o->importance) return cli_usage_error(c, "--importance is for --sim-loss");
-    return 0;
+    if (o->n_sim_loss && o->head.n_workers)
+        return cli_usage_error(c, "--sim-loss simulates a cluster in one process: no --workers");
+    return cli_check_cluster(c, o);
 }
 
 static void ppl_epilog(FILE *f) {

@@ -287,6 +287,15 @@ static const cli_flag flags[] = {
      "compare with --kl-divergence-base FILE: KL divergence, top-token agreement,\nPPL ratio"},
     {CLI_CALIBRATE, "-o, --output", "FILE", F_STR, AT(output), 0, 0, NULL,
      "importance file to write (required; not overwritten unless --force)"},
+    {CLI_PERPLEXITY, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
+     "run on these `hearth worker`s too, as `hearth run --workers` (the planner\n"
+     "chooses unless --tp-shares, --pp, --layer-windows or --allreduce is given)"},
+    {CLI_PERPLEXITY, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
+     "with --workers: tensor parallel with these shares, head first"},
+    {CLI_PERPLEXITY, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
+    {CLI_PERPLEXITY, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL, "with --workers: a pipeline"},
+    {CLI_PERPLEXITY, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
+     "with --pp: window sizes in layers per device, head first"},
     {CLI_PERPLEXITY, "--sim-loss", "P,...", F_FN, 0, 0, 0, fn_sim_loss,
      "simulate tensor parallelism over lossy links: each worker loses P percent of\n"
      "its all-reduce datagrams (one value: every worker; a list: worker by worker)"},
