@@ -101,7 +101,7 @@ static int ppl_score(ppl_run *r, int chunk, bool compare, ppl_stats *st, hr_err 
     for (int k = 0; k < scored; k++) {
         const int32_t next = tok[first + k + 1];
         const int imax = ppl_log_softmax(r->logits + (size_t)k * V, V, r->lp);
-        hr_fp16 *row = r->row16 + (size_t)k * V;
+        hr_fp16 *row = r->row16 ? r->row16 + (size_t)k * V : NULL;
         const double nll = -r->lp[next];
         st->nll += nll;
         st->nll2 += nll * nll;
@@ -259,8 +259,9 @@ static int ppl_main(ppl_run *r, cli_opts *o, hr_err *err) {
     r->logits = malloc(sizeof *r->logits * (size_t)scored * (size_t)r->V);
     r->lp = malloc(sizeof *r->lp * (size_t)r->V);
     r->lp_base = malloc(sizeof *r->lp_base * (size_t)r->V);
-    r->row16 = malloc(sizeof *r->row16 * (size_t)scored * (size_t)r->V);
-    if (!r->logits || !r->lp || !r->lp_base || !r->row16) return hr_fail(err, HR_ENOMEM, "out of memory for logits");
+    if (o->kld_file) r->row16 = malloc(sizeof *r->row16 * (size_t)scored * (size_t)r->V); /* base rows in or out */
+    if (!r->logits || !r->lp || !r->lp_base || (o->kld_file && !r->row16))
+        return hr_fail(err, HR_ENOMEM, "out of memory for logits");
     if (sim && (rc = ppl_sim_setup(r, o, err))) return rc;
     if (o->kld_file && !compare && (rc = ppl_write_base_header(r, o->kld_file, err))) return rc;
     fprintf(stderr, "perplexity: %d tokens, calculating perplexity over %d chunks, n_ctx=%d, batch_size=%d\n",
