@@ -303,8 +303,8 @@ static const cli_flag flags[] = {
      "devices of the simulation, the head included (default 4); equal shares"},
     {CLI_PERPLEXITY, "--sim-placement", "NAME", F_FN, 0, 0, 0, fn_sim_placement,
      "which device gets which unit groups: importance (HALO's Alg. 3 over\n"
-     "--importance FILE), oracle (importance measured on this text), random, or\n"
-     "contiguous (today's runtime: ranges in device order), or per-token (each\n"
+     "--importance FILE), oracle (importance measured on this text), random,\n"
+     "contiguous (today's runtime: ranges in device order), per-token (each\n"
      "token's own largest contributions on the least lossy devices: the bound\n"
      "for a runtime predictor), prev-token (ranked by the token before's), or\n"
      "lowrank (FFN ranked per token by a rank --sim-rank predictor from the\n"
