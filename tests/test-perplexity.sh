@@ -83,6 +83,11 @@ head -c 1000 "$TMP/base.kld" > "$TMP/short.kld"
 "$BIN" perplexity -m "$M" --kl-divergence-base "$TMP/short.kld" --kl-divergence > /dev/null 2> "$TMP/e" \
     && bad "a truncated base was taken" || grep -q "bytes" "$TMP/e" && ok || bad "truncated base: $(cat "$TMP/e")"
 
+python3 -c "import struct,sys; open(sys.argv[1],'wb').write(b'HRTHKLD1'+struct.pack('<3i',1<<24,512,1<<24)+b'\0'*64)" \
+    "$TMP/huge.kld"
+"$BIN" perplexity -m "$M" --kl-divergence-base "$TMP/huge.kld" --kl-divergence > /dev/null 2> "$TMP/e"
+[[ $? -eq 1 ]] && grep -q "header" "$TMP/e" && ok || bad "a header of 2^48 tokens: $(cat "$TMP/e")"
+
 # --- calibrate ---
 "$BIN" calibrate -m "$M" -f "$TEXT" -c 128 --chunks 4 -o "$TMP/imp.json" 2> "$TMP/cal.err" && ok \
     || bad "calibrate failed: $(cat "$TMP/cal.err")"

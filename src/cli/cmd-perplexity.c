@@ -66,11 +66,12 @@ static int ppl_read_base_header(ppl_run *r, const char *path, int32_t *hdr, int3
         return hr_fail(err, HR_EFORMAT, "'%s': n_ctx %d, %d chunks, vocabulary %d (the model's: %lld)", path, n_ctx,
                        n_chunk, n_vocab, (long long)r->V);
     const uint64_t scored = (uint64_t)(n_ctx - 1 - n_ctx / 2);
-    const uint64_t want =
-        20 + 4ull * (uint64_t)n_ctx * (uint64_t)n_chunk + 2ull * scored * (uint64_t)n_vocab * (uint64_t)n_chunk;
-    if ((uint64_t)st.st_size != want)
-        return hr_fail(err, HR_EFORMAT, "'%s' is %lld bytes; its header says %llu", path, (long long)st.st_size,
-                       (unsigned long long)want);
+    uint64_t rows, want; /* the header's sizes, which a hostile file may make overflow */
+    if (__builtin_mul_overflow(scored * (uint64_t)n_chunk, (uint64_t)n_vocab, &rows) ||
+        __builtin_mul_overflow(rows, 2ull, &want) ||
+        __builtin_add_overflow(want, 20 + 4ull * (uint64_t)n_ctx * (uint64_t)n_chunk, &want) ||
+        (uint64_t)st.st_size != want)
+        return hr_fail(err, HR_EFORMAT, "'%s' is %lld bytes, not what its header says", path, (long long)st.st_size);
     const size_t nt = (size_t)n_ctx * (size_t)n_chunk;
     if (!(*tokens = malloc(sizeof **tokens * nt))) return hr_fail(err, HR_ENOMEM, "out of memory");
     if (fread(*tokens, 4, nt, r->kld_f) != nt) return hr_fail(err, HR_EIO, "'%s': short read", path);
