@@ -8,7 +8,7 @@
 #include "flags.h"
 
 extern const cli_command cli_run, cli_chat, cli_eval, cli_bench, cli_info, cli_synth, cli_quantize, cli_tokenize,
-    cli_worker, cli_convert, cli_plan, cli_profile, cli_serve, cli_keygen, cli_workers;
+    cli_worker, cli_convert, cli_plan, cli_profile, cli_serve, cli_keygen, cli_workers, cli_perplexity, cli_calibrate;
 
 /* shared helpers (cli-util.c) */
 /* Parses an integer flag value; prints "hearth CMD: invalid value 'V' for FLAG" and returns false. */

@@ -137,6 +137,24 @@ static int fn_tokens(cli_opts *o, const cli_flag *f, const char *v, char *why, s
     }
 }
 
+static int fn_sim_loss(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    int n = cli_parse_numbers(v, o->sim_loss, HC_MAX_DEVICES - 1, why, cap);
+    if (n < 0) return -1;
+    for (int i = 0; i < n; i++)
+        if (o->sim_loss[i] > 100) { snprintf(why, cap, "percentages in [0, 100]"); return -1; }
+    o->n_sim_loss = n;
+    return 0;
+}
+
+static int fn_sim_placement(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    static const char *const names[] = {"importance", "random", "oracle", "contiguous", "per-token",
+                                        "prev-token", "lowrank"};
+    for (int i = 0; i < (int)HR_ARRAY_LEN(names); i++)
+        if (!strcmp(v, names[i])) { o->sim_placement = i; return 0; }
+    snprintf(why, cap, "importance, random, oracle, contiguous, per-token, prev-token or lowrank");
+    return -1;
+}
+
 static int fn_budget(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
     size_t n = strlen(v);
     o->mem_pct = 0;
@@ -225,10 +243,11 @@ static int fn_tied(cli_opts *o, const cli_flag *f, const char *v, char *why, siz
 
 /* ---- the table ------------------------------------------------------------------------------------ */
 
-#define MODEL_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_BENCH | CLI_SERVE)
+#define MODEL_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_BENCH | CLI_SERVE | CLI_PERPLEXITY | CLI_CALIBRATE)
 #define MEM_CMDS (CLI_RUN | CLI_WORKER | CLI_SERVE)
 #define THREAD_CMDS \
-    (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_WORKER | CLI_PLAN | CLI_PROFILE | CLI_SERVE)
+    (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_WORKER | CLI_PLAN | CLI_PROFILE | CLI_SERVE | \
+     CLI_PERPLEXITY | CLI_CALIBRATE)
 #define GEN_CMDS (CLI_RUN | CLI_CHAT)
 #define I24 (1 << 24)
 
@@ -253,8 +272,55 @@ static const cli_flag flags[] = {
     {CLI_KEYGEN, "-o, --output", "FILE", F_STR, AT(output), 0, 0, NULL,
      "where to write the key (default $XDG_CONFIG_HOME/hearth/cluster.key); never overwritten"},
     {CLI_SYNTH, "-o, --output", "OUT", F_STR, AT(output), 0, 0, NULL, "output file (default <shape>-<type>.gguf)"},
-    {CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_CONVERT, "--force", NULL, F_ON, AT(force), 0, 0, NULL,
+    {CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_CONVERT | CLI_CALIBRATE, "--force", NULL, F_ON, AT(force), 0, 0, NULL,
      "overwrite the output file if it exists (never the input itself)"},
+
+    /* perplexity and calibrate (docs/lossy.md) */
+    {CLI_PERPLEXITY | CLI_CALIBRATE, "-f, --file", "FILE", F_STR, AT(file), 0, 0, NULL,
+     "the text (required, except with --kl-divergence: the base file has the tokens)"},
+    {CLI_PERPLEXITY | CLI_CALIBRATE, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 4, I24, NULL,
+     "tokens per chunk (default 512, as llama-perplexity)"},
+    {CLI_PERPLEXITY | CLI_CALIBRATE, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
+     "tokens per forward pass (default, and at most, a chunk)"},
+    {CLI_PERPLEXITY | CLI_CALIBRATE, "--chunks", "N", F_LONG, AT(n_chunks), 1, I24, NULL,
+     "at most N chunks (default: all the text has)"},
+    {CLI_PERPLEXITY, "--kl-divergence-base", "FILE", F_STR, AT(kld_file), 0, 0, NULL,
+     "write the log-probabilities of this run to FILE (or, with --kl-divergence,\n"
+     "compare this run with those FILE holds); format in docs/lossy.md"},
+    {CLI_PERPLEXITY, "--kl-divergence", NULL, F_ON, AT(kld), 0, 0, NULL,
+     "compare with --kl-divergence-base FILE: KL divergence, top-token agreement,\nPPL ratio"},
+    {CLI_CALIBRATE, "-o, --output", "FILE", F_STR, AT(output), 0, 0, NULL,
+     "importance file to write (required; not overwritten unless --force)"},
+    {CLI_PERPLEXITY, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
+     "run on these `hearth worker`s too, as `hearth run --workers` (the planner\n"
+     "chooses unless --tp-shares, --pp, --layer-windows or --allreduce is given)"},
+    {CLI_PERPLEXITY, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
+     "with --workers: tensor parallel with these shares, head first"},
+    {CLI_PERPLEXITY, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
+    {CLI_PERPLEXITY, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL, "with --workers: a pipeline"},
+    {CLI_PERPLEXITY, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
+     "with --pp: window sizes in layers per device, head first"},
+    {CLI_PERPLEXITY, "--sim-loss", "P,...", F_FN, 0, 0, 0, fn_sim_loss,
+     "simulate tensor parallelism over lossy links: each worker loses P percent of\n"
+     "its all-reduce datagrams (one value: every worker; a list: worker by worker)"},
+    {CLI_PERPLEXITY, "--sim-devices", "N", F_LONG, AT(sim_devices), 2, HC_MAX_DEVICES, NULL,
+     "devices of the simulation, the head included (default 4); equal shares"},
+    {CLI_PERPLEXITY, "--sim-placement", "NAME", F_FN, 0, 0, 0, fn_sim_placement,
+     "which device gets which unit groups: importance (HALO's Alg. 3 over\n"
+     "--importance FILE), oracle (importance measured on this text), random,\n"
+     "contiguous (today's runtime: ranges in device order), per-token (each\n"
+     "token's own largest contributions on the least lossy devices: the bound\n"
+     "for a runtime predictor), prev-token (ranked by the token before's), or\n"
+     "lowrank (FFN ranked per token by a rank --sim-rank predictor from the\n"
+     "block's input, attention by --importance); default importance"},
+    {CLI_PERPLEXITY, "--sim-rank", "K", F_LONG, AT(sim_rank), 1, 1 << 20, NULL,
+     "rank of --sim-placement lowrank's predictor (default n_embd/8)"},
+    {CLI_PERPLEXITY, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
+     "importance file from `hearth calibrate` (for --sim-placement importance)"},
+    {CLI_PERPLEXITY, "--sim-packet", "N", F_LONG, AT(sim_packet), 1, 1 << 20, NULL,
+     "elements of a partial per datagram (default 350: 1400 bytes of F32)"},
+    {CLI_PERPLEXITY, "--sim-seed", "N", F_LONG, AT(sim_seed), 0, 1L << 40, NULL,
+     "seed of the loss pattern and of random placement (default 1)"},
 
     /* generation */
     {CLI_RUN, "-n, --n-predict", "N", F_LONG, AT(n_predict), -1, I24, NULL,
@@ -504,7 +570,8 @@ cli_opts cli_opts_default(void) {
                   .sp = ht_sampler_default_params(), .head = hc_head_default_params(), .seed = 1, .n_embd = -1,
                   .n_layer = -1, .n_head = -1, .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1,
                   .synth_n_ctx = -1, .rope_base = -1, .tied = -1, .escape = true, .host = "127.0.0.1",
-                  .port = 8080, .parallel = 4, .queue = 64, .sse_ping = 5, .discover_ms = 1000};
+                  .port = 8080, .parallel = 4, .queue = 64, .sse_ping = 5, .discover_ms = 1000, .sim_devices = 4,
+                  .sim_packet = 350, .sim_seed = 1};
     o.mem = o.head.mem;
     o.pin = hmem_default_params().pin;
     o.bench_threads = (cli_list){{hr_physical_cores()}, 1};

@@ -18,8 +18,13 @@ enum {
     CLI_RUN = 1u << 0, CLI_CHAT = 1u << 1, CLI_EVAL = 1u << 2, CLI_BENCH = 1u << 3, CLI_INFO = 1u << 4,
     CLI_SYNTH = 1u << 5, CLI_QUANTIZE = 1u << 6, CLI_TOKENIZE = 1u << 7, CLI_WORKER = 1u << 8,
     CLI_PLAN = 1u << 9, CLI_PROFILE = 1u << 10, CLI_CONVERT = 1u << 11,
-    CLI_SERVE = 1u << 12, CLI_KEYGEN = 1u << 13, CLI_WORKERS = 1u << 14,
+    CLI_SERVE = 1u << 12, CLI_KEYGEN = 1u << 13, CLI_WORKERS = 1u << 14, CLI_PERPLEXITY = 1u << 15,
+    CLI_CALIBRATE = 1u << 16,
 };
+
+/* perplexity --sim-placement: how the simulated devices get their unit groups (docs/lossy.md) */
+enum cli_sim_placement { CLI_SIM_IMPORTANCE, CLI_SIM_RANDOM, CLI_SIM_ORACLE, CLI_SIM_CONTIGUOUS, CLI_SIM_PER_TOKEN,
+                             CLI_SIM_PREV_TOKEN, CLI_SIM_LOWRANK };
 
 #define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */
 
@@ -64,6 +69,15 @@ typedef struct cli_opts {
     double      rope_base;
     int         tied;                /* -1 not given, 0 untied, 1 tied */
     char       *unescaped[2];        /* owned: -p and --system with their escapes processed */
+    /* perplexity, calibrate */
+    long        n_chunks;            /* --chunks: at most this many (0: all) */
+    const char *kld_file;            /* --kl-divergence-base */
+    bool        kld;                 /* --kl-divergence: compare with kld_file instead of writing it */
+    const char *importance;          /* --importance FILE (hearth calibrate's) */
+    double      sim_loss[HC_MAX_DEVICES]; /* --sim-loss, percent per worker (one value: every worker) */
+    int         n_sim_loss;          /* 0: no simulation */
+    long        sim_devices, sim_packet, sim_seed, sim_rank;
+    int         sim_placement;       /* enum cli_sim_placement */
     const char *pos[3];              /* positional arguments */
     int         n_pos;
 } cli_opts;
