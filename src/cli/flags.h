@@ -52,6 +52,10 @@ typedef struct cli_opts {
     bool        profile_serial;      /* plan/run --profile-serial: the devices measure one at a time */
     long        prompt_tokens;       /* plan: prompt length the prefill figure is for */
     char       *workers_copy;        /* owned: the split --workers text */
+    const char *key_file;            /* --key */
+    bool        insecure;            /* worker --insecure */
+    bool        has_key;             /* key was loaded (cli_main, for the commands that talk to workers) */
+    hn_key      key;                 /* wiped by cli_opts_free; o->head.key points here when loaded */
     cli_list    bench_threads, bench_prompt, bench_gen, bench_depth;
     /* synth */
     const char *shape, *type, *vocab_from, *arch;
