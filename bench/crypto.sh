@@ -53,8 +53,10 @@ fi
 start() { # DEVICE PORT NAME ARGS...
     local d=$1 port=$2 name=$3
     shift 3
-    on "$d" "$BIN" worker --listen "$listen:$port" -t 1 --cache "$W/c-$name" "$@" > "$W/$name.out" 2> "$W/$name.log" &
-    pids+=($!)
+    local cmd=("$BIN" worker --listen "$listen:$port" -t 1 --cache "$W/c-$name" "$@")
+    if [[ -n "$profile" ]]; then "${TB[@]}" exec "$d" -- "${cmd[@]}" > "$W/$name.out" 2> "$W/$name.log" &
+    else "${cmd[@]}" > "$W/$name.out" 2> "$W/$name.log" & fi
+    pids+=($!) # (the testbed's own are stopped by its down)
 }
 start d1 7170 k1 --key "$W/key"
 start d2 7171 k2 --key "$W/key"

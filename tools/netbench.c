@@ -5,14 +5,17 @@
  *                                       and a HELLO round trip after it, in ms; then BYE
  *   netbench --seal                     ChaCha20-Poly1305 seal + open of one frame (the header as
  *                                       associated data) on this core: µs per frame and GB/s, for
- *                                       the sizes a decode step sends (a hidden state of 1-16 K floats)
+ *                                       the sizes a decode step sends (a hidden state of 1-16 K floats),
+ *                                       in CPU time (the machine may be shared)
  */
 #include "base/base.h"
 #include "net/net.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int nb_cmp(const void *a, const void *b) {
@@ -25,6 +28,13 @@ static double nb_median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* this thread's CPU time: on a shared machine the wall clock also counts other jobs' turns */
+static int64_t cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static int nb_seal(void) {
     static const size_t sizes[] = {4096, 16384, 65536};
     uint8_t k[HN_NOISE_KEY_SIZE] = {1}, hdr[HN_HEADER_SIZE] = {0};
@@ -33,24 +43,25 @@ static int nb_seal(void) {
         size_t n = sizes[s];
         uint8_t *buf = calloc(1, n + HN_AEAD_TAG_SIZE);
         if (!buf) return 1;
-        int reps = (int)(256u * 1024 * 1024 / n);
+        int reps = (int)(32u * 1024 * 1024 / n);
         double best = 1e30;
         for (int round = 0; round < 5; round++) {
-            int64_t t0 = hr_time_ns();
+            int64_t t0 = cpu_ns();
             for (int i = 0; i < reps; i++) {
                 hn_aead_seal(k, (uint64_t)i, hdr, sizeof hdr, buf, n, buf);
                 if (hn_aead_open(k, (uint64_t)i, hdr, sizeof hdr, buf, n + HN_AEAD_TAG_SIZE, buf)) return 1;
             }
-            double us = (double)(hr_time_ns() - t0) / 1e3 / reps;
+            double us = (double)(cpu_ns() - t0) / 1e3 / reps;
             if (us < best) best = us;
         }
-        printf("%-10zu %12.2f %10.2f   (seal + open, best of 5)\n", n, best, (double)n / best / 1e3);
+        printf("%-10zu %12.2f %10.2f   (seal + open, CPU time, best of 5)\n", n, best, (double)n / best / 1e3);
         free(buf);
     }
     return 0;
 }
 
 int main(int argc, char **argv) {
+    if (sodium_init() < 0) return 1; /* also picks libsodium's fastest code for this CPU */
     const char *addr = NULL, *key_path = NULL;
     int n = 20;
     for (int i = 1; i < argc; i++) {
