@@ -3,7 +3,8 @@
 # - head and workers with the same key (--key, or the default file) give the single-device greedy
 #   text, tensor parallel and pipeline;
 # - a head with the wrong key, a head without a key, a keyed head at a keyless worker: refused, with a
-#   clear message on both sides, and the workers go on serving the honest head;
+#   clear message on both sides; a forged and a truncated handshake from a raw socket: refused and
+#   logged; the workers go on serving the honest head;
 # - a worker that would listen beyond loopback without a key refuses to start; --insecure starts it
 #   with a warning;
 # - the traffic (HEARTH_NET_CAPTURE: every byte each process sends) holds no plaintext hidden state:
@@ -40,17 +41,41 @@ refused() {
         bad "$what: the head ran"
     elif grep -q "$head_want" "$TMP/r.err"; then ok
     else bad "$what: the head's message lacks '$head_want': $(tail -1 "$TMP/r.err")"; fi
-    sleep 0.2
-    if tail -n +$((before + 1)) "$TMP/w$w.log" | grep -q "$worker_want"; then ok
+    local found=1
+    for _ in $(seq 50); do # the worker logs after it has answered: give it time
+        tail -n +$((before + 1)) "$TMP/w$w.log" | grep -q "$worker_want" && { found=0; break; }
+        sleep 0.1
+    done
+    if [[ $found -eq 0 ]]; then ok
     else bad "$what: worker $w's log lacks '$worker_want': $(tail -2 "$TMP/w$w.log")"; fi
 }
 refused "wrong key" 1 "not the same cluster key" "does not hold this cluster key" --key "$TMP/k2"
-refused "no key at the head" 1 "needs the cluster key" "plaintext HELLO refused" 
+refused "no key at the head" 1 "needs the cluster key" "plaintext HELLO refused"
 refused "no key at the worker" 3 "has no cluster key" "no cluster key (--key): refused" --key "$TMP/k1"
 # a key that is not a key file
 printf 'not a key\n' > "$TMP/bad.key"
 if run -m "$model" --workers "$(workers 1)" --key "$TMP/bad.key" > /dev/null 2> "$TMP/r.err"; then bad "a bad key file was taken"
 elif grep -q "not a hearth cluster key" "$TMP/r.err"; then ok; else bad "bad key file: $(tail -1 "$TMP/r.err")"; fi
+# a forged handshake (random bytes where message 1 goes) and a truncated one, from a raw socket: the
+# worker answers ERROR to the first, logs both and goes on
+before=$(wc -l < "$TMP/w1.log")
+python3 - "${WPORT[1]}" > "$TMP/forge.txt" 2>&1 << 'PY'
+import os, socket, struct, sys
+port = int(sys.argv[1])
+s = socket.create_connection(("127.0.0.1", port), timeout=5)
+s.sendall(struct.pack("<IHHII", 0x48545248, 3, 0x7f00, 48, 0) + os.urandom(48))
+h = s.recv(16)
+print("reply type", struct.unpack("<IHHII", h)[2] if len(h) == 16 else None)
+s.close()
+s = socket.create_connection(("127.0.0.1", port), timeout=5)
+s.sendall(struct.pack("<IHHII", 0x48545248, 3, 0x7f00, 48, 0) + os.urandom(20))
+s.close()
+PY
+if grep -q "reply type 3" "$TMP/forge.txt"; then ok; else bad "a forged handshake got no ERROR: $(cat "$TMP/forge.txt")"; fi
+for _ in $(seq 50); do [[ $(tail -n +$((before + 1)) "$TMP/w1.log" | grep -c "closed") -ge 2 ]] && break; sleep 0.1; done
+if tail -n +$((before + 1)) "$TMP/w1.log" | grep -q "does not hold this cluster key" &&
+    tail -n +$((before + 1)) "$TMP/w1.log" | grep -q "middle"; then ok
+else bad "forged / truncated handshake not logged: $(tail -n +$((before + 1)) "$TMP/w1.log")"; fi
 # the workers still serve the honest head, and a plaintext pair still works
 check_same "$model" "$(workers 1 2)" --tp-shares equal --key "$TMP/k1"
 check_same "$model" "$(workers 3)" --tp-shares equal
