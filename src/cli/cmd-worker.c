@@ -72,6 +72,18 @@ static int worker(cli_opts *o) {
     p.use_mmap = o->use_mmap;
     p.no_repack = o->no_repack;
     if (o->setup_timeout > 0) p.setup_ms = (int)o->setup_timeout * 1000;
+    p.key = o->has_key ? &o->key : NULL;
+    /* a worker reachable from the network without a key serves (and shows its traffic to) anyone */
+    if (!p.key && !hn_addr_is_loopback(o->listen)) {
+        if (!o->insecure) {
+            fprintf(stderr, "hearth worker: refusing to listen on %s without a cluster key: anyone who can reach it "
+                    "could use this worker and read its traffic. Make a key with 'hearth keygen', give every device "
+                    "--key FILE, or pass --insecure to do it anyway\n", o->listen);
+            return 1;
+        }
+        HR_LOGW("worker: --insecure: listening on %s without a cluster key; links are neither authenticated nor "
+                "encrypted", o->listen);
+    }
     p.profile = hpl_worker_profile; /* heads that plan ask for this device's profile */
     hr_err err = {0};
     hc_worker *w = hc_worker_create(&p, &err);

@@ -38,6 +38,7 @@ int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *c
     p.self.mem = o->mem;
     p.self.no_cache = o->no_cache;
     p.serial = o->profile_serial;
+    p.key = o->head.key;
     if (hpl_cluster_profile(o->head.workers, o->head.n_workers, &p, cl, err)) return err->code;
     return hpl_choose(cl, &pm, n_prompt, ch, err);
 }

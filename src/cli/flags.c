@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum flag_kind {
     F_ON,    /* a switch: the bool becomes true */
@@ -429,6 +430,14 @@ static const cli_flag flags[] = {
      "on CPU stages it is often slower, docs/pipeline.md)"},
     {CLI_RUN, "--timings", NULL, F_ON, AT(head.timings), 0, 0, NULL,
      "with --workers: per-device compute / all-reduce times per forward pass"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKER | CLI_WORKERS | CLI_PERPLEXITY, "--key", "FILE", F_STR,
+     AT(key_file), 0, 0, NULL,
+     "the cluster key (`hearth keygen`): head and workers prove they hold it and\n"
+     "encrypt every link (default: $XDG_CONFIG_HOME/hearth/cluster.key, or\n"
+     "~/.config/hearth/cluster.key, when it exists; docs/security.md)"},
+    {CLI_WORKER, "--insecure", NULL, F_ON, AT(insecure), 0, 0, NULL,
+     "listen beyond loopback without a cluster key: anyone who can reach the port\n"
+     "may use this worker and read its traffic (refused without this flag)"},
     {CLI_WORKER, "--listen", "ADDR:PORT", F_STR, AT(listen), 0, 0, NULL,
      "where to listen, e.g. 0.0.0.0:7070 (port 0: any free port; printed)"},
     {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE, "--cache", "DIR", F_STR, AT(cache_dir), 0, 0, NULL,
@@ -442,10 +451,6 @@ static const cli_flag flags[] = {
      "UDP multicast announcements carrying its port, name, threads, memory budget\n"
      "and the cluster key's public id, now and then and when asked (a hint only:\n"
      "the key is what lets a head in)"},
-    {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKERS, "--key", "FILE", F_STR, AT(key_file), 0, 0,
-     NULL,
-     "the cluster key (`hearth keygen`; default\n"
-     "$XDG_CONFIG_HOME/hearth/cluster.key or ~/.config/hearth/cluster.key)"},
     {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKERS, "--discover-group", "ADDR:PORT", F_STR,
      AT(discover_group), 0, 0, NULL,
      "the multicast group discovery uses (default " HN_DISCOVER_GROUP "; one\n"
@@ -585,6 +590,7 @@ void cli_opts_free(cli_opts *o) {
     free(o->stops);
     free(o->tokens);
     free(o->workers_copy);
+    hn_key_wipe(&o->key);
     for (int i = 0; i < 2; i++) free(o->unescaped[i]);
     o->unescaped[0] = o->unescaped[1] = NULL;
     o->stops = NULL;
@@ -786,12 +792,37 @@ hm_ctx_params cli_ctx_params(const cli_opts *o) {
     return cp;
 }
 
+/* The cluster key of a command that talks to workers (a worker; a head with --workers): --key FILE,
+   else the default file when it exists. 0, or 1 with the reason printed. */
+static int cli_key_setup(const cli_command *c, cli_opts *o) {
+    bool wanted = c->bit == CLI_WORKER || o->head.n_workers > 0;
+    if (!(c->bit & (CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKER | CLI_PERPLEXITY)) || !wanted) return 0;
+    char def[4096];
+    hr_err err = {0};
+    const char *path = o->key_file;
+    if (!path) {
+        if (hn_key_default_path(def, sizeof def, NULL) || access(def, F_OK) != 0) return 0; /* no key: plaintext */
+        path = def;
+    }
+    if (hn_key_load(path, &o->key, &err)) {
+        fprintf(stderr, "hearth %s: %s\n", c->name, err.msg);
+        return 1;
+    }
+    char id[2 * HN_KEY_ID_SIZE + 1];
+    hn_key_id_hex(&o->key, id);
+    HR_LOGI("cluster key %s from %s: links are authenticated and encrypted", id, path);
+    o->has_key = true;
+    o->head.key = &o->key;
+    return 0;
+}
+
 int cli_main(const cli_command *c, int argc, char **argv) {
     cli_opts o = cli_opts_default();
     if (c->defaults) c->defaults(&o);
     int rc = cli_parse(c, argc, argv, &o);
     if (!rc && c->check) rc = c->check(c, &o);
-    if (!rc && o.workers_auto) rc = cli_discover_workers(c, &o);
+    if (!rc && o.workers_auto) rc = cli_discover_workers(c, &o); /* before the key: it sets the workers */
+    if (!rc) rc = cli_key_setup(c, &o);
     if (!rc) rc = c->run(&o);
     cli_opts_free(&o);
     return rc == CLI_HELP ? 0 : rc;

@@ -59,6 +59,9 @@ typedef struct cli_opts {
     char       *workers_copy;        /* owned: the split --workers text, or the discovered addresses */
     bool        workers_auto;        /* --workers auto: found by discovery before the command runs */
     const char *key_file;            /* --key: the cluster key (default hn_key_default_path) */
+    bool        insecure;            /* worker --insecure */
+    bool        has_key;             /* key was loaded (cli_main, for the commands that talk to workers) */
+    hn_key      key;                 /* wiped by cli_opts_free; o->head.key points here when loaded */
     bool        announce;            /* worker --announce */
     const char *discover_group, *discover_iface; /* --discover-group, --discover-iface */
     long        discover_ms;         /* --discover-ms: how long a head listens for answers */

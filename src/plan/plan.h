@@ -114,6 +114,7 @@ typedef struct hpl_cluster_params {
     bool peer_links;           /* measure worker <-> worker links too (LINK_PROBE; default true) */
     bool serial;               /* the devices measure themselves one after another, not at once: for
                                   "devices" that share a machine's cores (tools/testbed) */
+    const hn_key *key;         /* the cluster key (docs/security.md); NULL: plaintext */
 } hpl_cluster_params;
 hpl_cluster_params hpl_cluster_default_params(void);
 
