@@ -721,6 +721,7 @@ static void pp1_params(const char *list, hc_send_hook_fn fn, void *user, hc_head
     *hp = o.head;
     hp->send_hook = fn;
     hp->send_hook_user = user;
+    hp->no_recover = true;   /* the worker's refusal must reach the caller, not be recovered from */
     *cp = hm_ctx_default_params();
     cp->n_ctx = 32;
     cp->n_threads = 1;

@@ -444,6 +444,14 @@ static void *sched_main(void *arg) {
     hs_sched *s = arg;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
+        if (s->be.rejoin && s->n_queue > 0) {
+            /* a worker that left and is back computes from the next request on */
+            hr_err err = {0};
+            pthread_mutex_unlock(&s->mu);
+            int rc = s->be.rejoin(s->be.user, &err);
+            pthread_mutex_lock(&s->mu);
+            if (rc) HR_LOGE("hearth serve: engine: %s", err.msg);
+        }
         sched_admit(s);
         int busy = 0;
         for (int i = 0; i < s->n_slots; i++) busy += s->slots[i].req != NULL;
