@@ -42,6 +42,10 @@ struct hc_head {
     int32_t        *rb_seq;               /* [n_batch]: the replay's sequence ids */
 };
 
+/* A worker's failure that it leaving answers: it is gone, silent, broke the protocol or refused its
+   part. A bad address or argument (HR_EINVAL, HR_ERANGE) is the caller's to fix, not a device leaving. */
+static bool hc_leaves(int code) { return code != HR_EINVAL && code != HR_ERANGE; }
+
 /* ---- the token history ---- */
 
 static int hc_hist_put(hc_hist *q, int32_t pos, int32_t tok, bool f32) {
@@ -148,7 +152,7 @@ static int hc_build(hc_head *H, hr_err *err) {
         int fw = 0;
         hr_err e = {0};
         if ((H->c = hc_core_create(H->m, &H->cur, &H->cp, &fw, &e))) break;
-        int i = fw > 0 ? hc_orig_index(H, fw) : -1;
+        int i = fw > 0 && hc_leaves(e.code) ? hc_orig_index(H, fw) : -1;
         if (i < 0) return hr_fail(err, e.code, "%s", e.msg);
         if (strstr(e.msg, "busy") && hr_time_ns() < busy_until) {
             hc_sleep_ms(100);
@@ -229,7 +233,7 @@ static int hc_recover(hc_head *H, int blamed, const char *why, hr_err *err) {
                         (hr_time_ns() - t0) * 1e-6);
             return 0;
         }
-        int fw = H->c ? hc_core_failed_worker(H->c) : 0;
+        int fw = H->c && hc_leaves(rc) ? hc_core_failed_worker(H->c) : 0;
         int i = fw > 0 ? hc_orig_index(H, fw) : -1;
         if (i < 0) {
             hc_core_free(H->c);
@@ -247,7 +251,7 @@ static int hc_recover(hc_head *H, int blamed, const char *why, hr_err *err) {
 /* after a failed call: recover when a worker was to blame, else pass the error on */
 static int hc_failed(hc_head *H, int rc, hr_err *err) {
     int fw = H->c ? hc_core_failed_worker(H->c) : 0;
-    if (!rc || fw <= 0 || H->orig.no_recover) return rc;
+    if (!rc || fw <= 0 || H->orig.no_recover || !hc_leaves(rc)) return rc;
     char why[sizeof err->msg];
     snprintf(why, sizeof why, "%s", err->msg);
     return hc_recover(H, fw, why, err);
@@ -268,7 +272,7 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     hr_err e = {0};
     /* a worker that fails while the cluster is set up leaves as it would later (none: the error) */
     while (!(H->c = hc_core_create(m, &H->cur, cp, &fw, &e))) {
-        int i = fw > 0 && !p->no_recover ? hc_orig_index(H, fw) : -1;
+        int i = fw > 0 && !p->no_recover && hc_leaves(e.code) ? hc_orig_index(H, fw) : -1;
         if (i < 0) { hr_fail(err, e.code, "%s", e.msg); goto fail; }
         HR_LOGW("worker %s left while the cluster was set up (%s): planning without it", p->workers[i], e.msg);
         H->gone[i] = true;
