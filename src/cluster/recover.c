@@ -218,19 +218,19 @@ static int hc_recover(hc_head *H, int blamed, const char *why, hr_err *err) {
         hc_core_free(H->c);   /* BYE to the others: their sessions end */
         H->c = NULL;
         int rc = hc_build(H, err);
-        int64_t n = 0;
+        int64_t n = 0, t1 = hr_time_ns();
         if (!rc) rc = hc_replay(H, &n, err);
         if (!rc) {
             H->recoveries++;
             int k = hc_active(H);
             if (blamed > 0)
-                HR_LOGW("worker %s left (%s): the answer goes on over %d device%s (%s); %lld tokens recomputed in "
-                        "%.0f ms", who, why, k, k == 1 ? "" : "s",
+                HR_LOGW("worker %s left (%s): the answer goes on over %d device%s (%s; set up in %.0f ms, %lld "
+                        "tokens recomputed in %.0f ms)", who, why, k, k == 1 ? "" : "s",
                         k == 1 ? "the head alone" : hc_core_pp_plan(H->c) ? "pipeline" : "tensor parallel",
-                        (long long)n, (hr_time_ns() - t0) * 1e-6);
+                        (t1 - t0) * 1e-6, (long long)n, (hr_time_ns() - t1) * 1e-6);
             else
-                HR_LOGI("head: %d devices again (%lld tokens recomputed in %.0f ms)", k, (long long)n,
-                        (hr_time_ns() - t0) * 1e-6);
+                HR_LOGI("head: %d devices again (set up in %.0f ms, %lld tokens recomputed in %.0f ms)", k,
+                        (t1 - t0) * 1e-6, (long long)n, (hr_time_ns() - t1) * 1e-6);
             return 0;
         }
         int fw = H->c && hc_leaves(rc) ? hc_core_failed_worker(H->c) : 0;
@@ -248,13 +248,28 @@ static int hc_recover(hc_head *H, int blamed, const char *why, hr_err *err) {
     }
 }
 
+/* the times of one call that recovered (docs/benchmarks.md, "Issue 29: recovery") */
+typedef struct hc_call { int64_t t0, t_fail, t_back; } hc_call;
+
 /* after a failed call: recover when a worker was to blame, else pass the error on */
-static int hc_failed(hc_head *H, int rc, hr_err *err) {
+static int hc_failed(hc_head *H, int rc, hc_call *t, hr_err *err) {
     int fw = H->c ? hc_core_failed_worker(H->c) : 0;
     if (!rc || fw <= 0 || H->orig.no_recover || !hc_leaves(rc)) return rc;
     char why[sizeof err->msg];
     snprintf(why, sizeof why, "%s", err->msg);
-    return hc_recover(H, fw, why, err);
+    if (t && !t->t_fail) t->t_fail = hr_time_ns();
+    rc = hc_recover(H, fw, why, err);
+    if (t) t->t_back = hr_time_ns();
+    return rc;
+}
+
+/* a call that went on after a failure: how long from its start to its result, and where the time went */
+static void hc_call_done(const hc_call *t) {
+    if (!t->t_fail) return;
+    int64_t now = hr_time_ns();
+    HR_LOGI("head: the call went on %.0f ms after it began: %.0f ms to notice the failure, %.0f ms to plan, set up "
+            "and replay, %.0f ms to run it again", (now - t->t0) * 1e-6, (t->t_fail - t->t0) * 1e-6,
+            (t->t_back - t->t_fail) * 1e-6, (now - t->t_back) * 1e-6);
 }
 
 /* ---- the head's API (cluster.h) ---- */
@@ -292,6 +307,7 @@ fail:
 }
 
 int hc_head_eval(hc_head *H, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all_logits, hr_err *err) {
+    hc_call t = {.t0 = hr_time_ns()};
     for (;;) {
         if (!H->c) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
         int rc = hc_core_eval(H->c, tokens, n, pos0, logits, all_logits, err);
@@ -299,28 +315,31 @@ int hc_head_eval(hc_head *H, const int32_t *tokens, int n, int32_t pos0, float *
             /* hc_core_eval cuts the tokens into batches of n_batch */
             for (int off = 0; off < n; off += H->n_batch)
                 hc_hist_batch(H, tokens + off, HR_MIN(H->n_batch, n - off), NULL, NULL, pos0 + off);
+            hc_call_done(&t);
             return 0;
         }
-        if ((rc = hc_failed(H, rc, err))) return rc;
+        if ((rc = hc_failed(H, rc, &t, err))) return rc;
     }
 }
 
 int hc_head_eval_batch(hc_head *H, const hm_batch *b, hr_err *err) {
+    hc_call t = {.t0 = hr_time_ns()};
     for (;;) {
         if (!H->c) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
         int rc = hc_core_eval_batch(H->c, b, err);
         if (!rc) {
             hc_hist_batch(H, b->tokens, b->n, b->seq, b->pos_of, b->pos);
+            hc_call_done(&t);
             return 0;
         }
-        if ((rc = hc_failed(H, rc, err))) return rc;
+        if ((rc = hc_failed(H, rc, &t, err))) return rc;
     }
 }
 
 int hc_head_reset(hc_head *H, int32_t pos, hr_err *err) {
     for (int32_t s = 0; H->hist && s < H->n_seq; s++) H->hist[s].len = HR_MIN(H->hist[s].len, HR_MAX(pos, 0));
     if (!H->c) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
-    return hc_failed(H, hc_core_reset(H->c, pos, err), err);  /* a rebuilt cluster holds only the history */
+    return hc_failed(H, hc_core_reset(H->c, pos, err), NULL, err);  /* a rebuilt cluster holds only the history */
 }
 
 int hc_head_kv_seq_copy(hc_head *H, int32_t src, int32_t dst, int32_t n, hr_err *err) {
@@ -335,7 +354,7 @@ int hc_head_kv_seq_copy(hc_head *H, int32_t src, int32_t dst, int32_t n, hr_err 
             b->len = n;
             return 0;
         }
-        if ((rc = hc_failed(H, rc, err))) return rc;
+        if ((rc = hc_failed(H, rc, NULL, err))) return rc;
     }
 }
 
@@ -364,7 +383,7 @@ int hc_head_stats(hc_head *H, hc_dev_stats *out, int cap, hr_err *err) {
         if (!H->c) return hr_fail(err, HR_ENET, "the cluster failed earlier");
         int rc = hc_core_stats(H->c, out, cap, err);
         if (rc >= 0) return rc;
-        if ((rc = hc_failed(H, rc, err))) return rc;
+        if ((rc = hc_failed(H, rc, NULL, err))) return rc;
     }
 }
 
