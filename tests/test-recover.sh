@@ -76,14 +76,14 @@ stop_all
 model=$S/synth/synth-llama-Q8_0.gguf
 run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
 check_recover tp-gen kill:forward:8 "$model" 24 --tp-shares 2,1,1
-if grep -q "over 2 devices (tensor parallel)" "$TMP/tp-gen.err"; then ok; else bad "tp-gen: not over the 2 devices left"; fi
+if grep -q "over 2 devices (tensor parallel;" "$TMP/tp-gen.err"; then ok; else bad "tp-gen: not over the 2 devices left"; fi
 stop_all
 check_recover tp-prompt-stop stop:forward:1 "$model" 24 --tp-shares equal --worker-timeout 1
 stop_all
 # the only worker: the head goes on alone
 HEARTH_TEST_FAULT=kill:forward:6 start_worker 1
 if run -m "$model" --workers "$(workers 1)" --tp-shares equal > "$TMP/alone.txt" 2> "$TMP/alone.err" &&
-    cmp -s "$TMP/ref.txt" "$TMP/alone.txt" && grep -q "over 1 device (the head alone)" "$TMP/alone.err"; then ok
+    cmp -s "$TMP/ref.txt" "$TMP/alone.txt" && grep -q "over 1 device (the head alone;" "$TMP/alone.err"; then ok
 else bad "the head alone after its only worker died: $(grep -E 'left|hearth run:' "$TMP/alone.err" | tail -2)"; fi
 stop_all
 
@@ -151,10 +151,11 @@ serve() { # serve NAME ARGS...: hearth serve on big with ARGS; NAME_URL, log $TM
     done
     printf -v "${name}_URL" '%s' "$url"
 }
-ask() { # ask URL PROMPT OUT: a greedy completion of 80 tokens into OUT
+ask() { # ask URL PROMPT OUT: a greedy completion of 80 tokens into OUT, its warning (if any) into OUT.warn
     curl -s --max-time $((60 * SLOW)) "$1/v1/completions" -H 'Content-Type: application/json' \
-        -d "{\"prompt\": \"$2\", \"max_tokens\": 80, \"temperature\": 0, \"ignore_eos\": true}" |
-        python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' > "$3" 2>&1
+        -d "{\"prompt\": \"$2\", \"max_tokens\": 80, \"temperature\": 0, \"ignore_eos\": true}" > "$3.json"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["choices"][0]["text"])
+open(sys.argv[1][:-5] + ".warn", "w").write(d.get("warning", ""))' "$3.json" > "$3" 2>&1
 }
 serve ref
 ask "$ref_URL" "Once upon a time" "$TMP/ref1.txt"
@@ -171,6 +172,9 @@ wait $q1 $q2
 for k in 1 2; do
     if [[ -s "$TMP/ref$k.txt" ]] && cmp -s "$TMP/ref$k.txt" "$TMP/a$k.txt"; then ok
     else bad "serve: request $k's answer differs from a failure-free server's: $(head -c 200 "$TMP/a$k.txt")"; fi
+    # the client is told, in the reply's "warning"
+    if grep -q "worker 127.0.0.1:${WPORT[1]} left" "$TMP/a$k.txt.warn"; then ok
+    else bad "serve: request $k's reply has no warning: '$(cat "$TMP/a$k.txt.warn")'"; fi
 done
 if [[ $(grep -c "warning: worker 127.0.0.1:${WPORT[1]} left" "$TMP/srv.err") -eq 1 ]]; then ok
 else bad "serve: want one warning about worker 1: $(grep -i 'left' "$TMP/srv.err")"; fi
@@ -178,7 +182,8 @@ else bad "serve: want one warning about worker 1: $(grep -i 'left' "$TMP/srv.err
 kill -CONT "${WPID[1]}"
 sleep 2.2
 ask "$srv_URL" "Once upon a time" "$TMP/a3.txt"
-if cmp -s "$TMP/ref1.txt" "$TMP/a3.txt" && grep -q "worker 127.0.0.1:${WPORT[1]} is back" "$TMP/srv.err"; then ok
+if cmp -s "$TMP/ref1.txt" "$TMP/a3.txt" && grep -q "worker 127.0.0.1:${WPORT[1]} is back" "$TMP/srv.err" &&
+    [[ ! -s "$TMP/a3.txt.warn" ]]; then ok
 else bad "serve: the resumed worker was not used again: $(grep -E 'back|left' "$TMP/srv.err" | tail -2)"; fi
 kill -TERM "$srv_PID"
 wait "$srv_PID" && ok || bad "serve exited non-zero"

@@ -167,8 +167,9 @@ int      hc_head_kv_seq_copy(hc_head *h, int32_t src, int32_t dst, int32_t n, hr
 /* Asks each worker that left whether it is back (a short HELLO; at most once every 2 s) and, when
    one is, sets the cluster up again with it and replays the history: call it between requests. */
 int      hc_head_rejoin(hc_head *h, hr_err *err);
-int      hc_head_recoveries(const hc_head *h);   /* times the cluster was rebuilt (a worker left or came back) */
+int      hc_head_recoveries(const hc_head *h);   /* times a worker left and the answer went on */
 int      hc_head_n_devices(const hc_head *h);    /* devices in use now, the head included */
+const char *hc_head_warning(const hc_head *h);  /* the last time a worker left, in words ("" if none did) */
 int32_t  hc_head_n_ctx(const hc_head *h);
 int32_t  hc_head_n_seq(const hc_head *h);
 int32_t  hc_head_n_batch(const hc_head *h);  /* most tokens of one hc_head_eval_batch */

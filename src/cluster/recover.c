@@ -38,6 +38,7 @@ struct hc_head {
     int32_t         n_seq, n_ctx, n_batch;
     hc_hist        *hist;                 /* [n_seq] */
     int             recoveries;
+    char            warning[512];         /* the last warning: a worker left */
     int64_t         last_rejoin;
     int32_t        *rb_seq;               /* [n_batch]: the replay's sequence ids */
 };
@@ -221,14 +222,16 @@ static int hc_recover(hc_head *H, int blamed, const char *why, hr_err *err) {
         int64_t n = 0, t1 = hr_time_ns();
         if (!rc) rc = hc_replay(H, &n, err);
         if (!rc) {
-            H->recoveries++;
             int k = hc_active(H);
-            if (blamed > 0)
+            if (blamed > 0) {
+                H->recoveries++;
+                snprintf(H->warning, sizeof H->warning, "worker %s left (%s): the answer went on over %d device%s",
+                         who, why, k, k == 1 ? "" : "s");
                 HR_LOGW("worker %s left (%s): the answer goes on over %d device%s (%s; set up in %.0f ms, %lld "
                         "tokens recomputed in %.0f ms)", who, why, k, k == 1 ? "" : "s",
                         k == 1 ? "the head alone" : hc_core_pp_plan(H->c) ? "pipeline" : "tensor parallel",
                         (t1 - t0) * 1e-6, (long long)n, (hr_time_ns() - t1) * 1e-6);
-            else
+            } else
                 HR_LOGI("head: %d devices again (set up in %.0f ms, %lld tokens recomputed in %.0f ms)", k,
                         (t1 - t0) * 1e-6, (long long)n, (hr_time_ns() - t1) * 1e-6);
             return 0;
@@ -388,6 +391,7 @@ int hc_head_stats(hc_head *H, hc_dev_stats *out, int cap, hr_err *err) {
 }
 
 int hc_head_recoveries(const hc_head *H) { return H->recoveries; }
+const char *hc_head_warning(const hc_head *H) { return H->warning; }
 int hc_head_n_devices(const hc_head *H) { return hc_active(H); }
 int32_t hc_head_n_ctx(const hc_head *H) { return H->n_ctx; }
 int32_t hc_head_n_seq(const hc_head *H) { return H->n_seq; }

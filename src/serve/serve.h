@@ -44,6 +44,8 @@ typedef struct hs_backend {
     /* before a waiting request is admitted: a cluster takes workers that left and came back in again
        (NULL: nothing to do) */
     int   (*rejoin)(void *user, hr_err *err);
+    /* how many times a device left and the answers went on, and the last time in words (NULL: never) */
+    int   (*events)(void *user, const char **warning);
     void  (*free)(void *user);
     const char *kind; /* "one context of N sequences", ... (for the log and /slots) */
 } hs_backend;
