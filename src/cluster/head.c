@@ -628,8 +628,14 @@ static int hc_pp_recv(hc_core *h, int nb, hn_msg *m, int *from_out, hr_err *err)
         for (int d = 1; d < h->k && r > 0 && from < 0; d++)
             if (pf[d - 1].revents) from = d;
         if (from < 0) continue;
-        if (hc_expect(h, from, HN_MSG_FORWARD, m, HR_MAX(left, 1), err))
-            return hc_pp_blame(h, from, err ? err->code : HR_ENET, err);
+        /* a connection that closes without an ERROR is the stage that died (a neighbour that noticed
+           says so first): no need to wait for the others */
+        hr_err e = {0};
+        if (hn_msg_recv(h->conn[from], &h->rx[from], m, hn_deadline_ms(HR_MAX(left, 1)), &e))
+            return hc_dev_fail(h, from, e.code, e.msg, err);
+        if (m->type == HN_MSG_ERROR) return hc_pp_blame(h, from, hc_worker_error(h, from, m, err), err);
+        if (m->type != HN_MSG_FORWARD)
+            return hc_dev_fail(h, from, HR_EPROTO, "sent something else where FORWARD was expected", err);
         *from_out = from;
         return 0;
     }
