@@ -43,9 +43,10 @@ struct hc_head {
     int32_t        *rb_seq;               /* [n_batch]: the replay's sequence ids */
 };
 
-/* A worker's failure that it leaving answers: it is gone, silent, broke the protocol or refused its
-   part. A bad address or argument (HR_EINVAL, HR_ERANGE) is the caller's to fix, not a device leaving. */
-static bool hc_leaves(int code) { return code != HR_EINVAL && code != HR_ERANGE; }
+/* A worker's failure that it leaving answers: it is gone, silent or broke the protocol. A bad address or
+   argument (HR_EINVAL, HR_ERANGE) is the caller's to fix, and a device whose memory cannot hold its part
+   (HR_ENOMEM) is the plan's limit: the budgets hold, so that is the error, not a device leaving. */
+static bool hc_leaves(int code) { return code != HR_EINVAL && code != HR_ERANGE && code != HR_ENOMEM; }
 
 /* ---- the token history ---- */
 
