@@ -8,6 +8,7 @@
 # - tensor parallel: killed during generation (2 workers -> 1), the only worker killed (the head goes on
 #   alone), stopped during the prompt;
 # - a dropped link (nftables drops the worker's packets, in a network namespace of its own);
+# - hearth chat: a worker killed in the second turn, restarted, planned in again for the third;
 # - hearth serve with two requests in flight when a worker stops: both answers equal a failure-free
 #   server's; the resumed worker is planned in again for the next request;
 # - --no-recover, and a plan the remaining devices cannot hold: a clear error, no hang.
@@ -85,6 +86,26 @@ HEARTH_TEST_FAULT=kill:forward:6 start_worker 1
 if run -m "$model" --workers "$(workers 1)" --tp-shares equal > "$TMP/alone.txt" 2> "$TMP/alone.err" &&
     cmp -s "$TMP/ref.txt" "$TMP/alone.txt" && grep -q "over 1 device (the head alone;" "$TMP/alone.err"; then ok
 else bad "the head alone after its only worker died: $(grep -E 'left|hearth run:' "$TMP/alone.err" | tail -2)"; fi
+stop_all
+
+# ---- hearth chat: a worker killed in the second turn, back for the third --------------------------
+M=$S/stories260K.gguf
+turns() { printf 'Once upon a time there was a cat.\nWhat did the cat do next?\n'; sleep $((3 * SLOW)); printf 'And then?\n'; }
+chat() { turns | timeout $((120 * SLOW)) "$BIN" chat -m "$M" --temp 0 -n 24 -t 1 -c 512 "$@"; }
+chat > "$TMP/chat-ref.txt" 2> /dev/null
+HEARTH_TEST_FAULT=kill:forward:30 start_worker 1
+start_worker 2
+chat --workers "$(workers 1 2)" --pp > "$TMP/chat.txt" 2> "$TMP/chat.err" &
+chat_pid=$!
+for _ in $(seq $((200 * SLOW))); do grep -q HEARTH_TEST_FAULT "$TMP/w1.log" && break; sleep 0.05; done
+wait "${WPID[1]}" 2> /dev/null
+start_worker 1 "${WPORT[1]}"   # back, at the same address, before the third turn
+wait $chat_pid
+if [[ $(grep -c '^> ' "$TMP/chat-ref.txt") -ge 3 ]] && cmp -s "$TMP/chat-ref.txt" "$TMP/chat.txt"; then ok
+else bad "chat: the replies differ from one device's"; diff "$TMP/chat-ref.txt" "$TMP/chat.txt" >&2; fi
+if [[ $(grep -c "warning: worker 127.0.0.1:${WPORT[1]} left" "$TMP/chat.err") -eq 1 ]] &&
+    grep -q "worker 127.0.0.1:${WPORT[1]} is back" "$TMP/chat.err"; then ok
+else bad "chat: want one warning and worker 1 back: $(grep -E 'left|back' "$TMP/chat.err")"; fi
 stop_all
 
 # ---- --no-recover, and devices that cannot hold the model: clear errors ------------------------------
