@@ -108,6 +108,14 @@ if [[ $(grep -c "warning: worker 127.0.0.1:${WPORT[1]} left" "$TMP/chat.err") -e
 else bad "chat: want one warning and worker 1 back: $(grep -E 'left|back' "$TMP/chat.err")"; fi
 stop_all
 
+# ---- the planner (no plan flags): a worker that is down from the start is planned without ----------
+run -m "$S/stories260K.gguf" > "$TMP/ref.txt" 2> /dev/null
+start_worker 1
+if run -m "$S/stories260K.gguf" --workers "$(workers 1),127.0.0.1:1" > "$TMP/down.txt" 2> "$TMP/down.err" &&
+    cmp -s "$TMP/ref.txt" "$TMP/down.txt" && grep -q "worker 127.0.0.1:1 does not answer" "$TMP/down.err"; then ok
+else bad "a worker down from the start: $(grep -E 'answer|hearth run:' "$TMP/down.err" | tail -2)"; fi
+stop_all
+
 # ---- --no-recover, and devices that cannot hold the model: clear errors ------------------------------
 HEARTH_TEST_FAULT=kill:forward:6 start_worker 1
 timeout $((30 * SLOW)) "$BIN" run -m "$model" -p "$PROMPT" --temp 0 -n 24 -t 1 --workers "$(workers 1)" --no-recover \

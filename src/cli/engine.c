@@ -55,8 +55,18 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
     else {
         *oo = *o;
         oo->head = *h;
-        if (!(rc = cli_engine_plan(oo, m, cp, 512, cl, ch, err)) && ch->chosen < 0)
-            rc = hr_fail(err, HR_ENOMEM, "%s", ch->why);
+        /* a worker that does not answer (gone, stopped) is planned without, as one that leaves later */
+        while ((rc = cli_engine_plan(oo, m, cp, 512, cl, ch, err)) && !h->no_recover && cl->failed > 0 &&
+               (rc == HR_ENET || rc == HR_ETIMEDOUT)) {
+            int i = cl->failed - 1;
+            HR_LOGW("worker %s does not answer (%s): planning without it", oo->head.workers[i], err->msg);
+            memmove(&oo->head.workers[i], &oo->head.workers[i + 1],
+                    sizeof oo->head.workers[0] * (size_t)(oo->head.n_workers - i - 1));
+            oo->head.n_workers--;
+        }
+        if (!rc && ch->chosen < 0) rc = hr_fail(err, HR_ENOMEM, "%s", ch->why);
+        h->n_workers = oo->head.n_workers;
+        memcpy(h->workers, oo->head.workers, sizeof h->workers);
     }
     if (!rc) {
         const hpl_plan *p = &ch->cand[ch->chosen];
