@@ -289,9 +289,12 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     H->cur = *p;
     int fw = 0;
     hr_err e = {0};
-    /* a worker that fails while the cluster is set up leaves as it would later (none: the error) */
+    /* a worker that fails while the cluster is set up leaves as it would later (none: the error); one
+       that serves another head ("busy") or speaks another protocol version (HR_EUNSUPPORTED) is not
+       leaving: the user asked for it, and learns why it is not there */
     while (!(H->c = hc_core_create(m, &H->cur, cp, &fw, &e))) {
-        int i = fw > 0 && !p->no_recover && hc_leaves(e.code) ? hc_orig_index(H, fw) : -1;
+        bool leaves = hc_leaves(e.code) && e.code != HR_EUNSUPPORTED;
+        int i = fw > 0 && !p->no_recover && leaves ? hc_orig_index(H, fw) : -1;
         if (i < 0) { hr_fail(err, e.code, "%s", e.msg); goto fail; }
         HR_LOGW("worker %s left while the cluster was set up (%s): planning without it", p->workers[i], e.msg);
         H->gone[i] = true;
