@@ -255,9 +255,20 @@ static int hc_recover(hc_head *H, int blamed, const char *why, hr_err *err) {
 /* the times of one call that recovered (docs/benchmarks.md, "Issue 29: recovery") */
 typedef struct hc_call { int64_t t0, t_fail, t_back; } hc_call;
 
+/* The worker to blame for a failure blamed on fw: a worker that reports a peer's failure (its ring
+   neighbour in a ring all-reduce: "worker 1 at ADDR: peer closed") names that peer last; else fw. */
+static int hc_blame(const hc_head *H, int fw, const char *msg) {
+    const char *p = msg, *last = NULL;
+    while ((p = strstr(p, "worker "))) last = p++;
+    int d;
+    if (last && sscanf(last, "worker %d at ", &d) == 1 && d >= 1 && d <= H->cur.n_workers) return d;
+    return fw;
+}
+
 /* after a failed call: recover when a worker was to blame, else pass the error on */
 static int hc_failed(hc_head *H, int rc, hc_call *t, hr_err *err) {
     int fw = H->c ? hc_core_failed_worker(H->c) : 0;
+    if (fw > 0) fw = hc_blame(H, fw, err->msg);
     if (!rc || fw <= 0 || H->orig.no_recover || !hc_leaves(rc)) return rc;
     char why[sizeof err->msg];
     snprintf(why, sizeof why, "%s", err->msg);
