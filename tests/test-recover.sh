@@ -63,7 +63,7 @@ check_recover pp-setup kill:plan:1 "$big" 96 --pp
 stop_all
 check_recover pp-prompt kill:forward:1 "$big" 96 --pp --layer-windows 2,2,2
 stop_all
-check_recover pp-gen-stop stop:forward:40 "$big" 96 --pp --worker-timeout 1
+check_recover pp-gen-stop stop:forward:40 "$big" 96 --pp --worker-timeout $((2 * SLOW))
 # the stopped worker resumes: its session is over (the head closed it), and a new head uses it
 kill -CONT "${WPID[1]}"
 for _ in $(seq 100); do grep -qE "said goodbye|session ended" "$TMP/w1.log" && break; sleep 0.05; done
@@ -79,7 +79,7 @@ run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $mode
 check_recover tp-gen kill:forward:8 "$model" 24 --tp-shares 2,1,1
 if grep -q "over 2 devices (tensor parallel;" "$TMP/tp-gen.err"; then ok; else bad "tp-gen: not over the 2 devices left"; fi
 stop_all
-check_recover tp-prompt-stop stop:forward:1 "$model" 24 --tp-shares equal --worker-timeout 1
+check_recover tp-prompt-stop stop:forward:1 "$model" 24 --tp-shares equal --worker-timeout $((2 * SLOW))
 stop_all
 # the only worker: the head goes on alone
 HEARTH_TEST_FAULT=kill:forward:6 start_worker 1
@@ -145,7 +145,7 @@ if [[ $(id -u) == 0 ]] && command -v nft > /dev/null && command -v unshare > /de
         # the results go to the outer folder, $OUT (this shell has a TMP of its own, removed on exit)
         start_worker 1
         start_worker 2
-        "$BIN" run -m "$2" -p "$PROMPT" --temp 0 -n 600 -c 1024 --ignore-eos -t 1 --pp --worker-timeout 1 \
+        "$BIN" run -m "$2" -p "$PROMPT" --temp 0 -n 600 -c 1024 --ignore-eos -t 1 --pp --worker-timeout "$3" \
             --workers "$(workers 1 2)" > "$OUT/link.txt" 2> "$OUT/link.err" &
         head=$!
         for _ in $(seq 400); do [[ $(stat -c %s "$OUT/link.txt") -gt 200 ]] && break; sleep 0.01; done
@@ -158,7 +158,7 @@ if [[ $(id -u) == 0 ]] && command -v nft > /dev/null && command -v unshare > /de
         echo "head exit $?" >> "$OUT/link.err"
         for i in "${!WPID[@]}"; do kill -9 "${WPID[$i]}"; done
         wait 2> /dev/null
-    ' _ "$(dirname "$0")/lib-cluster.sh" "$big"
+    ' _ "$(dirname "$0")/lib-cluster.sh" "$big" $((2 * SLOW))
     if grep -q "head exit 0" "$TMP/link.err" && cmp -s "$TMP/ref.txt" "$TMP/link.txt" &&
         grep -q "warning: worker .* left" "$TMP/link.err"; then ok
     else bad "a dropped link: $(grep -E 'left|exit|hearth run:' "$TMP/link.err" | tail -3)"; fi
@@ -192,7 +192,7 @@ ask "$ref_URL" "The little dog" "$TMP/ref2.txt"
 kill -TERM "$ref_PID"; wait "$ref_PID"
 HEARTH_TEST_FAULT=stop:forward:30 start_worker 1
 start_worker 2
-serve srv --workers "$(workers 1 2)" --pp --worker-timeout 1
+serve srv --workers "$(workers 1 2)" --pp --worker-timeout $((2 * SLOW))
 ask "$srv_URL" "Once upon a time" "$TMP/a1.txt" &
 q1=$!
 ask "$srv_URL" "The little dog" "$TMP/a2.txt" &
@@ -209,8 +209,11 @@ if [[ $(grep -c "warning: worker 127.0.0.1:${WPORT[1]} left" "$TMP/srv.err") -eq
 else bad "serve: want one warning about worker 1: $(grep -i 'left' "$TMP/srv.err")"; fi
 # resumed, it is planned in again from the next request on
 kill -CONT "${WPID[1]}"
-sleep 2.2
-ask "$srv_URL" "Once upon a time" "$TMP/a3.txt"
+for _ in 1 2 3; do   # asked at most once every 2 s; a loaded machine may answer late
+    sleep 2.2
+    ask "$srv_URL" "Once upon a time" "$TMP/a3.txt"
+    grep -q "worker 127.0.0.1:${WPORT[1]} is back" "$TMP/srv.err" && break
+done
 if cmp -s "$TMP/ref1.txt" "$TMP/a3.txt" && grep -q "worker 127.0.0.1:${WPORT[1]} is back" "$TMP/srv.err" &&
     [[ ! -s "$TMP/a3.txt.warn" ]]; then ok
 else bad "serve: the resumed worker was not used again: $(grep -E 'back|left' "$TMP/srv.err" | tail -2)"; fi

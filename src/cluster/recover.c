@@ -16,7 +16,7 @@
 #include <time.h>
 
 #define HC_BUSY_WAIT_MS  5000  /* a worker still ending the failed session answers "busy" that long */
-#define HC_REJOIN_MS     300   /* deadline of the HELLO that asks a missing worker whether it is back */
+#define HC_REJOIN_MS     1000  /* deadline of the HELLO that asks a missing worker whether it is back */
 #define HC_REJOIN_EVERY  2000  /* at most one such round per this many ms */
 
 /* one sequence's tokens, position by position, and whether each took attention's F32 path (its
