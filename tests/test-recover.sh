@@ -221,5 +221,10 @@ kill -TERM "$srv_PID"
 wait "$srv_PID" && ok || bad "serve exited non-zero"
 stop_all
 
+# a worker that crashed (a sanitizer's report) would be recovered from like one that left: look for it
+if grep -lE "AddressSanitizer|LeakSanitizer|runtime error" "$TMP"/w*.log > /dev/null 2>&1; then
+    bad "a sanitizer report in a worker's log: $(grep -hE "AddressSanitizer|runtime error" "$TMP"/w*.log | head -3)"
+else ok; fi
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
