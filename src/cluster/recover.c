@@ -40,7 +40,7 @@ struct hc_head {
     int             recoveries;
     char            warning[512];         /* the last warning: a worker left */
     int64_t         last_rejoin;
-    int32_t        *rb_seq;               /* [n_batch]: the replay's sequence ids */
+    int32_t        *rb_seq, *rb_tok;      /* [n_batch]: the replay's sequence ids and tokens */
 };
 
 /* A worker's failure that it leaving answers: it is gone, silent or broke the protocol. A bad address or
@@ -171,7 +171,11 @@ static int hc_build(hc_head *H, hr_err *err) {
 }
 
 /* Runs every sequence's history through the new incarnation, cut as it was first run: runs of tokens
-   that took the F32 path in chunks of at least HM_BATCH_F32_TOKENS, the others in chunks below it. */
+   that took the F32 path in chunks of at least HM_BATCH_F32_TOKENS, the others in chunks below it. A
+   run on the F32 path shorter than that (a prefix copied from a longer batch of another sequence) is
+   padded with tokens after it up to HM_BATCH_F32_TOKENS: a token's results depend on the tokens before
+   it and on its path only, and the padding's positions lie beyond what the sequence holds or are
+   written again by the replay's next run. */
 static int hc_replay(hc_head *H, int64_t *n_tokens, hr_err *err) {
     *n_tokens = 0;
     for (int32_t s = 0; s < H->n_seq; s++) {
@@ -181,14 +185,19 @@ static int hc_replay(hc_head *H, int64_t *n_tokens, hr_err *err) {
             int32_t j = i;
             while (j < q->len && q->f32[j] == q->f32[i]) j++;
             for (int32_t at = i; at < j;) {
-                int32_t rest = j - at, n;
+                int32_t rest = j - at, n, pad = 0;
                 if (q->f32[i]) {
                     n = HR_MIN(H->n_batch, rest);
                     if (rest - n > 0 && rest - n < HM_BATCH_F32_TOKENS) n = HR_MAX(HM_BATCH_F32_TOKENS, rest - HM_BATCH_F32_TOKENS);
                     n = HR_MIN(n, H->n_batch);
+                    if (n < HM_BATCH_F32_TOKENS && HM_BATCH_F32_TOKENS <= H->n_batch && at + HM_BATCH_F32_TOKENS <= H->n_ctx)
+                        pad = HM_BATCH_F32_TOKENS - n;
                 } else n = HR_MIN(rest, HR_MIN(H->n_batch, HM_BATCH_F32_TOKENS - 1));
-                for (int k = 0; k < n; k++) H->rb_seq[k] = s;
-                const hm_batch b = {.tokens = q->tok + at, .n = n, .pos = at, .seq = H->rb_seq};
+                for (int k = 0; k < n + pad; k++) {
+                    H->rb_seq[k] = s;
+                    H->rb_tok[k] = q->tok[at + HR_MIN(k, n - 1)];
+                }
+                const hm_batch b = {.tokens = H->rb_tok, .n = n + pad, .pos = at, .seq = H->rb_seq};
                 int rc = hc_core_eval_batch(H->c, &b, err);
                 if (rc) return rc;
                 *n_tokens += n;
@@ -317,7 +326,8 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     H->n_batch = hc_core_n_batch(H->c);
     H->hist = calloc((size_t)H->n_seq, sizeof *H->hist);
     H->rb_seq = malloc(sizeof *H->rb_seq * (size_t)H->n_batch);
-    if (!H->hist || !H->rb_seq) { hr_fail(err, HR_ENOMEM, "out of memory"); goto fail; }
+    H->rb_tok = malloc(sizeof *H->rb_tok * (size_t)H->n_batch);
+    if (!H->hist || !H->rb_seq || !H->rb_tok) { hr_fail(err, HR_ENOMEM, "out of memory"); goto fail; }
     return H;
 fail:
     hc_head_free(H);
@@ -427,5 +437,6 @@ void hc_head_free(hc_head *H) {
     }
     free(H->hist);
     free(H->rb_seq);
+    free(H->rb_tok);
     free(H);
 }
