@@ -461,6 +461,7 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     /* shares and the plan */
     p = &h->p;
     if (alone) {
+        /* planned above */
     } else if (p->pp) {
         if (hc_pp_setup(h, err)) goto err;
     } else if (p->n_windows) {
@@ -599,7 +600,8 @@ static int hc_pp_stalled(hc_core *h, hr_err *err) {
             if (!pf[d - 1].revents) continue;
             hn_msg m;
             hr_err e = {0};
-            if (hn_msg_recv(h->conn[d], &h->rx[d], &m, hn_deadline_ms(100), &e))
+            /* (a late hidden state may be large: it gets the whole wait) */
+            if (hn_msg_recv(h->conn[d], &h->rx[d], &m, hn_deadline_ms(HC_PING_MS), &e))
                 return hc_dev_fail(h, d, e.code, e.msg, err);
             if (m.type == HN_MSG_PROFILE) answered[d] = true, left--;
         }
