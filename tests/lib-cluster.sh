@@ -65,11 +65,11 @@ check_same() {
 sent() { sed -n 's/.*weight bytes sent: \([0-9]*\).*/\1/p' "$1" | tail -1; }
 
 # check_kill I MODEL WORKER-LIST ARGS...: a long generation on MODEL; SIGKILL worker I once it is
-# under way: the head must exit non-zero within 5 s with a message naming that worker
+# under way: with --no-recover the head must exit non-zero within 5 s with a message naming that worker
 check_kill() {
     local victim=$1 big=$2 list=$3
     shift 3
-    "$BIN" run -m "$big" -p "$PROMPT" --temp 0 -n 4000 -c 4096 --ignore-eos -t 1 --workers "$list" "$@" \
+    "$BIN" run -m "$big" -p "$PROMPT" --temp 0 -n 4000 -c 4096 --ignore-eos -t 1 --no-recover --workers "$list" "$@" \
         > "$TMP/kill.out" 2> "$TMP/kill.err" &
     HEAD_PID=$!
     for _ in $(seq 200); do # until generation is under way

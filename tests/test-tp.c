@@ -18,7 +18,9 @@
  *   its share, and from the file mapping in the file's layout (--mmap --no-repack).
  * - Robustness: garbage, a wrong protocol version, an oversized or truncated frame, messages out of
  *   order and a second head while one is served: the worker logs the reason, closes that connection
- *   and goes on serving (a normal head afterwards gets the right tokens). */
+ *   and goes on serving (a normal head afterwards gets the right tokens).
+ * - A worker that leaves mid-answer (several sequences, a copied prefix, prompts on both attention
+ *   paths): the head goes on without it, and every step's logits are the single device's bits. */
 #include "test.h"
 
 #include "cli/cli.h"
@@ -721,6 +723,7 @@ static void pp1_params(const char *list, hc_send_hook_fn fn, void *user, hc_head
     *hp = o.head;
     hp->send_hook = fn;
     hp->send_hook_user = user;
+    hp->no_recover = true;   /* the worker's refusal must reach the caller, not be recovered from */
     *cp = hm_ctx_default_params();
     cp->n_ctx = 32;
     cp->n_threads = 1;
@@ -814,6 +817,81 @@ static void check_plan(const char *path) {
     gguf_close(g);
 }
 
+/* ---- a worker that leaves: the rebuilt caches hold the failure-free bits ----
+   A pipeline (bit-identical to one device) runs what a server does — two sequences' prompts in one
+   batch (70 tokens: attention's F32 path; 10: the F16 path), a prefix copied to a third sequence and
+   continued, decode steps of all three — against one device's context doing the same. After a few
+   decode steps worker 2 stops (its session ends, its connections close); the next step makes the head
+   plan again without it, rebuild every device's caches from the token history and run the step again:
+   every step's logits, before and after, must be the single device's bits. */
+static void check_recover_bits(wk *ws, const char *model) {
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open(model, &err);
+    hm_model *m = g ? hm_model_load(g, &err) : NULL;
+    REQUIRE_VOID(m);
+    const int V = m->hp.n_vocab;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_ctx = 128;
+    cp.n_threads = 1;
+    cp.n_seq = 3;
+    cp.n_batch = 96;
+    hm_shard sh = hm_shard_full(m);
+    hm_ctx *c = hm_ctx_create(m, &sh, &cp, &err);
+    cli_opts o;
+    char list[256];
+    worker_list(ws, 2, list, sizeof list);
+    CHECK(head_flags(&o, list, NULL, "", true));
+    hc_head *h = c ? hc_head_create(m, &o.head, &cp, &err) : NULL;
+    CHECKF(h != NULL, "%s", err.msg);
+    enum { N = 96 };
+    int32_t t[N], sq[N], po[N];
+    uint8_t want[N];
+    float *la = malloc(sizeof(float) * 3 * (size_t)V), *lb = malloc(sizeof(float) * 3 * (size_t)V);
+    int32_t len[3] = {0};
+    uint64_t x = 29;
+    log_clear();
+    for (int step = 0; h && la && lb && step < 12; step++) {
+        int n = 0;
+        if (step == 0) { /* two prompts in one batch */
+            for (int i = 0; i < 70; i++, n++) t[n] = (int32_t)(test_splitmix64(&x) % (uint64_t)V), sq[n] = 0, po[n] = i;
+            for (int i = 0; i < 10; i++, n++) t[n] = (int32_t)(test_splitmix64(&x) % (uint64_t)V), sq[n] = 1, po[n] = i;
+            len[0] = 70, len[1] = 10;
+        } else if (step == 1) { /* a shared prefix, then the third sequence's own tokens */
+            CHECKF(hm_kv_seq_copy(c, 0, 2, 40, &err) == 0, "%s", err.msg);
+            CHECKF(hc_head_kv_seq_copy(h, 0, 2, 40, &err) == 0, "%s", err.msg);
+            for (int i = 0; i < 5; i++, n++) t[n] = (int32_t)(test_splitmix64(&x) % (uint64_t)V), sq[n] = 2, po[n] = 40 + i;
+            len[2] = 45;
+        } else { /* a decode step of every sequence */
+            for (int q = 0; q < 3; q++, n++) t[n] = (int32_t)(test_splitmix64(&x) % (uint64_t)V), sq[n] = q, po[n] = len[q]++;
+        }
+        if (step == 6) { /* worker 2 leaves */
+            hc_worker_stop(ws[1].w);
+            pthread_join(ws[1].th, NULL);
+            hc_worker_free(ws[1].w);
+            ws[1].w = NULL;
+        }
+        for (int i = 0; i < n; i++) want[i] = i + 1 == n || sq[i + 1] != sq[i];
+        const hm_batch b1 = {.tokens = t, .n = n, .seq = sq, .pos_of = po, .out = want, .logits = la};
+        const hm_batch b2 = {.tokens = t, .n = n, .seq = sq, .pos_of = po, .out = want, .logits = lb};
+        int rows = 0;
+        for (int i = 0; i < n; i++) rows += want[i];
+        CHECKF(hm_eval(c, &b1, &err) == 0, "one device, step %d: %s", step, err.msg);
+        int rc = hc_head_eval_batch(h, &b2, &err);
+        CHECKF(rc == 0, "cluster, step %d: %s", step, err.msg);
+        if (rc) break;
+        CHECKF(!memcmp(la, lb, sizeof(float) * (size_t)rows * V), "step %d: the cluster's logits are not one device's", step);
+    }
+    CHECKF(log_has("left ("), "no worker left: %s", log_buf);
+    CHECK(h && hc_head_recoveries(h) == 1);
+    free(la);
+    free(lb);
+    hc_head_free(h);
+    hm_ctx_free(c);
+    cli_opts_free(&o);
+    hm_model_free(m);
+    gguf_close(g);
+}
+
 int main(void) {
     hr_init();
     check_hash();
@@ -903,6 +981,8 @@ int main(void) {
     /* after all that, the workers still serve a normal head */
     f32.shares = "2,1,1,1"; f32.expect_sent = -1;
     check_run(ws, &f32);
+
+    check_recover_bits(ws, stories);   /* last: it stops worker 2 */
 
     stop_workers(ws, MAX_W);
     char cmd[256];

@@ -188,6 +188,8 @@ static int chat_turn(chat_state *ch, const char *user, size_t user_len, hr_err *
     }
     if (n == 0) { msgs_truncate(ch, ch->n_msgs - 1); return 0; }
 
+    /* a new turn is a new request: workers that left and came back compute it */
+    if ((rc = cli_engine_rejoin(ch->e, err))) return rc;
     /* reuse what the cache holds; at least the last token is evaluated, for its logits */
     int32_t keep = 0;
     while (keep < ch->n_kv && keep < n && ch->kv[keep] == ch->toks[keep]) keep++;

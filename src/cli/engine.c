@@ -2,6 +2,8 @@
 #include "engine.h"
 
 #include <math.h>
+#include <string.h>
+#include <time.h>
 #include <stdlib.h>
 
 /* flags that work but are likely mistakes: said once, the run goes on */
@@ -43,14 +45,30 @@ int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *c
     return hpl_choose(cl, &pm, n_prompt, ch, err);
 }
 
-/* --workers without a plan flag: the planner's choice becomes the flags */
-static int cli_engine_auto_plan(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, hr_err *err) {
+/* The planner's choice for o's model over h's workers becomes h's plan (h->n_workers 0: one device). */
+static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, hc_head_params *h,
+                             hr_err *err) {
     hpl_cluster *cl = malloc(sizeof *cl);
     hpl_choice *ch = malloc(sizeof *ch);
+    cli_opts *oo = malloc(sizeof *oo);
     int rc = 0;
-    if (!cl || !ch) rc = hr_fail(err, HR_ENOMEM, "out of memory");
-    else if (!(rc = cli_engine_plan(o, e->m, cp, 512, cl, ch, err)) && ch->chosen < 0)
-        rc = hr_fail(err, HR_ENOMEM, "%s", ch->why);
+    if (!cl || !ch || !oo) rc = hr_fail(err, HR_ENOMEM, "out of memory");
+    else {
+        *oo = *o;
+        oo->head = *h;
+        /* a worker that does not answer (gone, stopped) is planned without, as one that leaves later */
+        while ((rc = cli_engine_plan(oo, m, cp, 512, cl, ch, err)) && !h->no_recover && cl->failed > 0 &&
+               (rc == HR_ENET || rc == HR_ETIMEDOUT)) {
+            int i = cl->failed - 1;
+            HR_LOGW("worker %s does not answer (%s): planning without it", oo->head.workers[i], err->msg);
+            memmove(&oo->head.workers[i], &oo->head.workers[i + 1],
+                    sizeof oo->head.workers[0] * (size_t)(oo->head.n_workers - i - 1));
+            oo->head.n_workers--;
+        }
+        if (!rc && ch->chosen < 0) rc = hr_fail(err, HR_ENOMEM, "%s", ch->why);
+        h->n_workers = oo->head.n_workers;
+        memcpy(h->workers, oo->head.workers, sizeof h->workers);
+    }
     if (!rc) {
         const hpl_plan *p = &ch->cand[ch->chosen];
         char desc[256];
@@ -58,27 +76,58 @@ static int cli_engine_auto_plan(cli_engine *e, cli_opts *o, const hm_ctx_params 
         HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
                 p->ms_per_token, cl->profile_ms);
         const char *all[HC_MAX_DEVICES - 1];
-        memcpy(all, o->head.workers, sizeof all);
-        o->head.n_workers = p->n - 1;
-        for (int i = 1; i < p->n; i++) o->head.workers[i - 1] = all[p->dev[i] - 1];
+        memcpy(all, h->workers, sizeof all);
+        h->n_workers = p->n - 1;
+        for (int i = 1; i < p->n; i++) h->workers[i - 1] = all[p->dev[i] - 1];
+        h->pp = false;
+        h->n_shares = h->n_windows = 0;
+        h->shares_auto = false;
         if (p->kind == HPL_TP) {
-            o->head.n_shares = p->n;
-            memcpy(o->head.shares, p->share, sizeof p->share[0] * (size_t)p->n);
+            h->n_shares = p->n;
+            memcpy(h->shares, p->share, sizeof p->share[0] * (size_t)p->n);
         } else if (p->kind == HPL_PP) {
-            o->head.pp = true;
-            o->head.n_windows = p->n;
-            memcpy(o->head.layer_windows, p->window, sizeof p->window[0] * (size_t)p->n);
+            h->pp = true;
+            h->n_windows = p->n;
+            memcpy(h->layer_windows, p->window, sizeof p->window[0] * (size_t)p->n);
         }
     }
     free(cl);
     free(ch);
+    free(oo);
     return rc;
+}
+
+/* hc_replan_fn: the planner again, over the workers that remain (a worker still ending the failed
+   session says it is busy for a moment: asked again). Its budgets hold: when nothing fits, the error. */
+static int cli_engine_replan(void *user, hc_head_params *p, hr_err *err) {
+    const cli_engine *e = user;
+    if (p->n_workers == 0) return 0;   /* the head alone */
+    int64_t until = hr_time_ns() + 5000 * 1000000LL;
+    for (;;) {
+        hc_head_params q = *p;
+        int rc = cli_engine_choose(e->o, e->m, &e->cp, &q, err);
+        if (!rc) {
+            *p = q;
+            return 0;
+        }
+        if (!strstr(err->msg, "busy") || hr_time_ns() > until) return rc;
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool managed, hc_progress_fn progress,
                      hr_err *err) {
-    if (o->head.n_workers && !o->plan_given && !o->head.pp && cli_engine_auto_plan(e, o, cp, err)) return err->code;
+    e->o = o;
+    e->cp = *cp;
+    bool planner = o->head.n_workers && !o->plan_given && !o->head.pp;
+    if (planner && cli_engine_choose(o, e->m, cp, &o->head, err)) return err->code;
     if (o->head.n_workers) {
+        if (planner) {
+            o->head.replan = cli_engine_replan;
+            o->head.replan_user = e;
+        }
+        o->head.timeout_ms = (int)(o->worker_timeout * 1000 + 0.5);
         /* the head makes its own residency manager, for its shard */
         o->head.model_path = o->model;
         o->head.mem = o->mem;
@@ -118,6 +167,8 @@ int cli_engine_check_logits(const float *logits, size_t n, hr_err *err) {
     return hr_fail(err, HR_ERANGE, "%zu of %zu logits are not finite (NaN or Inf): the model's weights hold NaN or "
                    "Inf, or overflow", bad, n);
 }
+
+int cli_engine_rejoin(cli_engine *e, hr_err *err) { return e->tp ? hc_head_rejoin(e->tp, err) : 0; }
 
 int32_t cli_engine_n_ctx(const cli_engine *e) { return e->tp ? hc_head_n_ctx(e->tp) : hm_ctx_n_ctx(e->c); }
 

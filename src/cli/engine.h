@@ -17,6 +17,9 @@ typedef struct cli_engine {
     hc_head  *tp;     /* or the head of a cluster (--workers) */
     hm_groups *groups;/* set before cli_engine_start (one device only): its probe sees every block
                          (calibration, loss simulation; model.h) */
+    /* the planner again when a worker leaves (the planner's plan: no plan flags) */
+    const cli_opts *o;
+    hm_ctx_params   cp;
 } cli_engine;
 
 /* Maps o->model and loads its hyper-parameters (and its vocabulary when `vocab`, checked against the
@@ -37,6 +40,8 @@ int  cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, 
    on it, eval warns. */
 int  cli_engine_check_logits(const float *logits, size_t n, hr_err *err);
 int32_t cli_engine_n_ctx(const cli_engine *e);
+/* Between requests: a cluster takes workers that left and are back in again (hc_head_rejoin). */
+int  cli_engine_rejoin(cli_engine *e, hr_err *err);
 void cli_engine_close(cli_engine *e);
 
 /* A text cut as llama-perplexity cuts it: tokenized whole (BOS first where the vocabulary adds one),

@@ -428,6 +428,16 @@ static const cli_flag flags[] = {
      "in a pipeline: each step's sequences go round the ring as up to M\n"
      "micro-batches, so that the stages compute at once (default 1: one pass;\n"
      "on CPU stages it is often slower, docs/pipeline.md)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--worker-timeout", "SEC", F_F64, AT(worker_timeout), 0.1, 86400, NULL,
+     "a worker that has not answered within SEC s of a forward pass (plus 20\n"
+     "ms per token of the batch) has left: the answer goes on without it\n"
+     "(default: 10 s until a token has been timed, then 10 times a token's\n"
+     "time, at least 3 s: a stopped or unplugged device is noticed quickly,\n"
+     "a slow one is not mistaken for one)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--no-recover", NULL, F_ON, AT(head.no_recover), 0, 0, NULL,
+     "a worker that leaves ends the answer with an error (default: the head\n"
+     "plans again over the devices that remain, recomputes the context and\n"
+     "goes on; docs/reliability.md)"},
     {CLI_RUN, "--timings", NULL, F_ON, AT(head.timings), 0, 0, NULL,
      "with --workers: per-device compute / all-reduce times per forward pass"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKER | CLI_WORKERS | CLI_PERPLEXITY, "--key", "FILE", F_STR,
@@ -771,7 +781,8 @@ int cli_check_cluster(const cli_command *c, const cli_opts *o) {
     const hc_head_params *h = &o->head;
     if (h->n_workers || o->workers_auto) return 0;
     const char *f = h->pp ? "--pp" : h->n_windows ? "--layer-windows" : h->n_shares || h->shares_auto ? "--tp-shares"
-                  : h->timings ? "--timings" : h->pp_micro > 1 ? "--pp-micro" : NULL;
+                  : h->timings ? "--timings" : h->pp_micro > 1 ? "--pp-micro" : h->no_recover ? "--no-recover"
+                  : o->worker_timeout > 0 ? "--worker-timeout" : NULL;
     return f ? cli_usage_error(c, "%s needs --workers", f) : 0;
 }
 

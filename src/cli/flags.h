@@ -38,6 +38,7 @@ typedef struct cli_opts {
     const char *host, *api_key, *alias;  /* serve */
     long        port, parallel, queue;   /* serve */
     double      sse_ping;                /* serve */
+    double      worker_timeout;          /* --worker-timeout SEC (0: automatic) */
     long        n_predict, threads, n_ctx, n_batch, sessions, reps, setup_timeout;
     int         kv_type;             /* HQ_TYPE_F16 or HQ_TYPE_F32 */
     bool        ignore_eos, no_bos, no_echo, chat, force, json, roofline, tensors, keep_embd;

@@ -11,6 +11,7 @@ static const char *hc_role(int dev) { return dev == 0 ? "head" : "worker"; }
 
 /* records why the sync failed, naming the peer: the forward pass only passes the code on */
 static int hc_ar_fail(hc_ar *a, int dev, int rc, const char *msg) {
+    a->err_dev = dev;
     return hr_fail(&a->err, rc, "%s %d at %s: %s", hc_role(dev), dev, a->names[dev], hc_skip_peer(msg, a->names[dev]));
 }
 

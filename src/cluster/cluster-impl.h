@@ -10,6 +10,16 @@
 #define HC_SLICE_NAME_MAX    96
 #define HC_FORWARD_MAX_BYTES ((64u << 20) - 4096) /* a FORWARD's hidden states must leave room for its head */
 #define HC_SETUP_TIMEOUT_MS  60000                /* per receive while setting up */
+/* deadlines (docs/reliability.md, "A device that leaves"): timeout_ms 0 (automatic) waits
+   HC_SETUP_DEADLINE_MS for set-up replies and for passes until a decode step has been timed, then
+   HC_DEADLINE_FACTOR times the decode step (passes of up to HC_STEP_MAX_TOKENS tokens), at least
+   HC_DEADLINE_FLOOR_MS; every pass adds 20 ms per token (hc_ar_deadline) */
+#define HC_SETUP_DEADLINE_MS 10000
+#define HC_DEADLINE_FLOOR_MS 3000
+#define HC_DEADLINE_FACTOR   10
+#define HC_STEP_MAX_TOKENS   16
+#define HC_HELLO_DEADLINE_MS 3000   /* a live worker answers HELLO at once (or says it is busy) */
+#define HC_PING_MS           1000   /* a pipeline that missed its deadline: how long each worker has to answer */
 
 #define HC_PP_MAX_LAYERS     4096                 /* layers of a model a pipeline can place */
 
@@ -108,6 +118,7 @@ typedef struct hc_ar {
     int64_t   compute_ns, wait_ns, send_ns;
     int64_t   mark;            /* end of the previous sync (or start of the pass): compute since then */
     hr_err    err;             /* why the last sync failed */
+    int       err_dev;         /* the peer it blames (-1: none) */
 } hc_ar;
 
 int  hc_ar_sync(void *user, int layer, enum hm_block b, float *x, int n, int n_embd);
@@ -115,5 +126,35 @@ int  hc_ar_sync(void *user, int layer, enum hm_block b, float *x, int n, int n_e
 void hc_ar_ring_init(hc_ar *a);
 /* receive deadline for a pass of n tokens */
 int64_t hc_ar_deadline(const hc_ar *a, int n);
+
+/* ---- one incarnation of a head (head.c): what hc_head (recover.c) runs, rebuilds and replays over.
+   Same contracts as the hc_head_* functions of cluster.h; p->n_workers 0 is the head alone (the whole
+   model from the mapping, no plan). */
+typedef struct hc_core hc_core;
+/* *failed_worker (may be NULL): as hc_core_failed_worker, for a create that failed */
+hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx_params *cp, int *failed_worker,
+                        hr_err *err);
+int      hc_core_eval(hc_core *h, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all_logits,
+                      hr_err *err);
+int      hc_core_eval_batch(hc_core *h, const hm_batch *b, hr_err *err);
+int      hc_core_reset(hc_core *h, int32_t pos, hr_err *err);
+int      hc_core_kv_seq_copy(hc_core *h, int32_t src, int32_t dst, int32_t n, hr_err *err);
+int      hc_core_stats(hc_core *h, hc_dev_stats *out, int cap, hr_err *err);
+int32_t  hc_core_n_ctx(const hc_core *h);
+int32_t  hc_core_n_seq(const hc_core *h);
+int32_t  hc_core_n_batch(const hc_core *h);
+const hc_plan *hc_core_plan(const hc_core *h);
+const hc_pp_plan *hc_core_pp_plan(const hc_core *h);
+hmem    *hc_core_mem(const hc_core *h);
+uint64_t hc_core_weight_bytes_sent(const hc_core *h);
+uint64_t hc_core_weight_bytes_total(const hc_core *h);
+uint64_t hc_core_slice_bytes_written(const hc_core *h);
+/* The worker (1..n_workers, as in p->workers + 1) a failure was blamed on: it died, closed its
+   connection, missed a deadline or broke the protocol. 0: the failure was not a worker's (a bad
+   argument, the head's own memory or computation), or nothing failed. */
+int      hc_core_failed_worker(const hc_core *h);
+/* The measured time of a decode pass (ms, 0 before one was seen): the automatic deadline's base. */
+double   hc_core_step_ms(const hc_core *h);
+void     hc_core_free(hc_core *h);
 
 #endif

@@ -97,6 +97,14 @@ typedef void (*hc_progress_fn)(void *user, uint64_t done, uint64_t total);
 /* Sees every message the head sends, before it is sent (tests: the privacy check). */
 typedef void (*hc_send_hook_fn)(void *user, int device, const hn_msg *m);
 
+struct hc_head_params;
+/* Re-plans over the devices that remain after a worker left (the caller's planner; recover.c): p
+   arrives with the workers that remain (n_workers, workers; none: the head alone) and the old plan
+   without the missing devices (shares, windows); the callback may set another plan and use fewer of
+   the workers. A negative code (err: why, e.g. the remaining devices cannot hold the model) ends the
+   answer with that error. */
+typedef int (*hc_replan_fn)(void *user, struct hc_head_params *p, hr_err *err);
+
 typedef struct hc_head_params {
     int         n_workers;                        /* at least one */
     const char *workers[HC_MAX_DEVICES - 1];      /* "HOST:PORT" each */
@@ -104,8 +112,10 @@ typedef struct hc_head_params {
     int         n_shares;                         /* 0 = equal; else one per device, head first */
     double      shares[HC_MAX_DEVICES];           /* non-negative, at least one positive */
     int   allreduce;         /* enum hc_allreduce */
-    int   timeout_ms;        /* deadline of each receive inside a forward pass (default 10000, plus
-                                20 ms per token of a batch) and of the set-up steps */
+    int   timeout_ms;        /* deadline of each receive inside a forward pass (plus 20 ms per token of a
+                                batch) and of the set-up steps; 0 (default): automatic, 10 s for set-up
+                                and until a decode step is timed, then 10 times a decode step, at
+                                least 3 s (cluster-impl.h, HC_DEADLINE_*) */
     int   bench_ms;          /* auto shares: benchmark time per device (default 300) */
     bool  timings;           /* the caller asked for per-device figures (hc_head_stats) */
     bool  pp;                /* piped-ring pipeline instead of tensor parallelism */
@@ -128,9 +138,18 @@ typedef struct hc_head_params {
     hc_send_hook_fn send_hook; void *send_hook_user;
     const hn_key *key;         /* the cluster key (borrowed until hc_head_free): every link is encrypted
                                   (docs/security.md); NULL: plaintext */
+    /* a worker that leaves (dies, closes, misses a deadline): the head re-plans over the rest, rebuilds
+       the caches from the token history and goes on (docs/reliability.md); no_recover: it fails */
+    bool         no_recover;
+    hc_replan_fn replan;     void *replan_user;        /* NULL: the given plan without the missing devices */
 } hc_head_params;
 hc_head_params hc_head_default_params(void);
 
+/* The head: one incarnation of the cluster at a time (head.c), and what rebuilds it when a worker
+   leaves (recover.c): it keeps every sequence's tokens as the passes wrote them into the caches, and
+   after a failure that a worker caused, plans again over the rest (hc_replan_fn), sets them up and runs
+   the history through them before the failed call is made again: the caller sees the results a
+   failure-free run gives, and one warning. A worker that fails during set-up leaves the same way. */
 typedef struct hc_head hc_head;
 /* Connects to the workers, makes the plan, sends the slices they lack, and creates the head's own
    context (cp: n_ctx, n_seq, n_batch, threads, kv_type; the workers use the same n_ctx, n_seq,
@@ -148,6 +167,12 @@ int      hc_head_eval_batch(hc_head *h, const hm_batch *b, hr_err *err);
 int      hc_head_reset(hc_head *h, int32_t pos, hr_err *err);  /* forget KV positions >= pos everywhere */
 /* hm_kv_seq_copy on every device (KV_COPY): a shared prompt prefix is not computed again */
 int      hc_head_kv_seq_copy(hc_head *h, int32_t src, int32_t dst, int32_t n, hr_err *err);
+/* Asks each worker that left whether it is back (a short HELLO; at most once every 2 s) and, when
+   one is, sets the cluster up again with it and replays the history: call it between requests. */
+int      hc_head_rejoin(hc_head *h, hr_err *err);
+int      hc_head_recoveries(const hc_head *h);   /* times a worker left and the answer went on */
+int      hc_head_n_devices(const hc_head *h);    /* devices in use now, the head included */
+const char *hc_head_warning(const hc_head *h);  /* the last time a worker left, in words ("" if none did) */
 int32_t  hc_head_n_ctx(const hc_head *h);
 int32_t  hc_head_n_seq(const hc_head *h);
 int32_t  hc_head_n_batch(const hc_head *h);  /* most tokens of one hc_head_eval_batch */

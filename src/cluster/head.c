@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-struct hc_head {
+struct hc_core {
     const hm_model *m;
     hc_head_params p;
     hc_plan    plan;
@@ -38,7 +38,7 @@ struct hc_head {
     float     *x;                          /* [n_batch][n_embd]: embeddings of the current batch */
     float     *y;                          /* pipeline: the head's window output */
     int32_t   *pos;                        /* [n_batch]: the batch's positions */
-    int32_t   *sq;                         /* [n_batch]: the batch's sequences (hc_head_eval_batch) */
+    int32_t   *sq;                         /* [n_batch]: the batch's sequences (hc_core_eval_batch) */
     int32_t    n_seq;                      /* sequences every device's KV cache holds */
     uint32_t   seq;
     uint64_t   bytes_sent, bytes_total;
@@ -46,27 +46,31 @@ struct hc_head {
     hn_conn_stats base[HC_MAX_DEVICES];
     int64_t    base_disk[HC_MAX_DEVICES], base_wwait[HC_MAX_DEVICES]; /* cumulative weights figures at the last stats */
     bool       failed;                     /* a pass failed: the workers' state is unknown */
+    int        fail_dev;                   /* the worker blamed for it (0: none) */
+    bool       timeout_auto;               /* the pass deadline follows step_ms (timeout_ms 0) */
+    double     step_ms;                    /* a decode pass's time: a slowly decaying maximum */
 };
 
 hc_head_params hc_head_default_params(void) {
-    hc_head_params p = {.allreduce = HC_ALLREDUCE_STAR, .timeout_ms = 10000, .bench_ms = 300, .mem.window = 2};
+    hc_head_params p = {.allreduce = HC_ALLREDUCE_STAR, .timeout_ms = 0, .bench_ms = 300, .mem.window = 2};
     return p;
 }
 
-static int hc_dev_fail(hc_head *h, int d, int rc, const char *msg, hr_err *err) {
+static int hc_dev_fail(hc_core *h, int d, int rc, const char *msg, hr_err *err) {
     h->failed = true;
+    h->fail_dev = d;
     return hr_fail(err, rc, "worker %d at %s: %s", d, h->names[d], hc_skip_peer(msg, h->names[d]));
 }
 
 /* fails device d with the reason its ERROR message gives */
-static int hc_worker_error(hc_head *h, int d, const hn_msg *m, hr_err *err) {
+static int hc_worker_error(hc_core *h, int d, const hn_msg *m, hr_err *err) {
     char why[HN_MAX_MESSAGE + 32];
     hr_escape(why, sizeof why, m->u.error.message.s, m->u.error.message.n);
     return hc_dev_fail(h, d, m->u.error.code < 0 ? m->u.error.code : HR_EPROTO, why, err);
 }
 
 /* receives the reply to a set-up request from worker d; ERROR from it becomes the error */
-static int hc_expect(hc_head *h, int d, int want, hn_msg *m, int64_t timeout_ms, hr_err *err) {
+static int hc_expect(hc_core *h, int d, int want, hn_msg *m, int64_t timeout_ms, hr_err *err) {
     hr_err e = {0};
     if (hn_msg_recv(h->conn[d], &h->rx[d], m, hn_deadline_ms(timeout_ms), &e)) return hc_dev_fail(h, d, e.code, e.msg, err);
     if (m->type == HN_MSG_ERROR) return hc_worker_error(h, d, m, err);
@@ -81,7 +85,7 @@ static int hc_expect(hc_head *h, int d, int want, hn_msg *m, int64_t timeout_ms,
 /* how long a failed send waits for the worker's ERROR that may explain it */
 #define HC_REFUSAL_MS 500
 
-static int hc_hsend(hc_head *h, int d, hn_msg *m, int64_t timeout_ms, hr_err *err) {
+static int hc_hsend(hc_core *h, int d, hn_msg *m, int64_t timeout_ms, hr_err *err) {
     hr_err e = {0};
     m->seq = ++h->seq;
     if (hc_send(&h->hook, d, h->conn[d], m, hn_deadline_ms(timeout_ms), &e)) {
@@ -96,7 +100,7 @@ static int hc_hsend(hc_head *h, int d, hn_msg *m, int64_t timeout_ms, hr_err *er
     return 0;
 }
 
-static int hc_connect_all(hc_head *h, hr_err *err) {
+static int hc_connect_all(hc_core *h, hr_err *err) {
     if (h->p.n_workers < 1) return hr_fail(err, HR_EINVAL, "no workers given");
     if (h->p.n_workers > HC_MAX_DEVICES - 1) return hr_fail(err, HR_ERANGE, "more than %d workers", HC_MAX_DEVICES - 1);
     h->k = 1 + h->p.n_workers;
@@ -114,13 +118,14 @@ static int hc_connect_all(hc_head *h, hr_err *err) {
     snprintf(me, sizeof me, "head %s", host);
     for (int d = 1; d < h->k; d++) {
         hr_err e = {0};
-        if (!(h->conn[d] = hn_connect_secure(h->names[d], h->p.key, hn_deadline_ms(h->p.timeout_ms), &e)))
+        int64_t hello_ms = HR_MIN(h->p.timeout_ms, HC_HELLO_DEADLINE_MS);
+        if (!(h->conn[d] = hn_connect_secure(h->names[d], h->p.key, hn_deadline_ms(hello_ms), &e)))
             return hc_dev_fail(h, d, e.code, e.msg, err);
         hn_msg m = {.type = HN_MSG_HELLO};
         m.u.hello = (hn_hello){.version_min = HN_PROTO_VERSION, .version_max = HN_PROTO_VERSION,
                                .caps = HN_CAP_F32_ACT | (h->p.key ? HN_CAP_ENCRYPT : 0), .device = hn_cstr(me)};
-        int rc = hc_hsend(h, d, &m, h->p.timeout_ms, err);
-        if (!rc) rc = hc_expect(h, d, HN_MSG_HELLO_ACK, &m, h->p.timeout_ms, err);
+        int rc = hc_hsend(h, d, &m, hello_ms, err);
+        if (!rc) rc = hc_expect(h, d, HN_MSG_HELLO_ACK, &m, hello_ms, err);
         if (rc) return rc;
         if (m.u.hello_ack.version != HN_PROTO_VERSION)
             return hc_dev_fail(h, d, HR_EUNSUPPORTED, "chose another protocol version", err);
@@ -129,7 +134,7 @@ static int hc_connect_all(hc_head *h, hr_err *err) {
 }
 
 /* auto shares: every device's matvec throughput, measured at the same time */
-static int hc_profile_all(hc_head *h, double *w, int n_threads, hr_err *err) {
+static int hc_profile_all(hc_core *h, double *w, int n_threads, hr_err *err) {
     for (int d = 1; d < h->k; d++) {
         hn_msg m = {.type = HN_MSG_PROFILE_REQ};
         m.u.profile_req = (hn_profile_req){.flags = HN_PROFILE_BENCH, .bench_ms = (uint32_t)h->p.bench_ms};
@@ -175,7 +180,7 @@ static int hc_kv_set(void *user, const char *key, hm_kv_type type, hm_kv_val v) 
 }
 
 /* LOAD_PLAN, the slice directory, SLICE_HAVE, the missing slices, READY — for worker d */
-static int hc_load_worker(hc_head *h, int d, uint64_t model_hash, uint64_t token, const hm_ctx_params *cp,
+static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token, const hm_ctx_params *cp,
                           uint64_t *done, uint64_t total, uint8_t *tmp, hr_err *err) {
     const hm_model *m = h->m;
     const hm_hparams *hp = &m->hp;
@@ -282,7 +287,7 @@ done:
 }
 
 /* bytes of slices every worker will hold, for the progress bar */
-static uint64_t hc_total_slice_bytes(const hc_head *h) {
+static uint64_t hc_total_slice_bytes(const hc_core *h) {
     uint64_t t = 0;
     for (int d = 1; d < h->k; d++) {
         hc_slice *sl;
@@ -299,7 +304,7 @@ static uint64_t hc_total_slice_bytes(const hc_head *h) {
 /* ---- the two plans ---- */
 
 /* tensor parallel: shares (given, equal or measured) -> unit ranges */
-static int hc_tp_setup(hc_head *h, int n_threads, hr_err *err) {
+static int hc_tp_setup(hc_core *h, int n_threads, hr_err *err) {
     const hc_head_params *p = &h->p;
     const hm_model *m = h->m;
     double w[HC_MAX_DEVICES];
@@ -330,7 +335,7 @@ static int hc_tp_setup(hc_head *h, int n_threads, hr_err *err) {
 }
 
 /* pipeline: window sizes -> every device's windows; every device computes whole layers */
-static int hc_pp_setup(hc_head *h, hr_err *err) {
+static int hc_pp_setup(hc_core *h, hr_err *err) {
     const hc_head_params *p = &h->p;
     const hm_hparams *hp = &h->m->hp;
     if (p->n_shares || p->shares_auto) return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism, not --pp");
@@ -370,7 +375,7 @@ static int hc_own_bytes(void *user, int i, const void **bytes, hr_err *err) {
    reused when the cache has it (checked against the content hashes), else cut from the mapping and
    written — then opened as a slice model. Besides a worker's tensors it holds the embedding and the
    output head, so that the head's computation never reads the model's mapping again. */
-static int hc_own_slice(hc_head *h, uint64_t model_hash, hr_err *err) {
+static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
     const hc_share *sh = &h->plan.dev[0];
     char cache[PATH_MAX - 64], dir[PATH_MAX];
     hc_slice *sl = NULL;
@@ -426,23 +431,38 @@ done:
     return rc;
 }
 
-hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx_params *cp_in, hr_err *err) {
-    hc_head *h = calloc(1, sizeof *h);
+hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx_params *cp_in, int *failed_worker,
+                        hr_err *err) {
+    if (failed_worker) *failed_worker = 0;
+    hc_core *h = calloc(1, sizeof *h);
     uint8_t *tmp = NULL;
     if (!h) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
     h->m = m;
     h->p = *p;
-    if (h->p.timeout_ms <= 0) h->p.timeout_ms = 10000;
+    h->timeout_auto = h->p.timeout_ms <= 0;
+    if (h->timeout_auto) h->p.timeout_ms = HC_SETUP_DEADLINE_MS;
     if (h->p.bench_ms <= 0) h->p.bench_ms = 300;
     h->hook = (hc_hook){p->send_hook, p->send_hook_user};
     const hm_hparams *hp = &m->hp;
     if (m->is_slice) { hr_fail(err, HR_EINVAL, "the head needs the whole model, not a slice file"); goto err; }
-    if (hc_connect_all(h, err)) goto err;
-
-    /* shares and the plan */
     hm_ctx_params cp = *cp_in;
     if (cp.n_threads <= 0) cp.n_threads = hr_physical_cores();
-    if (p->pp) {
+    const bool alone = p->n_workers == 0; /* the workers left (recover.c): the whole model here */
+    if (alone) {
+        h->k = 1;
+        h->p.pp = false;
+        snprintf(h->names[0], sizeof h->names[0], "head");
+        h->name_ptr[0] = h->names[0];
+        h->plan = (hc_plan){.n_devices = 1, .att_group = 1, .ff_group = 1, .weight = {1}};
+        h->plan.dev[0] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+        HR_LOGI("head: alone, the whole model from its mapping");
+    } else if (hc_connect_all(h, err)) goto err;
+
+    /* shares and the plan */
+    p = &h->p;
+    if (alone) {
+        /* planned above */
+    } else if (p->pp) {
         if (hc_pp_setup(h, err)) goto err;
     } else if (p->n_windows) {
         hr_fail(err, HR_EINVAL, "--layer-windows needs --pp");
@@ -464,7 +484,7 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         hc_ar_ring_init(&h->ar);
     }
     uint64_t model_hash = hc_model_hash(m->gguf);
-    bool own = !p->pp && !p->share_views;
+    bool own = !p->pp && !p->share_views && !alone;
     if (own) {
         if (hc_own_slice(h, model_hash, err)) goto err;
         /* hashing the share and checking the file mapped both in: neither is what the head computes
@@ -484,7 +504,7 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (p->pp) {
         sh.n_windows = h->pp.n_win[0];
         memcpy(sh.windows, h->pp.win[0], sizeof sh.windows);
-    } else {
+    } else if (!alone) {
         sh.sync = hc_ar_sync;
         sh.sync_user = &h->ar;
     }
@@ -495,7 +515,7 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         if (hmem_setup(h->sm, &sh, h->slice_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err) ||
             hmem_load_weights(h->mem, h->sm, &sh, p->use_mmap, p->no_repack, err))
             goto err;
-    } else if (p->model_path && (p->pp || p->mem.given) &&
+    } else if (p->model_path && (p->pp || p->mem.given || alone) &&
                hmem_setup(m, &sh, p->model_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err)) {
         /* views of the model (tests): only when asked for — wo and w_down are column slices the
            manager handles whole (hm_block_ranges); a pipeline stage's blocks are all its own */
@@ -529,8 +549,9 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     for (int d = 1; d < h->k; d++) hn_conn_get_stats(h->conn[d], &h->base[d]);
     return h;
 err:
+    if (failed_worker) *failed_worker = h->failed ? h->fail_dev : 0;
     free(tmp);
-    hc_head_free(h);
+    hc_core_free(h);
     return NULL;
 }
 
@@ -538,7 +559,7 @@ err:
    tell the head about the broken link, sometimes before the head sees the dead stage's connection
    close: wait a moment for the others, and blame a worker whose connection closed without an ERROR
    (the one that died) rather than one that reported its neighbour's failure. */
-static int hc_pp_blame(hc_head *h, int from, int rc, hr_err *err) {
+static int hc_pp_blame(hc_core *h, int from, int rc, hr_err *err) {
     int64_t until = hr_time_ns() + 200 * 1000000LL;
     bool reported[HC_MAX_DEVICES] = {0};
     reported[from] = true;
@@ -559,33 +580,70 @@ static int hc_pp_blame(hc_head *h, int from, int rc, hr_err *err) {
     return rc;
 }
 
+/* A pipeline's pass missed its deadline: which worker stopped? Every worker is asked for its figures
+   (PROFILE_REQ, answered between passes); the first that does not answer within HC_PING_MS, or whose
+   connection closed, is the one (else the last, as before). A late hidden state is dropped. */
+static int hc_pp_stalled(hc_core *h, hr_err *err) {
+    bool answered[HC_MAX_DEVICES] = {0};
+    for (int d = 1; d < h->k; d++) {
+        hn_msg m = {.type = HN_MSG_PROFILE_REQ};
+        m.u.profile_req = (hn_profile_req){.flags = HN_PROFILE_STATS};
+        if (hc_hsend(h, d, &m, HC_PING_MS, err)) return err ? err->code : HR_ENET;
+    }
+    int64_t until = hr_time_ns() + (int64_t)HC_PING_MS * 1000000;
+    for (int left = h->k - 1; left > 0 && hr_time_ns() < until;) {
+        struct pollfd pf[HC_MAX_DEVICES];
+        for (int d = 1; d < h->k; d++)
+            pf[d - 1] = (struct pollfd){.fd = answered[d] ? -1 : hn_conn_fd(h->conn[d]), .events = POLLIN};
+        if (poll(pf, (nfds_t)(h->k - 1), 20) <= 0) continue;
+        for (int d = 1; d < h->k; d++) {
+            if (!pf[d - 1].revents) continue;
+            hn_msg m;
+            hr_err e = {0};
+            /* (a late hidden state may be large: it gets the whole wait) */
+            if (hn_msg_recv(h->conn[d], &h->rx[d], &m, hn_deadline_ms(HC_PING_MS), &e))
+                return hc_dev_fail(h, d, e.code, e.msg, err);
+            if (m.type == HN_MSG_PROFILE) answered[d] = true, left--;
+        }
+    }
+    for (int d = 1; d < h->k; d++)
+        if (!answered[d]) return hc_dev_fail(h, d, HR_ETIMEDOUT, "stopped answering (the pipeline's pass missed its deadline)", err);
+    return hc_dev_fail(h, h->k - 1, HR_ETIMEDOUT, "no hidden state back from the pipeline in time", err);
+}
+
 /* Pipeline: waits for the hidden state to come back to the head — round the ring from the last worker,
    or straight from the worker whose window ended the model's layers. An ERROR or a closed connection
    from any worker on the way ends the wait at once and names that worker. The pass must have moved
    on: its layer_begin is past `after`. */
 /* the next FORWARD back from any worker (a pass's hidden state), within the deadline of a pass of nb
    tokens; *from: who sent it */
-static int hc_pp_recv(hc_head *h, int nb, hn_msg *m, int *from_out, hr_err *err) {
+static int hc_pp_recv(hc_core *h, int nb, hn_msg *m, int *from_out, hr_err *err) {
     int64_t deadline = hc_ar_deadline(&h->ar, nb);
     for (;;) {
         struct pollfd pf[HC_MAX_DEVICES];
         for (int d = 1; d < h->k; d++) pf[d - 1] = (struct pollfd){.fd = hn_conn_fd(h->conn[d]), .events = POLLIN};
         int64_t left = (deadline - hr_time_ns()) / 1000000;
-        if (left <= 0) return hc_dev_fail(h, h->k - 1, HR_ETIMEDOUT, "no hidden state back from the pipeline in time", err);
+        if (left <= 0) return hc_pp_stalled(h, err);
         int r = poll(pf, (nfds_t)(h->k - 1), (int)HR_MIN(left, 1000));
         if (r < 0 && errno != EINTR) return hr_fail(err, HR_ENET, "poll: %s", strerror(errno));
         int from = -1;
         for (int d = 1; d < h->k && r > 0 && from < 0; d++)
             if (pf[d - 1].revents) from = d;
         if (from < 0) continue;
-        if (hc_expect(h, from, HN_MSG_FORWARD, m, HR_MAX(left, 1), err))
-            return hc_pp_blame(h, from, err ? err->code : HR_ENET, err);
+        /* a connection that closes without an ERROR is the stage that died (a neighbour that noticed
+           says so first): no need to wait for the others */
+        hr_err e = {0};
+        if (hn_msg_recv(h->conn[from], &h->rx[from], m, hn_deadline_ms(HR_MAX(left, 1)), &e))
+            return hc_dev_fail(h, from, e.code, e.msg, err);
+        if (m->type == HN_MSG_ERROR) return hc_pp_blame(h, from, hc_worker_error(h, from, m, err), err);
+        if (m->type != HN_MSG_FORWARD)
+            return hc_dev_fail(h, from, HR_EPROTO, "sent something else where FORWARD was expected", err);
         *from_out = from;
         return 0;
     }
 }
 
-static int hc_pp_wait(hc_head *h, int nb, int32_t after, hn_msg *m, hr_err *err) {
+static int hc_pp_wait(hc_core *h, int nb, int32_t after, hn_msg *m, hr_err *err) {
     int from, rc = hc_pp_recv(h, nb, m, &from, err);
     if (rc) return rc;
     const hn_forward *f = &m->u.forward;
@@ -614,7 +672,7 @@ typedef struct hc_mb {
 
 /* mb's pass from where it is: the head's windows as the pass reaches them (the last one: logits, the
    pass done), else on to worker 1 */
-static int hc_mb_advance(hc_head *h, hc_mb *mb, hr_err *err) {
+static int hc_mb_advance(hc_core *h, hc_mb *mb, hr_err *err) {
     const hm_hparams *hp = &h->m->hp;
     const int nw = h->pp.n_win[0];
     for (;;) {
@@ -640,7 +698,7 @@ static int hc_mb_advance(hc_head *h, hc_mb *mb, hr_err *err) {
         f.u.forward = (hn_forward){.layer_begin = (uint32_t)mb->layer, .layer_end = (uint32_t)hp->n_layer,
                                    .stage = HN_STAGE_BLOCK, .n_tokens = (uint32_t)mb->n, .n_embd = (uint32_t)hp->n_embd,
                                    .pos = mb->pos, .seq = mb->seq, .data = mb->x};
-        int rc = hc_hsend(h, 1, &f, h->p.timeout_ms, err);
+        int rc = hc_hsend(h, 1, &f, h->ar.timeout_ms, err);
         h->ar.send_ns += hr_time_ns() - t1;
         return rc;
     }
@@ -648,7 +706,7 @@ static int hc_mb_advance(hc_head *h, hc_mb *mb, hr_err *err) {
 
 /* Splits pb (several sequences, pb->seq set) into n_mb micro-batches, whole sequences each, the
    largest first onto the one with the fewest tokens; runs them round the ring together. */
-static int hc_pp_micro(hc_head *h, const hm_batch *pb, int n_mb, hr_err *err) {
+static int hc_pp_micro(hc_core *h, const hm_batch *pb, int n_mb, hr_err *err) {
     const hm_hparams *hp = &h->m->hp;
     const int n = pb->n, V = hp->n_vocab;
     const int64_t E = hp->n_embd;
@@ -732,7 +790,7 @@ done:
 /* One batch through the pipeline: the head runs its windows as the pass reaches them and otherwise
    hands the hidden state to worker 1 (the ring's first stage) — also when the ring brings it back
    before a worker's window, as with a head that owns no layers in between. */
-static int hc_pp_batch(hc_head *h, const hm_batch *pb, hr_err *err) {
+static int hc_pp_batch(hc_core *h, const hm_batch *pb, hr_err *err) {
     const hm_hparams *hp = &h->m->hp;
     const int nb = pb->n;
     int nw = h->pp.n_win[0], w = 0;
@@ -759,7 +817,7 @@ static int hc_pp_batch(hc_head *h, const hm_batch *pb, hr_err *err) {
         f.u.forward = (hn_forward){.layer_begin = (uint32_t)layer, .layer_end = (uint32_t)hp->n_layer,
                                    .stage = HN_STAGE_BLOCK, .n_tokens = (uint32_t)nb, .n_embd = (uint32_t)hp->n_embd,
                                    .pos = h->pos, .seq = pb->seq, .data = h->x};
-        if ((rc = hc_hsend(h, 1, &f, h->p.timeout_ms, err))) return rc;
+        if ((rc = hc_hsend(h, 1, &f, h->ar.timeout_ms, err))) return rc;
         int64_t t2 = hr_time_ns();
         h->ar.send_ns += t2 - t1;
         hn_msg m;
@@ -776,7 +834,7 @@ static int hc_pp_batch(hc_head *h, const hm_batch *pb, hr_err *err) {
 
 /* One batch of at most n_batch tokens through the cluster: its embeddings in h->x, its positions in
    h->pos (what FORWARD carries), b the head's hm_batch over them (seq: h->sq or NULL). */
-static int hc_pass(hc_head *h, const hm_batch *b, hr_err *err) {
+static int hc_pass(hc_core *h, const hm_batch *b, hr_err *err) {
     const hm_hparams *hp = &h->m->hp;
     int64_t t1 = hr_time_ns();
     if (h->p.pp && h->p.pp_micro > 1 && b->seq &&
@@ -797,8 +855,9 @@ static int hc_pass(hc_head *h, const hm_batch *b, hr_err *err) {
                                .seq = b->seq, .data = h->x};
     int rc;
     for (int d = 1; d < h->k; d++)
-        if ((rc = hc_hsend(h, d, &f, h->p.timeout_ms, err))) return rc;
+        if ((rc = hc_hsend(h, d, &f, h->ar.timeout_ms, err))) return rc;
     memset(&h->ar.err, 0, sizeof h->ar.err);
+    h->ar.err_dev = -1;
     h->ar.mark = hr_time_ns();
     h->ar.send_ns += h->ar.mark - t1;
     hr_err e = {0};
@@ -806,21 +865,33 @@ static int hc_pass(hc_head *h, const hm_batch *b, hr_err *err) {
     h->ar.compute_ns += hr_time_ns() - h->ar.mark;
     if (rc) {
         h->failed = true;
+        if (h->ar.err.msg[0] && h->ar.err_dev > 0) h->fail_dev = h->ar.err_dev;
         return hr_fail(err, rc, "%s", h->ar.err.msg[0] ? h->ar.err.msg : e.msg);
     }
     return 0;
 }
 
+/* after a pass of n tokens that took ns: a decode step's time, as a slowly decaying maximum (one quick
+   step does not shorten the deadline, one slow one lengthens it at once), and with the automatic
+   deadline the pass deadline from it */
+static void hc_step_done(hc_core *h, int n, int64_t ns) {
+    if (n > HC_STEP_MAX_TOKENS) return;
+    double ms = (double)ns * 1e-6;
+    h->step_ms = ms > h->step_ms ? ms : 0.9 * h->step_ms + 0.1 * ms;
+    if (h->timeout_auto)
+        h->ar.timeout_ms = (int64_t)HR_MAX((double)HC_DEADLINE_FLOOR_MS, HC_DEADLINE_FACTOR * h->step_ms);
+}
+
 /* the embeddings of tokens[0..n) into h->x: the embedding stays here, workers get hidden states,
    never token ids */
-static int hc_embed(hc_head *h, const int32_t *tokens, int n, hr_err *err) {
+static int hc_embed(hc_core *h, const int32_t *tokens, int n, hr_err *err) {
     int64_t t0 = hr_time_ns();
     int rc = hm_embed(h->run, tokens, n, h->x, err);
     h->ar.compute_ns += hr_time_ns() - t0;
     return rc;
 }
 
-int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all_logits, hr_err *err) {
+int hc_core_eval(hc_core *h, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all_logits, hr_err *err) {
     if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
     const hm_hparams *hp = &h->m->hp;
     for (int off = 0; off < n; off += h->n_batch) {
@@ -831,14 +902,16 @@ int hc_head_eval(hc_head *h, const int32_t *tokens, int n, int32_t pos0, float *
         for (int i = 0; i < nb; i++) h->pos[i] = p0 + i;
         float *lg = all_logits ? logits + (size_t)off * hp->n_vocab : (off + nb == n ? logits : NULL);
         const hm_batch b = {.embd = h->x, .n = nb, .pos = p0, .logits = lg, .all_logits = all_logits};
+        int64_t t0 = hr_time_ns();
         if ((rc = hc_pass(h, &b, err))) return rc;
+        hc_step_done(h, nb, hr_time_ns() - t0);
     }
     h->evals++;
     h->tokens += n;
     return 0;
 }
 
-int hc_head_eval_batch(hc_head *h, const hm_batch *b, hr_err *err) {
+int hc_core_eval_batch(hc_core *h, const hm_batch *b, hr_err *err) {
     if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
     if (!b->tokens) return hr_fail(err, HR_EINVAL, "a cluster batch takes token ids");
     if (b->n > h->n_batch) return hr_fail(err, HR_EINVAL, "batch of %d tokens over the cluster's %d", b->n, h->n_batch);
@@ -850,13 +923,15 @@ int hc_head_eval_batch(hc_head *h, const hm_batch *b, hr_err *err) {
     if (b->seq) memcpy(h->sq, b->seq, sizeof *h->sq * (size_t)b->n);
     const hm_batch pb = {.embd = h->x, .n = b->n, .pos = b->pos, .pos_of = h->pos, .seq = b->seq ? h->sq : NULL,
                          .logits = b->logits, .all_logits = b->all_logits, .out = b->out};
+    int64_t t0 = hr_time_ns();
     if ((rc = hc_pass(h, &pb, err))) return rc;
+    hc_step_done(h, b->n, hr_time_ns() - t0);
     h->evals++;
     h->tokens += b->n;
     return 0;
 }
 
-int hc_head_reset(hc_head *h, int32_t pos, hr_err *err) {
+int hc_core_reset(hc_core *h, int32_t pos, hr_err *err) {
     if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
     for (int d = 1; d < h->k; d++) {
         hn_msg m = {.type = HN_MSG_RESET};
@@ -867,7 +942,7 @@ int hc_head_reset(hc_head *h, int32_t pos, hr_err *err) {
     return 0;
 }
 
-int hc_head_kv_seq_copy(hc_head *h, int32_t src, int32_t dst, int32_t n, hr_err *err) {
+int hc_core_kv_seq_copy(hc_core *h, int32_t src, int32_t dst, int32_t n, hr_err *err) {
     if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier; start again");
     int rc = hm_kv_seq_copy(h->ctx, src, dst, n, err); /* checks the arguments before any worker sees them */
     for (int d = 1; !rc && d < h->k; d++) {
@@ -878,15 +953,17 @@ int hc_head_kv_seq_copy(hc_head *h, int32_t src, int32_t dst, int32_t n, hr_err 
     return rc;
 }
 
-int32_t hc_head_n_ctx(const hc_head *h) { return h->n_ctx; }
-int32_t hc_head_n_seq(const hc_head *h) { return h->n_seq; }
-int32_t hc_head_n_batch(const hc_head *h) { return h->n_batch; }
-const hc_plan *hc_head_plan(const hc_head *h) { return &h->plan; }
-const hc_pp_plan *hc_head_pp_plan(const hc_head *h) { return h->p.pp ? &h->pp : NULL; }
-hmem *hc_head_mem(const hc_head *h) { return h->mem; }
-uint64_t hc_head_weight_bytes_sent(const hc_head *h) { return h->bytes_sent; }
-uint64_t hc_head_weight_bytes_total(const hc_head *h) { return h->bytes_total; }
-uint64_t hc_head_slice_bytes_written(const hc_head *h) { return h->slice_written; }
+int32_t hc_core_n_ctx(const hc_core *h) { return h->n_ctx; }
+int32_t hc_core_n_seq(const hc_core *h) { return h->n_seq; }
+int32_t hc_core_n_batch(const hc_core *h) { return h->n_batch; }
+const hc_plan *hc_core_plan(const hc_core *h) { return &h->plan; }
+const hc_pp_plan *hc_core_pp_plan(const hc_core *h) { return h->p.pp ? &h->pp : NULL; }
+hmem *hc_core_mem(const hc_core *h) { return h->mem; }
+uint64_t hc_core_weight_bytes_sent(const hc_core *h) { return h->bytes_sent; }
+uint64_t hc_core_weight_bytes_total(const hc_core *h) { return h->bytes_total; }
+uint64_t hc_core_slice_bytes_written(const hc_core *h) { return h->slice_written; }
+int hc_core_failed_worker(const hc_core *h) { return h->failed ? h->fail_dev : 0; }
+double hc_core_step_ms(const hc_core *h) { return h->step_ms; }
 
 static int64_t hc_kv_i64(const hn_profile *p, const char *key) {
     for (uint32_t i = 0; i < p->n_kv; i++)
@@ -919,7 +996,7 @@ void hc_dev_stats_mem(hc_dev_stats *s, hmem *mm) {
     }
 }
 
-int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err) {
+int hc_core_stats(hc_core *h, hc_dev_stats *out, int cap, hr_err *err) {
     if (cap < h->k) return hr_fail(err, HR_ERANGE, "room for %d devices, %d needed", cap, h->k);
     if (h->failed) return hr_fail(err, HR_ENET, "the cluster failed earlier");
     hc_dev_stats *s = &out[0];
@@ -1032,7 +1109,7 @@ void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap) {
     (void)len;
 }
 
-void hc_head_free(hc_head *h) {
+void hc_core_free(hc_core *h) {
     if (!h) return;
     for (int d = 1; d < h->k; d++) {
         if (!h->conn[d]) continue;

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -642,6 +643,29 @@ static const void *hc_index_find(const hc_index *x, uint64_t hash, uint64_t size
 }
 
 /* Receives one missing slice's chunks and SLICE_END into buf (its size) and checks the hash. */
+/* Tests (tests/test-recover.sh): HEARTH_TEST_FAULT=ACTION:EVENT:N makes the worker raise SIGKILL
+   (ACTION kill) or SIGSTOP (stop) on itself when it receives its N-th message of kind EVENT (plan:
+   LOAD_PLAN, slice: SLICE_CHUNK, forward: FORWARD) — once per process — so that a test fails a worker
+   at an exact moment of set-up, prompt or generation with the real signal. */
+static void hc_test_fault(int type) {
+    static int sig = -1, want, seen;
+    if (sig == 0) return;
+    if (sig < 0) {
+        const char *v = getenv("HEARTH_TEST_FAULT");
+        char act[8] = "", ev[8] = "";
+        sig = 0;
+        if (!v || sscanf(v, "%7[a-z]:%7[a-z]:%d", act, ev, &want) != 3 || want < 1) return;
+        want = want * 16 + (!strcmp(ev, "plan") ? 1 : !strcmp(ev, "slice") ? 2 : !strcmp(ev, "forward") ? 3 : 0);
+        sig = !strcmp(act, "kill") ? SIGKILL : !strcmp(act, "stop") ? SIGSTOP : 0;
+    }
+    int kind = type == HN_MSG_LOAD_PLAN ? 1 : type == HN_MSG_SLICE_CHUNK ? 2 : type == HN_MSG_FORWARD ? 3 : 0;
+    if (!kind || kind != want % 16 || ++seen < want / 16) return;
+    int s = sig;
+    sig = 0;
+    HR_LOGW("worker: HEARTH_TEST_FAULT: raising %s", s == SIGKILL ? "SIGKILL" : "SIGSTOP");
+    raise(s);
+}
+
 static int hc_recv_slice(hc_session *s, const hc_slice *d, uint8_t *buf) {
     uint64_t got = 0;
     for (;;) {
@@ -649,6 +673,7 @@ static int hc_recv_slice(hc_session *s, const hc_slice *d, uint8_t *buf) {
         hr_err e = {0};
         if (hn_msg_recv(s->head, &s->rx, &m, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e))
             return hc_bad(s, 0, e.code, "receiving slice '%s': %s", d->name, e.msg);
+        hc_test_fault(m.type);
         if (m.type == HN_MSG_SLICE_CHUNK) {
             const hn_slice_chunk *c = &m.u.slice_chunk;
             if (c->hash != d->hash || c->offset != got || c->n > d->size - got)
@@ -1059,6 +1084,7 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
         }
         int rc = 0;
         char why[HN_MAX_MESSAGE + 1]; /* a peer's text, escaped */
+        hc_test_fault(m.type);
         switch (m.type) {
         case HN_MSG_PROFILE_REQ: rc = hc_handle_profile(s, &m); break;
         case HN_MSG_PROBE:

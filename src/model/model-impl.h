@@ -18,6 +18,7 @@
 
 #define HM_ALIGN 64
 #define HM_KV_TILE 64     /* attention positions per online-softmax step (llama.cpp's CPU flash-attention tile) */
+_Static_assert(HM_KV_TILE == HM_BATCH_F32_TOKENS, "a batch's attention path: model.h says where it changes");
 #define HM_ATT_NQ 4       /* heads of one token on one KV head (GQA) scored and accumulated together */
 #define HM_FF_UNIT 256   /* decode: FFN activations converted for ffn_down in units of this many (hm_ff_pipe) */
 

@@ -243,6 +243,9 @@ uint64_t hm_ctx_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const h
    64 or more (a prompt chunk) take attention's two numerics (F16 cache: src/model/attention.c), so
    a prompt cut into chunks gives the bits of the same prompt in one batch when every chunk is on
    the same side of 64 as that batch (docs/model.md). */
+/* A sequence with this many tokens or more in a batch takes attention's F32 path, else the F16 path:
+   who replays a sequence (a cluster that rebuilds its caches) cuts it the same way for the same bits. */
+#define HM_BATCH_F32_TOKENS 64
 typedef struct hm_batch {
     const int32_t *tokens;     /* [n] token ids: the input of a first shard (its first window) */
     const float   *embd;       /* [n][n_embd] hidden states: the input of any other shard or window */

@@ -59,25 +59,28 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
     hr_err e = {0};
     for (int i = 1; i <= nw && !rc; i++) {
         snprintf(out->addr[i], sizeof out->addr[i], "%s", workers[i - 1]);
-        if (hc_probe_open(&w[i], workers[i - 1], p->key, me, p->timeout_ms, &e)) { rc = hpl_peer_fail(i, workers[i - 1], &e, err); break; }
+        if (hc_probe_open(&w[i], workers[i - 1], p->key, me, p->timeout_ms, &e)) {
+            rc = hpl_peer_fail(out->failed = i, workers[i - 1], &e, err);
+            break;
+        }
         /* every worker measures itself while the head does (or, serial, one after the other) */
         hn_msg m = {.type = HN_MSG_PROFILE_REQ};
         m.u.profile_req.flags = HN_PROFILE_DEVICE | (p->self.no_cache ? HN_PROFILE_BENCH : 0);
         if (hc_probe_request(&w[i], &m, p->serial ? HN_MSG_PROFILE : 0, p->timeout_ms, &e) ||
             (p->serial && hpl_device_from_kv(&m.u.profile, &out->dev[i], &e)))
-            rc = hpl_peer_fail(i, workers[i - 1], &e, err);
+            rc = hpl_peer_fail(out->failed = i, workers[i - 1], &e, err);
     }
     if (!rc) rc = hpl_profile_self(&p->self, &out->dev[0], err);
     snprintf(out->dev[0].name, sizeof out->dev[0].name, "head %s", host);
     for (int i = 1; i <= nw && !rc && !p->serial; i++) {
         hn_msg m;
         if (hc_probe_expect(&w[i], HN_MSG_PROFILE, &m, p->timeout_ms, &e) || hpl_device_from_kv(&m.u.profile, &out->dev[i], &e))
-            rc = hpl_peer_fail(i, workers[i - 1], &e, err);
+            rc = hpl_peer_fail(out->failed = i, workers[i - 1], &e, err);
     }
     for (int i = 1; i <= nw && !rc; i++) {
         hpl_link *l = &out->link[0][i];
         if (hc_probe_link(&w[i], p->n_pings, p->probe_bytes, p->timeout_ms, &l->rtt_ms, &l->gbps, &e))
-            rc = hpl_peer_fail(i, workers[i - 1], &e, err);
+            rc = hpl_peer_fail(out->failed = i, workers[i - 1], &e, err);
         out->link[i][0] = *l;
     }
     for (int i = 1; i <= nw; i++) hc_probe_close(&w[i], !rc); /* the workers are free again */

@@ -104,6 +104,7 @@ typedef struct hpl_cluster {
     hpl_device dev[HPL_MAX_DEVICES];
     hpl_link   link[HPL_MAX_DEVICES][HPL_MAX_DEVICES];
     double     profile_ms;                          /* wall time of the whole profile */
+    int        failed;                              /* the worker (1..) whose failure ended the profile, 0: none */
 } hpl_cluster;
 
 typedef struct hpl_cluster_params {

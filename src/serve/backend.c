@@ -39,6 +39,14 @@ static int head_copy(void *user, int32_t src, int32_t dst, int32_t n, hr_err *er
     return hc_head_kv_seq_copy(((head_be *)user)->h, src, dst, n, err);
 }
 
+static int head_rejoin(void *user, hr_err *err) { return hc_head_rejoin(((head_be *)user)->h, err); }
+
+static int head_events(void *user, const char **warning) {
+    const hc_head *h = ((head_be *)user)->h;
+    *warning = hc_head_warning(h);
+    return hc_head_recoveries(h);
+}
+
 static int head_links(void *user, hs_link *out, int cap, hr_err *err) {
     head_be *H = user;
     int k = hc_head_stats(H->h, H->st, HC_MAX_DEVICES, err);
@@ -67,6 +75,7 @@ int hs_backend_head(hs_backend *b, struct hc_head *h, int32_t n_vocab, hr_err *e
     bool pp = hc_head_pp_plan(h) != NULL;
     *b = (hs_backend){.user = H, .n_seq = hc_head_n_seq(h), .n_ctx = hc_head_n_ctx(h), .n_batch = hc_head_n_batch(h),
                       .n_vocab = n_vocab, .eval = head_eval, .seq_copy = head_copy, .links = head_links,
+                      .rejoin = head_rejoin, .events = head_events,
                       .free = head_free,
                       .kind = pp ? "the head of a pipeline, several sequences"
                                  : "the head of a tensor-parallel cluster, several sequences"};

@@ -411,6 +411,7 @@ static json_t *final_json(hs_server *S, const gen_req *g, hs_req *r) {
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     json_object_set_new(o, "usage", usage_json(r));
     json_object_set_new(o, "timings", timings_json(r));
+    if (r->warning[0]) json_object_set_new(o, "warning", json_string(r->warning));
     return o;
 }
 
@@ -497,6 +498,7 @@ static void st_produce(stream *st) {
         json_t *fin = json_string(finish_name(r->finish));
         json_t *o = chunk_json(st, g->chat ? json_object() : json_string(""), fin, NULL);
         json_object_set_new(o, "timings", timings_json(r));
+        if (r->warning[0]) json_object_set_new(o, "warning", json_string(r->warning));
         st_event(st, o);
         if (g->include_usage) {
             json_t *u = base_obj(st->S, g, g->chat ? "chat.completion.chunk" : "text_completion");

@@ -57,6 +57,7 @@ struct hs_sched {
     hs_link        *link_buf;  /* [HS_MAX_LINKS] */
     int64_t         t_links;   /* last refresh */
     bool            links_due; /* steps ran since it */
+    int             n_events;  /* be.events' count when last looked at */
 };
 
 /* ---- histograms ----------------------------------------------------------------------------------- */
@@ -444,6 +445,14 @@ static void *sched_main(void *arg) {
     hs_sched *s = arg;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
+        if (s->be.rejoin && s->n_queue > 0) {
+            /* a worker that left and is back computes from the next request on */
+            hr_err err = {0};
+            pthread_mutex_unlock(&s->mu);
+            int rc = s->be.rejoin(s->be.user, &err);
+            pthread_mutex_lock(&s->mu);
+            if (rc) HR_LOGE("hearth serve: engine: %s", err.msg);
+        }
         sched_admit(s);
         int busy = 0;
         for (int i = 0; i < s->n_slots; i++) busy += s->slots[i].req != NULL;
@@ -471,6 +480,15 @@ static void *sched_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         s->met.n_decode++;
         s->met.busy_slots_sum += (uint64_t)busy;
+        const char *warn = NULL;
+        int ev = s->be.events ? s->be.events(s->be.user, &warn) : 0;
+        if (ev != s->n_events && warn && warn[0]) {
+            /* a device left during the step and the answer went on: the running requests' replies say so */
+            for (int i = 0; i < s->n_slots; i++)
+                if (s->slots[i].req && !s->slots[i].req->warning[0])
+                    snprintf(s->slots[i].req->warning, sizeof s->slots[i].req->warning, "%s", warn);
+        }
+        s->n_events = ev;
         /* the batch's tokens are in the caches now */
         for (int k = 0; k < n && !rc; k++) {
             hs_slot *sl = &s->slots[s->b_seq[k]];

@@ -45,6 +45,7 @@ typedef struct hs_req {
     int      n_lps, lps_cap;
     int      finish;           /* enum hs_finish */
     char     err[256];
+    char     warning[256];     /* a device left while it ran (the answer went on): the reply says so */
     int      n_decoded, n_cached, slot;
     int64_t  t_queued, t_start, t_first, t_end;  /* ns */
     bool     cancelled;        /* the client went away: drop it at the next step */

@@ -41,6 +41,11 @@ typedef struct hs_backend {
     int   (*eval)(void *user, const hm_batch *b, hr_err *err);
     int   (*seq_copy)(void *user, int32_t src, int32_t dst, int32_t n, hr_err *err);
     int   (*links)(void *user, hs_link *out, int cap, hr_err *err);
+    /* before a waiting request is admitted: a cluster takes workers that left and came back in again
+       (NULL: nothing to do) */
+    int   (*rejoin)(void *user, hr_err *err);
+    /* how many times a device left and the answers went on, and the last time in words (NULL: never) */
+    int   (*events)(void *user, const char **warning);
     void  (*free)(void *user);
     const char *kind; /* "one context of N sequences", ... (for the log and /slots) */
 } hs_backend;
