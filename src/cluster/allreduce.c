@@ -1,9 +1,13 @@
 /* cluster/allreduce: the shard's sync hook — star and ring all-reduce over the session's
    connections (see cluster.h, "All-reduce") */
+#define _GNU_SOURCE /* ppoll */
 #include "cluster-impl.h"
 
+#include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 
 int64_t hc_ar_deadline(const hc_ar *a, int n) { return hn_deadline_ms((int64_t)a->timeout_ms + 20 * (int64_t)n); }
 
@@ -65,19 +69,143 @@ static int hc_partial_check(hc_ar *a, int dev, const hn_partial *p, int layer, u
     return 0;
 }
 
-/* star, head side: add the workers' partials in device order, send the sum back */
+/* ---- lossy star (docs/lossy.md): workers' partials as datagrams, merged at a deadline ---- */
+
+static bool hc_lossy_on(const hc_ar *a, int layer, int n) {
+    return a->lossy && layer > 0 && n <= HC_LOSSY_MAX_TOKENS;
+}
+
+int hc_ar_lossy_alloc(hc_ar *a, int n_embd) {
+    a->lcap = (size_t)HC_LOSSY_MAX_TOKENS * (size_t)n_embd;
+    a->lmaxp = (a->lcap + HN_DGRAM_MAX_ELEMS - 1) / HN_DGRAM_MAX_ELEMS;
+    a->lbuf = malloc((size_t)a->k * a->lcap * sizeof(float));
+    a->got = malloc((size_t)a->k * a->lmaxp);
+    return a->lbuf && a->got ? 0 : HR_ENOMEM;
+}
+
+void hc_ar_lossy_free(hc_ar *a) {
+    free(a->lbuf);
+    free(a->got);
+    a->lbuf = NULL;
+    a->got = NULL;
+}
+
+/* test hook: a pseudo-random drop decision per (seed, device, all-reduce, datagram), the same in every
+   run whatever the timing */
+static bool hc_lossy_drop(const hc_ar *a, uint32_t idx) {
+    if (!a->drop_ppm) return false;
+    uint64_t z = a->drop_seed ^ (uint64_t)a->me << 56 ^ (uint64_t)a->seq << 20 ^ idx;
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return z % 1000000u < a->drop_ppm;
+}
+
+/* A datagram that arrived on worker d's socket during all-reduce a->seq of cnt elements (np datagrams):
+   taken into d's buffer, or dropped and counted. Returns 1 when it was a new piece of this all-reduce. */
+static int hc_lossy_take(hc_ar *a, int d, const uint8_t *buf, long len, size_t cnt, size_t np) {
+    hc_lossy_link *l = &a->ll[d];
+    hn_dgram g;
+    if (len == -1) { l->foreign++; return 0; }   /* from another address (or a receive error) */
+    if (len < 0 || hn_dgram_decode(buf, (size_t)len, &g, NULL, 0)) { l->malformed++; return 0; }
+    if (g.session != a->session || g.device != (uint16_t)d) { l->foreign++; return 0; }
+    if (g.seq < a->seq) { l->late++; return 0; }
+    /* a later all-reduce cannot have started before this one is merged; datagrams have fixed bounds */
+    size_t idx = g.offset / HN_DGRAM_MAX_ELEMS;
+    if (g.seq != a->seq || g.total != cnt || g.offset % HN_DGRAM_MAX_ELEMS ||
+        g.n != HR_MIN((size_t)HN_DGRAM_MAX_ELEMS, cnt - g.offset)) {
+        l->malformed++;
+        return 0;
+    }
+    uint8_t *got = a->got + (size_t)d * a->lmaxp;
+    if (idx >= np || got[idx]) { l->dup++; return 0; }
+    got[idx] = 1;
+    memcpy(a->lbuf + (size_t)d * a->lcap + g.offset, g.data, (size_t)g.n * sizeof(float));
+    l->received++;
+    return 1;
+}
+
+/* head: waits for the workers' datagrams until all are in or the deadline passes, then adds what
+   arrived in device order (a missing range adds zero): with nothing lost, the very sum of the TCP star */
+static void hc_lossy_head(hc_ar *a, float *x, int n, int E) {
+    size_t cnt = (size_t)n * E, np = (cnt + HN_DGRAM_MAX_ELEMS - 1) / HN_DGRAM_MAX_ELEMS;
+    int k = a->k;
+    for (int d = 1; d < k; d++) {
+        memset(a->lbuf + (size_t)d * a->lcap, 0, cnt * sizeof(float));
+        memset(a->got + (size_t)d * a->lmaxp, 0, np);
+    }
+    size_t missing = (size_t)(k - 1) * np;
+    int64_t t0 = hr_time_ns(), deadline = t0 + (int64_t)a->lossy_deadline_ms * 1000000;
+    uint8_t buf[HN_DGRAM_MAX_BYTES + 8] __attribute__((aligned(8)));
+    struct pollfd pf[HC_MAX_DEVICES];
+    for (;;) {
+        for (int d = 1; d < k; d++) {
+            long len;
+            while ((len = hn_udp_recv(a->ll[d].udp, buf, HN_DGRAM_MAX_BYTES)) != 0)
+                missing -= (size_t)hc_lossy_take(a, d, buf, len, cnt, np);
+        }
+        int64_t left = deadline - hr_time_ns();
+        if (!missing || left <= 0) break;
+        for (int d = 1; d < k; d++) pf[d - 1] = (struct pollfd){.fd = hn_udp_fd(a->ll[d].udp), .events = POLLIN};
+        struct timespec ts = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
+        ppoll(pf, (nfds_t)(k - 1), &ts, NULL);
+    }
+    int64_t t1 = hr_time_ns();
+    a->wait_ns += t1 - t0;
+    uint64_t lost_elems = 0;
+    for (int d = 1; d < k; d++) {
+        const uint8_t *got = a->got + (size_t)d * a->lmaxp;
+        for (size_t i = 0; i < np; i++)
+            if (!got[i]) {
+                a->ll[d].lost++;
+                size_t e = HR_MIN((size_t)HN_DGRAM_MAX_ELEMS, cnt - i * HN_DGRAM_MAX_ELEMS);
+                a->ll[d].elems_lost += e;
+                lost_elems += e;
+            }
+        const float *p = a->lbuf + (size_t)d * a->lcap;
+        for (size_t i = 0; i < cnt; i++) x[i] += p[i];
+    }
+    a->lossy_syncs++;
+    a->elems_lost_max = HR_MAX(a->elems_lost_max, lost_elems);
+    a->send_ns += hr_time_ns() - t1;
+}
+
+/* worker: the partial as datagrams to the head, sent once (never retransmitted) */
+static void hc_lossy_worker(hc_ar *a, const float *x, int n, int E) {
+    size_t cnt = (size_t)n * E;
+    hc_lossy_link *l = &a->ll[0];
+    uint8_t buf[HN_DGRAM_MAX_BYTES];
+    int64_t t0 = hr_time_ns();
+    for (size_t off = 0, idx = 0; off < cnt; off += HN_DGRAM_MAX_ELEMS, idx++) {
+        hn_dgram g = {.session = a->session, .seq = a->seq, .device = (uint16_t)a->me, .total = (uint32_t)cnt,
+                      .offset = (uint32_t)off, .n = (uint32_t)HR_MIN((size_t)HN_DGRAM_MAX_ELEMS, cnt - off),
+                      .data = x + off};
+        size_t len = hn_dgram_encode(&g, buf, sizeof buf);
+        if (hc_lossy_drop(a, (uint32_t)idx)) l->hook_dropped++;
+        else if (!len || hn_udp_send(l->udp, buf, len)) l->send_fail++;
+        else l->sent++;
+        if (a->dup && len && !hn_udp_send(l->udp, buf, len)) l->sent++;
+    }
+    a->send_ns += hr_time_ns() - t0;
+}
+
+/* star, head side: add the workers' partials in device order (TCP, or the lossy merge), send the sum
+   back over TCP — reliably, so that every device continues from the same values (docs/lossy.md) */
 static int hc_star_head(hc_ar *a, int layer, uint32_t stage, float *x, int n, int E, uint64_t compute_ns) {
     size_t cnt = (size_t)n * E;
-    for (int d = 1; d < a->k; d++) {
-        hn_msg m;
-        int rc = hc_ar_recv(a, d, a->conn[d], &a->rx[d], &m, HN_MSG_PARTIAL, n);
-        if (rc) return rc;
-        if ((rc = hc_partial_check(a, d, &m.u.partial, layer, stage, n, E, 0, cnt))) return rc;
-        int64_t t0 = hr_time_ns();
-        const float *p = m.u.partial.data;
-        for (size_t i = 0; i < cnt; i++) x[i] += p[i];
-        a->send_ns += hr_time_ns() - t0;
-    }
+    if (hc_lossy_on(a, layer, n)) hc_lossy_head(a, x, n, E);
+    else
+        for (int d = 1; d < a->k; d++) {
+            hn_msg m;
+            int rc = hc_ar_recv(a, d, a->conn[d], &a->rx[d], &m, HN_MSG_PARTIAL, n);
+            if (rc) return rc;
+            if ((rc = hc_partial_check(a, d, &m.u.partial, layer, stage, n, E, 0, cnt))) return rc;
+            int64_t t0 = hr_time_ns();
+            const float *p = m.u.partial.data;
+            for (size_t i = 0; i < cnt; i++) x[i] += p[i];
+            a->send_ns += hr_time_ns() - t0;
+        }
     hn_msg r = {.type = HN_MSG_RESULT, .seq = a->seq};
     r.u.result = (hn_result){.layer_end = (uint32_t)layer + 1, .n_tokens = (uint32_t)n, .n_embd = (uint32_t)E,
                              .compute_ns = compute_ns, .data = x};
@@ -91,11 +219,15 @@ static int hc_star_head(hc_ar *a, int layer, uint32_t stage, float *x, int n, in
 /* star, worker side: send the partial, take the sum */
 static int hc_star_worker(hc_ar *a, int layer, uint32_t stage, float *x, int n, int E, uint64_t compute_ns) {
     size_t cnt = (size_t)n * E;
-    hn_msg p = {.type = HN_MSG_PARTIAL, .seq = a->seq};
-    p.u.partial = (hn_partial){.layer = (uint32_t)layer, .stage = stage, .n_tokens = (uint32_t)n, .n_embd = (uint32_t)E,
-                               .offset = 0, .n = (uint32_t)cnt, .compute_ns = compute_ns, .data = x};
-    int rc = hc_ar_send(a, 0, a->conn[0], &p, n);
-    if (rc) return rc;
+    int rc;
+    if (hc_lossy_on(a, layer, n)) hc_lossy_worker(a, x, n, E);
+    else {
+        hn_msg p = {.type = HN_MSG_PARTIAL, .seq = a->seq};
+        p.u.partial = (hn_partial){.layer = (uint32_t)layer, .stage = stage, .n_tokens = (uint32_t)n,
+                                   .n_embd = (uint32_t)E, .offset = 0, .n = (uint32_t)cnt, .compute_ns = compute_ns,
+                                   .data = x};
+        if ((rc = hc_ar_send(a, 0, a->conn[0], &p, n))) return rc;
+    }
     hn_msg m;
     if ((rc = hc_ar_recv(a, 0, a->conn[0], &a->rx[0], &m, HN_MSG_RESULT, n))) return rc;
     const hn_result *r = &m.u.result;
@@ -170,6 +302,7 @@ int hc_ar_sync(void *user, int layer, enum hm_block b, float *x, int n, int n_em
         if (a->mode == HC_ALLREDUCE_RING) rc = hc_ring(a, layer, stage, x, n, n_embd, compute_ns);
         else if (a->me == 0) rc = hc_star_head(a, layer, stage, x, n, n_embd, compute_ns);
         else rc = hc_star_worker(a, layer, stage, x, n, n_embd, compute_ns);
+        if (!rc) a->sum_hash = hr_hash64(x, (size_t)n * n_embd * sizeof(float), a->sum_hash);
     }
     a->mark = hr_time_ns();
     return rc;

@@ -90,6 +90,21 @@ static inline const char *hc_skip_peer(const char *msg, const char *name) {
 }
 
 /* ---- all-reduce: the sync hook of one device's shard ---- */
+/* The lossy all-reduce (docs/lossy.md): a pass of at most this many tokens sends its partials over UDP
+   (not layer 0's); a prompt's larger batches stay on TCP (their burst would overflow socket buffers,
+   and what a prompt loses stays in the KV cache for the whole conversation). */
+#define HC_LOSSY_MAX_TOKENS 8
+
+/* One UDP link of the lossy all-reduce and its counters (cumulative over the session). The head has
+   one per worker and counts what it received; a worker has one, to the head, and counts what it sent. */
+typedef struct hc_lossy_link {
+    hn_udp  *udp;
+    uint64_t sent, hook_dropped, send_fail;              /* sender */
+    uint64_t received, lost, late, dup, foreign, malformed; /* receiver: lost = missing at the merge;
+                                                            late = arrived for an all-reduce already merged */
+    uint64_t elems_lost;                                 /* receiver: elements merged as zero */
+} hc_lossy_link;
+
 typedef struct hc_ar {
     int       mode;            /* enum hc_allreduce */
     int       k, me;           /* devices, this device's index */
@@ -108,7 +123,26 @@ typedef struct hc_ar {
     int64_t   compute_ns, wait_ns, send_ns;
     int64_t   mark;            /* end of the previous sync (or start of the pass): compute since then */
     hr_err    err;             /* why the last sync failed */
+    /* every sum this device continued from, hashed in order (hr_hash64 chain): equal on every device
+       of a session unless they diverged (the lossy tests compare them) */
+    uint64_t  sum_hash;
+    /* lossy star all-reduce (docs/lossy.md) */
+    bool      lossy;
+    int       lossy_deadline_ms;
+    uint64_t  session;         /* random per session: a datagram of another one is foreign */
+    uint64_t  drop_seed;       /* test hook: drop outgoing datagrams with probability drop_ppm / 1e6 */
+    uint32_t  drop_ppm;
+    bool      dup;             /* test hook: every datagram is sent twice */
+    hc_lossy_link *ll;         /* head: [k] (1..k-1 used); worker: [1], its link to the head */
+    float    *lbuf;            /* head: [k][lcap] what each worker's datagrams brought (zero: missing) */
+    uint8_t  *got;             /* head: [k][lmaxp] which of a worker's datagrams arrived */
+    size_t    lcap, lmaxp;
+    uint64_t  lossy_syncs, elems_lost_max;
 } hc_ar;
+
+/* head: the buffers of the lossy merge for passes of up to HC_LOSSY_MAX_TOKENS tokens */
+int  hc_ar_lossy_alloc(hc_ar *a, int n_embd);
+void hc_ar_lossy_free(hc_ar *a);
 
 int  hc_ar_sync(void *user, int layer, enum hm_block b, float *x, int n, int n_embd);
 /* ring mode: socket buffers of the link to the next device (call once the links exist) */

@@ -21,7 +21,8 @@
 #include "base/base.h"
 
 #define HN_MAGIC          0x48545248u /* "HRTH" as a little-endian u32 */
-#define HN_PROTO_VERSION  2   /* 2: FORWARD carries each token's sequence (issue 27) */
+#define HN_PROTO_VERSION  3   /* 2: FORWARD carries each token's sequence (issue 27); 3: the lossy
+                                 all-reduce over UDP (issue 28, LOAD_PLAN's lossy_* parameters) */
 #define HN_HEADER_SIZE    16
 
 /* field limits (bytes or entries) */
@@ -63,7 +64,7 @@ enum hn_msg_type {
 enum {
     HN_CAP_F32_ACT     = 1u << 0, /* hidden states as f32 (always set in version 1) */
     HN_CAP_SLICE_CACHE = 1u << 1, /* keeps weight slices in an on-disk cache (SLICE_HAVE) */
-    HN_CAP_LOSSY_UDP   = 1u << 2, /* can send partial sums over UDP (HALO), later */
+    HN_CAP_LOSSY_UDP   = 1u << 2, /* can send partial sums over UDP (HALO; LOAD_PLAN's lossy_port) */
     HN_CAP_ENCRYPT     = 1u << 3, /* can encrypt traffic with the cluster key, later */
 };
 
@@ -365,5 +366,61 @@ int  hn_key_load(const char *path, hn_key *out, hr_err *err);
 void hn_key_id(const hn_key *k, uint8_t id[HN_KEY_ID_SIZE]);
 void hn_key_id_hex(const hn_key *k, char out[2 * HN_KEY_ID_SIZE + 1]);
 void hn_key_wipe(hn_key *k); /* zeroes it in a way the compiler keeps */
+
+/* ---- datagrams (udp.c): the lossy all-reduce's partial sums over UDP (issue 28, docs/lossy.md) ------
+   One datagram holds a range of one device's partial output of one all-reduce:
+     u32 magic 0x47445248 ("HRDG") | u16 version (HN_DGRAM_VERSION) | u16 kind (HN_DGRAM_PARTIAL) |
+     u64 session | u32 seq (the all-reduce) | u16 device (the sender) | u16 flags (0) |
+     u32 total (elements of the whole partial) | u32 offset | u32 n (elements here) | n x f32
+   little-endian, HN_DGRAM_HEADER bytes of header, at most HN_DGRAM_MAX_BYTES in all (under a 1500-byte
+   MTU with IP and UDP headers). Decoding is strict: exact length, 1 <= n <= HN_DGRAM_MAX_ELEMS,
+   offset + n <= total, zero flags; whatever fails is dropped by the caller and counted, never trusted.
+   SEAL SEAM: hn_dgram_encode / hn_dgram_decode are the only places that turn a datagram into bytes and
+   back. The AEAD of encrypted links (issue 29) goes there: seal the encoded bytes (header as associated
+   data) at the end of encode, open them at the start of decode; HN_DGRAM_SEAL_OVERHEAD then becomes the
+   tag's (and nonce's) size and HN_DGRAM_MAX_ELEMS shrinks with it. Nothing is sealed today. */
+#define HN_DGRAM_MAGIC         0x47445248u
+#define HN_DGRAM_VERSION       1
+#define HN_DGRAM_PARTIAL       1
+#define HN_DGRAM_HEADER        36
+#define HN_DGRAM_MAX_BYTES     1400
+#define HN_DGRAM_SEAL_OVERHEAD 0
+#define HN_DGRAM_MAX_ELEMS     ((HN_DGRAM_MAX_BYTES - HN_DGRAM_HEADER - HN_DGRAM_SEAL_OVERHEAD) / 4)
+#define HN_DGRAM_MAX_TOTAL     (1u << 26) /* elements of one partial */
+
+typedef struct hn_dgram {
+    uint64_t    session;
+    uint32_t    seq;
+    uint16_t    device;
+    uint32_t    total, offset, n;
+    const void *data;   /* n little-endian f32: encode reads floats; decode points into the datagram
+                           (not aligned: copy out with memcpy) */
+} hn_dgram;
+
+/* Encodes d into out (cap >= HN_DGRAM_MAX_BYTES is always enough): the datagram's size, or 0 when d
+   breaks a limit (nothing written that a decoder would take). */
+size_t hn_dgram_encode(const hn_dgram *d, uint8_t *out, size_t cap);
+/* Decodes one datagram of len bytes: 0, or HR_EFORMAT with why (may be NULL) saying what is wrong.
+   out->data borrows p. */
+int    hn_dgram_decode(const uint8_t *p, size_t len, hn_dgram *out, char *why, size_t why_cap);
+
+/* A UDP socket beside a TCP connection: bound to the connection's local address (any port), so that
+   datagrams take the same path as the connection; non-blocking. */
+typedef struct hn_udp hn_udp;
+hn_udp  *hn_udp_open(const hn_conn *beside, hr_err *err);
+void     hn_udp_close(hn_udp *u);                    /* NULL is fine */
+uint16_t hn_udp_port(const hn_udp *u);
+int      hn_udp_fd(const hn_udp *u);
+/* Sends from now on to the connection's peer address at `port` (connect(2): the kernel also drops
+   datagrams from anyone else). */
+int      hn_udp_connect(hn_udp *u, const hn_conn *c, uint16_t port, hr_err *err);
+/* Only datagrams from the connection's peer address (any port) are returned by hn_udp_recv. */
+void     hn_udp_expect_peer(hn_udp *u, const hn_conn *c);
+/* One datagram, never blocking: 0, or HR_ENET when the kernel took none (buffer full, no route; the
+   caller counts it as lost: the protocol never waits for a datagram). */
+int      hn_udp_send(hn_udp *u, const void *p, size_t n);
+/* One waiting datagram into buf: its size, 0 when none is waiting, -1 for one from an unexpected
+   address or a receive error, -2 for one longer than cap (both read and dropped: count them). */
+long     hn_udp_recv(hn_udp *u, void *buf, size_t cap);
 
 #endif
