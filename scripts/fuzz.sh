@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses (tests/fuzz-gguf.c, tests/fuzz-net.c) with clang, ASan and UBSan,
-# seeds each from a build's test-gguf / test-net, and runs each for SECONDS (default 45).
+# Builds the libFuzzer harnesses (tests/fuzz-gguf.c, tests/fuzz-net.c, tests/fuzz-dgram.c) with clang,
+# ASan and UBSan, seeds each from a build's test-gguf / test-net / test-dgram, and runs each for
+# SECONDS (default 45).
 # A crash, sanitizer report or failed check fails the script; the input that did it is left in OUT.
 #
 # usage: scripts/fuzz.sh [-t SECONDS] [-b BUILD_DIR (default build)] [-o OUT (default BUILD_DIR/fuzz)]
@@ -18,7 +19,7 @@ while getopts "t:b:o:" opt; do
   esac
 done
 out=${out:-$build/fuzz}
-for t in test-gguf test-net; do
+for t in test-gguf test-net test-dgram; do
   [ -x "$build/$t" ] || { echo "fuzz.sh: $build/$t not built (cmake --build $build)" >&2; exit 2; }
 done
 command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
@@ -28,6 +29,7 @@ flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefine
 # the sources each harness reaches: the reader and its dependencies, generic kernels only
 gguf_src=(tests/fuzz-gguf.c src/gguf/*.c src/base/*.c src/quant/*.c)
 net_src=(tests/fuzz-net.c src/net/proto.c src/base/*.c)
+dgram_src=(tests/fuzz-dgram.c src/net/dgram.c src/base/*.c)
 
 run() { # NAME MAX_LEN SEED_ENV SEED_TEST SOURCES...
   local name=$1 max_len=$2 seed_env=$3 seed_test=$4
@@ -49,3 +51,4 @@ run() { # NAME MAX_LEN SEED_ENV SEED_TEST SOURCES...
 
 run fuzz-gguf 65536 HEARTH_GGUF_SEED_DIR test-gguf "${gguf_src[@]}"
 run fuzz-net 4096 HEARTH_NET_SEED_DIR test-net "${net_src[@]}"
+run fuzz-dgram 2048 HEARTH_DGRAM_SEED_DIR test-dgram "${dgram_src[@]}"

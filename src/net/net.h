@@ -367,7 +367,7 @@ void hn_key_id(const hn_key *k, uint8_t id[HN_KEY_ID_SIZE]);
 void hn_key_id_hex(const hn_key *k, char out[2 * HN_KEY_ID_SIZE + 1]);
 void hn_key_wipe(hn_key *k); /* zeroes it in a way the compiler keeps */
 
-/* ---- datagrams (udp.c): the lossy all-reduce's partial sums over UDP (issue 28, docs/lossy.md) ------
+/* ---- datagrams (dgram.c, udp.c): the lossy all-reduce's partial sums over UDP (issue 28, docs/lossy.md) ------
    One datagram holds a range of one device's partial output of one all-reduce:
      u32 magic 0x47445248 ("HRDG") | u16 version (HN_DGRAM_VERSION) | u16 kind (HN_DGRAM_PARTIAL) |
      u64 session | u32 seq (the all-reduce) | u16 device (the sender) | u16 flags (0) |
