@@ -1,6 +1,6 @@
 /* test-dgram — the lossy all-reduce's datagram codec and UDP socket (src/net/dgram.c, udp.c; net.h "datagrams"):
-   - encode/decode round trips at the limits (1 and HN_DGRAM_MAX_ELEMS elements, the last range of a
-     partial), the payload carried bit for bit;
+   - encode/decode round trips of the three kinds at the limits (1 and HN_DGRAM_MAX_ELEMS elements, the
+     last range of a partial), the payload carried bit for bit;
    - the encoder refuses what the decoder would (n 0 or too large, a range past the total, no room);
    - the decoder refuses every single-field corruption of a valid datagram (magic, version, kind,
      flags, n, offset, total, a length one byte off) and random bytes; it never reads past the end
@@ -41,8 +41,9 @@ static void test_round_trip(void) {
         {1, 0, 1, "one"}, {64, 0, 64, "small"}, {2048, 0, HN_DGRAM_MAX_ELEMS, "full"},
         {2048, 2046, 2, "tail"}, {HN_DGRAM_MAX_TOTAL, HN_DGRAM_MAX_TOTAL - 3, 3, "max-total"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        hn_dgram d = {.session = 0x0123456789abcdefULL + c, .seq = 77 + (uint32_t)c, .device = (uint16_t)(c + 1),
-                      .total = cases[c].total, .offset = cases[c].offset, .n = cases[c].n, .data = v};
+        hn_dgram d = {.kind = HN_DGRAM_PARTIAL + (int)(c % 3), .flags = (uint16_t)(c & 1), .session = 0x0123456789abcdefULL + c,
+                      .seq = 77 + (uint32_t)c, .device = (uint16_t)(c + 1), .total = cases[c].total,
+                      .offset = cases[c].offset, .n = cases[c].n, .data = v};
         uint8_t buf[HN_DGRAM_MAX_BYTES];
         size_t len = hn_dgram_encode(&d, buf, sizeof buf);
         CHECKF(len == HN_DGRAM_HEADER + 4 * (size_t)d.n && len <= HN_DGRAM_MAX_BYTES, "case %zu: %zu bytes", c, len);
@@ -54,8 +55,8 @@ static void test_round_trip(void) {
         REQUIRE_VOID(copy);
         memcpy(copy, buf, len);
         CHECKF(hn_dgram_decode(copy, len, &o, why, sizeof why) == 0, "case %zu: %s", c, why);
-        CHECK(o.session == d.session && o.seq == d.seq && o.device == d.device && o.total == d.total &&
-              o.offset == d.offset && o.n == d.n);
+        CHECK(o.kind == d.kind && o.flags == d.flags && o.session == d.session && o.seq == d.seq && o.device == d.device &&
+              o.total == d.total && o.offset == d.offset && o.n == d.n);
         CHECK(o.data == copy + HN_DGRAM_HEADER && !memcmp(o.data, v, 4 * (size_t)d.n));
         free(copy);
     }
@@ -65,16 +66,19 @@ static void test_encoder_refuses(void) {
     float v[HN_DGRAM_MAX_ELEMS + 1] = {0};
     uint8_t buf[HN_DGRAM_MAX_BYTES + 64];
     const hn_dgram bad[] = {
-        {.total = 10, .offset = 0, .n = 0, .data = v},
-        {.total = 4096, .offset = 0, .n = HN_DGRAM_MAX_ELEMS + 1, .data = v},
-        {.total = 10, .offset = 8, .n = 3, .data = v},
-        {.total = 10, .offset = 11, .n = 1, .data = v},
-        {.total = HN_DGRAM_MAX_TOTAL + 1, .offset = 0, .n = 1, .data = v},
-        {.total = 10, .offset = 0, .n = 1, .data = NULL},
+        {.kind = 1, .total = 10, .offset = 0, .n = 0, .data = v},
+        {.kind = 0, .total = 10, .offset = 0, .n = 1, .data = v},
+        {.kind = 4, .total = 10, .offset = 0, .n = 1, .data = v},
+        {.kind = 1, .total = 4096, .offset = 0, .n = HN_DGRAM_MAX_ELEMS + 1, .data = v},
+        {.kind = 1, .total = 10, .offset = 8, .n = 3, .data = v},
+        {.kind = 1, .total = 10, .offset = 11, .n = 1, .data = v},
+        {.kind = 1, .total = HN_DGRAM_MAX_TOTAL + 1, .offset = 0, .n = 1, .data = v},
+        {.kind = 1, .total = 10, .offset = 0, .n = 1, .data = NULL},
+        {.kind = 1, .flags = 2, .total = 10, .offset = 0, .n = 1, .data = v},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECKF(hn_dgram_encode(&bad[i], buf, sizeof buf) == 0, "bad datagram %zu encoded", i);
-    hn_dgram ok = {.total = 10, .offset = 0, .n = 10, .data = v};
+    hn_dgram ok = {.kind = 2, .total = 10, .offset = 0, .n = 10, .data = v};
     CHECK(hn_dgram_encode(&ok, buf, HN_DGRAM_HEADER + 39) == 0);  /* no room */
     CHECK(hn_dgram_encode(&ok, buf, HN_DGRAM_HEADER + 40) == HN_DGRAM_HEADER + 40);
 }
@@ -84,7 +88,8 @@ static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 
 static void test_decoder_refuses(void) {
     float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    hn_dgram d = {.session = 5, .seq = 9, .device = 2, .total = 64, .offset = 8, .n = 8, .data = v};
+    hn_dgram d = {.kind = HN_DGRAM_PARTIAL, .session = 5, .seq = 9, .device = 2, .total = 64, .offset = 8, .n = 8,
+                  .data = v};
     uint8_t good[HN_DGRAM_MAX_BYTES];
     size_t len = hn_dgram_encode(&d, good, sizeof good);
     REQUIRE_VOID(len == HN_DGRAM_HEADER + 32);
@@ -100,8 +105,9 @@ static void test_decoder_refuses(void) {
     MUTATE((void)0, 0, "nothing");
     MUTATE(b[0] ^= 1, len, "bad magic");
     MUTATE(put16(b + 4, 2), len, "version 2");
-    MUTATE(put16(b + 6, 2), len, "kind 2");
-    MUTATE(put16(b + 22, 1), len, "flags");
+    MUTATE(put16(b + 6, 4), len, "kind 4");
+    MUTATE(put16(b + 6, 0), len, "kind 0");
+    MUTATE(put16(b + 22, 2), len, "an unknown flag");
     MUTATE(put32(b + 32, 0), HN_DGRAM_HEADER, "n 0");
     MUTATE(put32(b + 32, 9), len, "n one more than the bytes");
     MUTATE(put32(b + 28, 57), len, "a range past the total");
@@ -141,7 +147,8 @@ static void test_sockets(void) {
     CHECK(hn_udp_connect(worker, c, hn_udp_port(head), &e) == 0);
     float v[4] = {1, 2, 3, 4};
     uint8_t out[HN_DGRAM_MAX_BYTES], in[HN_DGRAM_MAX_BYTES];
-    hn_dgram d = {.session = 1, .seq = 1, .device = 1, .total = 4, .offset = 0, .n = 4, .data = v};
+    hn_dgram d = {.kind = HN_DGRAM_RESULT, .session = 1, .seq = 1, .device = 1, .total = 4, .offset = 0, .n = 4,
+                  .data = v};
     size_t len = hn_dgram_encode(&d, out, sizeof out);
     CHECK(hn_udp_send(worker, out, len) == 0);
     long got = 0;

@@ -193,6 +193,9 @@ typedef struct hc_dev_stats {
     uint64_t dg_sent, dg_hook_dropped, dg_send_fail;
     uint64_t dg_received, dg_lost, dg_late, dg_dup, dg_foreign, dg_malformed, elems_lost;
     uint64_t lossy_syncs, elems_lost_max;
+    /* the sum's way back to a worker: RESULT datagrams the head sent it (first time, and again on its
+       NACKs), that it received, NACKs it sent */
+    uint64_t res_sent, res_resent, res_received, nacks;
     /* hash of every all-reduce sum the device continued from (the same on every device: they agree) */
     uint64_t sum_hash;
 } hc_dev_stats;

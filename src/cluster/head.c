@@ -240,6 +240,8 @@ static int hc_load_worker(hc_head *h, int d, uint64_t model_hash, uint64_t token
     if (h->p.lossy) {
         hc_kv(&kb, "lossy_port", "%u", (unsigned)hn_udp_port(h->ll[d].udp));
         hc_kv(&kb, "lossy_session", "%016llx", (unsigned long long)h->ar.session);
+        hc_kv(&kb, "lossy_max_tokens", "%d", h->ar.lossy_max_tokens);
+        hc_kv(&kb, "lossy_deadline_ms", "%d", h->p.lossy_deadline_ms);
         if (h->p.lossy_drop_ppm || h->p.lossy_dup)
             hc_kv(&kb, "lossy_drop", "%016llx:%u:%d", (unsigned long long)h->p.lossy_drop_seed, h->p.lossy_drop_ppm,
                   h->p.lossy_dup);
@@ -489,11 +491,8 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     h->ar = (hc_ar){.mode = p->allreduce, .k = h->k, .me = 0, .conn = h->conn, .rx = h->rx, .names = h->name_ptr,
                     .hook = &h->hook, .timeout_ms = h->p.timeout_ms, .lossy = p->lossy,
                     .lossy_deadline_ms = h->p.lossy_deadline_ms, .drop_seed = p->lossy_drop_seed,
-                    .drop_ppm = p->lossy_drop_ppm, .dup = p->lossy_dup, .ll = h->ll};
-    if (p->lossy) {
-        h->ar.session = hc_random64(m);
-        if (hc_ar_lossy_alloc(&h->ar, hp->n_embd)) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
-    }
+                    .drop_ppm = p->lossy_drop_ppm, .dup = p->lossy_dup, .ll = h->ll, .n_layer = hp->n_layer};
+    if (p->lossy) h->ar.session = hc_random64(m);
     if (p->allreduce == HC_ALLREDUCE_RING && !p->pp) {
         h->ar.next = h->conn[1];
         h->ar.prev = h->conn[h->k - 1];
@@ -543,6 +542,8 @@ hc_head *hc_head_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     h->n_ctx = hm_ctx_n_ctx(h->ctx);
     h->n_batch = HR_MIN(cp.n_batch, h->n_ctx);
     h->n_seq = hm_ctx_n_seq(h->ctx);
+    h->ar.lossy_max_tokens = HR_MIN(h->n_seq, HC_LOSSY_MAX_TOKENS);
+    if (p->lossy && hc_ar_lossy_alloc(&h->ar, hp->n_embd)) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
     h->x = hr_alloc_aligned((size_t)h->n_batch * hp->n_embd * sizeof(float), 64);
     h->y = hr_alloc_aligned((size_t)h->n_batch * hp->n_embd * sizeof(float), 64);
     h->pos = malloc((size_t)h->n_batch * sizeof *h->pos);
@@ -1035,6 +1036,10 @@ int hc_head_stats(hc_head *h, hc_dev_stats *out, int cap, hr_err *err) {
         w->dg_foreign = l->foreign;
         w->dg_malformed = l->malformed;
         w->elems_lost = l->elems_lost;
+        w->res_sent = l->res_sent;
+        w->res_resent = l->resends;
+        w->res_received = (uint64_t)hc_kv_i64(p, "res_received");
+        w->nacks = (uint64_t)hc_kv_i64(p, "nacks");
         static const char *const bk[2][4] = {{"attn_n", "attn_compute_ns", "attn_loads", "attn_load_ns"},
                                              {"ffn_n", "ffn_compute_ns", "ffn_loads", "ffn_load_ns"}};
         for (int k = 0; k < 2; k++) {
@@ -1095,14 +1100,16 @@ void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap) {
     for (int i = 0; i < n; i++) lossy |= s[i].lossy_syncs > 0 || s[i].dg_sent > 0;
     if (lossy) {
         /* the lossy all-reduce, over the session: what each worker sent and what reached the head */
-        OUT("%-24s %9s %9s %9s %9s %9s %9s %9s %9s %11s\n", "lossy", "sent", "dropped", "received", "lost", "late",
-            "dup", "foreign", "malformed", "elems lost");
+        OUT("%-24s %9s %9s %9s %9s %9s %9s %9s %9s %11s %9s %9s %9s\n", "lossy", "sent", "dropped", "received",
+            "lost", "late", "dup", "foreign", "malformed", "elems lost", "sums out", "sums in", "NACKs");
         for (int i = 1; i < n; i++)
-            OUT("%-24s %9llu %9llu %9llu %9llu %9llu %9llu %9llu %9llu %11llu\n", s[i].name,
+            OUT("%-24s %9llu %9llu %9llu %9llu %9llu %9llu %9llu %9llu %11llu %9llu %9llu %9llu\n", s[i].name,
                 (unsigned long long)s[i].dg_sent, (unsigned long long)(s[i].dg_hook_dropped + s[i].dg_send_fail),
                 (unsigned long long)s[i].dg_received, (unsigned long long)s[i].dg_lost,
                 (unsigned long long)s[i].dg_late, (unsigned long long)s[i].dg_dup, (unsigned long long)s[i].dg_foreign,
-                (unsigned long long)s[i].dg_malformed, (unsigned long long)s[i].elems_lost);
+                (unsigned long long)s[i].dg_malformed, (unsigned long long)s[i].elems_lost,
+                (unsigned long long)(s[i].res_sent + s[i].res_resent), (unsigned long long)s[i].res_received,
+                (unsigned long long)s[i].nacks);
         OUT("%-24s %llu all-reduces merged from datagrams, %llu elements lost (at most %llu in one)\n", "head",
             (unsigned long long)s[0].lossy_syncs, (unsigned long long)s[0].elems_lost,
             (unsigned long long)s[0].elems_lost_max);

@@ -129,6 +129,7 @@ typedef struct hc_session {
     uint64_t   lossy_session, drop_seed;
     uint32_t   drop_ppm;
     bool       drop_dup;
+    int        lossy_max_tokens, lossy_deadline_ms;
     hn_conn   *ar_conn[1];
     hn_frame   ar_rx[1];
     char       names[HC_MAX_DEVICES][260];
@@ -354,6 +355,8 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
             KV("dg_sent", "%" PRIu64, s->ll.sent);
             KV("dg_hook_dropped", "%" PRIu64, s->ll.hook_dropped);
             KV("dg_send_fail", "%" PRIu64, s->ll.send_fail);
+            KV("res_received", "%" PRIu64, s->ll.res_received);
+            KV("nacks", "%" PRIu64, s->ll.nacks);
         }
         if (s->mem) {
             hmem_sample smp;
@@ -544,6 +547,12 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
         s->lossy_port = (uint16_t)x;
         if (!(v = hc_param(p, "lossy_session")) || !hc_parse_u64(*v, &s->lossy_session, 16))
             return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'lossy_session'");
+        if (!(v = hc_param(p, "lossy_max_tokens")) || !hc_parse_u64(*v, &x, 10) || x < 1 || x > HC_LOSSY_MAX_TOKENS)
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'lossy_max_tokens'");
+        s->lossy_max_tokens = (int)x;
+        if (!(v = hc_param(p, "lossy_deadline_ms")) || !hc_parse_u64(*v, &x, 10) || x < 1 || x > 60000)
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'lossy_deadline_ms'");
+        s->lossy_deadline_ms = (int)x;
         if ((v = hc_param(p, "lossy_drop"))) {
             char b[64], *colon;
             hn_str_copy(b, sizeof b, *v);
@@ -858,7 +867,8 @@ static int hc_open_slices(hc_session *s, bool complete) {
    pipeline, which passes hidden states over them). */
 static int hc_link(hc_session *s) {
     int rc;
-    s->ar = (hc_ar){.mode = s->mode, .k = (int)s->n_dev, .me = (int)s->index, .timeout_ms = s->timeout_ms};
+    s->ar = (hc_ar){.mode = s->mode, .k = (int)s->n_dev, .me = (int)s->index, .timeout_ms = s->timeout_ms,
+                    .n_layer = s->hp.n_layer};
     s->ar_conn[0] = s->head;
     s->ar.conn = s->ar_conn;
     s->ar.rx = s->ar_rx;
@@ -876,6 +886,8 @@ static int hc_link(hc_session *s) {
         s->ar.drop_seed = s->drop_seed;
         s->ar.drop_ppm = s->drop_ppm;
         s->ar.dup = s->drop_dup;
+        s->ar.lossy_max_tokens = s->lossy_max_tokens;
+        s->ar.lossy_deadline_ms = s->lossy_deadline_ms;
         s->ar.ll = &s->ll;
     }
     if (s->mode != HC_ALLREDUCE_RING && !s->pp) return 0;

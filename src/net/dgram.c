@@ -19,14 +19,16 @@ static bool hn_dgram_ok(uint32_t total, uint32_t offset, uint32_t n) {
 
 size_t hn_dgram_encode(const hn_dgram *d, uint8_t *out, size_t cap) {
     size_t len = HN_DGRAM_HEADER + (size_t)d->n * 4;
-    if (!hn_dgram_ok(d->total, d->offset, d->n) || !d->data || len > cap) return 0;
+    if (!hn_dgram_ok(d->total, d->offset, d->n) || !d->data || len > cap || d->kind < HN_DGRAM_PARTIAL ||
+        d->kind > HN_DGRAM_NACK || (d->flags & ~HN_DGRAM_REPEAT))
+        return 0;
     put32(out, HN_DGRAM_MAGIC);
     put16(out + 4, HN_DGRAM_VERSION);
-    put16(out + 6, HN_DGRAM_PARTIAL);
+    put16(out + 6, (uint16_t)d->kind);
     put64(out + 8, d->session);
     put32(out + 16, d->seq);
     put16(out + 20, d->device);
-    put16(out + 22, 0);
+    put16(out + 22, d->flags);
     put32(out + 24, d->total);
     put32(out + 28, d->offset);
     put32(out + 32, d->n);
@@ -52,14 +54,17 @@ int hn_dgram_decode(const uint8_t *p, size_t len, hn_dgram *out, char *why, size
     if (len < HN_DGRAM_HEADER) return hn_dgram_bad(why, why_cap, "%zu bytes: shorter than a header", len);
     if (get32(p) != HN_DGRAM_MAGIC) return hn_dgram_bad(why, why_cap, "bad magic");
     if (get16(p + 4) != HN_DGRAM_VERSION) return hn_dgram_bad(why, why_cap, "version %u", get16(p + 4));
-    if (get16(p + 6) != HN_DGRAM_PARTIAL) return hn_dgram_bad(why, why_cap, "kind %u", get16(p + 6));
-    if (get16(p + 22) != 0) return hn_dgram_bad(why, why_cap, "flags %#x", get16(p + 22));
+    uint16_t kind = get16(p + 6);
+    if (kind < HN_DGRAM_PARTIAL || kind > HN_DGRAM_NACK) return hn_dgram_bad(why, why_cap, "kind %u", kind);
+    uint16_t flags = get16(p + 22);
+    if (flags & ~HN_DGRAM_REPEAT) return hn_dgram_bad(why, why_cap, "flags %#x", flags);
     uint32_t total = get32(p + 24), offset = get32(p + 28), n = get32(p + 32);
     if (!hn_dgram_ok(total, offset, n))
         return hn_dgram_bad(why, why_cap, "elements %u+%u of %u out of range", offset, n, total);
     if (len != HN_DGRAM_HEADER + (size_t)n * 4)
         return hn_dgram_bad(why, why_cap, "%zu bytes for %u elements", len, n);
-    *out = (hn_dgram){.session = get64(p + 8), .seq = get32(p + 16), .device = get16(p + 20), .total = total,
+    *out = (hn_dgram){.kind = kind, .flags = flags, .session = get64(p + 8), .seq = get32(p + 16), .device = get16(p + 20),
+                      .total = total,
                       .offset = offset, .n = n, .data = p + HN_DGRAM_HEADER};
     return 0;
 }

@@ -367,21 +367,26 @@ void hn_key_id(const hn_key *k, uint8_t id[HN_KEY_ID_SIZE]);
 void hn_key_id_hex(const hn_key *k, char out[2 * HN_KEY_ID_SIZE + 1]);
 void hn_key_wipe(hn_key *k); /* zeroes it in a way the compiler keeps */
 
-/* ---- datagrams (dgram.c, udp.c): the lossy all-reduce's partial sums over UDP (issue 28, docs/lossy.md) ------
-   One datagram holds a range of one device's partial output of one all-reduce:
-     u32 magic 0x47445248 ("HRDG") | u16 version (HN_DGRAM_VERSION) | u16 kind (HN_DGRAM_PARTIAL) |
-     u64 session | u32 seq (the all-reduce) | u16 device (the sender) | u16 flags (0) |
+/* ---- datagrams (dgram.c, udp.c): the lossy all-reduce over UDP (issue 28, docs/lossy.md) -------------------
+   One datagram holds a range of one device's partial output of one all-reduce (PARTIAL, worker to
+   head), a range of its sum (RESULT, head to worker), or asks for the sum again (NACK, worker to head;
+   one element, 0):
+     u32 magic 0x47445248 ("HRDG") | u16 version (HN_DGRAM_VERSION) | u16 kind (enum hn_dgram_kind) |
+     u64 session | u32 seq (the all-reduce) | u16 device (the sender) | u16 flags (HN_DGRAM_REPEAT or 0) |
      u32 total (elements of the whole partial) | u32 offset | u32 n (elements here) | n x f32
    little-endian, HN_DGRAM_HEADER bytes of header, at most HN_DGRAM_MAX_BYTES in all (under a 1500-byte
    MTU with IP and UDP headers). Decoding is strict: exact length, 1 <= n <= HN_DGRAM_MAX_ELEMS,
-   offset + n <= total, zero flags; whatever fails is dropped by the caller and counted, never trusted.
+   offset + n <= total, no unknown flag; whatever fails is dropped by the caller and counted, never
+   trusted. A burst's last datagram goes twice, the copy flagged HN_DGRAM_REPEAT: a receiver that has
+   the last one knows the burst is over, so any hole is a loss (docs/lossy.md).
    SEAL SEAM: hn_dgram_encode / hn_dgram_decode are the only places that turn a datagram into bytes and
    back. The AEAD of encrypted links (issue 29) goes there: seal the encoded bytes (header as associated
    data) at the end of encode, open them at the start of decode; HN_DGRAM_SEAL_OVERHEAD then becomes the
    tag's (and nonce's) size and HN_DGRAM_MAX_ELEMS shrinks with it. Nothing is sealed today. */
 #define HN_DGRAM_MAGIC         0x47445248u
 #define HN_DGRAM_VERSION       1
-#define HN_DGRAM_PARTIAL       1
+enum hn_dgram_kind { HN_DGRAM_PARTIAL = 1, HN_DGRAM_RESULT = 2, HN_DGRAM_NACK = 3 };
+#define HN_DGRAM_REPEAT        1u /* flags: a second copy (of a burst's last datagram) */
 #define HN_DGRAM_HEADER        36
 #define HN_DGRAM_MAX_BYTES     1400
 #define HN_DGRAM_SEAL_OVERHEAD 0
@@ -389,6 +394,8 @@ void hn_key_wipe(hn_key *k); /* zeroes it in a way the compiler keeps */
 #define HN_DGRAM_MAX_TOTAL     (1u << 26) /* elements of one partial */
 
 typedef struct hn_dgram {
+    int         kind;   /* enum hn_dgram_kind */
+    uint16_t    flags;  /* HN_DGRAM_REPEAT or 0 */
     uint64_t    session;
     uint32_t    seq;
     uint16_t    device;
@@ -416,8 +423,11 @@ int      hn_udp_fd(const hn_udp *u);
 int      hn_udp_connect(hn_udp *u, const hn_conn *c, uint16_t port, hr_err *err);
 /* Only datagrams from the connection's peer address (any port) are returned by hn_udp_recv. */
 void     hn_udp_expect_peer(hn_udp *u, const hn_conn *c);
-/* One datagram, never blocking: 0, or HR_ENET when the kernel took none (buffer full, no route; the
-   caller counts it as lost: the protocol never waits for a datagram). */
+/* An unconnected socket replies from now on to where the last datagram hn_udp_recv returned came from
+   (call it once that datagram proved genuine). */
+void     hn_udp_reply_to_last(hn_udp *u);
+/* One datagram, never blocking, to the connected or reply address: 0, or HR_ENET when the kernel took
+   none (buffer full, no route, no address yet; the caller counts it as lost). */
 int      hn_udp_send(hn_udp *u, const void *p, size_t n);
 /* One waiting datagram into buf: its size, 0 when none is waiting, -1 for one from an unexpected
    address or a receive error, -2 for one longer than cap (both read and dropped: count them). */

@@ -11,8 +11,10 @@
 struct hn_udp {
     int      fd;
     uint16_t port;
-    bool     check_peer;
+    bool     check_peer, has_reply;
     struct sockaddr_storage peer;   /* hn_udp_expect_peer: the address datagrams must come from */
+    struct sockaddr_storage last, reply; /* the last datagram's source; where replies go */
+    socklen_t last_len, reply_len;
 };
 
 static uint16_t sa_port(const struct sockaddr_storage *ss) {
@@ -83,8 +85,16 @@ void hn_udp_expect_peer(hn_udp *u, const hn_conn *c) {
     u->check_peer = getpeername(hn_conn_fd(c), (struct sockaddr *)&u->peer, &sl) == 0;
 }
 
+void hn_udp_reply_to_last(hn_udp *u) {
+    u->reply = u->last;
+    u->reply_len = u->last_len;
+    u->has_reply = u->last_len > 0;
+}
+
 int hn_udp_send(hn_udp *u, const void *p, size_t n) {
-    return send(u->fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n ? 0 : HR_ENET;
+    int fl = MSG_DONTWAIT | MSG_NOSIGNAL;
+    ssize_t r = u->has_reply ? sendto(u->fd, p, n, fl, (struct sockaddr *)&u->reply, u->reply_len) : send(u->fd, p, n, fl);
+    return r == (ssize_t)n ? 0 : HR_ENET;
 }
 
 long hn_udp_recv(hn_udp *u, void *buf, size_t cap) {
@@ -94,5 +104,7 @@ long hn_udp_recv(hn_udp *u, void *buf, size_t cap) {
     if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
     if (r == 0) return -2;   /* an empty datagram: nothing a decoder would take */
     if (u->check_peer && !sa_same_host(&from, &u->peer)) return -1;
+    u->last = from;
+    u->last_len = fl;
     return r > (ssize_t)cap ? -2 : (long)r;
 }
