@@ -23,10 +23,9 @@ import subprocess
 import sys
 import time
 
-ME = os.path.realpath(__file__)
-SRC = os.path.dirname(os.path.dirname(ME))
-TESTBED = os.path.join(SRC, "tools", "testbed")
-PORT = 7070
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from tp import PORT, SRC, Bed, sh  # noqa: E402  (the testbed wrapper of bench/tp.py)
+
 N_DEV = 8
 
 
@@ -34,36 +33,10 @@ def log(msg):
     print(f"lossy: {msg}", file=sys.stderr, flush=True)
 
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, text=True, capture_output=True, **kw)
-
-
-class Bed:
-    def __init__(self, instance, build):
-        self.instance = instance
-        self.build = build
-
-    def tb(self, *args, check=True):
-        r = sh([sys.executable, TESTBED, "--instance", self.instance] + list(args))
-        if check and r.returncode:
-            raise RuntimeError(f"testbed {' '.join(args)}: {r.stderr.strip()}")
-        return r
-
-    def up(self, profile, loss):
-        self.tb("down", check=False)
-        self.tb("up", profile, "--linkem", os.path.join(self.build, "linkem"), "--set", f"loss={loss}")
-
-    def down(self):
-        self.tb("down", check=False)
-
-    def addr(self, dev):
-        return self.tb("addr", dev).stdout.strip()
-
-    def cmd(self, dev, argv):
-        return [sys.executable, TESTBED, "--instance", self.instance, "exec", dev, "--"] + argv
-
-    def kill(self, dev):
-        self.tb("kill", dev, check=False)
+def bed_up(bed, profile, loss):
+    """the profile with `loss` percent of every device's packets dropped"""
+    bed.tb("down", check=False)
+    bed.tb("up", profile, "--linkem", os.path.join(bed.build, "linkem"), "--set", f"loss={loss}")
 
 
 def token_ms(err):
@@ -117,7 +90,7 @@ def main():
         for prof in args.profiles.split(","):
             for loss in [float(x) for x in args.losses.split(",")]:
                 log(f"{prof} loss {loss:g}%: up")
-                bed.up(prof, loss)
+                bed_up(bed, prof, loss)
                 procs = []
                 try:
                     for i in range(1, N_DEV):
