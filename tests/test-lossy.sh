@@ -9,6 +9,8 @@
 # - duplicated datagrams (the hook's DUP): counted as duplicates (or late), the text unchanged;
 # - malformed, foreign (other session, other device) and stale (old all-reduce) datagrams injected at
 #   the head's UDP port by python3: dropped and counted exactly, the text unchanged;
+# - SIGKILL of a worker mid-generation: the head exits non-zero within 5 s naming it (its TCP
+#   connection is watched during the lossy waits);
 # - --lossy refused with --allreduce ring and --pp.
 # Env: HEARTH_BIN, HEARTH_SHARED.
 set -u
@@ -129,6 +131,10 @@ cmp -s "$TMP/iref.txt" "$TMP/i.txt" && ok || bad "injected datagrams changed the
 got=$(js "$TMP/i.json" "' '.join(str(d['devices'][1]['lossy'][k]) for k in ('datagrams_malformed','datagrams_foreign','datagrams_late','datagrams_lost'))")
 if [[ "$got" == "40 40 40 0" ]]; then ok; else bad "injected 40 malformed, 40 foreign, 40 stale: counted (malformed foreign late lost) $got"; fi
 agree "$TMP/i.json" && ok || bad "injected run: devices diverged"
+
+# ---- a worker killed mid-generation: the head fails at once naming it, as on TCP -------------------
+check_kill 2 "$S/synth/synth-llama-Q8_0.gguf" "$(workers 1 2 3)" --tp-shares equal --lossy
+start_worker 2
 
 # ---- refused combinations --------------------------------------------------------------------------
 for extra in "--allreduce ring" "--pp"; do

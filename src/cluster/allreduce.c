@@ -175,7 +175,15 @@ static int hc_lossy_check(hc_ar *a, hc_lossy_link *l, int from, int kind, const 
    sends HC_LOSSY_SURE_NP or more of them (all lost at 10% loss: < 1e-3), and is waited for as the TCP
    star would; one that sends fewer is waited for the deadline plus its usual lateness + 4 deviations
    (TCP's RTO estimator) (docs/lossy.md). */
-static void hc_lossy_head(hc_ar *a, float *x, int n, int E) {
+/* Nothing may come over a TCP connection during a lossy all-reduce: anything there (ERROR, BYE, the
+   peer's end) ends it with hc_ar_recv's message naming the peer. */
+static int hc_lossy_tcp(hc_ar *a, int dev, hn_conn *c, hn_frame *f, int n, int want) {
+    hn_msg m;
+    int rc = hc_ar_recv(a, dev, c, f, &m, want, n);
+    return rc ? rc : hc_ar_fail(a, dev, HR_EPROTO, "a message during a lossy all-reduce");
+}
+
+static int hc_lossy_head(hc_ar *a, float *x, int n, int E) {
     size_t cnt = (size_t)n * E, np = (cnt + HN_DGRAM_MAX_ELEMS - 1) / HN_DGRAM_MAX_ELEMS;
     int k = a->k;
     int64_t t0 = hr_time_ns(), D = (int64_t)a->lossy_deadline_ms * 1000000;
@@ -194,7 +202,7 @@ static void hc_lossy_head(hc_ar *a, float *x, int n, int E) {
         missing += np;
     }
     uint8_t buf[HN_DGRAM_MAX_BYTES + 8] __attribute__((aligned(8)));
-    struct pollfd pf[HC_MAX_DEVICES];
+    struct pollfd pf[2 * HC_MAX_DEVICES];
     for (;;) {
         for (int d = 1; d < k; d++) {
             hc_lossy_link *l = &a->ll[d];
@@ -229,10 +237,19 @@ static void hc_lossy_head(hc_ar *a, float *x, int n, int E) {
         for (int d = 1; d < k; d++)
             if (left[d] && dl[d] > now) wake = HR_MIN(wake, dl[d]);
         if (!missing || wake == INT64_MAX) break;
-        for (int d = 1; d < k; d++) pf[d - 1] = (struct pollfd){.fd = hn_udp_fd(a->ll[d].udp), .events = POLLIN};
+        /* the workers' TCP connections too: a worker that fails or dies ends the pass at once, as on TCP */
+        for (int d = 1; d < k; d++) {
+            pf[d - 1] = (struct pollfd){.fd = hn_udp_fd(a->ll[d].udp), .events = POLLIN};
+            pf[k - 2 + d] = (struct pollfd){.fd = hn_conn_fd(a->conn[d]), .events = POLLIN};
+        }
         struct timespec ts = {.tv_sec = (wake - now) / 1000000000, .tv_nsec = (wake - now) % 1000000000};
-        ppoll(pf, (nfds_t)(k - 1), &ts, NULL);
+        if (ppoll(pf, (nfds_t)(2 * (k - 1)), &ts, NULL) > 0)
+            for (int d = 1; d < k; d++)
+                if (pf[k - 2 + d].revents) return hc_lossy_tcp(a, d, a->conn[d], &a->rx[d], n, HN_MSG_PARTIAL);
     }
+    for (int d = 1; d < k; d++)
+        if (!first[d] && np >= HC_LOSSY_SURE_NP)   /* waited the whole TCP deadline for nothing */
+            return hc_ar_fail(a, d, HR_ETIMEDOUT, "no partial sum arrived in time (lossy all-reduce)");
     int64_t t1 = hr_time_ns();
     a->wait_ns += t1 - t0;
     uint64_t lost_elems = 0;
@@ -251,6 +268,7 @@ static void hc_lossy_head(hc_ar *a, float *x, int n, int E) {
     a->lossy_syncs++;
     a->elems_lost_max = HR_MAX(a->elems_lost_max, lost_elems);
     a->send_ns += hr_time_ns() - t1;
+    return 0;
 }
 
 /* head: the sum back to every worker as datagrams, kept for their NACKs */
@@ -305,9 +323,10 @@ static int hc_lossy_worker_result(hc_ar *a, float *x, int n, int E) {
             nack_at = now + gap;
         }
         int64_t wake = HR_MIN(nack_at, end) - now;
-        struct pollfd pf = {.fd = hn_udp_fd(l->udp), .events = POLLIN};
+        struct pollfd pf[2] = {{.fd = hn_udp_fd(l->udp), .events = POLLIN},
+                               {.fd = hn_conn_fd(a->conn[0]), .events = POLLIN}};
         struct timespec ts = {.tv_sec = wake / 1000000000, .tv_nsec = wake % 1000000000};
-        ppoll(&pf, 1, &ts, NULL);
+        if (ppoll(pf, 2, &ts, NULL) > 0 && pf[1].revents) return hc_lossy_tcp(a, 0, a->conn[0], &a->rx[0], n, HN_MSG_RESULT);
     }
     a->wait_ns += hr_time_ns() - t0;
     return 0;
@@ -318,9 +337,9 @@ static int hc_lossy_worker_result(hc_ar *a, float *x, int n, int E) {
 static int hc_star_head(hc_ar *a, int layer, uint32_t stage, float *x, int n, int E, uint64_t compute_ns) {
     size_t cnt = (size_t)n * E;
     if (hc_lossy_on(a, layer, n)) {
-        hc_lossy_head(a, x, n, E);
-        if (!hc_lossy_last(a, layer, stage)) hc_lossy_head_result(a, x, cnt);
-        return 0;
+        int rc = hc_lossy_head(a, x, n, E);
+        if (!rc && !hc_lossy_last(a, layer, stage)) hc_lossy_head_result(a, x, cnt);
+        return rc;
     }
         for (int d = 1; d < a->k; d++) {
             hn_msg m;
