@@ -93,7 +93,7 @@ else bad "duplicates: $dup duplicate + $late late for $recv received"; fi
 # A long run; once the head has logged its session and ports, python3 sends 40 datagrams of each kind
 # to worker 1's port (from 127.0.0.1, the worker's address, so they pass the address check). They wait
 # in the socket's buffer until the next lossy all-reduce reads them.
-"$BIN" run -m "$model" -p "$PROMPT" --temp 0 -n 2000 -c 2048 --ignore-eos -t 1 --workers "$(workers 1 2)" \
+"$BIN" run -m "$model" -p "$PROMPT" --temp 0 -n 1000 -c 1024 --ignore-eos -t 1 --workers "$(workers 1 2)" \
     --tp-shares equal --lossy --lossy-deadline $SLOW --stats-json "$TMP/i.json" > "$TMP/i.txt" 2> "$TMP/i.err" &
 HEAD_PID=$!
 for _ in $(seq 200); do grep -q "tp: lossy all-reduce: session" "$TMP/i.err" && break; sleep 0.05; done
@@ -121,9 +121,9 @@ for i in range(40):
 EOF
 wait "$HEAD_PID" || bad "the injected run failed: $(tail -2 "$TMP/i.err")"
 HEAD_PID=
-# against the TCP run (2000 tokens of a random-weight model meet a near-tie where a split's last-bit
+# against the TCP run (1000 tokens of a random-weight model meet a near-tie where a split's last-bit
 # difference from one device flips a token; TCP and lossy without loss add the very same floats)
-"$BIN" run -m "$model" -p "$PROMPT" --temp 0 -n 2000 -c 2048 --ignore-eos -t 1 --workers "$(workers 1 2)" \
+"$BIN" run -m "$model" -p "$PROMPT" --temp 0 -n 1000 -c 1024 --ignore-eos -t 1 --workers "$(workers 1 2)" \
     --tp-shares equal --stats-json "$TMP/iref.json" > "$TMP/iref.txt" 2> /dev/null
 cmp -s "$TMP/iref.txt" "$TMP/i.txt" && ok || bad "injected datagrams changed the text"
 [[ $(js "$TMP/i.json" "d['devices'][0]['sum_hash']") == $(js "$TMP/iref.json" "d['devices'][0]['sum_hash']") ]] && ok ||
