@@ -96,7 +96,7 @@ def main():
                     for i in range(1, N_DEV):
                         dev = f"d{i}"
                         logf = open(os.path.join(work, f"worker-{dev}.log"), "a")
-                        argv = [bin_, "worker", "--listen", f"0.0.0.0:{PORT}", "--cache",
+                        argv = [bin_, "worker", "--listen", f"0.0.0.0:{PORT}", "--insecure", "--cache",
                                 os.path.join(work, f"cache-{dev}"), "-t", "1", "--setup-timeout", "600"]
                         p = subprocess.Popen(bed.cmd(dev, argv), stdout=subprocess.PIPE, stderr=logf, text=True)
                         procs.append((dev, p, logf))

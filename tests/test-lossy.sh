@@ -11,7 +11,8 @@
 #   the head's UDP port by python3: dropped and counted exactly, the text unchanged;
 # - SIGKILL of a worker mid-generation: the head exits non-zero within 5 s naming it (its TCP
 #   connection is watched during the lossy waits);
-# - --lossy refused with --allreduce ring and --pp.
+# - --lossy refused with --allreduce ring and --pp, and by a head with a cluster key (its datagrams
+#   are not sealed yet).
 # Env: HEARTH_BIN, HEARTH_SHARED.
 set -u
 
@@ -141,6 +142,12 @@ for extra in "--allreduce ring" "--pp"; do
     if run -m "$model" --workers "$(workers 1)" --lossy $extra > /dev/null 2> "$TMP/r.err"; then bad "--lossy $extra was accepted"
     elif grep -q -- "--lossy" "$TMP/r.err"; then ok; else bad "--lossy $extra: unclear error: $(tail -1 "$TMP/r.err")"; fi
 done
+
+# the datagrams are not sealed yet: a head with a cluster key refuses --lossy
+"$BIN" keygen -o "$TMP/k.key" > /dev/null 2>&1 || bad "keygen"
+if run -m "$model" --workers "$(workers 1)" --key "$TMP/k.key" --lossy > /dev/null 2> "$TMP/r.err"; then
+    bad "--lossy with a cluster key was accepted"
+elif grep -q -- "--lossy does not encrypt" "$TMP/r.err"; then ok; else bad "--lossy --key: unclear error: $(tail -1 "$TMP/r.err")"; fi
 
 for i in 1 2 3; do stop_worker $i; done
 echo "test-lossy: $pass passed, $fail failed"
