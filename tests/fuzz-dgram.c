@@ -6,7 +6,8 @@
 // the datagram must re-encode to the very same bytes (the format is canonical). A crash, sanitizer
 // report or failed check is a bug; a refusal is not.
 //
-// Seeds: the valid datagrams of test-dgram (HEARTH_DGRAM_SEED_DIR).
+// Seeds: the valid datagrams of test-dgram (HEARTH_DGRAM_SEED_DIR) and tests/corpus/fuzz-dgram (one of
+// each kind: a PARTIAL, a flagged RESULT tail, a NACK, a stale partial).
 #include "net/net.h"
 
 #include <stdio.h>
