@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses (tests/fuzz-gguf.c, fuzz-net.c, fuzz-discover.c, fuzz-noise.c) with clang,
-# ASan and UBSan, seeds each from a build's test-gguf / test-net / test-discover and from its corpus in
-# tests/data/NAME/ or tests/corpus/NAME/ if there is one, and runs each for SECONDS (default 45).
+# Builds the libFuzzer harnesses (tests/fuzz-gguf.c, fuzz-net.c, fuzz-discover.c, fuzz-noise.c,
+# fuzz-dgram.c) with clang, ASan and UBSan, seeds each from a build's test-gguf / test-net /
+# test-discover / test-dgram and from its corpus in tests/data/NAME/ or tests/corpus/NAME/ if there is
+# one, and runs each for SECONDS (default 45).
 # A crash, sanitizer report or failed check fails the script; the input that did it is left in OUT.
 #
 # usage: scripts/fuzz.sh [-t SECONDS] [-b BUILD_DIR (default build)] [-o OUT (default BUILD_DIR/fuzz)]
@@ -19,7 +20,7 @@ while getopts "t:b:o:" opt; do
   esac
 done
 out=${out:-$build/fuzz}
-for t in test-gguf test-net test-discover; do
+for t in test-gguf test-net test-discover test-dgram; do
   [ -x "$build/$t" ] || { echo "fuzz.sh: $build/$t not built (cmake --build $build)" >&2; exit 2; }
 done
 command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
@@ -31,6 +32,7 @@ gguf_src=(tests/fuzz-gguf.c src/gguf/*.c src/base/*.c src/quant/*.c)
 net_src=(tests/fuzz-net.c src/net/proto.c src/base/*.c)
 discover_src=(tests/fuzz-discover.c src/net/discover.c src/net/proto.c src/net/tcp.c src/net/noise.c src/base/*.c)
 noise_src=(tests/fuzz-noise.c src/net/noise.c src/net/proto.c src/base/*.c)
+dgram_src=(tests/fuzz-dgram.c src/net/dgram.c src/base/*.c)
 
 run() { # NAME MAX_LEN SEED_ENV SEED_TEST SOURCES... (SEED_TEST "-": the corpus in tests/corpus/NAME)
   local name=$1 max_len=$2 seed_env=$3 seed_test=$4
@@ -59,3 +61,4 @@ run fuzz-gguf 65536 HEARTH_GGUF_SEED_DIR test-gguf "${gguf_src[@]}"
 run fuzz-net 4096 HEARTH_NET_SEED_DIR test-net "${net_src[@]}"
 run fuzz-discover 1024 HEARTH_DISCOVER_SEED_DIR test-discover "${discover_src[@]}"
 run fuzz-noise 512 - - "${noise_src[@]}"
+run fuzz-dgram 2048 HEARTH_DGRAM_SEED_DIR test-dgram "${dgram_src[@]}"

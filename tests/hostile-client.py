@@ -12,12 +12,16 @@
   hostile-client.py PORT oversized|truncated|magic   a HELLO header announcing 4 GiB / 100 bytes
                                             of which 10 come / with a wrong magic; then the answer
 """
+import os
+import re
 import socket
 import struct
 import sys
 import time
 
-MAGIC, VERSION = 0x48545248, 3  # HN_PROTO_VERSION
+# HN_PROTO_VERSION, read from src/net/net.h so that a protocol bump does not break the client
+_NET_H = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "net", "net.h")
+MAGIC, VERSION = 0x48545248, int(re.search(r"#define HN_PROTO_VERSION\s+(\d+)", open(_NET_H).read()).group(1))
 HELLO, HELLO_ACK, ERROR, BYE = 1, 2, 3, 16
 
 

@@ -77,7 +77,8 @@ out=$(timeout $((60 * SLOW)) "$BIN" serve -m "$M" --port 0 -np 4 -b 2 -t 1 2>&1)
 rc=$?
 [[ $rc -eq 1 && "$out" == *"fewer tokens a step than the 4 slots"* ]] && ok || bad "-np 4 -b 2: rc $rc: $out"
 
-# on a cluster's head, two workers on loopback: tensor parallel, a pipeline, a micro-batched pipeline;
+# on a cluster's head, two workers on loopback: tensor parallel, a pipeline, a micro-batched pipeline,
+# tensor parallel with the lossy all-reduce;
 # 4 slots, 8 concurrent streams each equal to run's text on one device, a prefix copied on every device,
 # the links' bytes in /metrics (tests/serve/cluster.mjs)
 WPIDS=()
@@ -94,11 +95,19 @@ for i in 1 2; do
     [[ -n "$port" ]] && WADDR+="${WADDR:+,}127.0.0.1:$port" || bad "worker $i did not start: $(cat "$TMP/w$i.err")"
 done
 if [[ ${WADDR//[^,]/} == "," ]]; then
-    for plan in "--tp-shares equal" "--pp" "--pp --pp-micro 4"; do
+    # --lossy: decoding steps of up to 4 sequences over UDP; nothing is lost on loopback (a deadline long
+    # enough for a sanitized worker), so the streams are exactly the one-device text too
+    for plan in "--tp-shares equal" "--pp" "--pp --pp-micro 4" "--tp-shares equal --lossy --lossy-deadline 5000"; do
         # shellcheck disable=SC2086
         serve_start C -np 4 -c 2048 -t 1 --workers "$WADDR" $plan --cache "$TMP/hc"
         BIN="$BIN" MODEL="$M" URL="$C_URL" DEVICES=3 SLOW=$SLOW timeout $((600 * SLOW)) node "$JS/cluster.mjs" &&
             ok || bad "cluster.mjs with $plan (above)"
+        if [[ $plan == *--lossy* ]]; then
+            # its counters in /metrics: a row per device, nothing lost on loopback
+            lost=$(python3 -c "import urllib.request,sys; print(urllib.request.urlopen(sys.argv[1] + '/metrics').read().decode())" \
+                "$C_URL" | grep '^hearth:cluster_lossy_datagrams_lost_total{' | awk '{print $2}' | tr '\n' ' ')
+            [[ "$lost" == "0 0 0 " ]] && ok || bad "lossy serve: datagrams lost per device in /metrics: '$lost'"
+        fi
         serve_stop C
     done
 fi

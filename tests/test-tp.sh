@@ -70,9 +70,9 @@ check_same "$model" "$(workers 1 2 3)" --tp-shares equal
 
 # ---- malformed input: the worker logs why, closes that connection, and keeps serving ---------------
 if command -v python3 > /dev/null; then
-    python3 - "${WPORT[1]}" > "$TMP/poke.txt" 2>&1 << 'EOF'
-import socket, struct, sys
-port = int(sys.argv[1])
+    python3 - "${WPORT[1]}" "$(dirname "$0")/.." > "$TMP/poke.txt" 2>&1 << 'EOF'
+import os, re, socket, struct, sys
+port, src = int(sys.argv[1]), sys.argv[2]
 def talk(data):
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     s.sendall(data)
@@ -93,7 +93,8 @@ talk(b"GET / HTTP/1.1\r\nHost: worker\r\n\r\n")
 # HELLO that speaks only protocol version 7: u32 vmin, u32 vmax, u64 caps, 32-byte tag, str device
 dev = b"old head"
 payload = struct.pack("<IIQ", 7, 7, 0) + bytes(32) + struct.pack("<I", len(dev)) + dev
-frame = struct.pack("<IHHII", 0x48545248, 3, 1, len(payload), 1) + payload  # header: this build's version (3)
+ver = int(re.search(r"#define HN_PROTO_VERSION\s+(\d+)", open(os.path.join(src, "src/net/net.h")).read()).group(1))
+frame = struct.pack("<IHHII", 0x48545248, ver, 1, len(payload), 1) + payload  # header: this build's version
 reply = talk(frame)
 print("reply:", reply[16 + 8:].decode("utf-8", "replace"))
 EOF

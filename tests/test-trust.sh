@@ -59,16 +59,18 @@ elif grep -q "not a hearth cluster key" "$TMP/r.err"; then ok; else bad "bad key
 # a forged handshake (random bytes where message 1 goes) and a truncated one, from a raw socket: the
 # worker answers ERROR to the first, logs both and goes on
 before=$(wc -l < "$TMP/w1.log")
-python3 - "${WPORT[1]}" > "$TMP/forge.txt" 2>&1 << 'PY'
-import os, socket, struct, sys
-port = int(sys.argv[1])
+python3 - "${WPORT[1]}" "$(dirname "$0")/.." > "$TMP/forge.txt" 2>&1 << 'PY'
+import os, re, socket, struct, sys
+port, src = int(sys.argv[1]), sys.argv[2]
+# this build's HN_PROTO_VERSION, from net.h (a protocol bump must not break the test)
+ver = int(re.search(r"#define HN_PROTO_VERSION\s+(\d+)", open(os.path.join(src, "src/net/net.h")).read()).group(1))
 s = socket.create_connection(("127.0.0.1", port), timeout=5)
-s.sendall(struct.pack("<IHHII", 0x48545248, 3, 0x7f00, 48, 0) + os.urandom(48))
+s.sendall(struct.pack("<IHHII", 0x48545248, ver, 0x7f00, 48, 0) + os.urandom(48))
 h = s.recv(16)
 print("reply type", struct.unpack("<IHHII", h)[2] if len(h) == 16 else None)
 s.close()
 s = socket.create_connection(("127.0.0.1", port), timeout=5)
-s.sendall(struct.pack("<IHHII", 0x48545248, 3, 0x7f00, 48, 0) + os.urandom(20))
+s.sendall(struct.pack("<IHHII", 0x48545248, ver, 0x7f00, 48, 0) + os.urandom(20))
 s.close()
 PY
 if grep -q "reply type 3" "$TMP/forge.txt"; then ok; else bad "a forged handshake got no ERROR: $(cat "$TMP/forge.txt")"; fi

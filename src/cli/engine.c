@@ -116,12 +116,33 @@ static int cli_engine_replan(void *user, hc_head_params *p, hr_err *err) {
     }
 }
 
+/* The lossy all-reduce's test hook: HEARTH_LOSSY_DROP=SEED:RATE[:DUP] makes every device drop its
+   outgoing datagrams with probability RATE (0..1) in a pattern fixed by SEED, and with DUP 1 send
+   each of the others twice (docs/lossy.md); not in --help. */
+static int cli_lossy_drop(hc_head_params *hp, hr_err *err) {
+    const char *v = getenv("HEARTH_LOSSY_DROP");
+    if (!v || !*v) return 0;
+    char *end;
+    unsigned long long seed = strtoull(v, &end, 10);
+    double rate = *end == ':' ? strtod(end + 1, &end) : -1;
+    long dup = 0;
+    if (*end == ':') dup = strtol(end + 1, &end, 10);
+    if (*end || !(rate >= 0 && rate <= 1) || dup < 0 || dup > 1)
+        return hr_fail(err, HR_EINVAL, "HEARTH_LOSSY_DROP: expected SEED:RATE[:DUP] (RATE 0..1, DUP 0 or 1)");
+    hp->lossy_dup = dup == 1;
+    hp->lossy_drop_seed = seed;
+    hp->lossy_drop_ppm = (uint32_t)(rate * 1e6 + 0.5);
+    return 0;
+}
+
 int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool managed, hc_progress_fn progress,
                      hr_err *err) {
     e->o = o;
     e->cp = *cp;
     bool planner = o->head.n_workers && !o->plan_given && !o->head.pp;
     if (planner && cli_engine_choose(o, e->m, cp, &o->head, err)) return err->code;
+    if (o->head.lossy && !o->head.n_workers) return hr_fail(err, HR_EINVAL, "--lossy needs --workers");
+    if (o->head.lossy && cli_lossy_drop(&o->head, err)) return err->code;
     if (o->head.n_workers) {
         if (planner) {
             o->head.replan = cli_engine_replan;

@@ -237,6 +237,12 @@ static int fn_allreduce(cli_opts *o, const cli_flag *f, const char *v, char *why
     return 0;
 }
 
+static int fn_lossy(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    o->plan_given = true; /* the lossy all-reduce is tensor parallelism */
+    o->head.lossy = true;
+    return 0;
+}
+
 static int fn_tied(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
     o->tied = !strcmp(f->names, "--tied");
     return 0;
@@ -418,6 +424,12 @@ static const cli_flag flags[] = {
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
      "tensor parallel with these shares, head first (equal; auto: measured\nmatvec speed)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--lossy", NULL, F_FN, 0, 0, 0, fn_lossy,
+     "tensor parallel, star all-reduce: the workers' partial sums of each decoding\n"
+     "step go over UDP and the head merges what arrived by --lossy-deadline; what\n"
+     "is lost counts as zero (HALO; for lossy Wi-Fi, docs/lossy.md)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--lossy-deadline", "MS", F_INT, AT(head.lossy_deadline_ms), 1, 60000, NULL,
+     "with --lossy: how long the head waits for the partials of an all-reduce\n(default 10)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
      "with --workers: a pipeline (whole layers per device) instead of tensor\nparallelism"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,

@@ -110,6 +110,21 @@ int run_stats_phase(run_stats *rs, hc_dev_stats *out, int cap) {
     return k;
 }
 
+/* the lossy all-reduce's counters (cumulative over the session; docs/lossy.md) */
+static json_t *rs_lossy(const hc_dev_stats *l) {
+    json_t *o = json_object();
+    const struct { const char *k; uint64_t v; } f[] = {
+        {"datagrams_sent", l->dg_sent}, {"datagrams_dropped_by_hook", l->dg_hook_dropped},
+        {"datagrams_send_failed", l->dg_send_fail}, {"datagrams_received", l->dg_received},
+        {"datagrams_lost", l->dg_lost}, {"datagrams_late", l->dg_late}, {"datagrams_duplicate", l->dg_dup},
+        {"datagrams_foreign", l->dg_foreign}, {"datagrams_malformed", l->dg_malformed},
+        {"elements_lost", l->elems_lost}, {"allreduces", l->lossy_syncs}, {"elements_lost_max", l->elems_lost_max},
+        {"sum_datagrams_sent", l->res_sent}, {"sum_datagrams_resent", l->res_resent},
+        {"sum_datagrams_received", l->res_received}, {"nacks", l->nacks}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) json_object_set_new(o, f[i].k, json_integer((json_int_t)f[i].v));
+    return o;
+}
+
 static json_t *rs_blocks(const hc_dev_stats *l) {
     json_t *o = json_object();
     static const char *const kind[2] = {"attn", "ffn"};
@@ -164,6 +179,12 @@ int run_stats_write(const run_stats *rs, const char *path, double prompt_ms, dou
                             disk_known && gen_tokens ? json_real((double)disk / (double)gen_tokens) : json_null());
         json_object_set_new(o, "weights_wait_ms_per_token", json_real(gen_tokens ? wait * 1e-6 / (double)gen_tokens : 0));
         json_object_set_new(o, "blocks", rs_blocks(l));
+        if (rs->k > 1) {
+            char hx[20];
+            snprintf(hx, sizeof hx, "%016llx", (unsigned long long)l->sum_hash);
+            json_object_set_new(o, "sum_hash", json_string(hx));
+            json_object_set_new(o, "lossy", rs_lossy(l));
+        }
         json_object_set_new(o, "samples", arr);
         json_array_append_new(devs, o);
     }

@@ -1,9 +1,13 @@
 /* cluster/allreduce: the shard's sync hook — star and ring all-reduce over the session's
    connections (see cluster.h, "All-reduce") */
+#define _GNU_SOURCE /* ppoll */
 #include "cluster-impl.h"
 
+#include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 
 int64_t hc_ar_deadline(const hc_ar *a, int n) { return hn_deadline_ms((int64_t)a->timeout_ms + 20 * (int64_t)n); }
 
@@ -66,19 +70,288 @@ static int hc_partial_check(hc_ar *a, int dev, const hn_partial *p, int layer, u
     return 0;
 }
 
-/* star, head side: add the workers' partials in device order, send the sum back */
+/* ---- lossy star (docs/lossy.md): workers' partials as datagrams, merged at a deadline; the sum goes
+   back as datagrams too, and a worker that misses any asks again (NACK) until it has all of them ---- */
+
+static bool hc_lossy_on(const hc_ar *a, int layer, int n) {
+    return a->lossy && layer > 0 && n <= a->lossy_max_tokens;
+}
+
+/* the last all-reduce of a pass: only the head continues from its sum (to the output head) */
+static bool hc_lossy_last(const hc_ar *a, int layer, uint32_t stage) {
+    return layer == a->n_layer - 1 && stage == HN_STAGE_FFN;
+}
+
+int hc_ar_lossy_alloc(hc_ar *a, int n_embd) {
+    a->lcap = (size_t)a->lossy_max_tokens * (size_t)n_embd;
+    a->lmaxp = (a->lcap + HN_DGRAM_MAX_ELEMS - 1) / HN_DGRAM_MAX_ELEMS;
+    a->lbuf = malloc((size_t)a->k * a->lcap * sizeof(float));
+    a->got = malloc((size_t)a->k * a->lmaxp);
+    a->last = malloc(a->lcap * sizeof(float));
+    return a->lbuf && a->got && a->last ? 0 : HR_ENOMEM;
+}
+
+void hc_ar_lossy_free(hc_ar *a) {
+    free(a->lbuf);
+    free(a->got);
+    free(a->last);
+    a->lbuf = NULL;
+    a->got = NULL;
+    a->last = NULL;
+}
+
+/* test hook: a pseudo-random drop decision per (seed, device, all-reduce, datagram), the same in every
+   run whatever the timing */
+static bool hc_lossy_drop(const hc_ar *a, uint32_t idx) {
+    if (!a->drop_ppm) return false;
+    uint64_t z = a->drop_seed ^ (uint64_t)a->me << 56 ^ (uint64_t)a->seq << 20 ^ idx;
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return z % 1000000u < a->drop_ppm;
+}
+
+/* x[0, cnt) as datagrams of `kind` for all-reduce seq on link l (the test hook may drop some: counted
+   in *dropped); idx0 numbers them for the hook. Returns the datagrams the kernel took. */
+static uint64_t hc_lossy_send(hc_ar *a, hc_lossy_link *l, int kind, uint32_t seq, const float *x, size_t cnt,
+                              uint32_t idx0, uint64_t *dropped) {
+    uint8_t buf[HN_DGRAM_MAX_BYTES];
+    uint64_t sent = 0;
+    for (size_t off = 0, idx = idx0; off < cnt; off += HN_DGRAM_MAX_ELEMS, idx++) {
+        hn_dgram g = {.kind = kind, .session = a->session, .seq = seq, .device = (uint16_t)a->me,
+                      .total = (uint32_t)cnt, .offset = (uint32_t)off,
+                      .n = (uint32_t)HR_MIN((size_t)HN_DGRAM_MAX_ELEMS, cnt - off), .data = x + off};
+        size_t len = hn_dgram_encode(&g, buf, sizeof buf);
+        if (hc_lossy_drop(a, (uint32_t)idx)) (*dropped)++;
+        else if (!len || hn_udp_send(l->udp, buf, len)) l->send_fail++;
+        else sent++;
+        if (a->dup && len && !hn_udp_send(l->udp, buf, len)) sent++;
+        if (off + HN_DGRAM_MAX_ELEMS >= cnt && kind != HN_DGRAM_NACK && len) {
+            /* the tail again, flagged: one lost tail no longer hides that the burst is over */
+            g.flags = HN_DGRAM_REPEAT;
+            if (hn_dgram_encode(&g, buf, sizeof buf) && !hc_lossy_drop(a, (uint32_t)idx + (1u << 24)))
+                hn_udp_send(l->udp, buf, len);
+        }
+    }
+    return sent;
+}
+
+/* Checks a datagram that arrived during all-reduce a->seq of cnt elements against what `kind` from
+   device `from` must be: 1 when it is a piece of this all-reduce (g filled, *idx its number), else 0
+   with the reason counted (a NACK for the head's last sum is answered here). */
+static int hc_lossy_check(hc_ar *a, hc_lossy_link *l, int from, int kind, const uint8_t *buf, long len, size_t cnt,
+                          hn_dgram *g, size_t *idx) {
+    if (len == -1) { l->foreign++; return 0; }   /* from another address (or a receive error) */
+    if (len < 0 || hn_dgram_decode(buf, (size_t)len, g, NULL, 0)) { l->malformed++; return 0; }
+    if (g->session != a->session || g->device != (uint16_t)from) { l->foreign++; return 0; }
+    if (a->me == 0) hn_udp_reply_to_last(l->udp);   /* a genuine datagram: where the worker listens */
+    if (g->kind == HN_DGRAM_NACK && kind == HN_DGRAM_PARTIAL) {
+        /* the worker missed some of the last sum: all of it again (an early NACK, for the sum being
+           merged now, waits for it) */
+        l->nacks++;
+        if (g->seq == a->last_seq && a->last_cnt)
+            l->resends += hc_lossy_send(a, l, HN_DGRAM_RESULT, a->last_seq, a->last, a->last_cnt,
+                                        (1u << 16) + (uint32_t)(l->nacks << 8), /* each resend its own drops */
+                                        &l->res_dropped);
+        return 0;
+    }
+    if (g->kind != kind) { l->malformed++; return 0; }
+    if (g->seq < a->seq && (g->flags & HN_DGRAM_REPEAT)) return 0;   /* the copy of a tail already merged */
+    if (g->seq < a->seq) { *(kind == HN_DGRAM_RESULT ? &l->res_late : &l->late) += 1; return 0; }
+    /* a later all-reduce cannot have started before this one is complete; datagrams have fixed bounds */
+    if (g->seq != a->seq || g->total != cnt || g->offset % HN_DGRAM_MAX_ELEMS ||
+        g->n != HR_MIN((size_t)HN_DGRAM_MAX_ELEMS, cnt - g->offset)) {
+        l->malformed++;
+        return 0;
+    }
+    *idx = g->offset / HN_DGRAM_MAX_ELEMS;
+    return 1;
+}
+
+/* head: waits for the workers' datagrams, then adds what arrived in device order (a missing range adds
+   zero): with nothing lost, the very sum of the TCP star. The deadline runs per worker from its first
+   datagram of this all-reduce, so that a worker still computing (skew, a CPU quota's slice) is not
+   taken for loss. A worker none of whose datagrams arrived yet is most likely still computing when it
+   sends HC_LOSSY_SURE_NP or more of them (all lost at 10% loss: < 1e-3), and is waited for as the TCP
+   star would; one that sends fewer is waited for the deadline plus its usual lateness + 4 deviations
+   (TCP's RTO estimator) (docs/lossy.md). */
+/* Nothing may come over a TCP connection during a lossy all-reduce: anything there (ERROR, BYE, the
+   peer's end) ends it with hc_ar_recv's message naming the peer. */
+static int hc_lossy_tcp(hc_ar *a, int dev, hn_conn *c, hn_frame *f, int n, int want) {
+    hn_msg m;
+    int rc = hc_ar_recv(a, dev, c, f, &m, want, n);
+    return rc ? rc : hc_ar_fail(a, dev, HR_EPROTO, "a message during a lossy all-reduce");
+}
+
+static int hc_lossy_head(hc_ar *a, float *x, int n, int E) {
+    size_t cnt = (size_t)n * E, np = (cnt + HN_DGRAM_MAX_ELEMS - 1) / HN_DGRAM_MAX_ELEMS;
+    int k = a->k;
+    int64_t t0 = hr_time_ns(), D = (int64_t)a->lossy_deadline_ms * 1000000;
+    int64_t dl[HC_MAX_DEVICES];        /* worker d's deadline */
+    size_t left[HC_MAX_DEVICES];       /* its datagrams still missing */
+    bool first[HC_MAX_DEVICES] = {0};  /* one of them arrived */
+    bool tail[HC_MAX_DEVICES] = {0};   /* its last one arrived */
+    size_t missing = 0;
+    for (int d = 1; d < k; d++) {
+        memset(a->lbuf + (size_t)d * a->lcap, 0, cnt * sizeof(float));
+        memset(a->got + (size_t)d * a->lmaxp, 0, np);
+        const hc_lossy_link *l = &a->ll[d];
+        int64_t tmo = hc_ar_deadline(a, n) - t0;
+        dl[d] = t0 + (np >= HC_LOSSY_SURE_NP ? tmo : D + HR_MIN(l->skew_ns + 4 * l->skew_dev_ns, tmo));
+        left[d] = np;
+        missing += np;
+    }
+    uint8_t buf[HN_DGRAM_MAX_BYTES + 8] __attribute__((aligned(8)));
+    struct pollfd pf[2 * HC_MAX_DEVICES];
+    for (;;) {
+        for (int d = 1; d < k; d++) {
+            hc_lossy_link *l = &a->ll[d];
+            long len;
+            while ((len = hn_udp_recv(l->udp, buf, HN_DGRAM_MAX_BYTES)) != 0) {
+                hn_dgram g;
+                size_t idx;
+                if (!hc_lossy_check(a, l, d, HN_DGRAM_PARTIAL, buf, len, cnt, &g, &idx)) continue;
+                uint8_t *got = a->got + (size_t)d * a->lmaxp;
+                if (idx == np - 1 && !tail[d]) {
+                    /* the burst is over: whatever is missing now is lost (after a reordering grace) */
+                    tail[d] = true;
+                    dl[d] = HR_MIN(dl[d], hr_time_ns() + HC_LOSSY_GRACE_NS);
+                }
+                if (got[idx]) { if (!(g.flags & HN_DGRAM_REPEAT)) l->dup++; continue; }
+                got[idx] = 1;
+                memcpy(a->lbuf + (size_t)d * a->lcap + g.offset, g.data, (size_t)g.n * sizeof(float));
+                l->received++;
+                missing--;
+                left[d]--;
+                if (!first[d]) {
+                    first[d] = true;
+                    int64_t now = hr_time_ns(), e = now - t0 - l->skew_ns;
+                    if (!tail[d]) dl[d] = now + D;
+                    l->skew_ns += e / 8;
+                    l->skew_dev_ns += ((e < 0 ? -e : e) - l->skew_dev_ns) / 4;
+                }
+            }
+        }
+        /* on until every worker with datagrams missing is past its own deadline */
+        int64_t now = hr_time_ns(), wake = INT64_MAX;
+        for (int d = 1; d < k; d++)
+            if (left[d] && dl[d] > now) wake = HR_MIN(wake, dl[d]);
+        if (!missing || wake == INT64_MAX) break;
+        /* the workers' TCP connections too: a worker that fails or dies ends the pass at once, as on TCP */
+        for (int d = 1; d < k; d++) {
+            pf[d - 1] = (struct pollfd){.fd = hn_udp_fd(a->ll[d].udp), .events = POLLIN};
+            pf[k - 2 + d] = (struct pollfd){.fd = hn_conn_fd(a->conn[d]), .events = POLLIN};
+        }
+        struct timespec ts = {.tv_sec = (wake - now) / 1000000000, .tv_nsec = (wake - now) % 1000000000};
+        if (ppoll(pf, (nfds_t)(2 * (k - 1)), &ts, NULL) > 0)
+            for (int d = 1; d < k; d++)
+                if (pf[k - 2 + d].revents) return hc_lossy_tcp(a, d, a->conn[d], &a->rx[d], n, HN_MSG_PARTIAL);
+    }
+    for (int d = 1; d < k; d++)
+        if (!first[d] && np >= HC_LOSSY_SURE_NP)   /* waited the whole TCP deadline for nothing */
+            return hc_ar_fail(a, d, HR_ETIMEDOUT, "no partial sum arrived in time (lossy all-reduce)");
+    int64_t t1 = hr_time_ns();
+    a->wait_ns += t1 - t0;
+    uint64_t lost_elems = 0;
+    for (int d = 1; d < k; d++) {
+        const uint8_t *got = a->got + (size_t)d * a->lmaxp;
+        for (size_t i = 0; i < np; i++)
+            if (!got[i]) {
+                a->ll[d].lost++;
+                size_t e = HR_MIN((size_t)HN_DGRAM_MAX_ELEMS, cnt - i * HN_DGRAM_MAX_ELEMS);
+                a->ll[d].elems_lost += e;
+                lost_elems += e;
+            }
+        const float *p = a->lbuf + (size_t)d * a->lcap;
+        for (size_t i = 0; i < cnt; i++) x[i] += p[i];
+    }
+    a->lossy_syncs++;
+    a->elems_lost_max = HR_MAX(a->elems_lost_max, lost_elems);
+    a->send_ns += hr_time_ns() - t1;
+    return 0;
+}
+
+/* head: the sum back to every worker as datagrams, kept for their NACKs */
+static void hc_lossy_head_result(hc_ar *a, const float *x, size_t cnt) {
+    int64_t t0 = hr_time_ns();
+    memcpy(a->last, x, cnt * sizeof(float));
+    a->last_seq = a->seq;
+    a->last_cnt = cnt;
+    for (int d = 1; d < a->k; d++) {
+        hc_lossy_link *l = &a->ll[d];
+        l->res_sent += hc_lossy_send(a, l, HN_DGRAM_RESULT, a->seq, x, cnt, 0, &l->res_dropped);
+    }
+    a->send_ns += hr_time_ns() - t0;
+}
+
+/* worker: the sum's datagrams into x until it has all of them; a NACK when some are still missing 1 ms
+   after one came (or, none yet, after the deadline, then backing off) — the head sends all again. Fails
+   only when the sum is not complete by the all-reduce's TCP deadline: every device continues from the
+   same values or the pass fails. */
+static int hc_lossy_worker_result(hc_ar *a, float *x, int n, int E) {
+    size_t cnt = (size_t)n * E, np = (cnt + HN_DGRAM_MAX_ELEMS - 1) / HN_DGRAM_MAX_ELEMS;
+    hc_lossy_link *l = &a->ll[0];
+    uint8_t got[HC_LOSSY_MAX_TOKENS * 64] = {0}; /* >= np: n <= HC_LOSSY_MAX_TOKENS, E / HN_DGRAM_MAX_ELEMS < 64 */
+    if (np > sizeof got) return hc_ar_fail(a, 0, HR_ERANGE, "a lossy all-reduce too large");
+    size_t left = np;
+    int64_t t0 = hr_time_ns(), end = hc_ar_deadline(a, n), D = (int64_t)a->lossy_deadline_ms * 1000000;
+    int64_t gap = D, nack_at = t0 + gap;   /* none yet: the head may still be merging; back off */
+    uint32_t nack_no = 0;
+    uint8_t buf[HN_DGRAM_MAX_BYTES + 8] __attribute__((aligned(8)));
+    for (;;) {
+        long len;
+        while ((len = hn_udp_recv(l->udp, buf, HN_DGRAM_MAX_BYTES)) != 0) {
+            hn_dgram g;
+            size_t idx;
+            if (!hc_lossy_check(a, l, 0, HN_DGRAM_RESULT, buf, len, cnt, &g, &idx)) continue;
+            if (got[idx]) { if (!(g.flags & HN_DGRAM_REPEAT)) l->dup++; continue; }
+            if (left == np) nack_at = hr_time_ns() + (gap = 1000000);  /* the rest of a burst: soon */
+            if (idx == np - 1) nack_at = HR_MIN(nack_at, hr_time_ns() + HC_LOSSY_GRACE_NS); /* it is over */
+            got[idx] = 1;
+            memcpy(x + g.offset, g.data, (size_t)g.n * sizeof(float));
+            l->res_received++;
+            left--;
+        }
+        if (!left) break;
+        int64_t now = hr_time_ns();
+        if (now >= end) return hc_ar_fail(a, 0, HR_ETIMEDOUT, "the sum of a lossy all-reduce did not arrive in time");
+        if (now >= nack_at) {
+            /* NACK: one element, 0; numbered apart from the partial's datagrams for the test hook */
+            float zero = 0;
+            l->nacks += hc_lossy_send(a, l, HN_DGRAM_NACK, a->seq, &zero, 1, (1u << 17) + nack_no++, &l->res_dropped);
+            if (left == np) gap = HR_MIN(2 * gap, 200 * 1000000LL);
+            nack_at = now + gap;
+        }
+        int64_t wake = HR_MIN(nack_at, end) - now;
+        struct pollfd pf[2] = {{.fd = hn_udp_fd(l->udp), .events = POLLIN},
+                               {.fd = hn_conn_fd(a->conn[0]), .events = POLLIN}};
+        struct timespec ts = {.tv_sec = wake / 1000000000, .tv_nsec = wake % 1000000000};
+        if (ppoll(pf, 2, &ts, NULL) > 0 && pf[1].revents) return hc_lossy_tcp(a, 0, a->conn[0], &a->rx[0], n, HN_MSG_RESULT);
+    }
+    a->wait_ns += hr_time_ns() - t0;
+    return 0;
+}
+
+/* star, head side: add the workers' partials in device order (TCP, or the lossy merge), send the sum
+   back over TCP — reliably, so that every device continues from the same values (docs/lossy.md) */
 static int hc_star_head(hc_ar *a, int layer, uint32_t stage, float *x, int n, int E, uint64_t compute_ns) {
     size_t cnt = (size_t)n * E;
-    for (int d = 1; d < a->k; d++) {
-        hn_msg m;
-        int rc = hc_ar_recv(a, d, a->conn[d], &a->rx[d], &m, HN_MSG_PARTIAL, n);
-        if (rc) return rc;
-        if ((rc = hc_partial_check(a, d, &m.u.partial, layer, stage, n, E, 0, cnt))) return rc;
-        int64_t t0 = hr_time_ns();
-        const float *p = m.u.partial.data;
-        for (size_t i = 0; i < cnt; i++) x[i] += p[i];
-        a->send_ns += hr_time_ns() - t0;
+    if (hc_lossy_on(a, layer, n)) {
+        int rc = hc_lossy_head(a, x, n, E);
+        if (!rc && !hc_lossy_last(a, layer, stage)) hc_lossy_head_result(a, x, cnt);
+        return rc;
     }
+        for (int d = 1; d < a->k; d++) {
+            hn_msg m;
+            int rc = hc_ar_recv(a, d, a->conn[d], &a->rx[d], &m, HN_MSG_PARTIAL, n);
+            if (rc) return rc;
+            if ((rc = hc_partial_check(a, d, &m.u.partial, layer, stage, n, E, 0, cnt))) return rc;
+            int64_t t0 = hr_time_ns();
+            const float *p = m.u.partial.data;
+            for (size_t i = 0; i < cnt; i++) x[i] += p[i];
+            a->send_ns += hr_time_ns() - t0;
+        }
     hn_msg r = {.type = HN_MSG_RESULT, .seq = a->seq};
     r.u.result = (hn_result){.layer_end = (uint32_t)layer + 1, .n_tokens = (uint32_t)n, .n_embd = (uint32_t)E,
                              .compute_ns = compute_ns, .data = x};
@@ -92,11 +365,20 @@ static int hc_star_head(hc_ar *a, int layer, uint32_t stage, float *x, int n, in
 /* star, worker side: send the partial, take the sum */
 static int hc_star_worker(hc_ar *a, int layer, uint32_t stage, float *x, int n, int E, uint64_t compute_ns) {
     size_t cnt = (size_t)n * E;
-    hn_msg p = {.type = HN_MSG_PARTIAL, .seq = a->seq};
-    p.u.partial = (hn_partial){.layer = (uint32_t)layer, .stage = stage, .n_tokens = (uint32_t)n, .n_embd = (uint32_t)E,
-                               .offset = 0, .n = (uint32_t)cnt, .compute_ns = compute_ns, .data = x};
-    int rc = hc_ar_send(a, 0, a->conn[0], &p, n);
-    if (rc) return rc;
+    int rc;
+    if (hc_lossy_on(a, layer, n)) {
+        int64_t t0 = hr_time_ns();
+        a->ll[0].sent += hc_lossy_send(a, &a->ll[0], HN_DGRAM_PARTIAL, a->seq, x, cnt, 0, &a->ll[0].hook_dropped);
+        a->send_ns += hr_time_ns() - t0;
+        return hc_lossy_last(a, layer, stage) ? 0 : hc_lossy_worker_result(a, x, n, E);
+    }
+    {
+        hn_msg p = {.type = HN_MSG_PARTIAL, .seq = a->seq};
+        p.u.partial = (hn_partial){.layer = (uint32_t)layer, .stage = stage, .n_tokens = (uint32_t)n,
+                                   .n_embd = (uint32_t)E, .offset = 0, .n = (uint32_t)cnt, .compute_ns = compute_ns,
+                                   .data = x};
+        if ((rc = hc_ar_send(a, 0, a->conn[0], &p, n))) return rc;
+    }
     hn_msg m;
     if ((rc = hc_ar_recv(a, 0, a->conn[0], &a->rx[0], &m, HN_MSG_RESULT, n))) return rc;
     const hn_result *r = &m.u.result;
@@ -171,6 +453,9 @@ int hc_ar_sync(void *user, int layer, enum hm_block b, float *x, int n, int n_em
         if (a->mode == HC_ALLREDUCE_RING) rc = hc_ring(a, layer, stage, x, n, n_embd, compute_ns);
         else if (a->me == 0) rc = hc_star_head(a, layer, stage, x, n, n_embd, compute_ns);
         else rc = hc_star_worker(a, layer, stage, x, n, n_embd, compute_ns);
+        /* the last sum of a pass: in lossy mode the head's alone (hc_lossy_last), so hashed nowhere */
+        if (!rc && !hc_lossy_last(a, layer, stage))
+            a->sum_hash = hr_hash64(x, (size_t)n * n_embd * sizeof(float), a->sum_hash);
     }
     a->mark = hr_time_ns();
     return rc;

@@ -100,6 +100,32 @@ static inline const char *hc_skip_peer(const char *msg, const char *name) {
 }
 
 /* ---- all-reduce: the sync hook of one device's shard ---- */
+/* The lossy all-reduce (docs/lossy.md) carries the all-reduces of decoding steps but layer 0's: passes
+   of at most one token per sequence the session holds (n_seq, at most HC_LOSSY_MAX_TOKENS). A prompt
+   stays on TCP: its burst of datagrams is long, and what it loses stays in the KV cache. */
+#define HC_LOSSY_MAX_TOKENS 64
+/* a partial of at least this many datagrams is never lost whole in practice: none of them yet means
+   its sender is still computing (allreduce.c, hc_lossy_head) */
+#define HC_LOSSY_SURE_NP    3
+/* once a burst's last datagram is in, how long a missing one may still be on its way (reordering) */
+#define HC_LOSSY_GRACE_NS   (500 * 1000LL)
+
+/* One UDP link of the lossy all-reduce and its counters (cumulative over the session). The head has
+   one per worker and counts what it received; a worker has one, to the head, and counts what it sent. */
+typedef struct hc_lossy_link {
+    hn_udp  *udp;
+    uint64_t sent, hook_dropped, send_fail;              /* sender */
+    uint64_t received, lost, late, dup, foreign, malformed; /* receiver: lost = missing at the merge;
+                                                            late = arrived for an all-reduce already merged */
+    uint64_t elems_lost;                                 /* receiver: elements merged as zero */
+    /* the sum's way back: RESULT datagrams (head to worker) and NACKs (worker to head), sent (the head:
+       resent), received, late, dropped by the test hook (the head: RESULTs; a worker: NACKs) */
+    uint64_t res_sent, res_received, res_late, nacks, resends, res_dropped;
+    int64_t  skew_ns, skew_dev_ns; /* receiver: when the sender's first datagram of an all-reduce arrives
+                                  after the receiver began waiting (its compute skew): running mean and
+                                  mean deviation, as TCP estimates its RTO (RFC 6298) */
+} hc_lossy_link;
+
 typedef struct hc_ar {
     int       mode;            /* enum hc_allreduce */
     int       k, me;           /* devices, this device's index */
@@ -119,7 +145,31 @@ typedef struct hc_ar {
     int64_t   mark;            /* end of the previous sync (or start of the pass): compute since then */
     hr_err    err;             /* why the last sync failed */
     int       err_dev;         /* the peer it blames (-1: none) */
+    /* every sum this device continued from, hashed in order (hr_hash64 chain): equal on every device
+       of a session unless they diverged (the lossy tests compare them) */
+    uint64_t  sum_hash;
+    /* lossy star all-reduce (docs/lossy.md) */
+    bool      lossy;
+    int       lossy_deadline_ms;
+    int       lossy_max_tokens;  /* passes of at most this many tokens are lossy (a decoding step) */
+    int       n_layer;           /* the last all-reduce of a pass (layer n_layer - 1, FFN) needs no way back */
+    float    *last;              /* head: [lcap] the last sum merged from datagrams, for NACKs */
+    uint32_t  last_seq;
+    size_t    last_cnt;
+    uint64_t  session;         /* random per session: a datagram of another one is foreign */
+    uint64_t  drop_seed;       /* test hook: drop outgoing datagrams with probability drop_ppm / 1e6 */
+    uint32_t  drop_ppm;
+    bool      dup;             /* test hook: every datagram is sent twice */
+    hc_lossy_link *ll;         /* head: [k] (1..k-1 used); worker: [1], its link to the head */
+    float    *lbuf;            /* head: [k][lcap] what each worker's datagrams brought (zero: missing) */
+    uint8_t  *got;             /* head: [k][lmaxp] which of a worker's datagrams arrived */
+    size_t    lcap, lmaxp;
+    uint64_t  lossy_syncs, elems_lost_max;
 } hc_ar;
+
+/* head: the buffers of the lossy merge for passes of up to a->lossy_max_tokens tokens */
+int  hc_ar_lossy_alloc(hc_ar *a, int n_embd);
+void hc_ar_lossy_free(hc_ar *a);
 
 int  hc_ar_sync(void *user, int layer, enum hm_block b, float *x, int n, int n_embd);
 /* ring mode: socket buffers of the link to the next device (call once the links exist) */

@@ -125,6 +125,13 @@ typedef struct hc_head_params {
                                 HC_MAX_MICRO, and only batches of at most HC_MICRO_MAX_BYTES of hidden
                                 states (docs/pipeline.md) */
     int   layer_windows[HC_MAX_DEVICES];          /* window sizes in layers, head first */
+    /* tensor parallel, star: the lossy all-reduce (HALO; docs/lossy.md) — the workers' partials of
+       a decoding step travel as UDP datagrams and the head merges what arrived by the deadline */
+    bool     lossy;
+    int      lossy_deadline_ms;                   /* 0: 10 (HALO's) */
+    uint64_t lossy_drop_seed;                     /* test hook (HEARTH_LOSSY_DROP): every device drops */
+    uint32_t lossy_drop_ppm;                      /* its outgoing datagrams with this probability (ppm) */
+    bool     lossy_dup;                           /* test hook: and sends each of the others twice */
     /* tensor parallel: the head's share, a slice file in its cache (docs/tensor-parallel.md) */
     const char  *cache_dir;  /* NULL: hc_default_cache_dir() */
     bool         use_mmap;   /* run it from the file mapping (mem.h: hmem_load_weights) */
@@ -208,6 +215,17 @@ typedef struct hc_dev_stats {
     /* per kind of block (attention, FFN), since the manager started (cumulative): blocks computed, time
        in them, loads by the loader and its time (TPI-LLM Prop. 3-4: t_attn, t_ffn, tau_attn, tau_ffn) */
     int64_t  blk_n[2], blk_compute_ns[2], blk_loads[2], blk_load_ns[2];
+    /* the lossy all-reduce (cumulative over the session; docs/lossy.md). A worker's row: the datagrams
+       it sent (dropped by the test hook, refused by its kernel) and what the head made of them; the
+       head's row: all-reduces merged with datagrams, elements merged as zero (all, and the most in one) */
+    uint64_t dg_sent, dg_hook_dropped, dg_send_fail;
+    uint64_t dg_received, dg_lost, dg_late, dg_dup, dg_foreign, dg_malformed, elems_lost;
+    uint64_t lossy_syncs, elems_lost_max;
+    /* the sum's way back to a worker: RESULT datagrams the head sent it (first time, and again on its
+       NACKs), that it received, NACKs it sent */
+    uint64_t res_sent, res_resent, res_received, nacks;
+    /* hash of every all-reduce sum the device continued from (the same on every device: they agree) */
+    uint64_t sum_hash;
 } hc_dev_stats;
 /* The residency figures of one device's manager into s (takes a sample): resident, peak, budget,
    cumulative disk reads and blocked time, pressure, the block figures. */

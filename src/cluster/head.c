@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 struct hc_core {
@@ -34,6 +35,7 @@ struct hc_core {
     hm_ctx    *ctx;
     hmem      *mem;                        /* the head's residency manager, or NULL */
     hc_ar      ar;
+    hc_lossy_link ll[HC_MAX_DEVICES];      /* --lossy: the UDP link from each worker */
     int32_t    n_ctx, n_batch;
     float     *x;                          /* [n_batch][n_embd]: embeddings of the current batch */
     float     *y;                          /* pipeline: the head's window output */
@@ -51,8 +53,18 @@ struct hc_core {
     double     step_ms;                    /* a decode pass's time: a slowly decaying maximum */
 };
 
+/* a session id of the lossy all-reduce: datagrams of another session (a previous head's, late) are
+   foreign. Not a secret: authenticity is the AEAD's job (issue 29). */
+static uint64_t hc_random64(const hm_model *m) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+        v = (uint64_t)hr_time_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)m;
+    return v;
+}
+
 hc_head_params hc_head_default_params(void) {
-    hc_head_params p = {.allreduce = HC_ALLREDUCE_STAR, .timeout_ms = 0, .bench_ms = 300, .mem.window = 2};
+    hc_head_params p = {.allreduce = HC_ALLREDUCE_STAR, .timeout_ms = 0, .bench_ms = 300, .mem.window = 2,
+                        .lossy_deadline_ms = 10};
     return p;
 }
 
@@ -123,12 +135,22 @@ static int hc_connect_all(hc_core *h, hr_err *err) {
             return hc_dev_fail(h, d, e.code, e.msg, err);
         hn_msg m = {.type = HN_MSG_HELLO};
         m.u.hello = (hn_hello){.version_min = HN_PROTO_VERSION, .version_max = HN_PROTO_VERSION,
-                               .caps = HN_CAP_F32_ACT | (h->p.key ? HN_CAP_ENCRYPT : 0), .device = hn_cstr(me)};
+                               .caps = HN_CAP_F32_ACT | (h->p.key ? HN_CAP_ENCRYPT : 0) |
+                                       (h->p.lossy ? HN_CAP_LOSSY_UDP : 0),
+                               .device = hn_cstr(me)};
         int rc = hc_hsend(h, d, &m, hello_ms, err);
         if (!rc) rc = hc_expect(h, d, HN_MSG_HELLO_ACK, &m, hello_ms, err);
         if (rc) return rc;
         if (m.u.hello_ack.version != HN_PROTO_VERSION)
             return hc_dev_fail(h, d, HR_EUNSUPPORTED, "chose another protocol version", err);
+        if (h->p.lossy && !(m.u.hello_ack.caps & HN_CAP_LOSSY_UDP))
+            return hc_dev_fail(h, d, HR_EUNSUPPORTED, "cannot take the lossy all-reduce (--lossy)", err);
+        if (h->p.lossy) {
+            /* its partials come to this socket, beside the connection, and only from its address */
+            hr_err e = {0};
+            if (!(h->ll[d].udp = hn_udp_open(h->conn[d], &e))) return hc_dev_fail(h, d, e.code, e.msg, err);
+            hn_udp_expect_peer(h->ll[d].udp, h->conn[d]);
+        }
     }
     return 0;
 }
@@ -222,6 +244,15 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     hc_kv(&kb, "ring_next", "%s", d + 1 < h->k ? h->names[d + 1] : "");
     hc_kv(&kb, "ring_token", "%016llx", (unsigned long long)token);
     hc_kv(&kb, "pp", "%d", h->p.pp);
+    if (h->p.lossy) {
+        hc_kv(&kb, "lossy_port", "%u", (unsigned)hn_udp_port(h->ll[d].udp));
+        hc_kv(&kb, "lossy_session", "%016llx", (unsigned long long)h->ar.session);
+        hc_kv(&kb, "lossy_max_tokens", "%d", h->ar.lossy_max_tokens);
+        hc_kv(&kb, "lossy_deadline_ms", "%d", h->p.lossy_deadline_ms);
+        if (h->p.lossy_drop_ppm || h->p.lossy_dup)
+            hc_kv(&kb, "lossy_drop", "%016llx:%u:%d", (unsigned long long)h->p.lossy_drop_seed, h->p.lossy_drop_ppm,
+                  h->p.lossy_dup);
+    }
     hn_msg msg = {.type = HN_MSG_LOAD_PLAN};
     hn_load_plan *lp = &msg.u.load_plan;
     lp->model_hash = model_hash;
@@ -442,6 +473,18 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     h->timeout_auto = h->p.timeout_ms <= 0;
     if (h->timeout_auto) h->p.timeout_ms = HC_SETUP_DEADLINE_MS;
     if (h->p.bench_ms <= 0) h->p.bench_ms = 300;
+    if (h->p.lossy_deadline_ms <= 0) h->p.lossy_deadline_ms = 10;
+    if (p->lossy && (p->pp || p->allreduce != HC_ALLREDUCE_STAR)) {
+        hr_fail(err, HR_EINVAL, "--lossy is a star all-reduce of tensor parallelism (not --pp, not --allreduce ring)");
+        goto err;
+    }
+    if (p->lossy && p->key) {
+        /* the datagrams are not sealed yet (src/net/dgram.c, SEAL SEAM): they would carry hidden states
+           in clear beside an encrypted session */
+        hr_fail(err, HR_EUNSUPPORTED, "--lossy does not encrypt its datagrams yet, and this head has a cluster key "
+                "(--key or the default file): run --lossy only on a cluster without a key (docs/lossy.md)");
+        goto err;
+    }
     h->hook = (hc_hook){p->send_hook, p->send_hook_user};
     const hm_hparams *hp = &m->hp;
     if (m->is_slice) { hr_fail(err, HR_EINVAL, "the head needs the whole model, not a slice file"); goto err; }
@@ -475,7 +518,10 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (cp.n_batch <= 0) cp.n_batch = 512;
     cp.n_batch = HR_MIN(cp.n_batch, fwd_max);
     h->ar = (hc_ar){.mode = p->allreduce, .k = h->k, .me = 0, .conn = h->conn, .rx = h->rx, .names = h->name_ptr,
-                    .hook = &h->hook, .timeout_ms = h->p.timeout_ms};
+                    .hook = &h->hook, .timeout_ms = h->p.timeout_ms, .lossy = p->lossy,
+                    .lossy_deadline_ms = h->p.lossy_deadline_ms, .drop_seed = p->lossy_drop_seed,
+                    .drop_ppm = p->lossy_drop_ppm, .dup = p->lossy_dup, .ll = h->ll, .n_layer = hp->n_layer};
+    if (p->lossy) h->ar.session = hc_random64(m);
     if (p->allreduce == HC_ALLREDUCE_RING && !p->pp) {
         h->ar.next = h->conn[1];
         h->ar.prev = h->conn[h->k - 1];
@@ -525,6 +571,8 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     h->n_ctx = hm_ctx_n_ctx(h->ctx);
     h->n_batch = HR_MIN(cp.n_batch, h->n_ctx);
     h->n_seq = hm_ctx_n_seq(h->ctx);
+    h->ar.lossy_max_tokens = HR_MIN(h->n_seq, HC_LOSSY_MAX_TOKENS);
+    if (p->lossy && hc_ar_lossy_alloc(&h->ar, hp->n_embd)) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
     h->x = hr_alloc_aligned((size_t)h->n_batch * hp->n_embd * sizeof(float), 64);
     h->y = hr_alloc_aligned((size_t)h->n_batch * hp->n_embd * sizeof(float), 64);
     h->pos = malloc((size_t)h->n_batch * sizeof *h->pos);
@@ -547,6 +595,13 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
             "caches)", p->pp ? "pp" : "tp", (unsigned long long)h->bytes_sent, h->bytes_sent / 1048576.0, s,
             h->bytes_total / 1048576.0);
     for (int d = 1; d < h->k; d++) hn_conn_get_stats(h->conn[d], &h->base[d]);
+    if (p->lossy) {
+        char ports[HC_MAX_DEVICES * 8] = "";
+        for (int d = 1; d < h->k; d++)
+            snprintf(ports + strlen(ports), sizeof ports - strlen(ports), "%s%u", d > 1 ? "," : "", hn_udp_port(h->ll[d].udp));
+        HR_LOGI("tp: lossy all-reduce: session %016llx, deadline %d ms, the workers' datagrams to UDP ports %s",
+                (unsigned long long)h->ar.session, h->p.lossy_deadline_ms, ports);
+    }
     return h;
 err:
     if (failed_worker) *failed_worker = h->failed ? h->fail_dev : 0;
@@ -965,15 +1020,17 @@ uint64_t hc_core_slice_bytes_written(const hc_core *h) { return h->slice_written
 int hc_core_failed_worker(const hc_core *h) { return h->failed ? h->fail_dev : 0; }
 double hc_core_step_ms(const hc_core *h) { return h->step_ms; }
 
-static int64_t hc_kv_i64(const hn_profile *p, const char *key) {
+/* a PROFILE value by key as a number in base `base` (0 when absent) */
+static uint64_t hc_kv_num(const hn_profile *p, const char *key, int base) {
     for (uint32_t i = 0; i < p->n_kv; i++)
         if (hn_str_eq(p->kv[i].key, key)) {
             char b[40];
             hn_str_copy(b, sizeof b, p->kv[i].value);
-            return strtoll(b, NULL, 10);
+            return base == 10 ? (uint64_t)strtoll(b, NULL, 10) : strtoull(b, NULL, base);
         }
     return 0;
 }
+static int64_t hc_kv_i64(const hn_profile *p, const char *key) { return (int64_t)hc_kv_num(p, key, 10); }
 
 void hc_dev_stats_mem(hc_dev_stats *s, hmem *mm) {
     hmem_sample smp;
@@ -1010,6 +1067,10 @@ int hc_core_stats(hc_core *h, hc_dev_stats *out, int cap, hr_err *err) {
     s->kv_units = h->plan.dev[0].kv_end - h->plan.dev[0].kv_begin;
     s->ff_units = h->plan.dev[0].ff_end - h->plan.dev[0].ff_begin;
     s->n_layers = h->m->hp.n_layer;
+    s->sum_hash = h->ar.sum_hash;
+    s->lossy_syncs = h->ar.lossy_syncs;
+    s->elems_lost_max = h->ar.elems_lost_max;
+    for (int d = 1; d < h->k; d++) s->elems_lost += h->ll[d].elems_lost;
     if (h->p.pp) {
         s->n_layers = 0;
         for (int i = 0; i < h->pp.n_win[0]; i++) s->n_layers += h->pp.win[0][i].end - h->pp.win[0][i].begin;
@@ -1049,6 +1110,22 @@ int hc_core_stats(hc_core *h, hc_dev_stats *out, int cap, hr_err *err) {
         w->disk_read_bytes = hc_kv_i64(p, "disk_read_bytes");
         w->weights_wait_ns = hc_kv_i64(p, "weights_wait_ns");
         w->pressure = (double)hc_kv_i64(p, "pressure_ppm") * 1e-6;
+        w->sum_hash = hc_kv_num(p, "sum_hash", 16);
+        w->dg_sent = (uint64_t)hc_kv_i64(p, "dg_sent");
+        w->dg_hook_dropped = (uint64_t)hc_kv_i64(p, "dg_hook_dropped");
+        w->dg_send_fail = (uint64_t)hc_kv_i64(p, "dg_send_fail");
+        const hc_lossy_link *l = &h->ll[d];
+        w->dg_received = l->received;
+        w->dg_lost = l->lost;
+        w->dg_late = l->late;
+        w->dg_dup = l->dup;
+        w->dg_foreign = l->foreign;
+        w->dg_malformed = l->malformed;
+        w->elems_lost = l->elems_lost;
+        w->res_sent = l->res_sent;
+        w->res_resent = l->resends;
+        w->res_received = (uint64_t)hc_kv_i64(p, "res_received");
+        w->nacks = (uint64_t)hc_kv_i64(p, "nacks");
         static const char *const bk[2][4] = {{"attn_n", "attn_compute_ns", "attn_loads", "attn_load_ns"},
                                              {"ffn_n", "ffn_compute_ns", "ffn_loads", "ffn_load_ns"}};
         for (int k = 0; k < 2; k++) {
@@ -1105,6 +1182,24 @@ void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap) {
                 100 * s[i].pressure);
         }
     }
+    bool lossy = false;
+    for (int i = 0; i < n; i++) lossy |= s[i].lossy_syncs > 0 || s[i].dg_sent > 0;
+    if (lossy) {
+        /* the lossy all-reduce, over the session: what each worker sent and what reached the head */
+        OUT("%-24s %9s %9s %9s %9s %9s %9s %9s %9s %11s %9s %9s %9s\n", "lossy", "sent", "dropped", "received",
+            "lost", "late", "dup", "foreign", "malformed", "elems lost", "sums out", "sums in", "NACKs");
+        for (int i = 1; i < n; i++)
+            OUT("%-24s %9llu %9llu %9llu %9llu %9llu %9llu %9llu %9llu %11llu %9llu %9llu %9llu\n", s[i].name,
+                (unsigned long long)s[i].dg_sent, (unsigned long long)(s[i].dg_hook_dropped + s[i].dg_send_fail),
+                (unsigned long long)s[i].dg_received, (unsigned long long)s[i].dg_lost,
+                (unsigned long long)s[i].dg_late, (unsigned long long)s[i].dg_dup, (unsigned long long)s[i].dg_foreign,
+                (unsigned long long)s[i].dg_malformed, (unsigned long long)s[i].elems_lost,
+                (unsigned long long)(s[i].res_sent + s[i].res_resent), (unsigned long long)s[i].res_received,
+                (unsigned long long)s[i].nacks);
+        OUT("%-24s %llu all-reduces merged from datagrams, %llu elements lost (at most %llu in one)\n", "head",
+            (unsigned long long)s[0].lossy_syncs, (unsigned long long)s[0].elems_lost,
+            (unsigned long long)s[0].elems_lost_max);
+    }
 #undef OUT
     (void)len;
 }
@@ -1120,6 +1215,8 @@ void hc_core_free(hc_core *h) {
         hn_frame_free(&h->rx[d]);
     }
     hn_frame_free(&h->ar.ring_rx);
+    for (int d = 1; d < h->k; d++) hn_udp_close(h->ll[d].udp);
+    hc_ar_lossy_free(&h->ar);
     hm_ctx_free(h->ctx);
     hmem_free(h->mem);
     hm_model_free(h->sm);

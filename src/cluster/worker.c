@@ -132,6 +132,12 @@ typedef struct hc_session {
     float     *pp_out;           /* pipeline: [n_batch][n_embd], the window's output */
     hm_window  win[HM_MAX_WINDOWS];/* pipeline: the windows, as the ctx runs them */
     hc_ar      ar;
+    hc_lossy_link ll;            /* the lossy all-reduce's link to the head (lossy_port != 0) */
+    uint16_t   lossy_port;
+    uint64_t   lossy_session, drop_seed;
+    uint32_t   drop_ppm;
+    bool       drop_dup;
+    int        lossy_max_tokens, lossy_deadline_ms;
     hn_conn   *ar_conn[1];
     hn_frame   ar_rx[1];
     char       names[HC_MAX_DEVICES][260];
@@ -156,6 +162,7 @@ static void hc_session_free(hc_session *s) {
     hn_frame_free(&s->rx);
     hn_frame_free(&s->ar_rx[0]);
     hn_frame_free(&s->ar.ring_rx);
+    hn_udp_close(s->ll.udp);
     hn_conn_close(s->ring_next_conn);
     hn_conn_close(s->ring_prev_conn);
     hn_conn_close(s->pending_ring);
@@ -311,7 +318,7 @@ static int hc_recv_idle(hc_session *s, hn_msg *m, bool *from_prev, hr_err *err) 
 
 /* ---- PROFILE ---- */
 static int hc_handle_profile(hc_session *s, const hn_msg *req) {
-    char vals[32][40];
+    char vals[40][40];
     hn_msg r = {.type = HN_MSG_PROFILE, .seq = req->seq};
     hn_profile *p = &r.u.profile;
     int nv = 0;
@@ -353,6 +360,14 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         KV("bytes_sent", "%" PRIu64, sent);
         KV("bytes_received", "%" PRIu64, recv);
         KV("n_layers", "%d", s->pp ? s->n_layers : s->hp.n_layer);
+        KV("sum_hash", "%016llx", (unsigned long long)s->ar.sum_hash);
+        if (s->ll.udp) {
+            KV("dg_sent", "%" PRIu64, s->ll.sent);
+            KV("dg_hook_dropped", "%" PRIu64, s->ll.hook_dropped);
+            KV("dg_send_fail", "%" PRIu64, s->ll.send_fail);
+            KV("res_received", "%" PRIu64, s->ll.res_received);
+            KV("nacks", "%" PRIu64, s->ll.nacks);
+        }
         if (s->mem) {
             hmem_sample smp;
             hmem_take_sample(s->mem, &smp);
@@ -535,6 +550,32 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     if ((v = hc_param(p, "ring_next"))) hr_escape(s->ring_next, sizeof s->ring_next, v->s, v->n);
     if ((v = hc_param(p, "ring_token")) && !hc_parse_u64(*v, &s->ring_token, 16))
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad ring_token");
+    /* the lossy all-reduce: where the head takes the datagrams, the session they carry, the test hook */
+    if ((v = hc_param(p, "lossy_port")) && (!hc_parse_u64(*v, &x, 10) || x < 1 || x > 65535 || s->pp || s->mode))
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'lossy_port' (or lossy with a pipeline or ring)");
+    if (v) {
+        s->lossy_port = (uint16_t)x;
+        if (!(v = hc_param(p, "lossy_session")) || !hc_parse_u64(*v, &s->lossy_session, 16))
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'lossy_session'");
+        if (!(v = hc_param(p, "lossy_max_tokens")) || !hc_parse_u64(*v, &x, 10) || x < 1 || x > HC_LOSSY_MAX_TOKENS)
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'lossy_max_tokens'");
+        s->lossy_max_tokens = (int)x;
+        if (!(v = hc_param(p, "lossy_deadline_ms")) || !hc_parse_u64(*v, &x, 10) || x < 1 || x > 60000)
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'lossy_deadline_ms'");
+        s->lossy_deadline_ms = (int)x;
+        if ((v = hc_param(p, "lossy_drop"))) {
+            char b[64], *colon;
+            hn_str_copy(b, sizeof b, *v);
+            unsigned long long seed = strtoull(b, &colon, 16);
+            char *end = colon;
+            unsigned long ppm = *colon == ':' ? strtoul(colon + 1, &end, 10) : 1000001;
+            unsigned long dup = *end == ':' ? strtoul(end + 1, &end, 10) : 2;
+            if (ppm > 1000000 || dup > 1 || *end) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'lossy_drop'");
+            s->drop_seed = seed;
+            s->drop_ppm = (uint32_t)ppm;
+            s->drop_dup = dup == 1;
+        }
+    }
     return s->pp ? hc_parse_layers(s, p, seq) : hc_parse_share(s, p, seq);
 }
 
@@ -860,7 +901,8 @@ static int hc_open_slices(hc_session *s, bool complete) {
    pipeline, which passes hidden states over them). */
 static int hc_link(hc_session *s) {
     int rc;
-    s->ar = (hc_ar){.mode = s->mode, .k = (int)s->n_dev, .me = (int)s->index, .timeout_ms = s->timeout_ms};
+    s->ar = (hc_ar){.mode = s->mode, .k = (int)s->n_dev, .me = (int)s->index, .timeout_ms = s->timeout_ms,
+                    .n_layer = s->hp.n_layer};
     s->ar_conn[0] = s->head;
     s->ar.conn = s->ar_conn;
     s->ar.rx = s->ar_rx;
@@ -869,6 +911,19 @@ static int hc_link(hc_session *s) {
         s->name_ptr[i] = s->names[i];
     }
     s->ar.names = s->name_ptr;
+    if (s->lossy_port) {
+        hr_err e = {0};
+        if (!(s->ll.udp = hn_udp_open(s->head, &e)) || hn_udp_connect(s->ll.udp, s->head, s->lossy_port, &e))
+            return hc_bad(s, 0, e.code, "lossy all-reduce: %s", e.msg);
+        s->ar.lossy = true;
+        s->ar.session = s->lossy_session;
+        s->ar.drop_seed = s->drop_seed;
+        s->ar.drop_ppm = s->drop_ppm;
+        s->ar.dup = s->drop_dup;
+        s->ar.lossy_max_tokens = s->lossy_max_tokens;
+        s->ar.lossy_deadline_ms = s->lossy_deadline_ms;
+        s->ar.ll = &s->ll;
+    }
     if (s->mode != HC_ALLREDUCE_RING && !s->pp) return 0;
     if ((rc = hc_ring_setup(s))) return rc;
     int nx = (int)(s->index + 1) % (int)s->n_dev, pv = (int)s->index - 1;
@@ -1058,7 +1113,8 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
     hr_escape(peer_dev, sizeof peer_dev, m.u.hello.device.s, m.u.hello.device.n);
     hn_msg ack = {.type = HN_MSG_HELLO_ACK, .seq = m.seq};
     ack.u.hello_ack = (hn_hello_ack){.version = HN_PROTO_VERSION,
-                                     .caps = HN_CAP_F32_ACT | HN_CAP_SLICE_CACHE | (w->has_key ? HN_CAP_ENCRYPT : 0),
+                                     .caps = HN_CAP_F32_ACT | HN_CAP_SLICE_CACHE | HN_CAP_LOSSY_UDP |
+                                             (w->has_key ? HN_CAP_ENCRYPT : 0),
                                      .device = hn_cstr(w->name)};
     if (hn_msg_send(c, &ack, hn_deadline_ms(HC_HELLO_WAIT_MS), &e)) {
         HR_LOGW("worker: head %s: %s", s->head_name, e.msg);

@@ -21,8 +21,9 @@
 #include "base/base.h"
 
 #define HN_MAGIC          0x48545248u /* "HRTH" as a little-endian u32 */
-#define HN_PROTO_VERSION  3   /* 2: FORWARD carries each token's sequence (issue 27); 3: the handshake and
-                                 encrypted frames (issue 29, docs/security.md) */
+#define HN_PROTO_VERSION  4   /* 2: FORWARD carries each token's sequence (issue 27); 3: the handshake and
+                                 encrypted frames (issue 29, docs/security.md); 4: the lossy all-reduce
+                                 over UDP (issue 28, LOAD_PLAN's lossy_* parameters, docs/lossy.md) */
 #define HN_HEADER_SIZE    16
 
 /* field limits (bytes or entries) */
@@ -64,7 +65,7 @@ enum hn_msg_type {
 enum {
     HN_CAP_F32_ACT     = 1u << 0, /* hidden states as f32 (always set in version 1) */
     HN_CAP_SLICE_CACHE = 1u << 1, /* keeps weight slices in an on-disk cache (SLICE_HAVE) */
-    HN_CAP_LOSSY_UDP   = 1u << 2, /* can send partial sums over UDP (HALO), later */
+    HN_CAP_LOSSY_UDP   = 1u << 2, /* can send partial sums over UDP (HALO; LOAD_PLAN's lossy_port) */
     HN_CAP_ENCRYPT     = 1u << 3, /* the session is encrypted with the cluster key (set by whoever has a key) */
 };
 
@@ -544,5 +545,71 @@ void hn_replay_init(hn_replay *w);
 bool hn_replay_check(const hn_replay *w, uint64_t counter);
 /* records counter as seen; false if it was already seen or is older than the window */
 bool hn_replay_accept(hn_replay *w, uint64_t counter);
+
+/* ---- datagrams (dgram.c, udp.c): the lossy all-reduce over UDP (issue 28, docs/lossy.md) -------------------
+   One datagram holds a range of one device's partial output of one all-reduce (PARTIAL, worker to
+   head), a range of its sum (RESULT, head to worker), or asks for the sum again (NACK, worker to head;
+   one element, 0):
+     u32 magic 0x47445248 ("HRDG") | u16 version (HN_DGRAM_VERSION) | u16 kind (enum hn_dgram_kind) |
+     u64 session | u32 seq (the all-reduce) | u16 device (the sender) | u16 flags (HN_DGRAM_REPEAT or 0) |
+     u32 total (elements of the whole partial) | u32 offset | u32 n (elements here) | n x f32
+   little-endian, HN_DGRAM_HEADER bytes of header, at most HN_DGRAM_MAX_BYTES in all (under a 1500-byte
+   MTU with IP and UDP headers). Decoding is strict: exact length, 1 <= n <= HN_DGRAM_MAX_ELEMS,
+   offset + n <= total, no unknown flag; whatever fails is dropped by the caller and counted, never
+   trusted. A burst's last datagram goes twice, the copy flagged HN_DGRAM_REPEAT: a receiver that has
+   the last one knows the burst is over, so any hole is a loss (docs/lossy.md).
+   SEAL SEAM: hn_dgram_encode / hn_dgram_decode are the only places that turn a datagram into bytes and
+   back. The AEAD of encrypted links (issue 29) goes there: seal the encoded bytes (header as associated
+   data) at the end of encode, open them at the start of decode; HN_DGRAM_SEAL_OVERHEAD then becomes the
+   tag's (and nonce's) size and HN_DGRAM_MAX_ELEMS shrinks with it. Nothing is sealed today. */
+#define HN_DGRAM_MAGIC         0x47445248u
+#define HN_DGRAM_VERSION       1
+enum hn_dgram_kind { HN_DGRAM_PARTIAL = 1, HN_DGRAM_RESULT = 2, HN_DGRAM_NACK = 3 };
+#define HN_DGRAM_REPEAT        1u /* flags: a second copy (of a burst's last datagram) */
+#define HN_DGRAM_HEADER        36
+#define HN_DGRAM_MAX_BYTES     1400
+#define HN_DGRAM_SEAL_OVERHEAD 0
+#define HN_DGRAM_MAX_ELEMS     ((HN_DGRAM_MAX_BYTES - HN_DGRAM_HEADER - HN_DGRAM_SEAL_OVERHEAD) / 4)
+#define HN_DGRAM_MAX_TOTAL     (1u << 26) /* elements of one partial */
+
+typedef struct hn_dgram {
+    int         kind;   /* enum hn_dgram_kind */
+    uint16_t    flags;  /* HN_DGRAM_REPEAT or 0 */
+    uint64_t    session;
+    uint32_t    seq;
+    uint16_t    device;
+    uint32_t    total, offset, n;
+    const void *data;   /* n little-endian f32: encode reads floats; decode points into the datagram
+                           (not aligned: copy out with memcpy) */
+} hn_dgram;
+
+/* Encodes d into out (cap >= HN_DGRAM_MAX_BYTES is always enough): the datagram's size, or 0 when d
+   breaks a limit (nothing written that a decoder would take). */
+size_t hn_dgram_encode(const hn_dgram *d, uint8_t *out, size_t cap);
+/* Decodes one datagram of len bytes: 0, or HR_EFORMAT with why (may be NULL) saying what is wrong.
+   out->data borrows p. */
+int    hn_dgram_decode(const uint8_t *p, size_t len, hn_dgram *out, char *why, size_t why_cap);
+
+/* A UDP socket beside a TCP connection: bound to the connection's local address (any port), so that
+   datagrams take the same path as the connection; non-blocking. */
+typedef struct hn_udp hn_udp;
+hn_udp  *hn_udp_open(const hn_conn *beside, hr_err *err);
+void     hn_udp_close(hn_udp *u);                    /* NULL is fine */
+uint16_t hn_udp_port(const hn_udp *u);
+int      hn_udp_fd(const hn_udp *u);
+/* Sends from now on to the connection's peer address at `port` (connect(2): the kernel also drops
+   datagrams from anyone else). */
+int      hn_udp_connect(hn_udp *u, const hn_conn *c, uint16_t port, hr_err *err);
+/* Only datagrams from the connection's peer address (any port) are returned by hn_udp_recv. */
+void     hn_udp_expect_peer(hn_udp *u, const hn_conn *c);
+/* An unconnected socket replies from now on to where the last datagram hn_udp_recv returned came from
+   (call it once that datagram proved genuine). */
+void     hn_udp_reply_to_last(hn_udp *u);
+/* One datagram, never blocking, to the connected or reply address: 0, or HR_ENET when the kernel took
+   none (buffer full, no route, no address yet; the caller counts it as lost). */
+int      hn_udp_send(hn_udp *u, const void *p, size_t n);
+/* One waiting datagram into buf: its size, 0 when none is waiting, -1 for one from an unexpected
+   address or a receive error, -2 for one longer than cap (both read and dropped: count them). */
+long     hn_udp_recv(hn_udp *u, void *buf, size_t cap);
 
 #endif

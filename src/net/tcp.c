@@ -651,8 +651,8 @@ int hn_msg_recv(hn_conn *c, hn_frame *f, hn_msg *m, int64_t deadline, hr_err *er
 /* ---- the handshake on a connection (docs/security.md) ---- */
 
 /* Both sides mix the protocol version into the handshake: peers of different versions fail it. */
-static const char noise_prologue[] = "hearth wire v3";
-_Static_assert(HN_PROTO_VERSION == 3, "noise_prologue names the protocol version");
+static const char noise_prologue[] = "hearth wire v4";
+_Static_assert(HN_PROTO_VERSION == 4, "noise_prologue names the protocol version");
 
 static int send_handshake(hn_conn *c, const uint8_t *msg, size_t n, int64_t deadline, hr_err *err) {
     hn_iov part = {msg, n};

@@ -54,6 +54,8 @@ static int head_links(void *user, hs_link *out, int cap, hr_err *err) {
         snprintf(out[d].name, sizeof out[d].name, "%s", H->st[d].name);
         out[d].sent = H->st[d].bytes_sent;
         out[d].received = H->st[d].bytes_received;
+        out[d].dg_lost = H->st[d].dg_lost;
+        out[d].elems_lost = H->st[d].elems_lost;
     }
     return k < 0 ? k : HR_MIN(k, cap);
 }

@@ -738,7 +738,7 @@ static void histogram(sbuf *b, const char *name, const char *help, const hs_hist
 
 /* a counter per cluster device, labelled with its name ("head" or HOST:PORT, escaped as Prometheus
    label values are) */
-static void link_counter(sbuf *b, const char *name, const char *help, const hs_metrics *m, bool sent) {
+static void link_counter(sbuf *b, const char *name, const char *help, const hs_metrics *m, int which) {
     sb_printf(b, "# HELP hearth:%s %s\n# TYPE hearth:%s counter\n", name, help, name);
     for (int d = 0; d < m->n_links; d++) {
         char lab[2 * sizeof m->links[d].name];
@@ -748,8 +748,9 @@ static void link_counter(sbuf *b, const char *name, const char *help, const hs_m
             lab[k++] = *p == '\n' ? 'n' : *p;
         }
         lab[k] = 0;
-        sb_printf(b, "hearth:%s{device=\"%s\"} %llu\n", name, lab,
-                  (unsigned long long)(sent ? m->links[d].sent : m->links[d].received));
+        const hs_link *l = &m->links[d];
+        uint64_t v = which == 0 ? l->sent : which == 1 ? l->received : which == 2 ? l->dg_lost : l->elems_lost;
+        sb_printf(b, "hearth:%s{device=\"%s\"} %llu\n", name, lab, (unsigned long long)v);
     }
 }
 
@@ -777,9 +778,13 @@ static enum MHD_Result handle_metrics(hs_server *S, struct MHD_Connection *c) {
     histogram(&b, "queue_time_seconds", "Time a request waited for a slot.", &m.queue);
     if (m.n_links) {
         link_counter(&b, "cluster_bytes_sent_total", "Bytes a cluster device sent on its cluster connections.", &m,
-                     true);
+                     0);
         link_counter(&b, "cluster_bytes_received_total",
-                     "Bytes a cluster device received on its cluster connections.", &m, false);
+                     "Bytes a cluster device received on its cluster connections.", &m, 1);
+        link_counter(&b, "cluster_lossy_datagrams_lost_total",
+                     "Partial-sum datagrams of a worker missing when the head merged them (--lossy).", &m, 2);
+        link_counter(&b, "cluster_lossy_elements_lost_total",
+                     "Elements of all-reduces merged as zero (--lossy; the head's row: all of them).", &m, 3);
     }
     enum MHD_Result rc = b.oom ? reply_error(c, 500, "server_error", "out of memory")
                                : reply(c, 200, "text/plain; version=0.0.4", b.s, b.len);

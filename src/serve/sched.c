@@ -387,6 +387,8 @@ static void sched_links(hs_sched *s) {
         memcpy(l->name, s->link_buf[d].name, sizeof l->name);
         l->sent += s->link_buf[d].sent;
         l->received += s->link_buf[d].received;
+        l->dg_lost = s->link_buf[d].dg_lost;       /* cumulative already */
+        l->elems_lost = s->link_buf[d].elems_lost;
     }
     pthread_mutex_unlock(&s->mu);
 }

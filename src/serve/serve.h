@@ -30,6 +30,9 @@
 typedef struct hs_link {
     char     name[80];        /* "head" or the worker's address */
     uint64_t sent, received;
+    /* the lossy all-reduce (--lossy), over the session: the device's partial datagrams lost (missing at
+       the merge), and the elements merged as zero (the head: all of them) */
+    uint64_t dg_lost, elems_lost;
 } hs_link;
 
 typedef struct hs_backend {

@@ -1,0 +1,195 @@
+/* test-dgram — the lossy all-reduce's datagram codec and UDP socket (src/net/dgram.c, udp.c; net.h "datagrams"):
+   - encode/decode round trips of the three kinds at the limits (1 and HN_DGRAM_MAX_ELEMS elements, the
+     last range of a partial), the payload carried bit for bit;
+   - the encoder refuses what the decoder would (n 0 or too large, a range past the total, no room);
+   - the decoder refuses every single-field corruption of a valid datagram (magic, version, kind,
+     flags, n, offset, total, a length one byte off) and random bytes; it never reads past the end
+     (run under ASan);
+   - two UDP sockets beside a loopback TCP connection: connect, send, receive; a datagram from another
+     address is refused by the peer check, an empty or oversized one reported as such.
+   HEARTH_DGRAM_SEED_DIR=dir writes the valid samples as seeds for tests/fuzz-dgram.c. */
+#include "test.h"
+
+#include "net/net.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void write_seed(const char *name, const uint8_t *p, size_t n) {
+    const char *dir = getenv("HEARTH_DGRAM_SEED_DIR");
+    if (!dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+static void test_round_trip(void) {
+    float v[HN_DGRAM_MAX_ELEMS];
+    uint64_t st = 42;
+    for (int i = 0; i < HN_DGRAM_MAX_ELEMS; i++) {
+        uint32_t bits = (uint32_t)test_splitmix64(&st);
+        memcpy(&v[i], &bits, 4); /* any bit pattern, NaNs included, travels as is */
+    }
+    const struct { uint32_t total, offset, n; const char *seed; } cases[] = {
+        {1, 0, 1, "one"}, {64, 0, 64, "small"}, {2048, 0, HN_DGRAM_MAX_ELEMS, "full"},
+        {2048, 2046, 2, "tail"}, {HN_DGRAM_MAX_TOTAL, HN_DGRAM_MAX_TOTAL - 3, 3, "max-total"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        hn_dgram d = {.kind = HN_DGRAM_PARTIAL + (int)(c % 3), .flags = (uint16_t)(c & 1), .session = 0x0123456789abcdefULL + c,
+                      .seq = 77 + (uint32_t)c, .device = (uint16_t)(c + 1), .total = cases[c].total,
+                      .offset = cases[c].offset, .n = cases[c].n, .data = v};
+        uint8_t buf[HN_DGRAM_MAX_BYTES];
+        size_t len = hn_dgram_encode(&d, buf, sizeof buf);
+        CHECKF(len == HN_DGRAM_HEADER + 4 * (size_t)d.n && len <= HN_DGRAM_MAX_BYTES, "case %zu: %zu bytes", c, len);
+        write_seed(cases[c].seed, buf, len);
+        hn_dgram o;
+        char why[128] = "";
+        /* an exact-size heap copy: ASan sees any read past the end */
+        uint8_t *copy = malloc(len);
+        REQUIRE_VOID(copy);
+        memcpy(copy, buf, len);
+        CHECKF(hn_dgram_decode(copy, len, &o, why, sizeof why) == 0, "case %zu: %s", c, why);
+        CHECK(o.kind == d.kind && o.flags == d.flags && o.session == d.session && o.seq == d.seq && o.device == d.device &&
+              o.total == d.total && o.offset == d.offset && o.n == d.n);
+        CHECK(o.data == copy + HN_DGRAM_HEADER && !memcmp(o.data, v, 4 * (size_t)d.n));
+        free(copy);
+    }
+}
+
+static void test_encoder_refuses(void) {
+    float v[HN_DGRAM_MAX_ELEMS + 1] = {0};
+    uint8_t buf[HN_DGRAM_MAX_BYTES + 64];
+    const hn_dgram bad[] = {
+        {.kind = 1, .total = 10, .offset = 0, .n = 0, .data = v},
+        {.kind = 0, .total = 10, .offset = 0, .n = 1, .data = v},
+        {.kind = 4, .total = 10, .offset = 0, .n = 1, .data = v},
+        {.kind = 1, .total = 4096, .offset = 0, .n = HN_DGRAM_MAX_ELEMS + 1, .data = v},
+        {.kind = 1, .total = 10, .offset = 8, .n = 3, .data = v},
+        {.kind = 1, .total = 10, .offset = 11, .n = 1, .data = v},
+        {.kind = 1, .total = HN_DGRAM_MAX_TOTAL + 1, .offset = 0, .n = 1, .data = v},
+        {.kind = 1, .total = 10, .offset = 0, .n = 1, .data = NULL},
+        {.kind = 1, .flags = 2, .total = 10, .offset = 0, .n = 1, .data = v},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECKF(hn_dgram_encode(&bad[i], buf, sizeof buf) == 0, "bad datagram %zu encoded", i);
+    hn_dgram ok = {.kind = 2, .total = 10, .offset = 0, .n = 10, .data = v};
+    CHECK(hn_dgram_encode(&ok, buf, HN_DGRAM_HEADER + 39) == 0);  /* no room */
+    CHECK(hn_dgram_encode(&ok, buf, HN_DGRAM_HEADER + 40) == HN_DGRAM_HEADER + 40);
+}
+
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+static void test_decoder_refuses(void) {
+    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    hn_dgram d = {.kind = HN_DGRAM_PARTIAL, .session = 5, .seq = 9, .device = 2, .total = 64, .offset = 8, .n = 8,
+                  .data = v};
+    uint8_t good[HN_DGRAM_MAX_BYTES];
+    size_t len = hn_dgram_encode(&d, good, sizeof good);
+    REQUIRE_VOID(len == HN_DGRAM_HEADER + 32);
+    hn_dgram o;
+    uint8_t b[HN_DGRAM_MAX_BYTES + 8];
+    char why[128];
+#define MUTATE(stmt, blen, what) do { memcpy(b, good, len); stmt; why[0] = 0; \
+        CHECKF(hn_dgram_decode(b, (blen), &o, why, sizeof why) == HR_EFORMAT && why[0], "%s accepted", what); \
+    } while (0)
+    MUTATE((void)0, len - 1, "a byte short");
+    MUTATE(b[len] = 0, len + 1, "a byte long");
+    MUTATE((void)0, HN_DGRAM_HEADER - 1, "a short header");
+    MUTATE((void)0, 0, "nothing");
+    MUTATE(b[0] ^= 1, len, "bad magic");
+    MUTATE(put16(b + 4, 2), len, "version 2");
+    MUTATE(put16(b + 6, 4), len, "kind 4");
+    MUTATE(put16(b + 6, 0), len, "kind 0");
+    MUTATE(put16(b + 22, 2), len, "an unknown flag");
+    MUTATE(put32(b + 32, 0), HN_DGRAM_HEADER, "n 0");
+    MUTATE(put32(b + 32, 9), len, "n one more than the bytes");
+    MUTATE(put32(b + 28, 57), len, "a range past the total");
+    MUTATE(put32(b + 28, 0xfffffffcu), len, "an offset that wraps");
+    MUTATE(put32(b + 24, HN_DGRAM_MAX_TOTAL + 1), len, "a total past the limit");
+    MUTATE((put32(b + 24, 400), put32(b + 28, 0), put32(b + 32, HN_DGRAM_MAX_ELEMS + 1)),
+           HN_DGRAM_HEADER + 4 * (HN_DGRAM_MAX_ELEMS + 1), "more elements than a datagram holds");
+#undef MUTATE
+    /* random bytes: refused or, if ever taken, self-consistent */
+    uint64_t st = 7;
+    int taken = 0;
+    for (int i = 0; i < 20000; i++) {
+        size_t n = (size_t)(test_splitmix64(&st) % (sizeof b));
+        for (size_t j = 0; j < n; j++) b[j] = (uint8_t)test_splitmix64(&st);
+        if (i & 1 && n >= 8) put32(b, HN_DGRAM_MAGIC), put16(b + 4, HN_DGRAM_VERSION), put16(b + 6, HN_DGRAM_PARTIAL);
+        if (hn_dgram_decode(b, n, &o, NULL, 0) == 0) {
+            taken++;
+            CHECK(n == HN_DGRAM_HEADER + 4 * (size_t)o.n && o.offset + (uint64_t)o.n <= o.total);
+        }
+    }
+    CHECK(taken < 10);
+}
+
+static void test_sockets(void) {
+    hr_err e = {0};
+    hn_listener *l = hn_listen("127.0.0.1:0", &e);
+    REQUIRE_VOID(l);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", hn_listener_port(l));
+    hn_conn *c = hn_connect(addr, hn_deadline_ms(5000), &e);
+    hn_conn *a = c ? hn_accept(l, hn_deadline_ms(5000), &e) : NULL;
+    REQUIRE_VOID(c && a);
+    hn_udp *head = hn_udp_open(a, &e), *worker = hn_udp_open(c, &e);
+    REQUIRE_VOID(head && worker);
+    CHECK(hn_udp_port(head) != 0 && hn_udp_port(worker) != 0);
+    hn_udp_expect_peer(head, a);
+    CHECK(hn_udp_connect(worker, c, hn_udp_port(head), &e) == 0);
+    float v[4] = {1, 2, 3, 4};
+    uint8_t out[HN_DGRAM_MAX_BYTES], in[HN_DGRAM_MAX_BYTES];
+    hn_dgram d = {.kind = HN_DGRAM_RESULT, .session = 1, .seq = 1, .device = 1, .total = 4, .offset = 0, .n = 4,
+                  .data = v};
+    size_t len = hn_dgram_encode(&d, out, sizeof out);
+    CHECK(hn_udp_send(worker, out, len) == 0);
+    long got = 0;
+    for (int i = 0; i < 200 && got == 0; i++) {
+        got = hn_udp_recv(head, in, sizeof in);
+        if (!got) usleep(1000);
+    }
+    CHECK(got == (long)len && !memcmp(in, out, len));
+    CHECK(hn_udp_recv(head, in, sizeof in) == 0);   /* nothing more waiting */
+    /* an empty datagram and one longer than the buffer: read and reported */
+    CHECK(hn_udp_send(worker, out, 0) == 0);
+    CHECK(hn_udp_send(worker, out, len) == 0);
+    long r1 = 0, r2 = 0;
+    for (int i = 0; i < 200 && r1 == 0; i++) { r1 = hn_udp_recv(head, in, sizeof in); if (!r1) usleep(1000); }
+    for (int i = 0; i < 200 && r2 == 0; i++) { r2 = hn_udp_recv(head, in, 16); if (!r2) usleep(1000); }
+    CHECKF(r1 == -2 && r2 == -2, "empty: %ld, oversized: %ld", r1, r2);
+    /* from another address: 127.0.0.2 is loopback too, but not the connection's peer */
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(hn_udp_port(head))};
+    inet_pton(AF_INET, "127.0.0.2", &src.sin_addr);
+    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&src, sizeof src) == 0) {
+        CHECK(sendto(fd, out, len, 0, (struct sockaddr *)&dst, sizeof dst) == (ssize_t)len);
+        long r = 0;
+        for (int i = 0; i < 200 && r == 0; i++) { r = hn_udp_recv(head, in, sizeof in); if (!r) usleep(1000); }
+        CHECKF(r == -1, "a datagram from 127.0.0.2: %ld", r);
+    }
+    if (fd >= 0) close(fd);
+    hn_udp_close(head);
+    hn_udp_close(worker);
+    hn_conn_close(a);
+    hn_conn_close(c);
+    hn_listener_close(l);
+}
+
+int main(void) {
+    hr_init();
+    test_round_trip();
+    test_encoder_refuses();
+    test_decoder_refuses();
+    test_sockets();
+    return test_summary();
+}

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The lossy all-reduce (issue 28, docs/lossy.md) through the command line, on loopback: `hearth
+# worker` processes and `hearth run --workers ... --lossy` heads.
+# - no loss: the text equals the one-device run's, and the hash of every all-reduce sum (sum_hash in
+#   --stats-json) equals the reliable TCP run's: bit-identical hidden states at every layer;
+# - forced loss (the HEARTH_LOSSY_DROP test hook, 5% and 30%): the run finishes, every device's
+#   sum_hash equals the head's (no device diverged), datagrams were lost (at most those dropped), and
+#   the workers asked again (NACK) for the sums' datagrams the head's hook dropped;
+# - duplicated datagrams (the hook's DUP): counted as duplicates (or late), the text unchanged;
+# - malformed, foreign (other session, other device) and stale (old all-reduce) datagrams injected at
+#   the head's UDP port by python3: dropped and counted exactly, the text unchanged;
+# - SIGKILL of a worker mid-generation: the head exits non-zero within 5 s naming it (its TCP
+#   connection is watched during the lossy waits);
+# - --lossy refused with --allreduce ring and --pp, and by a head with a cluster key (its datagrams
+#   are not sealed yet).
+# Env: HEARTH_BIN, HEARTH_SHARED.
+set -u
+
+source "$(dirname "$0")/lib-cluster.sh"
+command -v python3 > /dev/null || { echo "python3 not found; skipping" >&2; exit 77; }
+
+for i in 1 2 3; do start_worker $i; done
+S=$SHARED/models
+# a generous deadline where nothing may be lost to timing (sanitizers, a loaded machine): with
+# nothing lost the head merges as soon as every datagram is in, so it costs nothing
+SLOW=3000
+
+# js FILE EXPR: a value from a --stats-json file (d = the JSON)
+js() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+# the sum hashes of every device, one line each
+hashes() { js "$1" "'\n'.join(x['sum_hash'] for x in d['devices'])"; }
+agree() { [[ $(hashes "$1" | sort -u | wc -l) == 1 ]]; }
+
+# ---- no loss: the reliable run's values, bit for bit -----------------------------------------------
+for model in "$S/stories260K.gguf" "$S/synth/synth-llama-Q8_0.gguf"; do
+    name=$(basename "$model")
+    run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $name"
+    run -m "$model" --workers "$(workers 1 2 3)" --tp-shares equal --stats-json "$TMP/tcp.json" > "$TMP/tcp.txt" \
+        2> "$TMP/tcp.err" || bad "$name: TCP run: $(tail -2 "$TMP/tcp.err")"
+    run -m "$model" --workers "$(workers 1 2 3)" --tp-shares equal --lossy --lossy-deadline $SLOW \
+        --stats-json "$TMP/l0.json" > "$TMP/l0.txt" 2> "$TMP/l0.err" || bad "$name: lossy run: $(tail -2 "$TMP/l0.err")"
+    if cmp -s "$TMP/ref.txt" "$TMP/l0.txt"; then ok; else bad "$name: lossy text differs from one device"; fi
+    th=$(js "$TMP/tcp.json" "d['devices'][0]['sum_hash']")
+    lh=$(js "$TMP/l0.json" "d['devices'][0]['sum_hash']")
+    if [[ -n "$th" && "$th" == "$lh" ]]; then ok; else bad "$name: sums of the lossy run ($lh) differ from TCP's ($th)"; fi
+    if agree "$TMP/l0.json"; then ok; else bad "$name: devices' sum hashes differ: $(hashes "$TMP/l0.json" | tr '\n' ' ')"; fi
+    # the datagrams did carry the sums: all-reduces merged from them, none lost
+    n=$(js "$TMP/l0.json" "d['devices'][0]['lossy']['allreduces']")
+    lost=$(js "$TMP/l0.json" "sum(x['lossy']['datagrams_lost'] for x in d['devices'])")
+    if [[ "$n" -gt 0 && "$lost" == 0 ]]; then ok; else bad "$name: $n all-reduces from datagrams, $lost datagrams lost"; fi
+    grep -q "tp: lossy all-reduce: session" "$TMP/l0.err" && ok || bad "$name: no lossy log line"
+done
+
+# ---- forced loss: the devices never diverge --------------------------------------------------------
+model=$S/synth/synth-llama-Q8_0.gguf
+for rate in 0.05 0.3; do
+    HEARTH_LOSSY_DROP=11:$rate run -m "$model" -n 12 --workers "$(workers 1 2 3)" --tp-shares equal --lossy \
+        --lossy-deadline 200 --stats-json "$TMP/l.json" > "$TMP/l.txt" 2> "$TMP/l.err" \
+        || bad "loss $rate: run failed: $(tail -2 "$TMP/l.err")"
+    if agree "$TMP/l.json"; then ok; else bad "loss $rate: devices diverged: $(hashes "$TMP/l.json" | tr '\n' ' ')"; fi
+    dropped=$(js "$TMP/l.json" "sum(x['lossy']['datagrams_dropped_by_hook'] for x in d['devices'])")
+    lost=$(js "$TMP/l.json" "sum(x['lossy']['datagrams_lost'] for x in d['devices'])")
+    elems=$(js "$TMP/l.json" "d['devices'][0]['lossy']['elements_lost']")
+    # (a dropped tail may still come as its flagged copy: at most the dropped ones are lost)
+    if [[ "$dropped" -gt 0 && "$lost" -gt 0 && "$lost" -le "$dropped" && "$elems" -gt 0 ]]; then ok
+    else bad "loss $rate: $dropped dropped by the hook, $lost lost, $elems elements lost"; fi
+    [[ $(wc -w < "$TMP/l.txt") -gt 0 ]] && ok || bad "loss $rate: no text"
+    # the sums' way back lost datagrams too (the hook drops the head's): the workers asked again
+    nacks=$(js "$TMP/l.json" "sum(x['lossy']['nacks'] for x in d['devices'])")
+    resent=$(js "$TMP/l.json" "sum(x['lossy']['sum_datagrams_resent'] for x in d['devices'])")
+    if [[ $rate == 0.05 || ("$nacks" -gt 0 && "$resent" -gt 0) ]]; then ok
+    else bad "loss $rate: $nacks NACKs, $resent sum datagrams resent"; fi
+done
+# the drop pattern is a function of the seed: the same run again continues from the same sums
+HEARTH_LOSSY_DROP=11:0.3 run -m "$model" -n 12 --workers "$(workers 1 2 3)" --tp-shares equal --lossy \
+    --lossy-deadline 200 --stats-json "$TMP/l2.json" > /dev/null 2> "$TMP/l2.err" || bad "loss 0.3 again: run failed"
+if [[ $(js "$TMP/l.json" "d['devices'][0]['sum_hash']") == $(js "$TMP/l2.json" "d['devices'][0]['sum_hash']") ]]; then ok
+else bad "the same drop pattern gave other sums"; fi
+
+# ---- duplicates ------------------------------------------------------------------------------------
+run -m "$model" > "$TMP/ref.txt" 2> /dev/null
+HEARTH_LOSSY_DROP=1:0:1 run -m "$model" --workers "$(workers 1 2)" --tp-shares equal --lossy --lossy-deadline $SLOW \
+    --stats-json "$TMP/d.json" > "$TMP/d.txt" 2> "$TMP/d.err" || bad "dup run failed: $(tail -2 "$TMP/d.err")"
+cmp -s "$TMP/ref.txt" "$TMP/d.txt" && ok || bad "duplicated datagrams changed the text"
+dup=$(js "$TMP/d.json" "sum(x['lossy']['datagrams_duplicate'] for x in d['devices'])")
+late=$(js "$TMP/d.json" "sum(x['lossy']['datagrams_late'] for x in d['devices'])")
+recv=$(js "$TMP/d.json" "sum(x['lossy']['datagrams_received'] for x in d['devices'])")
+# every second copy is a duplicate, or late when its all-reduce was already merged; the very last
+# copies may still be unread when the run ends
+if [[ "$dup" -gt 0 && $((dup + late)) -le "$recv" && $((dup + late)) -ge $((recv - 2)) ]]; then ok
+else bad "duplicates: $dup duplicate + $late late for $recv received"; fi
+
+# ---- injected datagrams: malformed, foreign, stale ---------------------------------------------------
+# A long run; once the head has logged its session and ports, python3 sends 40 datagrams of each kind
+# to worker 1's port (from 127.0.0.1, the worker's address, so they pass the address check). They wait
+# in the socket's buffer until the next lossy all-reduce reads them.
+"$BIN" run -m "$model" -p "$PROMPT" --temp 0 -n 1000 -c 1024 --ignore-eos -t 1 --workers "$(workers 1 2)" \
+    --tp-shares equal --lossy --lossy-deadline $SLOW --stats-json "$TMP/i.json" > "$TMP/i.txt" 2> "$TMP/i.err" &
+HEAD_PID=$!
+for _ in $(seq 200); do grep -q "tp: lossy all-reduce: session" "$TMP/i.err" && break; sleep 0.05; done
+line=$(grep "tp: lossy all-reduce: session" "$TMP/i.err")
+session=$(sed -n 's/.*session \([0-9a-f]*\),.*/\1/p' <<< "$line")
+port=$(sed -n 's/.*UDP ports \([0-9]*\).*/\1/p' <<< "$line")
+python3 - "$session" "$port" << 'EOF' || bad "the injector failed"
+import socket, struct, sys
+session, port = int(sys.argv[1], 16), int(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def dg(sess=session, seq=0, dev=1, total=64, off=0, n=1, magic=0x47445248, ver=1, kind=1, flags=0, extra=b""):
+    return struct.pack("<IHHQIHHIII", magic, ver, kind, sess, seq, dev, flags, total, off, n) + b"\0" * (4 * n) + extra
+kinds = {
+    "malformed": [b"", b"x" * 10, dg(magic=1), dg(ver=9), dg(kind=7), dg(flags=2), dg(n=0), dg(off=64),
+                  dg(n=400, total=1000), dg(extra=b"zz"), b"\xff" * 1500],
+    "foreign": [dg(sess=session ^ 1, seq=5), dg(dev=2, seq=5), dg(dev=0, seq=5)],
+}
+for k, v in kinds.items():
+    for i in range(40):
+        s.sendto(v[i % len(v)], ("127.0.0.1", port))
+# stale: all-reduce 0 is never a lossy one (the first sync is layer 0's, on TCP), so it is old by the time
+# any lossy all-reduce reads it
+for i in range(40):
+    s.sendto(dg(seq=0, off=0, n=64), ("127.0.0.1", port))
+EOF
+wait "$HEAD_PID" || bad "the injected run failed: $(tail -2 "$TMP/i.err")"
+HEAD_PID=
+# against the TCP run (1000 tokens of a random-weight model meet a near-tie where a split's last-bit
+# difference from one device flips a token; TCP and lossy without loss add the very same floats)
+"$BIN" run -m "$model" -p "$PROMPT" --temp 0 -n 1000 -c 1024 --ignore-eos -t 1 --workers "$(workers 1 2)" \
+    --tp-shares equal --stats-json "$TMP/iref.json" > "$TMP/iref.txt" 2> /dev/null
+cmp -s "$TMP/iref.txt" "$TMP/i.txt" && ok || bad "injected datagrams changed the text"
+[[ $(js "$TMP/i.json" "d['devices'][0]['sum_hash']") == $(js "$TMP/iref.json" "d['devices'][0]['sum_hash']") ]] && ok ||
+    bad "injected datagrams changed the sums"
+got=$(js "$TMP/i.json" "' '.join(str(d['devices'][1]['lossy'][k]) for k in ('datagrams_malformed','datagrams_foreign','datagrams_late','datagrams_lost'))")
+if [[ "$got" == "40 40 40 0" ]]; then ok; else bad "injected 40 malformed, 40 foreign, 40 stale: counted (malformed foreign late lost) $got"; fi
+agree "$TMP/i.json" && ok || bad "injected run: devices diverged"
+
+# ---- a worker killed mid-generation: the head fails at once naming it, as on TCP -------------------
+check_kill 2 "$S/synth/synth-llama-Q8_0.gguf" "$(workers 1 2 3)" --tp-shares equal --lossy
+start_worker 2
+
+# ---- refused combinations --------------------------------------------------------------------------
+for extra in "--allreduce ring" "--pp"; do
+    if run -m "$model" --workers "$(workers 1)" --lossy $extra > /dev/null 2> "$TMP/r.err"; then bad "--lossy $extra was accepted"
+    elif grep -q -- "--lossy" "$TMP/r.err"; then ok; else bad "--lossy $extra: unclear error: $(tail -1 "$TMP/r.err")"; fi
+done
+
+# the datagrams are not sealed yet: a head with a cluster key refuses --lossy
+"$BIN" keygen -o "$TMP/k.key" > /dev/null 2>&1 || bad "keygen"
+if run -m "$model" --workers "$(workers 1)" --key "$TMP/k.key" --lossy > /dev/null 2> "$TMP/r.err"; then
+    bad "--lossy with a cluster key was accepted"
+elif grep -q -- "--lossy does not encrypt" "$TMP/r.err"; then ok; else bad "--lossy --key: unclear error: $(tail -1 "$TMP/r.err")"; fi
+
+for i in 1 2 3; do stop_worker $i; done
+echo "test-lossy: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
