@@ -10,6 +10,7 @@
 #   // fuzz-libs: -lX...          libraries beyond the default set (sodium, jansson, pcre2-8, pthread, m)
 #   // fuzz-max-len: N            longest input tried (default 4096)
 #   // fuzz-seed-test: TEST ENV   BUILD_DIR/TEST writes seed files into the folder the variable ENV names
+#   // fuzz-dict: FILE            a libFuzzer dictionary (tokens the input format is made of)
 # Seeds also come from tests/fuzz-corpus/NAME/ (committed corpora). The harness runs with
 # HEARTH_SHARED set (../shared by default), so it may load models or vocabularies at start-up.
 #
@@ -76,8 +77,9 @@ for p in "${pids[@]}"; do wait "$p" || failed=1; done
 [ $failed -eq 0 ] || exit 1
 
 run() { # NAME
-  local name=$1 src=tests/$1.c max_len seed
+  local name=$1 src=tests/$1.c max_len seed dict
   max_len=$(directive "$src" max-len)
+  dict=$(directive "$src" dict)
   seed=$(directive "$src" seed-test)
   rm -rf "$out/$name-corpus" && mkdir -p "$out/$name-corpus" "$out/$name-crashes"
   if [ -n "$seed" ]; then
@@ -88,6 +90,7 @@ run() { # NAME
   if [ -d "tests/fuzz-corpus/$name" ]; then cp "tests/fuzz-corpus/$name"/* "$out/$name-corpus/" 2>/dev/null || true; fi
   echo "== $name: $(ls "$out/$name-corpus" | wc -l) seeds, ${secs}s"
   "$out/$name" -max_total_time="$secs" -max_len="${max_len:-4096}" -print_final_stats=1 \
+ ${dict:+-dict="$dict"} \
     -artifact_prefix="$out/$name-crashes/" "$out/$name-corpus" 2>"$out/$name.log" || {
     tail -40 "$out/$name.log" >&2
     echo "fuzz.sh: $name found a bug; the input is in $out/$name-crashes/" >&2
