@@ -47,7 +47,12 @@ static bool exists(const char *dir, const char *name) {
 static void test_bound(const char *cache) {
     char m[128], p[256];
     snprintf(m, sizeof m, "%s/0123456789abcdef", cache);
-    REQUIRE_VOID(mkdir(cache, 0755) == 0 && mkdir(m, 0755) == 0);
+    /* a cache with nothing in it yet (or no folder): room, and nothing to sort (UBSan saw qsort(NULL)) */
+    hr_err e0 = {0};
+    CHECK(hc_cache_make_room(cache, MIB, 4 * MIB, NULL, 0, NULL, &e0) == 0);
+    REQUIRE_VOID(mkdir(cache, 0755) == 0);
+    CHECK(hc_cache_make_room(cache, MIB, 4 * MIB, NULL, 0, NULL, &e0) == 0);
+    REQUIRE_VOID(mkdir(m, 0755) == 0);
     const char *names[4] = {"a.gguf", "b.gguf", "c.gguf", "d.gguf"};
     for (int i = 0; i < 4; i++) {
         snprintf(p, sizeof p, "%s/%s", m, names[i]);

@@ -322,7 +322,7 @@ int hc_cache_make_room(const char *cache, uint64_t need, uint64_t max_bytes, con
     hc_cfile *v;
     int n, rc = hc_cache_list(cache, &v, &n);
     if (rc) return hr_fail(err, rc, "out of memory listing the slice cache");
-    qsort(v, (size_t)n, sizeof *v, hc_cfile_older);
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, hc_cfile_older);  /* v is NULL when the cache is empty */
     uint64_t total = 0;
     for (int i = 0; i < n; i++) total += v[i].bytes;
     hr_err room = {0};
