@@ -368,7 +368,11 @@ static const cli_flag flags[] = {
     {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE, "--cache", "DIR", F_STR, AT(cache_dir), 0, 0, NULL,
      "slice cache (run: the head's own share with --workers; default\n$XDG_CACHE_HOME/hearth/slices or ~/.cache/hearth/slices)"},
     {CLI_WORKER, "--cache-max", "SIZE", F_FN, 0, 0, 0, fn_cache_max,
-     "most the slice cache's files may take (500M, 2G); beyond it the least\nrecently used are removed, never one a session uses (default: no bound\nof its own; a slice file is never written into the disk's last 5%, at\nmost 1 GiB: old ones are removed first, and if that is not enough the\nhead is told)"},
+     "most the slice cache's files may take (500M, 2G); beyond it the least\n"
+     "recently used are removed, never one a session uses (default: no bound\n"
+     "of its own; a slice file is never written into the disk's last 5%, at\n"
+     "most 1 GiB: old ones are removed first, and if that is not enough the\n"
+     "head is told)"},
     {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL, "name shown to heads (default: worker)"},
     {CLI_WORKER, "--sessions", "N", F_LONG, AT(sessions), 1, 1 << 30, NULL,
      "exit after serving N heads (default: serve until interrupted)"},

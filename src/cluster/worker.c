@@ -807,7 +807,8 @@ static int hc_cache_room(hc_session *s, hc_index *x, const bool *have) {
         (e = (hr_err){0}, hc_cache_make_room(s->w->cache, need, s->w->cache_max, &self, 1, &more, &e)))
         rc = hc_bad(s, 0, e.code, "%s", e.msg);
     else if ((evicted += more))
-        HR_LOGI("worker: evicted %.1f MiB of least recently used slice files to make room", (double)evicted / (1 << 20));
+        HR_LOGI("worker: evicted %.1f MiB of least recently used slice files to make room",
+                (double)evicted / (1 << 20));
 done:
     free(used);
     free(keep);
