@@ -11,7 +11,8 @@
 #   // fuzz-max-len: N            longest input tried (default 4096)
 #   // fuzz-seed-test: TEST ENV   BUILD_DIR/TEST writes seed files into the folder the variable ENV names
 #   // fuzz-dict: FILE            a libFuzzer dictionary (tokens the input format is made of)
-# Seeds also come from tests/fuzz-corpus/NAME/ (committed corpora). The harness runs with
+# Seeds also come from the committed corpora tests/fuzz-corpus/NAME/ (and tests/corpus/NAME/,
+# tests/data/NAME/, where the first harnesses of other work keep theirs). The harness runs with
 # HEARTH_SHARED set (../shared by default), so it may load models or vocabularies at start-up.
 #
 # usage: scripts/fuzz.sh [-t SECONDS] [-b BUILD_DIR (default build)] [-o OUT (default BUILD_DIR/fuzz)]
@@ -87,7 +88,9 @@ run() { # NAME
     [ -x "$build/$test" ] || { echo "fuzz.sh: $build/$test not built (cmake --build $build)" >&2; return 1; }
     env "$env=$out/$name-corpus" "$build/$test" >/dev/null
   fi
-  if [ -d "tests/fuzz-corpus/$name" ]; then cp "tests/fuzz-corpus/$name"/* "$out/$name-corpus/" 2>/dev/null || true; fi
+  for d in "tests/fuzz-corpus/$name" "tests/corpus/$name" "tests/data/$name"; do
+    if [ -d "$d" ]; then cp "$d"/* "$out/$name-corpus/" 2>/dev/null || true; fi
+  done
   echo "== $name: $(ls "$out/$name-corpus" | wc -l) seeds, ${secs}s"
   "$out/$name" -max_total_time="$secs" -max_len="${max_len:-4096}" -print_final_stats=1 \
  ${dict:+-dict="$dict"} \

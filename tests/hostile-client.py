@@ -17,7 +17,7 @@ import struct
 import sys
 import time
 
-MAGIC, VERSION = 0x48545248, 2  # HN_PROTO_VERSION
+MAGIC, VERSION = 0x48545248, 3  # HN_PROTO_VERSION
 HELLO, HELLO_ACK, ERROR, BYE = 1, 2, 3, 16
 
 

@@ -1,13 +1,17 @@
 /* test-plan — the planner's cost model and solvers on synthetic profiles with known answers: the
    pipeline ILP against enumeration of every window set, the TP min-max shares against a brute-force
    grid, clusters where one device, TP or PP must win, an impossible cluster, a single-device cost
-   computed by hand, the profile's key/values round trip and the cgroup cpu.max parser. */
+   computed by hand, the profile's key/values round trip and the cgroup cpu.max parser; HALO's loss-aware
+   placement of unit groups on the paper's own example, and the importance file's round trip. */
 #include "test.h"
 
 #include "plan/plan.h"
 #include "quant/quant.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #define MIB (1024.0 * 1024.0)
 
@@ -197,6 +201,61 @@ static void test_kv_roundtrip(void) {
           hpl_parse_cpu_max("") == 0 && hpl_parse_cpu_max("200000 100000") == 2);
 }
 
+/* HALO's Algorithm 3 example (III-B4): 8 groups prioritised 1..8, PLRs [0.0, 0.5, 0.1], ratios
+   [0.4, 0.4, 0.2] -> [1,2,3], [6,7,8], [4,5] */
+static void test_place_groups(void) {
+    hr_err err = {0};
+    double imp[8], loss[3] = {0.0, 0.5, 0.1}, ratio[3] = {0.4, 0.4, 0.2};
+    for (int i = 0; i < 8; i++) imp[i] = 8 - i; /* group i has priority i+1 */
+    int32_t count[3], assign[8];
+    CHECK(hpl_group_counts(ratio, 3, 8, count, &err) == 0);
+    CHECK(count[0] == 3 && count[1] == 3 && count[2] == 2);
+    CHECK(hpl_place_groups(imp, 8, loss, count, 3, assign, &err) == 0);
+    const int32_t want[8] = {0, 0, 0, 2, 2, 1, 1, 1};
+    for (int i = 0; i < 8; i++) CHECKF(assign[i] == want[i], "group %d on device %d, want %d", i, assign[i], want[i]);
+    /* importance out of order: the two least important go to the lossiest device whatever their index */
+    double imp2[4] = {0.1, 5, 0.2, 3}, loss2[2] = {0.05, 0};
+    int32_t count2[2] = {2, 2}, assign2[4];
+    CHECK(hpl_place_groups(imp2, 4, loss2, count2, 2, assign2, &err) == 0);
+    CHECK(assign2[0] == 0 && assign2[2] == 0 && assign2[1] == 1 && assign2[3] == 1);
+    /* counts that do not add up, a loss rate outside [0, 1] */
+    int32_t bad[2] = {1, 2};
+    CHECK(hpl_place_groups(imp2, 4, loss2, bad, 2, assign2, &err) == HR_EINVAL);
+    double loss3[2] = {0, 1.5};
+    CHECK(hpl_place_groups(imp2, 4, loss3, count2, 2, assign2, &err) == HR_EINVAL);
+}
+
+static void test_importance_file(void) {
+    hr_err err = {0};
+    hpl_importance a = {.n_layer = 2, .n_embd = 8, .att_kv = 1, .ff = 32, .n_groups = {2, 3}, .tokens = 7};
+    snprintf(a.model, sizeof a.model, "test");
+    REQUIRE_VOID(hpl_importance_alloc(&a, &err) == 0);
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 2 * a.n_groups[b]; i++) a.imp[b][i] = 0.25 * (i + 1) + b;
+    char path[] = "/tmp/test-plan-imp-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE_VOID(fd >= 0);
+    close(fd);
+    CHECK(hpl_importance_write(&a, path, &err) == 0);
+    hpl_importance r;
+    CHECK(hpl_importance_read(&r, path, &err) == 0);
+    CHECK(r.n_layer == 2 && r.n_embd == 8 && r.att_kv == 1 && r.ff == 32 && r.n_groups[0] == 2 &&
+          r.n_groups[1] == 3 && r.tokens == 7 && !strcmp(r.model, "test"));
+    for (int b = 0; b < 2 && r.imp[b]; b++)
+        for (int i = 0; i < 2 * a.n_groups[b]; i++) CHECK(fabs(r.imp[b][i] - a.imp[b][i]) < 1e-6);
+    hpl_importance_free(&r);
+    /* a row of the wrong length is refused */
+    FILE *f = fopen(path, "w");
+    REQUIRE_VOID(f);
+    fputs("{\"format\":\"hearth-importance\",\"version\":1,\"n_layer\":1,\"n_embd\":8,\"tokens\":1,"
+          "\"attention\":{\"kv_heads_per_group\":1,\"groups\":2,\"importance\":[[1]]},"
+          "\"ffn\":{\"neurons_per_group\":1,\"groups\":1,\"importance\":[[1]]}}", f);
+    fclose(f);
+    CHECK(hpl_importance_read(&r, path, &err) == HR_EFORMAT);
+    unlink(path);
+    hpl_importance_free(&a);
+}
+
 int main(void) {
     test_ilp_enumerate();
     test_minmax_brute();
@@ -204,5 +263,7 @@ int main(void) {
     test_single_cost();
     test_mmap_fallback();
     test_kv_roundtrip();
+    test_place_groups();
+    test_importance_file();
     return test_summary();
 }

@@ -93,7 +93,7 @@ talk(b"GET / HTTP/1.1\r\nHost: worker\r\n\r\n")
 # HELLO that speaks only protocol version 7: u32 vmin, u32 vmax, u64 caps, 32-byte tag, str device
 dev = b"old head"
 payload = struct.pack("<IIQ", 7, 7, 0) + bytes(32) + struct.pack("<I", len(dev)) + dev
-frame = struct.pack("<IHHII", 0x48545248, 2, 1, len(payload), 1) + payload  # header: this build's version (2)
+frame = struct.pack("<IHHII", 0x48545248, 3, 1, len(payload), 1) + payload  # header: this build's version (3)
 reply = talk(frame)
 print("reply:", reply[16 + 8:].decode("utf-8", "replace"))
 EOF

@@ -15,6 +15,7 @@
 static const char *const hr_err_names[HR_ERR_COUNT] = {
     "ok", "invalid argument", "I/O error", "out of memory", "malformed input", "unsupported",
     "out of range", "not found", "already exists", "timed out", "network error", "protocol error",
+    "authentication failed",
 };
 
 const char *hr_strerror(int code) {

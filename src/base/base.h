@@ -31,7 +31,8 @@ enum {
     HR_ETIMEDOUT    = -9,  /* deadline passed */
     HR_ENET         = -10, /* network failure */
     HR_EPROTO       = -11, /* peer broke the protocol */
-    HR_ERR_COUNT    = 12,
+    HR_EAUTH        = -12, /* peer not authenticated: wrong or missing cluster key, altered data */
+    HR_ERR_COUNT    = 13,
 };
 const char *hr_strerror(int code);
 

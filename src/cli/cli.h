@@ -8,7 +8,7 @@
 #include "flags.h"
 
 extern const cli_command cli_run, cli_chat, cli_eval, cli_bench, cli_info, cli_synth, cli_quantize, cli_tokenize,
-    cli_worker, cli_convert, cli_plan, cli_profile, cli_serve, cli_keygen;
+    cli_worker, cli_convert, cli_plan, cli_profile, cli_serve, cli_keygen, cli_workers, cli_perplexity, cli_calibrate;
 
 /* shared helpers (cli-util.c) */
 /* Parses an integer flag value; prints "hearth CMD: invalid value 'V' for FLAG" and returns false. */
@@ -25,6 +25,12 @@ bool cli_is_tty(void);
 /* One device's profile as two or three lines of text (hearth profile, hearth plan). */
 struct hpl_device;
 void cli_print_device(int i, const char *addr, const struct hpl_device *d);
+/* The cluster key's public id (hn_key_id) from --key FILE or the default path, whose name goes to
+   path (cap bytes). HR_ENOTFOUND (no key there), HR_EFORMAT, HR_EIO. */
+int  cli_key_id(const cli_opts *o, uint8_t id[8], char *path, size_t cap, hr_err *err);
+/* --workers auto (cli_main, before the command runs): the workers discovery finds that announce this
+   cluster's key become o->head.workers, as if typed. 0, or 1 (printed: no key, nobody answered). */
+int  cli_discover_workers(const cli_command *c, cli_opts *o);
 /* A progress bar on stderr, drawn only on a TTY: cli_progress("quantize", done, total). */
 void cli_progress(const char *label, uint64_t done, uint64_t total);
 void cli_progress_end(void);

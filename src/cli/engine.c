@@ -38,6 +38,7 @@ int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *c
     p.self.mem = o->mem;
     p.self.no_cache = o->no_cache;
     p.serial = o->profile_serial;
+    p.key = o->head.key;
     if (hpl_cluster_profile(o->head.workers, o->head.n_workers, &p, cl, err)) return err->code;
     return hpl_choose(cl, &pm, n_prompt, ch, err);
 }
@@ -88,6 +89,7 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
         return (e->tp = hc_head_create(e->m, &o->head, cp, err)) ? 0 : err->code;
     }
     hm_shard sh = hm_shard_full(e->m);
+    if (e->groups) hm_groups_attach(e->groups, &sh);
     uint64_t ctx_bytes = hm_ctx_bytes_estimate(&e->m->hp, cp);
     /* the plan follows the KV cache's use (cli_engine_eval says how many positions): the scratch is
        what a one-position context needs beside its single position */
@@ -121,10 +123,69 @@ int32_t cli_engine_n_ctx(const cli_engine *e) { return e->tp ? hc_head_n_ctx(e->
 
 void cli_engine_close(cli_engine *e) {
     hm_ctx_free(e->c);
+    hm_groups_free(e->groups);
     hmem_free(e->mm);
     hc_head_free(e->tp);
     ht_vocab_free(e->voc);
     hm_model_free(e->m);
     gguf_close(e->g);
     *e = (cli_engine){0};
+}
+
+/* ---- a text in chunks, as llama-perplexity runs it -------------------------------------------------- */
+
+static int cli_chunks_setup(cli_chunks *ck, const cli_engine *e, int n_ctx, int n_batch, int max_chunks, hr_err *err) {
+    ck->n_ctx = n_ctx;
+    ck->n_batch = n_batch > 0 ? HR_MIN(n_batch, n_ctx) : n_ctx;
+    ck->n_chunk = ck->n_tokens / n_ctx;
+    if (max_chunks > 0) ck->n_chunk = HR_MIN(ck->n_chunk, max_chunks);
+    ck->first = n_ctx / 2;
+    ck->bos = ht_add_bos(e->voc) ? ht_token_bos(e->voc) : -1;
+    ck->buf = malloc(sizeof *ck->buf * (size_t)n_ctx);
+    ck->all = malloc(sizeof *ck->all * (size_t)ck->n_batch * (size_t)e->m->hp.n_vocab);
+    if (!ck->buf || !ck->all) return hr_fail(err, HR_ENOMEM, "out of memory for a chunk's logits");
+    return 0;
+}
+
+int cli_chunks_init(cli_chunks *ck, const cli_engine *e, const char *text, size_t len, int n_ctx, int n_batch,
+                    int max_chunks, hr_err *err) {
+    *ck = (cli_chunks){0};
+    const bool bos = ht_add_bos(e->voc);
+    int n = ht_tokenize(e->voc, text, len, bos, NULL, 0);
+    if (n >= 0 && !(ck->tokens = malloc(sizeof *ck->tokens * (size_t)HR_MAX(n, 1)))) n = HR_ENOMEM;
+    if (n >= 0) n = ht_tokenize(e->voc, text, len, bos, ck->tokens, n);
+    if (n < 0) return hr_fail(err, n, "tokenizing the text failed: %s", hr_strerror(n));
+    ck->n_tokens = n;
+    return cli_chunks_setup(ck, e, n_ctx, n_batch, max_chunks, err);
+}
+
+int cli_chunks_from_tokens(cli_chunks *ck, const cli_engine *e, const int32_t *tokens, int n_chunk, int n_ctx,
+                           int n_batch, hr_err *err) {
+    *ck = (cli_chunks){0};
+    const size_t n = (size_t)n_chunk * (size_t)n_ctx;
+    if (!(ck->tokens = malloc(sizeof *ck->tokens * HR_MAX(n, 1)))) return hr_fail(err, HR_ENOMEM, "out of memory");
+    memcpy(ck->tokens, tokens, sizeof *tokens * n);
+    ck->n_tokens = (int)n;
+    return cli_chunks_setup(ck, e, n_ctx, n_batch, 0, err);
+}
+
+int cli_chunk_eval(cli_engine *e, cli_chunks *ck, int i, float *logits, hr_err *err) {
+    const int64_t V = e->m->hp.n_vocab;
+    memcpy(ck->buf, ck->tokens + (size_t)i * ck->n_ctx, sizeof *ck->buf * (size_t)ck->n_ctx);
+    if (ck->bos >= 0) ck->buf[0] = ck->bos;
+    for (int p0 = 0; p0 < ck->n_ctx; p0 += ck->n_batch) {
+        const int nb = HR_MIN(ck->n_batch, ck->n_ctx - p0);
+        /* every position's logits (the scored ones are the batch's last rows), or none at all */
+        if (cli_engine_eval(e, ck->buf + p0, nb, p0, logits ? ck->all : NULL, logits != NULL, err)) return err->code;
+        for (int p = HR_MAX(p0, ck->first); logits && p < p0 + nb && p < ck->n_ctx - 1; p++)
+            memcpy(logits + (size_t)(p - ck->first) * V, ck->all + (size_t)(p - p0) * V, sizeof(float) * (size_t)V);
+    }
+    return 0;
+}
+
+void cli_chunks_free(cli_chunks *ck) {
+    free(ck->tokens);
+    free(ck->buf);
+    free(ck->all);
+    *ck = (cli_chunks){0};
 }

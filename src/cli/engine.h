@@ -15,6 +15,8 @@ typedef struct cli_engine {
     hmem     *mm;     /* this device's residency manager, or NULL */
     hm_ctx   *c;      /* one device */
     hc_head  *tp;     /* or the head of a cluster (--workers) */
+    hm_groups *groups;/* set before cli_engine_start (one device only): its probe sees every block
+                         (calibration, loss simulation; model.h) */
 } cli_engine;
 
 /* Maps o->model and loads its hyper-parameters (and its vocabulary when `vocab`, checked against the
@@ -36,5 +38,33 @@ int  cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, 
 int  cli_engine_check_logits(const float *logits, size_t n, hr_err *err);
 int32_t cli_engine_n_ctx(const cli_engine *e);
 void cli_engine_close(cli_engine *e);
+
+/* A text cut as llama-perplexity cuts it: tokenized whole (BOS first where the vocabulary adds one),
+   n_chunk = n_tokens / n_ctx non-overlapping chunks of n_ctx tokens, each run from position 0 in
+   batches of n_batch with its first token replaced by BOS (where added); a chunk's logits for
+   positions first = n_ctx/2 .. n_ctx-2 score the tokens after them. */
+typedef struct cli_chunks {
+    int32_t *tokens;         /* owned */
+    int      n_tokens, n_ctx, n_batch, n_chunk, first;
+    int32_t  bos;            /* -1: none put in front of chunks */
+    int32_t *buf;            /* [n_ctx] one chunk's input */
+    float   *all;            /* [n_batch][n_vocab] one batch's logits */
+} cli_chunks;
+/* Tokenizes text (e->voc) and sets up the chunks: n_chunk limited to max_chunks when > 0. */
+int  cli_chunks_init(cli_chunks *ck, const cli_engine *e, const char *text, size_t len, int n_ctx, int n_batch,
+                     int max_chunks, hr_err *err);
+/* As cli_chunks_init for tokens already cut (a KL-divergence base file's) */
+int  cli_chunks_from_tokens(cli_chunks *ck, const cli_engine *e, const int32_t *tokens, int n_chunk, int n_ctx,
+                            int n_batch, hr_err *err);
+/* Runs chunk i; logits NULL: no output head (calibration), else [n_ctx-1-first][n_vocab] out. */
+int  cli_chunk_eval(cli_engine *e, cli_chunks *ck, int i, float *logits, hr_err *err);
+void cli_chunks_free(cli_chunks *ck);
+
+/* Unit groups (cmd-calibrate.c): e->groups for the model's tensor-parallel groups (hc_plan_make's
+   sizes); call between cli_engine_open and cli_engine_start. */
+int  cli_groups_open(cli_engine *e, hr_err *err);
+/* Runs every chunk of ck (no output head) with statistics on and fills imp (allocated here) with each
+   group's mean contribution norm. */
+int  cli_importance_measure(cli_engine *e, cli_chunks *ck, hpl_importance *imp, hr_err *err);
 
 #endif

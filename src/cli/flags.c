@@ -1,6 +1,7 @@
 /* cli/flags: the flag table, the parser that reads a command line against it, and --help from it */
 #include "cli.h"
 
+#include "net/net.h"
 #include "quant/quant.h"
 #include "text/chat.h"
 
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum flag_kind {
     F_ON,    /* a switch: the bool becomes true */
@@ -136,6 +138,24 @@ static int fn_tokens(cli_opts *o, const cli_flag *f, const char *v, char *why, s
     }
 }
 
+static int fn_sim_loss(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    int n = cli_parse_numbers(v, o->sim_loss, HC_MAX_DEVICES - 1, why, cap);
+    if (n < 0) return -1;
+    for (int i = 0; i < n; i++)
+        if (o->sim_loss[i] > 100) { snprintf(why, cap, "percentages in [0, 100]"); return -1; }
+    o->n_sim_loss = n;
+    return 0;
+}
+
+static int fn_sim_placement(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    static const char *const names[] = {"importance", "random", "oracle", "contiguous", "per-token",
+                                        "prev-token", "lowrank"};
+    for (int i = 0; i < (int)HR_ARRAY_LEN(names); i++)
+        if (!strcmp(v, names[i])) { o->sim_placement = i; return 0; }
+    snprintf(why, cap, "importance, random, oracle, contiguous, per-token, prev-token or lowrank");
+    return -1;
+}
+
 static int fn_budget(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
     size_t n = strlen(v);
     o->mem_pct = 0;
@@ -170,8 +190,11 @@ static int fn_pin(cli_opts *o, const cli_flag *f, const char *v, char *why, size
 
 static int fn_workers(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
     free(o->workers_copy);
-    if (!(o->workers_copy = strdup(v))) { snprintf(why, cap, "out of memory"); return -1; }
+    o->workers_copy = NULL;
     o->head.n_workers = 0;
+    /* found on the LAN by cli_discover_workers before the command runs */
+    if ((o->workers_auto = !strcmp(v, "auto"))) return 0;
+    if (!(o->workers_copy = strdup(v))) { snprintf(why, cap, "out of memory"); return -1; }
     for (char *p = o->workers_copy;;) {
         char *c = strchr(p, ',');
         if (c) *c = 0;
@@ -228,10 +251,11 @@ static int fn_tied(cli_opts *o, const cli_flag *f, const char *v, char *why, siz
 
 /* ---- the table ------------------------------------------------------------------------------------ */
 
-#define MODEL_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_BENCH | CLI_SERVE)
+#define MODEL_CMDS (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_BENCH | CLI_SERVE | CLI_PERPLEXITY | CLI_CALIBRATE)
 #define MEM_CMDS (CLI_RUN | CLI_WORKER | CLI_SERVE)
 #define THREAD_CMDS \
-    (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_WORKER | CLI_PLAN | CLI_PROFILE | CLI_SERVE)
+    (CLI_RUN | CLI_CHAT | CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_WORKER | CLI_PLAN | CLI_PROFILE | CLI_SERVE | \
+     CLI_PERPLEXITY | CLI_CALIBRATE)
 #define GEN_CMDS (CLI_RUN | CLI_CHAT)
 #define I24 (1 << 24)
 
@@ -256,8 +280,55 @@ static const cli_flag flags[] = {
     {CLI_KEYGEN, "-o, --output", "FILE", F_STR, AT(output), 0, 0, NULL,
      "where to write the key (default $XDG_CONFIG_HOME/hearth/cluster.key); never overwritten"},
     {CLI_SYNTH, "-o, --output", "OUT", F_STR, AT(output), 0, 0, NULL, "output file (default <shape>-<type>.gguf)"},
-    {CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_CONVERT, "--force", NULL, F_ON, AT(force), 0, 0, NULL,
+    {CLI_EVAL | CLI_SYNTH | CLI_QUANTIZE | CLI_CONVERT | CLI_CALIBRATE, "--force", NULL, F_ON, AT(force), 0, 0, NULL,
      "overwrite the output file if it exists (never the input itself)"},
+
+    /* perplexity and calibrate (docs/lossy.md) */
+    {CLI_PERPLEXITY | CLI_CALIBRATE, "-f, --file", "FILE", F_STR, AT(file), 0, 0, NULL,
+     "the text (required, except with --kl-divergence: the base file has the tokens)"},
+    {CLI_PERPLEXITY | CLI_CALIBRATE, "-c, --ctx-size", "N", F_LONG, AT(n_ctx), 4, I24, NULL,
+     "tokens per chunk (default 512, as llama-perplexity)"},
+    {CLI_PERPLEXITY | CLI_CALIBRATE, "-b, --batch-size", "N", F_LONG, AT(n_batch), 1, 1 << 16, NULL,
+     "tokens per forward pass (default, and at most, a chunk)"},
+    {CLI_PERPLEXITY | CLI_CALIBRATE, "--chunks", "N", F_LONG, AT(n_chunks), 1, I24, NULL,
+     "at most N chunks (default: all the text has)"},
+    {CLI_PERPLEXITY, "--kl-divergence-base", "FILE", F_STR, AT(kld_file), 0, 0, NULL,
+     "write the log-probabilities of this run to FILE (or, with --kl-divergence,\n"
+     "compare this run with those FILE holds); format in docs/lossy.md"},
+    {CLI_PERPLEXITY, "--kl-divergence", NULL, F_ON, AT(kld), 0, 0, NULL,
+     "compare with --kl-divergence-base FILE: KL divergence, top-token agreement,\nPPL ratio"},
+    {CLI_CALIBRATE, "-o, --output", "FILE", F_STR, AT(output), 0, 0, NULL,
+     "importance file to write (required; not overwritten unless --force)"},
+    {CLI_PERPLEXITY, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
+     "run on these `hearth worker`s too, as `hearth run --workers` (the planner\n"
+     "chooses unless --tp-shares, --pp, --layer-windows or --allreduce is given)"},
+    {CLI_PERPLEXITY, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
+     "with --workers: tensor parallel with these shares, head first"},
+    {CLI_PERPLEXITY, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
+    {CLI_PERPLEXITY, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL, "with --workers: a pipeline"},
+    {CLI_PERPLEXITY, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
+     "with --pp: window sizes in layers per device, head first"},
+    {CLI_PERPLEXITY, "--sim-loss", "P,...", F_FN, 0, 0, 0, fn_sim_loss,
+     "simulate tensor parallelism over lossy links: each worker loses P percent of\n"
+     "its all-reduce datagrams (one value: every worker; a list: worker by worker)"},
+    {CLI_PERPLEXITY, "--sim-devices", "N", F_LONG, AT(sim_devices), 2, HC_MAX_DEVICES, NULL,
+     "devices of the simulation, the head included (default 4); equal shares"},
+    {CLI_PERPLEXITY, "--sim-placement", "NAME", F_FN, 0, 0, 0, fn_sim_placement,
+     "which device gets which unit groups: importance (HALO's Alg. 3 over\n"
+     "--importance FILE), oracle (importance measured on this text), random,\n"
+     "contiguous (today's runtime: ranges in device order), per-token (each\n"
+     "token's own largest contributions on the least lossy devices: the bound\n"
+     "for a runtime predictor), prev-token (ranked by the token before's), or\n"
+     "lowrank (FFN ranked per token by a rank --sim-rank predictor from the\n"
+     "block's input, attention by --importance); default importance"},
+    {CLI_PERPLEXITY, "--sim-rank", "K", F_LONG, AT(sim_rank), 1, 1 << 20, NULL,
+     "rank of --sim-placement lowrank's predictor (default n_embd/8)"},
+    {CLI_PERPLEXITY, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
+     "importance file from `hearth calibrate` (for --sim-placement importance)"},
+    {CLI_PERPLEXITY, "--sim-packet", "N", F_LONG, AT(sim_packet), 1, 1 << 20, NULL,
+     "elements of a partial per datagram (default 350: 1400 bytes of F32)"},
+    {CLI_PERPLEXITY, "--sim-seed", "N", F_LONG, AT(sim_seed), 0, 1L << 40, NULL,
+     "seed of the loss pattern and of random placement (default 1)"},
 
     /* generation */
     {CLI_RUN, "-n, --n-predict", "N", F_LONG, AT(n_predict), -1, I24, NULL,
@@ -342,12 +413,15 @@ static const cli_flag flags[] = {
      "pressure (with --workers: one round trip per worker per token)"},
 
     /* the cluster */
-    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--workers", "H:P,...|auto", F_FN, 0, 0, 0, fn_workers,
      "run on these `hearth worker`s too (the head computes as well). Without\n"
      "--tp-shares, --layer-windows, --pp or --allreduce the planner measures the\n"
      "devices and links and runs the fastest plan it predicts: one device, tensor\n"
-     "parallel or a pipeline (`hearth plan` shows every candidate)"},
-    {CLI_PLAN, "--workers", "H:P,...", F_FN, 0, 0, 0, fn_workers, "the `hearth worker`s the plan may use"},
+     "parallel or a pipeline (`hearth plan` shows every candidate). auto: the\n"
+     "workers on the LAN that announce this cluster key (`hearth worker --announce`;\n"
+     "docs/discovery.md)"},
+    {CLI_PLAN, "--workers", "H:P,...|auto", F_FN, 0, 0, 0, fn_workers,
+     "the `hearth worker`s the plan may use (auto: those found on the LAN)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
      "tensor parallel with these shares, head first (equal; auto: measured\nmatvec speed)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
@@ -363,6 +437,14 @@ static const cli_flag flags[] = {
      "on CPU stages it is often slower, docs/pipeline.md)"},
     {CLI_RUN, "--timings", NULL, F_ON, AT(head.timings), 0, 0, NULL,
      "with --workers: per-device compute / all-reduce times per forward pass"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKER | CLI_WORKERS | CLI_PERPLEXITY, "--key", "FILE", F_STR,
+     AT(key_file), 0, 0, NULL,
+     "the cluster key (`hearth keygen`): head and workers prove they hold it and\n"
+     "encrypt every link (default: $XDG_CONFIG_HOME/hearth/cluster.key, or\n"
+     "~/.config/hearth/cluster.key, when it exists; docs/security.md)"},
+    {CLI_WORKER, "--insecure", NULL, F_ON, AT(insecure), 0, 0, NULL,
+     "listen beyond loopback without a cluster key: anyone who can reach the port\n"
+     "may use this worker and read its traffic (refused without this flag)"},
     {CLI_WORKER, "--listen", "ADDR:PORT", F_STR, AT(listen), 0, 0, NULL,
      "where to listen, e.g. 0.0.0.0:7070 (port 0: any free port; printed)"},
     {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE, "--cache", "DIR", F_STR, AT(cache_dir), 0, 0, NULL,
@@ -373,9 +455,24 @@ static const cli_flag flags[] = {
      "of its own; a slice file is never written into the disk's last 5%, at\n"
      "most 1 GiB: old ones are removed first, and if that is not enough the\n"
      "head is told)"},
-    {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL, "name shown to heads (default: worker)"},
+    {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL,
+     "name shown to heads (default: worker) and in announcements (default: the\nhost name)"},
     {CLI_WORKER, "--sessions", "N", F_LONG, AT(sessions), 1, 1 << 30, NULL,
      "exit after serving N heads (default: serve until interrupted)"},
+    {CLI_WORKER, "--announce", NULL, F_ON, AT(announce), 0, 0, NULL,
+     "make this worker findable on the LAN (`--workers auto`, `hearth workers`):\n"
+     "UDP multicast announcements carrying its port, name, threads, memory budget\n"
+     "and the cluster key's public id, now and then and when asked (a hint only:\n"
+     "the key is what lets a head in)"},
+    {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKERS, "--discover-group", "ADDR:PORT", F_STR,
+     AT(discover_group), 0, 0, NULL,
+     "the multicast group discovery uses (default " HN_DISCOVER_GROUP "; one\n"
+     "per cluster if two share a LAN)"},
+    {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKERS, "--discover-iface", "NAME", F_STR,
+     AT(discover_iface), 0, 0, NULL, "discover on this network interface only (default: every one that is up)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKERS, "--discover-ms", "MS", F_LONG, AT(discover_ms), 50, 60000,
+     NULL, "how long to collect the workers' answers (default 1000)"},
+    {CLI_WORKERS, "--json", NULL, F_ON, AT(json), 0, 0, NULL, "print one JSON object instead of a table"},
     {CLI_WORKER, "--setup-timeout", "SEC", F_LONG, AT(setup_timeout), 1, 3600, NULL,
      "drop a head that has not sent its next set-up message within SEC s\n(default 20)"},
 
@@ -491,7 +588,8 @@ cli_opts cli_opts_default(void) {
                   .sp = ht_sampler_default_params(), .head = hc_head_default_params(), .seed = 1, .n_embd = -1,
                   .n_layer = -1, .n_head = -1, .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1,
                   .synth_n_ctx = -1, .rope_base = -1, .tied = -1, .escape = true, .host = "127.0.0.1",
-                  .port = 8080, .parallel = 4, .queue = 64, .sse_ping = 5};
+                  .port = 8080, .parallel = 4, .queue = 64, .sse_ping = 5, .discover_ms = 1000, .sim_devices = 4,
+                  .sim_packet = 350, .sim_seed = 1};
     o.mem = o.head.mem;
     o.pin = hmem_default_params().pin;
     o.bench_threads = (cli_list){{hr_physical_cores()}, 1};
@@ -505,6 +603,7 @@ void cli_opts_free(cli_opts *o) {
     free(o->stops);
     free(o->tokens);
     free(o->workers_copy);
+    hn_key_wipe(&o->key);
     for (int i = 0; i < 2; i++) free(o->unescaped[i]);
     o->unescaped[0] = o->unescaped[1] = NULL;
     o->stops = NULL;
@@ -683,7 +782,7 @@ int cli_check_model(const cli_command *c, const cli_opts *o) {
 
 int cli_check_cluster(const cli_command *c, const cli_opts *o) {
     const hc_head_params *h = &o->head;
-    if (h->n_workers) return 0;
+    if (h->n_workers || o->workers_auto) return 0;
     const char *f = h->pp ? "--pp" : h->n_windows ? "--layer-windows" : h->n_shares || h->shares_auto ? "--tp-shares"
                   : h->timings ? "--timings" : h->pp_micro > 1 ? "--pp-micro" : NULL;
     return f ? cli_usage_error(c, "%s needs --workers", f) : 0;
@@ -706,11 +805,37 @@ hm_ctx_params cli_ctx_params(const cli_opts *o) {
     return cp;
 }
 
+/* The cluster key of a command that talks to workers (a worker; a head with --workers): --key FILE,
+   else the default file when it exists. 0, or 1 with the reason printed. */
+static int cli_key_setup(const cli_command *c, cli_opts *o) {
+    bool wanted = c->bit == CLI_WORKER || o->head.n_workers > 0;
+    if (!(c->bit & (CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_WORKER | CLI_PERPLEXITY)) || !wanted) return 0;
+    char def[4096];
+    hr_err err = {0};
+    const char *path = o->key_file;
+    if (!path) {
+        if (hn_key_default_path(def, sizeof def, NULL) || access(def, F_OK) != 0) return 0; /* no key: plaintext */
+        path = def;
+    }
+    if (hn_key_load(path, &o->key, &err)) {
+        fprintf(stderr, "hearth %s: %s\n", c->name, err.msg);
+        return 1;
+    }
+    char id[2 * HN_KEY_ID_SIZE + 1];
+    hn_key_id_hex(&o->key, id);
+    HR_LOGI("cluster key %s from %s: links are authenticated and encrypted", id, path);
+    o->has_key = true;
+    o->head.key = &o->key;
+    return 0;
+}
+
 int cli_main(const cli_command *c, int argc, char **argv) {
     cli_opts o = cli_opts_default();
     if (c->defaults) c->defaults(&o);
     int rc = cli_parse(c, argc, argv, &o);
     if (!rc && c->check) rc = c->check(c, &o);
+    if (!rc && o.workers_auto) rc = cli_discover_workers(c, &o); /* before the key: it sets the workers */
+    if (!rc) rc = cli_key_setup(c, &o);
     if (!rc) rc = c->run(&o);
     cli_opts_free(&o);
     return rc == CLI_HELP ? 0 : rc;

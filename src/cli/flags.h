@@ -18,8 +18,13 @@ enum {
     CLI_RUN = 1u << 0, CLI_CHAT = 1u << 1, CLI_EVAL = 1u << 2, CLI_BENCH = 1u << 3, CLI_INFO = 1u << 4,
     CLI_SYNTH = 1u << 5, CLI_QUANTIZE = 1u << 6, CLI_TOKENIZE = 1u << 7, CLI_WORKER = 1u << 8,
     CLI_PLAN = 1u << 9, CLI_PROFILE = 1u << 10, CLI_CONVERT = 1u << 11,
-    CLI_SERVE = 1u << 12, CLI_KEYGEN = 1u << 13,
+    CLI_SERVE = 1u << 12, CLI_KEYGEN = 1u << 13, CLI_WORKERS = 1u << 14, CLI_PERPLEXITY = 1u << 15,
+    CLI_CALIBRATE = 1u << 16,
 };
+
+/* perplexity --sim-placement: how the simulated devices get their unit groups (docs/lossy.md) */
+enum cli_sim_placement { CLI_SIM_IMPORTANCE, CLI_SIM_RANDOM, CLI_SIM_ORACLE, CLI_SIM_CONTIGUOUS, CLI_SIM_PER_TOKEN,
+                             CLI_SIM_PREV_TOKEN, CLI_SIM_LOWRANK };
 
 #define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */
 
@@ -52,7 +57,15 @@ typedef struct cli_opts {
     bool        no_cache;            /* profile/plan --no-cache: measure this device again */
     bool        profile_serial;      /* plan/run --profile-serial: the devices measure one at a time */
     long        prompt_tokens;       /* plan: prompt length the prefill figure is for */
-    char       *workers_copy;        /* owned: the split --workers text */
+    char       *workers_copy;        /* owned: the split --workers text, or the discovered addresses */
+    bool        workers_auto;        /* --workers auto: found by discovery before the command runs */
+    const char *key_file;            /* --key: the cluster key (default hn_key_default_path) */
+    bool        insecure;            /* worker --insecure */
+    bool        has_key;             /* key was loaded (cli_main, for the commands that talk to workers) */
+    hn_key      key;                 /* wiped by cli_opts_free; o->head.key points here when loaded */
+    bool        announce;            /* worker --announce */
+    const char *discover_group, *discover_iface; /* --discover-group, --discover-iface */
+    long        discover_ms;         /* --discover-ms: how long a head listens for answers */
     cli_list    bench_threads, bench_prompt, bench_gen, bench_depth;
     /* synth */
     const char *shape, *type, *vocab_from, *arch;
@@ -60,6 +73,15 @@ typedef struct cli_opts {
     double      rope_base;
     int         tied;                /* -1 not given, 0 untied, 1 tied */
     char       *unescaped[2];        /* owned: -p and --system with their escapes processed */
+    /* perplexity, calibrate */
+    long        n_chunks;            /* --chunks: at most this many (0: all) */
+    const char *kld_file;            /* --kl-divergence-base */
+    bool        kld;                 /* --kl-divergence: compare with kld_file instead of writing it */
+    const char *importance;          /* --importance FILE (hearth calibrate's) */
+    double      sim_loss[HC_MAX_DEVICES]; /* --sim-loss, percent per worker (one value: every worker) */
+    int         n_sim_loss;          /* 0: no simulation */
+    long        sim_devices, sim_packet, sim_seed, sim_rank;
+    int         sim_placement;       /* enum cli_sim_placement */
     const char *pos[3];              /* positional arguments */
     int         n_pos;
 } cli_opts;

@@ -6,7 +6,7 @@
 static const cli_command *const commands[] = {&cli_run,  &cli_chat,     &cli_eval,     &cli_bench, &cli_info,
                                               &cli_synth, &cli_quantize, &cli_tokenize, &cli_worker,
                                               &cli_convert, &cli_plan, &cli_profile,
-                                              &cli_serve, &cli_keygen};
+                                              &cli_serve, &cli_keygen, &cli_workers, &cli_perplexity, &cli_calibrate};
 
 #ifndef HEARTH_VERSION
 #define HEARTH_VERSION "unknown"

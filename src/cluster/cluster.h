@@ -77,8 +77,9 @@ typedef struct hc_probe_conn {
     hn_frame rx;
     uint32_t seq;
 } hc_probe_conn;
-/* Connects to addr and says HELLO as `me`. On failure the caller still calls hc_probe_close. */
-int  hc_probe_open(hc_probe_conn *pc, const char *addr, const char *me, int timeout_ms, hr_err *err);
+/* Connects to addr (with key: the handshake first; NULL: plaintext) and says HELLO as `me`. On failure
+   the caller still calls hc_probe_close. */
+int  hc_probe_open(hc_probe_conn *pc, const char *addr, const hn_key *key, const char *me, int timeout_ms, hr_err *err);
 /* Sends m; when want != 0 receives the answer into m (an ERROR becomes the error, with the peer's
    text escaped). */
 int  hc_probe_request(hc_probe_conn *pc, hn_msg *m, int want, int timeout_ms, hr_err *err);
@@ -125,6 +126,8 @@ typedef struct hc_head_params {
     hmem_request mem;
     hc_progress_fn  progress;  void *progress_user;    /* weight transfer progress (bytes) */
     hc_send_hook_fn send_hook; void *send_hook_user;
+    const hn_key *key;         /* the cluster key (borrowed until hc_head_free): every link is encrypted
+                                  (docs/security.md); NULL: plaintext */
 } hc_head_params;
 hc_head_params hc_head_default_params(void);
 
@@ -217,6 +220,8 @@ typedef struct hc_worker_params {
                                 message until it is loaded within it); else the session is dropped */
     hc_profile_fn profile;   /* answers PROFILE_REQ with HN_PROFILE_DEVICE; NULL: such a request is refused */
     void         *profile_user;
+    const hn_key *key;       /* the cluster key (copied): every connection must begin with the handshake, and
+                                the worker's own links (ring, LINK_PROBE) make one; NULL: plaintext only */
 } hc_worker_params;
 hc_worker_params hc_worker_default_params(void);
 

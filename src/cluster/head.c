@@ -114,11 +114,11 @@ static int hc_connect_all(hc_head *h, hr_err *err) {
     snprintf(me, sizeof me, "head %s", host);
     for (int d = 1; d < h->k; d++) {
         hr_err e = {0};
-        if (!(h->conn[d] = hn_connect(h->names[d], hn_deadline_ms(h->p.timeout_ms), &e)))
+        if (!(h->conn[d] = hn_connect_secure(h->names[d], h->p.key, hn_deadline_ms(h->p.timeout_ms), &e)))
             return hc_dev_fail(h, d, e.code, e.msg, err);
         hn_msg m = {.type = HN_MSG_HELLO};
         m.u.hello = (hn_hello){.version_min = HN_PROTO_VERSION, .version_max = HN_PROTO_VERSION,
-                               .caps = HN_CAP_F32_ACT, .device = hn_cstr(me)};
+                               .caps = HN_CAP_F32_ACT | (h->p.key ? HN_CAP_ENCRYPT : 0), .device = hn_cstr(me)};
         int rc = hc_hsend(h, d, &m, h->p.timeout_ms, err);
         if (!rc) rc = hc_expect(h, d, HN_MSG_HELLO_ACK, &m, h->p.timeout_ms, err);
         if (rc) return rc;

@@ -27,12 +27,12 @@ int hc_probe_request(hc_probe_conn *pc, hn_msg *m, int want, int timeout_ms, hr_
     return want ? hc_probe_expect(pc, want, m, timeout_ms, err) : 0;
 }
 
-int hc_probe_open(hc_probe_conn *pc, const char *addr, const char *me, int timeout_ms, hr_err *err) {
+int hc_probe_open(hc_probe_conn *pc, const char *addr, const hn_key *key, const char *me, int timeout_ms, hr_err *err) {
     memset(pc, 0, sizeof *pc);
-    if (!(pc->conn = hn_connect(addr, hn_deadline_ms(timeout_ms), err))) return err->code;
+    if (!(pc->conn = hn_connect_secure(addr, key, hn_deadline_ms(timeout_ms), err))) return err->code;
     hn_msg m = {.type = HN_MSG_HELLO};
-    m.u.hello = (hn_hello){.version_min = HN_PROTO_VERSION, .version_max = HN_PROTO_VERSION, .caps = HN_CAP_F32_ACT,
-                           .device = hn_cstr(me)};
+    m.u.hello = (hn_hello){.version_min = HN_PROTO_VERSION, .version_max = HN_PROTO_VERSION,
+                           .caps = HN_CAP_F32_ACT | (key ? HN_CAP_ENCRYPT : 0), .device = hn_cstr(me)};
     if (hc_probe_request(pc, &m, HN_MSG_HELLO_ACK, timeout_ms, err)) return err->code;
     if (m.u.hello_ack.version != HN_PROTO_VERSION) return hr_fail(err, HR_EUNSUPPORTED, "chose another protocol version");
     return 0;

@@ -36,6 +36,8 @@ struct hc_worker {
     int         setup_ms;
     hc_profile_fn profile;
     void        *profile_user;
+    hn_key      key;                  /* the cluster key, when has_key */
+    bool        has_key;
     hn_listener *l;
     hc_guest    door[HC_DOOR_MAX];
     int         n_door;
@@ -73,6 +75,10 @@ hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
     w->use_mmap = p->use_mmap;
     w->no_repack = p->no_repack;
     w->setup_ms = p->setup_ms > 0 ? p->setup_ms : 20000;
+    if (p->key) {
+        w->key = *p->key;
+        w->has_key = true;
+    }
     w->profile = p->profile;
     w->profile_user = p->profile_user;
     if (!(w->l = hn_listen(p->listen, err))) goto err;
@@ -88,6 +94,7 @@ void hc_worker_free(hc_worker *w) {
     if (!w) return;
     for (int i = 0; i < w->n_door; i++) hn_conn_close(w->door[i].c);
     hn_listener_close(w->l);
+    hn_key_wipe(&w->key);
     free(w);
 }
 
@@ -208,6 +215,8 @@ static bool hc_ring_hello(const hn_msg *m, uint64_t *token) {
 
 /* ---- the door: connections until their HELLO ------------------------------------------------------- */
 
+static const hn_key *hc_key(const hc_worker *w) { return w->has_key ? &w->key : NULL; }
+
 static void hc_door_drop(hc_worker *w, int i, const char *why) {
     HR_LOGI("worker: dropped %s (%s)", hn_conn_peer(w->door[i].c), why);
     hn_conn_close(w->door[i].c);
@@ -241,7 +250,7 @@ static hn_conn *hc_door_next(hc_worker *w, int wait_ms, hn_frame *f, hn_msg *m, 
         }
         c = w->door[i].c;
         w->door[i] = w->door[--w->n_door];
-        hn_msg_recv(c, f, m, now + (int64_t)HC_HELLO_READ_MS * 1000000, e);
+        hn_msg_recv_first(c, hc_key(w), f, m, HC_HELLO_READ_MS, e);
         return c;
     }
     return NULL;
@@ -411,7 +420,7 @@ static int hc_handle_link_probe(hc_session *s, const hn_msg *req) {
     hc_probe_conn pc;
     hr_err e = {0};
     double rtt = 0, gbps = 0;
-    int rc = hc_probe_open(&pc, addr, me, HC_SETUP_TIMEOUT_MS, &e);
+    int rc = hc_probe_open(&pc, addr, hc_key(s->w), me, HC_SETUP_TIMEOUT_MS, &e);
     if (!rc) rc = hc_probe_link(&pc, (int)l->n_pings, l->probe_bytes, HC_SETUP_TIMEOUT_MS, &rtt, &gbps, &e);
     hc_probe_close(&pc, !rc);
     hn_msg r = {.type = HN_MSG_PROFILE, .seq = req->seq};
@@ -723,7 +732,7 @@ static int hc_ring_setup(hc_session *s) {
     char tok[17];
     snprintf(tok, sizeof tok, "%016llx", (unsigned long long)s->ring_token);
     if (s->ring_next[0]) {
-        if (!(s->ring_next_conn = hn_connect(s->ring_next, hn_deadline_ms(10000), &e)))
+        if (!(s->ring_next_conn = hn_connect_secure(s->ring_next, hc_key(s->w), hn_deadline_ms(10000), &e)))
             return hc_bad(s, 0, e.code, "ring: %s", e.msg);
         char dev[32];
         snprintf(dev, sizeof dev, "ring %s", tok);
@@ -1071,7 +1080,8 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
     char peer_dev[4 * HN_MAX_NAME + 1];
     hr_escape(peer_dev, sizeof peer_dev, m.u.hello.device.s, m.u.hello.device.n);
     hn_msg ack = {.type = HN_MSG_HELLO_ACK, .seq = m.seq};
-    ack.u.hello_ack = (hn_hello_ack){.version = HN_PROTO_VERSION, .caps = HN_CAP_F32_ACT | HN_CAP_SLICE_CACHE,
+    ack.u.hello_ack = (hn_hello_ack){.version = HN_PROTO_VERSION,
+                                     .caps = HN_CAP_F32_ACT | HN_CAP_SLICE_CACHE | (w->has_key ? HN_CAP_ENCRYPT : 0),
                                      .device = hn_cstr(w->name)};
     if (hn_msg_send(c, &ack, hn_deadline_ms(HC_HELLO_WAIT_MS), &e)) {
         HR_LOGW("worker: head %s: %s", s->head_name, e.msg);

@@ -439,12 +439,16 @@ int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err) {
         hm_weights(c, il, HM_BLOCK_ATTN, HM_PHASE_BEGIN);
         hm_attention_block(c, L, li, n);
         hm_weights(c, il, HM_BLOCK_ATTN, HM_PHASE_END);
+        if (c->shard.probe && c->nkv)
+            c->shard.probe(c->shard.probe_user, il, HM_BLOCK_ATTN, c->xn, c->att, c->Dq, c->o, n, (int)E);
         if (hm_sync(c, il, HM_BLOCK_ATTN, c->o, n, err)) return err ? err->code : HR_ENET;
         /* ffn rmsnorm (with the attention residual x += o folded in) */
         hm_rows(c, n, 1, L->ffn_norm.data);
         hm_weights(c, il, HM_BLOCK_FFN, HM_PHASE_BEGIN);
         hm_ffn_block(c, L, n);
         hm_weights(c, il, HM_BLOCK_FFN, HM_PHASE_END);
+        if (c->shard.probe && c->F)
+            c->shard.probe(c->shard.probe_user, il, HM_BLOCK_FFN, c->xn, c->gate, c->F, c->o, n, (int)E);
         if (hm_sync(c, il, HM_BLOCK_FFN, c->o, n, err)) return err ? err->code : HR_ENET;
         /* FFN residual: folded into the next layer's norm, done here after the last layer */
         if (il == win.end - 1) hm_add(c->x, c->o, (int64_t)n * E);

@@ -157,6 +157,16 @@ int hm_block_weights(const hm_model *m, int layer, enum hm_block block, hr_span 
    forward pass then stops and returns it). */
 typedef int (*hm_sync_fn)(void *user, int layer, enum hm_block block, float *x, int n_tokens, int n_embd);
 
+/* Called after a block's output projection, before sync, with the block's normalized input in =
+   [n_tokens][n_embd] (rmsnorm(x) * the block's norm weight), the input of its output projection —
+   attention: the share's heads' outputs act = [n_tokens][act_dim = query heads x head_dim]; FFN:
+   silu(gate) * up, act = [n_tokens][act_dim = the share's neurons] — and its output x = [n_tokens]
+   [n_embd], which it may change. What it is for: measuring what each group of units contributes
+   (hearth calibrate) and simulating lost all-reduce partials (docs/lossy.md), hm_groups below. NULL
+   in every normal run, where it costs one test per block. */
+typedef void (*hm_probe_fn)(void *user, int layer, enum hm_block block, const float *in, const float *act,
+                            int64_t act_dim, float *x, int n_tokens, int n_embd);
+
 /* A shard: some layers — one range, or several windows run one hm_eval_window call each — and, for
    tensor parallelism, a share of every layer in it: the attention units [kv_begin, kv_end) (a unit
    is a KV head and its query heads) and the FFN neurons [ff_begin, ff_end), as row and column views
@@ -176,6 +186,8 @@ typedef struct hm_shard {
     void   *sync_user;
     hm_weights_fn weights;           /* NULL: no residency management */
     void   *weights_user;
+    hm_probe_fn probe;               /* NULL: none (see hm_probe_fn) */
+    void   *probe_user;
 } hm_shard;
 hm_shard hm_shard_full(const hm_model *m);   /* all layers and units, first and last, no sync */
 /* The shard with kv_end/ff_end < 0 replaced by the model's counts, and its layers as n_windows >= 1
@@ -266,5 +278,65 @@ typedef struct hm_timings {
     int64_t matmul_ns, attn_ns, sync_ns, weights_ns, other_ns, total_ns; /* weights: time in the residency hook */
 } hm_timings;
 hm_timings hm_ctx_timings(const hm_ctx *c);
+
+/* ---- unit groups: what each group contributes to a block's output (docs/lossy.md) ----------------
+   A group is what tensor parallelism deals out indivisibly (docs/tensor-parallel.md): att_kv KV heads
+   with their query heads, ff neurons. Its contribution to a token's block output is the group's
+   columns of attn_output / ffn_down times its activations; hm_groups computes it in F32 from a
+   dequantized copy of those two tensors (so it differs from the engine's own partial by the rounding
+   of the activations to the weights' vec_dot_type, which does not matter for what it is for):
+   - statistics (calibration): the sum over tokens of the L2 norm of each group's contribution;
+   - loss simulation: for each partial a device would send (the sum over its groups), packets of
+     `packet` elements of the [n_tokens][n_embd] partial are lost with the device's loss rate
+     (deterministic: a hash of seed, the all-reduce's number, device and packet), and a lost packet's
+     elements lose that device's contribution, which is what the head's merge does when a datagram
+     does not arrive. Device 0 is the head (its partial is local: never lost); layer 0 is never lossy
+     (it stays on the reliable transport, as in HALO).
+   Works on a full model with a full shard (one device); set its probe with hm_groups_attach. */
+typedef struct hm_groups hm_groups;
+typedef struct hm_groups_loss {
+    int            n_dev;      /* devices, head first (1..HM_GROUPS_MAX_DEV) */
+    const double  *loss;       /* [n_dev] packet loss probability of each device's link, 0..1 (loss[0] unused) */
+    const int32_t *assign;     /* [n_layer][2][max groups] the device of each group, block HM_BLOCK_ATTN/FFN;
+                                  see hm_groups_count (copied) */
+    int32_t        packet;     /* elements per datagram, >= 1 */
+    uint64_t       seed;
+    /* rank: HM_RANK_STATIC uses assign. Otherwise assign is ignored and every token's groups are ranked
+       on their own, the largest to the least lossy devices, count[b * n_dev + d] groups to device d
+       in block b: HM_RANK_TOKEN by their contributions to that very token (the best a runtime
+       predictor of importance, HALO's SAPs, could do: a bound), HM_RANK_PREV by their contributions
+       to the token before (what a runtime could know when it deals a decode step's groups) */
+    int            rank;
+    const int32_t *count;
+    int32_t        lowrank;    /* HM_RANK_LOWRANK: the predictor's rank (1..n_embd) */
+} hm_groups_loss;
+/* HM_RANK_LOWRANK: the FFN's groups ranked per token by a cheap predictor from the block's input —
+   rank-k approximations W ~ Q (Q^T W) of ffn_gate and ffn_up (a randomized range finder with one
+   power iteration), giving each neuron's predicted activation silu(g) u, times its ffn_down column's
+   norm; k (n_ff + n_embd) multiply-adds per token instead of 2 n_ff n_embd. Attention keeps assign. */
+enum hm_groups_rank { HM_RANK_STATIC = 0, HM_RANK_TOKEN = 1, HM_RANK_PREV = 2, HM_RANK_LOWRANK = 3 };
+#define HM_GROUPS_MAX_DEV 64
+typedef struct hm_groups_counters {
+    uint64_t allreduces;       /* lossy all-reduces simulated (layer >= 1, per block call) */
+    uint64_t packets, lost;    /* worker packets sent and lost */
+    uint64_t elems, elems_lost;/* worker partial elements sent and lost */
+} hm_groups_counters;
+
+/* att_kv: KV heads per attention group; ff: neurons per FFN group (hc_plan_make's att_group, ff_group) */
+hm_groups *hm_groups_create(const hm_model *m, int32_t att_kv, int32_t ff, hr_err *err);
+void       hm_groups_free(hm_groups *g);
+/* groups of a block (HM_BLOCK_ATTN or HM_BLOCK_FFN) in every layer; hm_groups_stride = the larger */
+int32_t    hm_groups_count(const hm_groups *g, enum hm_block b);
+int32_t    hm_groups_stride(const hm_groups *g);
+/* Turns statistics on or off and clears them. */
+void       hm_groups_stats(hm_groups *g, bool on);
+/* The mean contribution norm of each group of block b of layer over the tokens seen: out[count]. 0 tokens: 0s */
+void       hm_groups_mean_norms(const hm_groups *g, int layer, enum hm_block b, double *out);
+uint64_t   hm_groups_tokens(const hm_groups *g);
+/* Starts simulating loss (NULL: stops); counters cleared. HR_EINVAL for a bad setting. */
+int        hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err);
+hm_groups_counters hm_groups_get_counters(const hm_groups *g);
+/* Makes s call g's probe. */
+void       hm_groups_attach(hm_groups *g, hm_shard *s);
 
 #endif

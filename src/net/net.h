@@ -21,7 +21,8 @@
 #include "base/base.h"
 
 #define HN_MAGIC          0x48545248u /* "HRTH" as a little-endian u32 */
-#define HN_PROTO_VERSION  2   /* 2: FORWARD carries each token's sequence (issue 27) */
+#define HN_PROTO_VERSION  3   /* 2: FORWARD carries each token's sequence (issue 27); 3: the handshake and
+                                 encrypted frames (issue 29, docs/security.md) */
 #define HN_HEADER_SIZE    16
 
 /* field limits (bytes or entries) */
@@ -64,7 +65,7 @@ enum {
     HN_CAP_F32_ACT     = 1u << 0, /* hidden states as f32 (always set in version 1) */
     HN_CAP_SLICE_CACHE = 1u << 1, /* keeps weight slices in an on-disk cache (SLICE_HAVE) */
     HN_CAP_LOSSY_UDP   = 1u << 2, /* can send partial sums over UDP (HALO), later */
-    HN_CAP_ENCRYPT     = 1u << 3, /* can encrypt traffic with the cluster key, later */
+    HN_CAP_ENCRYPT     = 1u << 3, /* the session is encrypted with the cluster key (set by whoever has a key) */
 };
 
 /* PROFILE_REQ flags */
@@ -301,8 +302,12 @@ typedef struct hn_conn     hn_conn;
 typedef struct hn_conn_stats {
     uint64_t bytes_sent, bytes_received;   /* headers included */
     uint64_t frames_sent, frames_received;
+    uint64_t rekeys_sent, rekeys_received; /* traffic-key ratchet steps (encrypted sessions) */
 } hn_conn_stats;
 
+/* addr's host is a loopback address (127.0.0.0/8, ::1, or a name that resolves to loopback only);
+   an empty host (any address) is not */
+bool         hn_addr_is_loopback(const char *addr);
 /* Binds and listens on addr (host names resolved with getaddrinfo; port 0 = ephemeral). */
 hn_listener *hn_listen(const char *addr, hr_err *err);
 uint16_t     hn_listener_port(const hn_listener *l); /* the bound port (useful after port 0) */
@@ -320,6 +325,8 @@ void        hn_conn_shutdown(hn_conn *c);
 const char *hn_conn_peer(const hn_conn *c);            /* "127.0.0.1:7070", "[::1]:7070" */
 int         hn_conn_fd(const hn_conn *c);
 void        hn_conn_get_stats(const hn_conn *c, hn_conn_stats *out);
+/* Tests: every byte this process sends on any connection is also appended to the file named by the
+   environment variable HEARTH_NET_CAPTURE (read once), as the wire carries it. */
 
 /* A received frame. Zero-initialise it; pass it again to reuse its payload buffer (64-byte aligned,
    grown only when needed); release with hn_frame_free. */
@@ -365,5 +372,177 @@ int  hn_key_load(const char *path, hn_key *out, hr_err *err);
 void hn_key_id(const hn_key *k, uint8_t id[HN_KEY_ID_SIZE]);
 void hn_key_id_hex(const hn_key *k, char out[2 * HN_KEY_ID_SIZE + 1]);
 void hn_key_wipe(hn_key *k); /* zeroes it in a way the compiler keeps */
+
+/* ---- discovery (discover.c): workers found on the LAN by UDP multicast (docs/discovery.md) ---------
+   A worker started with --announce sends an ANNOUNCE to the group now and then and in answer to a
+   QUERY (unicast back to whoever asked); a head sends QUERYs for a short window and collects the
+   answers. An announcement is a hint, never proof: trust comes from the connection's handshake.
+   Packet (little-endian, HN_DISCOVER_MAX_PACKET bytes at most):
+     u32 magic "HRDS" | u16 version (HN_DISCOVER_VERSION) | u16 kind (enum hn_disc_kind)
+   a QUERY ends there; an ANNOUNCE goes on:
+     u16 proto_version | u16 port | u8 key_id[HN_KEY_ID_SIZE] | u64 instance | u32 n_threads |
+     u64 mem_budget | str host (numeric address or empty) | str name
+   Decoding is strict (every field, limit and character checked, nothing left over) and the encoder
+   checks the same, so whatever encodes decodes. */
+#define HN_DISCOVER_GROUP      "239.255.72.82:7072" /* organisation-local scope (RFC 2365), TTL 1 */
+#define HN_DISCOVER_VERSION    1
+#define HN_DISCOVER_MAX_PACKET 512
+#define HN_DISCOVER_MAX_HOST   45   /* INET6_ADDRSTRLEN - 1 */
+#define HN_DISCOVER_MAX_THREADS 65536
+#define HN_DISCOVER_MAX_FOUND  64
+
+enum hn_disc_kind { HN_DISC_QUERY = 1, HN_DISC_ANNOUNCE = 2 };
+
+typedef struct hn_announce {
+    uint16_t proto_version;            /* the HN_PROTO_VERSION the worker speaks */
+    uint16_t port;                     /* its cluster port (1..65535) */
+    uint8_t  key_id[HN_KEY_ID_SIZE];   /* hn_key_id of its cluster key */
+    uint64_t instance;                 /* random per worker process: one worker heard on two interfaces is one */
+    uint32_t n_threads;                /* threads it computes with */
+    uint64_t mem_budget;               /* bytes its residency manager may use; 0 = unknown */
+    char     host[HN_DISCOVER_MAX_HOST + 1]; /* the numeric address it listens on; "" = any (use the sender's) */
+    char     name[HN_MAX_NAME + 1];    /* 1..HN_MAX_NAME bytes, no control characters */
+} hn_announce;
+
+/* kind HN_DISC_QUERY (a may be NULL) or HN_DISC_ANNOUNCE: the packet in out (replaced). HR_EINVAL
+   naming the field when a would not decode. */
+int hn_discover_encode(int kind, const hn_announce *a, hn_buf *out, hr_err *err);
+/* Decodes a packet (p 8-byte aligned). *kind and, for an ANNOUNCE, *a are set on success. Errors:
+   HR_ERANGE (longer than HN_DISCOVER_MAX_PACKET), HR_EUNSUPPORTED (another version), HR_EFORMAT. */
+int hn_discover_decode(const void *p, size_t n, int *kind, hn_announce *a, hr_err *err);
+
+/* what was received and not used; every packet lands in exactly one counter or is used */
+typedef struct hn_discover_stats {
+    uint32_t received;       /* packets read */
+    uint32_t malformed;      /* not a valid packet, or an address that cannot be right */
+    uint32_t oversize;       /* longer than HN_DISCOVER_MAX_PACKET */
+    uint32_t other_version;  /* a hearth discovery packet of another version */
+    uint32_t foreign_key;    /* announcements of another cluster key (querier) */
+    uint32_t duplicates;     /* an instance heard before (querier) */
+    uint32_t ignored;        /* valid but not for us: queries at a querier, announcements at a worker */
+    uint32_t rate_limited;   /* queries not answered: more than the announcer answers per second */
+    uint32_t sent;           /* packets sent */
+} hn_discover_stats;
+
+/* Where discovery happens: the group and, optionally, one interface (else every interface that is up
+   and can multicast, and loopback). */
+typedef struct hn_discover_where {
+    const char *group;       /* "ADDR:PORT" of an IPv4 multicast group; NULL = HN_DISCOVER_GROUP */
+    const char *iface;       /* interface name ("eth0", "lo"); NULL = all */
+} hn_discover_where;
+
+typedef struct hn_announcer hn_announcer;
+/* Starts a thread that announces *a (its instance made random when 0) to the group every period_ms
+   (<= 0: 5000) and answers queries; stop it with hn_announcer_stop. A worker bound to a loopback
+   address should announce on "lo" alone (a LAN peer could not reach it). */
+hn_announcer *hn_announcer_start(const hn_discover_where *w, const hn_announce *a, int period_ms, hr_err *err);
+/* Stops and joins the thread, closes its socket; st (may be NULL) gets what it counted. NULL is fine. */
+void hn_announcer_stop(hn_announcer *an, hn_discover_stats *st);
+
+typedef struct hn_found {
+    hn_announce a;
+    char        addr[HN_DISCOVER_MAX_HOST + 9]; /* what --workers takes: "10.0.0.5:7070", "[fe80::1]:7070" */
+    bool        same_key;   /* a.key_id is the key id the querier gave */
+    bool        loopback;   /* addr is a loopback address (no other device could use it) */
+} hn_found;
+
+typedef struct hn_discovery {
+    int               n;
+    hn_found          w[HN_DISCOVER_MAX_FOUND]; /* sorted by addr */
+    hn_discover_stats st;
+} hn_discovery;
+
+/* Sends QUERYs to the group (three, spread over the window) on every interface of w, and collects
+   the answers for window_ms. key_id (may be NULL) marks the workers that share it (same_key); the
+   others are kept too and counted in st.foreign_key. Only socket errors are errors: no answer is
+   out->n == 0. */
+int hn_discover(const hn_discover_where *w, const uint8_t *key_id, int window_ms, hn_discovery *out, hr_err *err);
+/* ---- the handshake and encrypted links (noise.c; docs/security.md) -------------------------------
+   With a cluster key, a connection starts with Noise_NNpsk0_25519_ChaChaPoly_BLAKE2b (the key is the
+   PSK; fresh X25519 ephemerals each side give forward secrecy; both sides prove they hold the key),
+   carried in two frames of type HN_FRAME_HANDSHAKE. After it every frame is header (in clear,
+   authenticated as associated data) | payload encrypted with ChaCha20-Poly1305 | 16-byte tag, with a
+   per-direction key and the frame counter as nonce, so hn_send_frame / hn_recv_frame (and all above
+   them) work unchanged. Any authentication failure is HR_EAUTH and leaves that direction unusable.
+   A frame sent with HN_FRAME_REKEY set in its type is the last under its key: both sides then ratchet
+   that direction's key one way (Noise's REKEY), after HN_REKEY_MESSAGES frames or HN_REKEY_MS. */
+#define HN_FRAME_HANDSHAKE  0x7f00u  /* header type of the handshake's two frames (not a message) */
+#define HN_FRAME_REKEY      0x8000u  /* flag in an encrypted frame's type: the key ratchets after it */
+#define HN_AEAD_TAG_SIZE    16
+#define HN_NOISE_KEY_SIZE   32
+#define HN_NOISE_HASH_SIZE  64
+#define HN_NOISE_MSG_MAX    256      /* a handshake message: ephemeral key + encrypted payload */
+#define HN_NOISE_MSG_SIZE   48       /* hearth's (empty payloads): 32-byte ephemeral key + tag */
+#define HN_REKEY_MESSAGES   (1ull << 60) /* WireGuard's REKEY_AFTER_MESSAGES */
+#define HN_REKEY_MS         120000       /* WireGuard's REKEY_AFTER_TIME */
+
+/* The handshake's state, exposed for tests and the fuzz harness; the transport keeps its own. */
+typedef struct hn_noise {
+    uint8_t  ck[HN_NOISE_HASH_SIZE], h[HN_NOISE_HASH_SIZE], k[HN_NOISE_KEY_SIZE];
+    bool     has_k;
+    uint64_t n;
+    uint8_t  e[32], e_pub[32], re[32], psk[HN_NOISE_KEY_SIZE];
+    bool     initiator;
+    int      step;    /* messages done: 0, 1, 2 (complete); -1 failed */
+} hn_noise;
+
+/* e_priv: the ephemeral private key (tests' known answers), NULL = fresh random. */
+int  hn_noise_init(hn_noise *s, bool initiator, const uint8_t psk[HN_NOISE_KEY_SIZE], const void *prologue,
+                   size_t prologue_len, const uint8_t *e_priv, hr_err *err);
+/* The next handshake message with `payload` (encrypted): *out_len <= HN_NOISE_MSG_MAX. */
+int  hn_noise_write(hn_noise *s, const void *payload, size_t n, uint8_t *out, size_t cap, size_t *out_len, hr_err *err);
+/* Reads the peer's next message; its payload into out (cap bytes). HR_EAUTH: not from a holder of the
+   same key (or altered); HR_EPROTO: malformed or out of turn. A failed state stays failed. */
+int  hn_noise_read(hn_noise *s, const uint8_t *msg, size_t n, uint8_t *out, size_t cap, size_t *out_len, hr_err *err);
+/* After step 2: the stream keys (this side's send, receive) and the datagram keys, derived apart; wipes s. */
+void hn_noise_split(hn_noise *s, uint8_t send[HN_NOISE_KEY_SIZE], uint8_t recv[HN_NOISE_KEY_SIZE],
+                    uint8_t dgram_send[HN_NOISE_KEY_SIZE], uint8_t dgram_recv[HN_NOISE_KEY_SIZE]);
+void hn_noise_wipe(hn_noise *s);
+/* Noise's REKEY: k = first 32 bytes of ENCRYPT(k, 2^64 - 1, "", 32 zero bytes) */
+void hn_noise_rekey(uint8_t k[HN_NOISE_KEY_SIZE]);
+/* ChaCha20-Poly1305 (IETF) with Noise's nonce (4 zero bytes, u64 n little-endian): out = ct | tag
+   (n + 16 bytes; may be m itself); open returns HR_EAUTH when the tag does not match */
+void hn_aead_seal(const uint8_t k[HN_NOISE_KEY_SIZE], uint64_t nonce, const void *ad, size_t ad_len, const void *m,
+                  size_t n, uint8_t *out);
+int  hn_aead_open(const uint8_t k[HN_NOISE_KEY_SIZE], uint64_t nonce, const void *ad, size_t ad_len, const uint8_t *c,
+                  size_t n, uint8_t *out);
+
+/* Initiator (head, ring peer, prober): runs the handshake on a fresh connection. key NULL: nothing
+   (a plaintext session). A peer without a key answers ERROR: HR_EAUTH naming that. */
+int  hn_conn_handshake(hn_conn *c, const hn_key *key, int64_t deadline, hr_err *err);
+/* hn_connect, then hn_conn_handshake (closes the connection on failure) */
+hn_conn *hn_connect_secure(const char *addr, const hn_key *key, int64_t deadline, hr_err *err);
+/* Responder (worker): receives a connection's first message into f / m, each frame within
+   frame_ms of its start. With a key the connection must begin with the handshake (a plaintext
+   HELLO gets ERROR "this worker needs the cluster key" and HR_EAUTH); without one a handshake gets
+   ERROR "this worker has no cluster key" and HR_EAUTH. A wrong key, a replayed or altered handshake
+   message: HR_EAUTH, the peer told only that the handshake failed. */
+int  hn_msg_recv_first(hn_conn *c, const hn_key *key, hn_frame *f, hn_msg *m, int frame_ms, hr_err *err);
+bool hn_conn_secure(const hn_conn *c); /* the handshake is done: frames are encrypted */
+/* Tests: ratchet after `messages` frames or `ms` milliseconds (0: the defaults above). Before use. */
+void hn_conn_set_rekey(hn_conn *c, uint64_t messages, int64_t ms);
+
+/* ---- datagrams (the lossy transport): keys from the session, sealed one by one -------------------
+   Each direction has its own key, derived in the handshake apart from the stream keys. The sender
+   numbers its datagrams 0, 1, 2, ... (never reusing a number under one key; HN_REKEY_MESSAGES at most)
+   and sends the number in clear with each; the receiver opens with that number as nonce, then checks
+   it against a window of the last HN_REPLAY_WINDOW numbers seen (hn_replay_*): a replayed or too old
+   datagram is dropped. Keys last as long as the connection they came from. */
+typedef struct hn_dgram_key { uint8_t k[HN_NOISE_KEY_SIZE]; } hn_dgram_key;
+/* this side's send and receive keys; HR_EINVAL on a plaintext connection */
+int  hn_conn_dgram_keys(const hn_conn *c, hn_dgram_key *send, hn_dgram_key *recv, hr_err *err);
+/* out = ciphertext | tag: n + HN_AEAD_TAG_SIZE bytes. ad (may be NULL) is authenticated, not sent. */
+void hn_dgram_seal(const hn_dgram_key *k, uint64_t counter, const void *ad, size_t ad_len, const void *m, size_t n,
+                   uint8_t *out);
+/* n: ciphertext with tag; out gets n - 16 bytes. HR_EAUTH (altered, wrong key or number), HR_EFORMAT (short). */
+int  hn_dgram_open(const hn_dgram_key *k, uint64_t counter, const void *ad, size_t ad_len, const uint8_t *c, size_t n,
+                   uint8_t *out);
+#define HN_REPLAY_WINDOW 1024
+typedef struct hn_replay { uint64_t top; bool any; uint64_t bits[HN_REPLAY_WINDOW / 64]; } hn_replay;
+void hn_replay_init(hn_replay *w);
+/* would counter be new? (check before the work of opening; hn_replay_accept after it opened) */
+bool hn_replay_check(const hn_replay *w, uint64_t counter);
+/* records counter as seen; false if it was already seen or is older than the window */
+bool hn_replay_accept(hn_replay *w, uint64_t counter);
 
 #endif

@@ -59,7 +59,7 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
     hr_err e = {0};
     for (int i = 1; i <= nw && !rc; i++) {
         snprintf(out->addr[i], sizeof out->addr[i], "%s", workers[i - 1]);
-        if (hc_probe_open(&w[i], workers[i - 1], me, p->timeout_ms, &e)) { rc = hpl_peer_fail(i, workers[i - 1], &e, err); break; }
+        if (hc_probe_open(&w[i], workers[i - 1], p->key, me, p->timeout_ms, &e)) { rc = hpl_peer_fail(i, workers[i - 1], &e, err); break; }
         /* every worker measures itself while the head does (or, serial, one after the other) */
         hn_msg m = {.type = HN_MSG_PROFILE_REQ};
         m.u.profile_req.flags = HN_PROFILE_DEVICE | (p->self.no_cache ? HN_PROFILE_BENCH : 0);
@@ -92,7 +92,7 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
     for (int a = 1; a < nw && !rc && p->peer_links; a++) {
         hc_probe_conn pc;
         e = (hr_err){0};
-        if (hc_probe_open(&pc, workers[a - 1], me, p->timeout_ms, &e)) {
+        if (hc_probe_open(&pc, workers[a - 1], p->key, me, p->timeout_ms, &e)) {
             HR_LOGW("plan: worker %d at %s: %s; its links to the other workers are estimated", a, workers[a - 1], e.msg);
             hc_probe_close(&pc, false);
             continue;

@@ -114,6 +114,7 @@ typedef struct hpl_cluster_params {
     bool peer_links;           /* measure worker <-> worker links too (LINK_PROBE; default true) */
     bool serial;               /* the devices measure themselves one after another, not at once: for
                                   "devices" that share a machine's cores (tools/testbed) */
+    const hn_key *key;         /* the cluster key (docs/security.md); NULL: plaintext */
 } hpl_cluster_params;
 hpl_cluster_params hpl_cluster_default_params(void);
 
@@ -218,5 +219,37 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
 
 /* One line naming a plan: "tp over 3 devices, shares 0.40,0.30,0.30" */
 void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap);
+
+/* ---- importance of unit groups, and their placement on lossy links (issue 28; docs/lossy.md) ------
+   Groups are tensor parallelism's indivisible units (hc_plan's att_group KV heads, ff_group neurons).
+   An importance file (`hearth calibrate`) holds, per layer, each group's mean contribution norm to
+   its block's output over a text: the L2 norm of the group's columns of attn_output / ffn_down times
+   its activations, averaged over the tokens. */
+typedef struct hpl_importance {
+    char     model[128];     /* general.name of the model measured */
+    int32_t  n_layer, n_embd;
+    int32_t  att_kv, ff;     /* group sizes: KV heads per attention group, neurons per FFN group */
+    int32_t  n_groups[2];    /* groups per layer: [0] attention, [1] FFN */
+    uint64_t tokens;         /* tokens measured */
+    double  *imp[2];         /* [n_layer][n_groups[b]] */
+} hpl_importance;
+/* Allocates imp[] for the sizes already set; zeroed. */
+int  hpl_importance_alloc(hpl_importance *imp, hr_err *err);
+void hpl_importance_free(hpl_importance *imp);
+/* JSON (format in docs/lossy.md), written atomically; reading checks every field and size. */
+int  hpl_importance_write(const hpl_importance *imp, const char *path, hr_err *err);
+int  hpl_importance_read(hpl_importance *imp, const char *path, hr_err *err);
+
+/* HALO's Algorithm 3 (PLR-aware ratio-guided scheduler): the devices ordered by loss rate, lowest
+   first (ties: lower index first), take the groups ordered by importance, highest first (ties: lower
+   index first), count[d] groups each — so the lossiest link carries the least important groups and
+   every device still gets the number of groups its share (min-max balanced, hpl_solve_tp) gave it.
+   importance[n_groups], loss[n_dev] (0..1; the head's 0), count[n_dev] summing to n_groups; writes
+   assign[n_groups] = device. The runtime then permutes each layer's units so that every device's
+   groups are one contiguous range (a permutation of heads / neurons is exact: docs/lossy.md). */
+int  hpl_place_groups(const double *importance, int32_t n_groups, const double *loss, const int32_t *count, int n_dev,
+                      int32_t *assign, hr_err *err);
+/* count[n_dev]: n_groups dealt in proportion to weights by largest remainder (ties: lower index). */
+int  hpl_group_counts(const double *weights, int n_dev, int32_t n_groups, int32_t *count, hr_err *err);
 
 #endif

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# hearth perplexity on a cluster: stories260K over two loopback workers, tensor parallel and pipeline,
+# gives the one-device perplexity (a pipeline: the same bits; tensor parallelism reorders sums: to
+# 1e-4) and KL divergence ~0 against the one-device base.
+. "$(dirname "$0")/lib-cluster.sh"
+M="$SHARED/models/stories260K.gguf"
+TEXT="$(dirname "$0")/data/lossy-text.txt"
+start_worker 1
+start_worker 2
+W="127.0.0.1:${WPORT[1]},127.0.0.1:${WPORT[2]}"
+final() { sed -n 's/Final estimate: PPL = \([0-9.]*\) +\/- \([0-9.]*\)/\1 \2/p' "$1"; }
+"$BIN" perplexity -m "$M" -f "$TEXT" -c 128 --chunks 3 --kl-divergence-base "$TMP/base.kld" > "$TMP/one.out" \
+    2> "$TMP/one.err" && ok || bad "one device: $(tail -1 "$TMP/one.err")"
+timeout 300 "$BIN" perplexity -m "$M" -f "$TEXT" -c 128 --chunks 3 --workers "$W" --tp-shares equal > "$TMP/tp.out" \
+    2> "$TMP/tp.err" && ok || bad "tensor parallel: $(tail -1 "$TMP/tp.err")"
+timeout 300 "$BIN" perplexity -m "$M" -f "$TEXT" -c 128 --chunks 3 --workers "$W" --pp > "$TMP/pp.out" \
+    2> "$TMP/pp.err" && ok || bad "pipeline: $(tail -1 "$TMP/pp.err")"
+read -r p1 u1 <<< "$(final "$TMP/one.out")"
+read -r pt ut <<< "$(final "$TMP/tp.out")"
+read -r pp up <<< "$(final "$TMP/pp.out")"
+[[ -n $p1 && "$p1 $u1" == "$pp $up" ]] && ok || bad "pipeline PPL $pp +/- $up, one device $p1 +/- $u1"
+python3 -c "import sys; sys.exit(0 if abs($pt - $p1) <= 1e-4 * $p1 else 1)" 2> /dev/null \
+    && ok || bad "tensor-parallel PPL $pt, one device $p1"
+timeout 300 "$BIN" perplexity -m "$M" --kl-divergence-base "$TMP/base.kld" --kl-divergence --workers "$W" \
+    --tp-shares equal > "$TMP/kl.out" 2> "$TMP/kl.err" && ok || bad "TP against the base: $(tail -1 "$TMP/kl.err")"
+k=$(awk '/^Mean    KLD:/{print $3}' "$TMP/kl.out")
+python3 -c "import sys; sys.exit(0 if abs(float('$k')) < 1e-4 else 1)" 2> /dev/null \
+    && ok || bad "tensor parallel against the one-device base: KLD '$k'"
+"$BIN" perplexity -m "$M" -f "$TEXT" --workers "$W" --sim-loss 5 --sim-placement random > /dev/null 2>&1
+[[ $? -eq 2 ]] && ok || bad "--sim-loss with --workers was taken"
+"$BIN" perplexity -m "$M" -f "$TEXT" --pp > /dev/null 2>&1
+[[ $? -eq 2 ]] && ok || bad "--pp without --workers was taken"
+echo "test-perplexity-cluster: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
