@@ -8,6 +8,10 @@
 //
 // Seeds: the valid datagrams of test-dgram (HEARTH_DGRAM_SEED_DIR) and tests/corpus/fuzz-dgram (one of
 // each kind: a PARTIAL, a flagged RESULT tail, a NACK, a stale partial).
+// fuzz-sources: src/net/dgram.c src/net/noise.c src/base/*.c
+// fuzz-max-len: 2048
+// fuzz-seed-test: test-dgram HEARTH_DGRAM_SEED_DIR
+
 #include "net/net.h"
 
 #include <stdio.h>

@@ -9,6 +9,10 @@
 //
 // Seeds: tests/data/fuzz-discover/ (a query, announcements with an IPv4, empty and IPv6 host), which
 // `HEARTH_DISCOVER_SEED_DIR=DIR build/test-discover` writes anew.
+//
+// fuzz-sources: src/net/discover.c src/net/proto.c src/net/tcp.c src/net/noise.c src/base/*.c
+// fuzz-max-len: 1024
+// fuzz-seed-test: test-discover HEARTH_DISCOVER_SEED_DIR
 #include "net/net.h"
 
 #include <stdio.h>

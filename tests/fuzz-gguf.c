@@ -6,7 +6,11 @@
 //
 // `scripts/fuzz.sh -t SECONDS` builds it, seeds it with the small valid files test-gguf writes
 // (HEARTH_GGUF_SEED_DIR; every value type and several tensor types, so the fuzzer need not
-// rediscover the magic and the header) and runs it; CI runs it for 45 s.
+// rediscover the magic and the header) and runs it; CI runs it for 30 s.
+//
+// fuzz-sources: src/gguf/*.c src/base/*.c src/quant/*.c
+// fuzz-max-len: 65536
+// fuzz-seed-test: test-gguf HEARTH_GGUF_SEED_DIR
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 

@@ -9,7 +9,11 @@
 // is a bug; a refusal is not.
 //
 // `scripts/fuzz.sh -t SECONDS` builds it, seeds it with one message per type from test-net
-// (HEARTH_NET_SEED_DIR) and runs it; CI runs it for 45 s.
+// (HEARTH_NET_SEED_DIR) and runs it; CI runs it for 30 s.
+//
+// fuzz-sources: src/net/proto.c src/base/*.c
+// fuzz-max-len: 4096
+// fuzz-seed-test: test-net HEARTH_NET_SEED_DIR
 #include "net/net.h"
 
 #include <stdio.h>

@@ -11,6 +11,9 @@
 // which must be refused unless they happen to equal it). Byte 1 onwards also drives a replay window.
 //
 // Corpus: tests/corpus/fuzz-noise/ (scripts/fuzz.sh copies it in).
+//
+// fuzz-sources: src/net/noise.c src/net/proto.c src/base/*.c
+// fuzz-max-len: 512
 #include "net/net.h"
 
 #include <stdio.h>

@@ -66,6 +66,7 @@ static int worker(cli_opts *o) {
     hc_worker_params p = hc_worker_default_params();
     p.listen = o->listen;
     p.cache_dir = o->cache_dir;
+    p.cache_max = o->cache_max;
     p.name = o->name;
     p.n_threads = (int)o->threads;
     p.mem = o->mem;

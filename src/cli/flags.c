@@ -172,6 +172,13 @@ static int fn_budget(cli_opts *o, const cli_flag *f, const char *v, char *why, s
     return cli_parse_size_budget(v, &o->mem, why, cap) ? -1 : 0;
 }
 
+static int fn_cache_max(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    int64_t x = hr_parse_size(v);
+    if (x <= 0) { snprintf(why, cap, "a size like 500M or 2G"); return -1; }
+    o->cache_max = (uint64_t)x;
+    return 0;
+}
+
 static int fn_pin(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
     static const struct { const char *name; int pin; } pins[] = {
         {"run", HMEM_PIN_RUN}, {"spread", HMEM_PIN_SPREAD}, {"ffn", HMEM_PIN_FFN}, {"none", HMEM_PIN_NONE}};
@@ -464,6 +471,12 @@ static const cli_flag flags[] = {
      "where to listen, e.g. 0.0.0.0:7070 (port 0: any free port; printed)"},
     {CLI_WORKER | CLI_RUN | CLI_CHAT | CLI_SERVE, "--cache", "DIR", F_STR, AT(cache_dir), 0, 0, NULL,
      "slice cache (run: the head's own share with --workers; default\n$XDG_CACHE_HOME/hearth/slices or ~/.cache/hearth/slices)"},
+    {CLI_WORKER, "--cache-max", "SIZE", F_FN, 0, 0, 0, fn_cache_max,
+     "most the slice cache's files may take (500M, 2G); beyond it the least\n"
+     "recently used are removed, never one a session uses (default: no bound\n"
+     "of its own; a slice file is never written into the disk's last 5%, at\n"
+     "most 1 GiB: old ones are removed first, and if that is not enough the\n"
+     "head is told)"},
     {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL,
      "name shown to heads (default: worker) and in announcements (default: the\nhost name)"},
     {CLI_WORKER, "--sessions", "N", F_LONG, AT(sessions), 1, 1 << 30, NULL,

@@ -69,9 +69,29 @@ typedef struct hc_slice_meta {
 /* The bytes of dir[i] while its file is written: 0 and *bytes (valid until the next call), or a
    negative code with err set. */
 typedef int (*hc_slice_src_fn)(void *user, int i, const void **bytes, hr_err *err);
+/* The slice cache's bound (docs/model.md, "The slice cache's bound"). A slice file's size on disk, at
+   most (metadata included). */
+uint64_t hc_slice_file_bytes(const hc_slice *dir, int n);
+/* The free space a slice file never eats into: 5% of the filesystem, at most 1 GiB. */
+uint64_t hc_disk_margin(uint64_t fs_bytes);
+/* 0 if need bytes fit on dir's filesystem leaving the margin free, else HR_ERANGE saying so. */
+int      hc_disk_room(const char *dir, uint64_t need, hr_err *err);
+/* Makes room in the cache for a file of need bytes: removes the least recently used slice files
+   (modification time: hc_cache_touch marks a use) until the cache's files and need fit max_bytes (0:
+   no bound of its own) and the disk keeps its margin. Files in keep[0..n_keep) and files a session
+   holds (hc_cache_hold, any process) stay. HR_ERANGE with the reason when it cannot; *evicted (may
+   be NULL): bytes removed. */
+int      hc_cache_make_room(const char *cache, uint64_t need, uint64_t max_bytes, const char *const *keep, int n_keep,
+                            uint64_t *evicted, hr_err *err);
+/* Marks a cached file in use by this session (a shared flock on the returned fd, -1 if it cannot be
+   opened or is being evicted); close the fd to let it go. */
+int      hc_cache_hold(const char *path);
+/* Marks a use of a cached file (its modification time: atime is often not kept). */
+void     hc_cache_touch(const char *path);
 /* Writes path with dir's tensors in order (their content hashes in hearth.slice.hashes): under a
    private name first, renamed when complete, so that two processes sharing a cache cannot clobber
-   each other and no half-written file ever has the final name. */
+   each other and no half-written file ever has the final name. A file that would leave less
+   than the disk's margin free (hc_disk_room) is refused before it is begun. */
 int hc_slice_file_write(const char *path, const hc_slice_meta *mt, const hc_slice *dir, int n, hc_slice_src_fn src,
                         void *user, hr_err *err);
 /* The first of dir's tensors that the opened slice file lacks or holds with another content hash,

@@ -252,6 +252,8 @@ typedef int (*hc_profile_fn)(void *user, int n_threads, const char *disk_dir, co
 typedef struct hc_worker_params {
     const char *listen;      /* "ADDR:PORT" (port 0 = ephemeral) */
     const char *cache_dir;   /* NULL: hc_default_cache_dir() */
+    uint64_t    cache_max;   /* bytes the cache's slice files may take, least recently used evicted beyond
+                                (0: no bound of its own; the disk's free-space margin always holds) */
     int         n_threads;   /* 0: physical cores */
     const char *name;        /* shown to heads; NULL: "worker" */
     hmem_request mem;        /* residency manager over the slice file */

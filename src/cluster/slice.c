@@ -5,12 +5,16 @@
 
 #include "quant/quant.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 typedef struct hc_slist {
@@ -211,6 +215,138 @@ static int hc_slice_meta_put(gguf_writer *gw, const hc_slice_meta *mt, const uin
     return rc;
 }
 
+/* ---- the cache's bound (docs/model.md, "The slice cache's bound") ---- */
+
+uint64_t hc_slice_file_bytes(const hc_slice *dir, int n) {
+    uint64_t b = 64 << 10;  /* the metadata: hyper-parameters, hearth.slice.* and the tensor infos */
+    for (int i = 0; i < n; i++) b += (dir[i].size + 31) / 32 * 32 + 8 + 128;
+    return b;
+}
+
+/* b as "12.3 MiB" (KiB below one MiB), for messages */
+typedef struct hc_sz { char s[32]; } hc_sz;
+static hc_sz hc_size(uint64_t b) {
+    hc_sz z;
+    if (b < (1 << 20)) snprintf(z.s, sizeof z.s, "%.1f KiB", (double)b / 1024);
+    else snprintf(z.s, sizeof z.s, "%.1f MiB", (double)b / (1 << 20));
+    return z;
+}
+
+uint64_t hc_disk_margin(uint64_t fs_bytes) { return HR_MIN((uint64_t)1 << 30, fs_bytes / 20); }
+
+int hc_disk_room(const char *dir, uint64_t need, hr_err *err) {
+    struct statvfs st;
+    if (statvfs(dir, &st)) return 0;  /* nothing to go by: the write itself will tell */
+    uint64_t avail = (uint64_t)st.f_bavail * st.f_frsize, total = (uint64_t)st.f_blocks * st.f_frsize;
+    uint64_t margin = hc_disk_margin(total);
+    if (avail >= margin && avail - margin >= need) return 0;
+    return hr_fail(err, HR_ERANGE, "no room on the disk of %s for a %s slice file: %s free, of which %s are kept "
+                   "free (5%% of the disk, at most 1 GiB)", dir, hc_size(need).s, hc_size(avail).s, hc_size(margin).s);
+}
+
+int hc_cache_hold(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+void hc_cache_touch(const char *path) {
+    struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_nsec = UTIME_NOW}};
+    (void)utimensat(AT_FDCWD, path, ts, 0);
+}
+
+typedef struct hc_cfile { char path[PATH_MAX]; uint64_t bytes; struct timespec used; } hc_cfile;
+
+/* every slice file of the cache (cache/MODEL/KEY.gguf) */
+static int hc_cache_list(const char *cache, hc_cfile **out, int *n_out) {
+    hc_cfile *v = NULL;
+    int n = 0, cap = 0;
+    DIR *d = opendir(cache);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char sub[PATH_MAX];
+        if ((size_t)snprintf(sub, sizeof sub, "%s/%s", cache, de->d_name) >= sizeof sub) continue;
+        DIR *e = opendir(sub);
+        struct dirent *fe;
+        while (e && (fe = readdir(e))) {
+            size_t k = strlen(fe->d_name);
+            if (k < 6 || strcmp(fe->d_name + k - 5, ".gguf")) continue;
+            hc_cfile f;
+            struct stat st;
+            if ((size_t)snprintf(f.path, sizeof f.path, "%s/%s", sub, fe->d_name) >= sizeof f.path ||
+                stat(f.path, &st) || !S_ISREG(st.st_mode))
+                continue;
+            f.bytes = (uint64_t)st.st_blocks * 512;
+            f.used = st.st_mtim;
+            if (n == cap) {
+                hc_cfile *nv = realloc(v, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *nv);
+                if (!nv) { closedir(e); closedir(d); free(v); return HR_ENOMEM; }
+                v = nv;
+            }
+            v[n++] = f;
+        }
+        if (e) closedir(e);
+    }
+    if (d) closedir(d);
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
+static int hc_cfile_older(const void *a, const void *b) {
+    const struct timespec *x = &((const hc_cfile *)a)->used, *y = &((const hc_cfile *)b)->used;
+    if (x->tv_sec != y->tv_sec) return x->tv_sec < y->tv_sec ? -1 : 1;
+    return x->tv_nsec < y->tv_nsec ? -1 : x->tv_nsec > y->tv_nsec;
+}
+
+/* removes f unless a session holds it (a shared flock: hc_cache_hold); true if removed */
+static bool hc_cache_evict(const hc_cfile *f) {
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    bool gone = flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(f->path) == 0;
+    close(fd);
+    if (gone) HR_LOGI("slice cache: evicted %s (%s, least recently used)", f->path, hc_size(f->bytes).s);
+    return gone;
+}
+
+int hc_cache_make_room(const char *cache, uint64_t need, uint64_t max_bytes, const char *const *keep, int n_keep,
+                       uint64_t *evicted, hr_err *err) {
+    if (evicted) *evicted = 0;
+    if (max_bytes && need > max_bytes)
+        return hr_fail(err, HR_ERANGE, "the share's slice file needs %s, more than the cache may hold (--cache-max %s)",
+                       hc_size(need).s, hc_size(max_bytes).s);
+    hc_cfile *v;
+    int n, rc = hc_cache_list(cache, &v, &n);
+    if (rc) return hr_fail(err, rc, "out of memory listing the slice cache");
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, hc_cfile_older);  /* v is NULL when the cache is empty */
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) total += v[i].bytes;
+    hr_err room = {0};
+    for (int i = 0;; i++) {
+        bool over = max_bytes && total + need > max_bytes;
+        if (!over && hc_disk_room(cache, need, &room) == 0) break;
+        if (i == n) {
+            free(v);
+            if (over)
+                return hr_fail(err, HR_ERANGE, "the slice cache cannot make room for %s under --cache-max %s: the rest "
+                               "is in use", hc_size(need).s, hc_size(max_bytes).s);
+            *err = room;
+            return room.code;
+        }
+        bool kept = false;
+        for (int k = 0; k < n_keep && !kept; k++) kept = keep[k] && !strcmp(keep[k], v[i].path);
+        if (kept || !hc_cache_evict(&v[i])) continue;
+        total -= v[i].bytes;
+        if (evicted) *evicted += v[i].bytes;
+    }
+    free(v);
+    return 0;
+}
+
 int hc_slice_file_write(const char *path, const hc_slice_meta *mt, const hc_slice *dir, int n, hc_slice_src_fn src,
                         void *user, hr_err *err) {
     uint64_t *hashes = malloc((size_t)n * sizeof *hashes);
@@ -222,6 +358,12 @@ int hc_slice_file_write(const char *path, const hc_slice_meta *mt, const hc_slic
     if (hc_slice_meta_put(gw, mt, hashes, n)) { rc = hr_fail(err, HR_ENOMEM, "out of memory for the slice file"); goto done; }
     for (int i = 0; i < n; i++)
         if ((rc = gguf_writer_add_tensor(gw, dir[i].name, dir[i].type, dir[i].n_dims, dir[i].ne, err))) goto done;
+    /* never fill the disk: a file that would not leave the margin free is not begun */
+    char folder[PATH_MAX];
+    snprintf(folder, sizeof folder, "%s", path);
+    char *slash = strrchr(folder, '/');
+    if (slash) *slash = 0;
+    if ((rc = hc_disk_room(slash ? folder : ".", hc_slice_file_bytes(dir, n), err))) goto done;
     /* a name of our own: two processes sharing a cache may write the same file at once */
     snprintf(part, sizeof part, "%s.%ld.%llx", path, (long)getpid(), (unsigned long long)hr_time_ns());
     if ((rc = gguf_writer_begin(gw, part, false, err))) goto done;

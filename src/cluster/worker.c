@@ -29,6 +29,7 @@ typedef struct hc_guest { hn_conn *c; int64_t deadline; } hc_guest;
 
 struct hc_worker {
     char        cache[PATH_MAX];
+    uint64_t    cache_max;        /* --cache-max: bytes the cache's files may take (0: the disk's margin alone) */
     char        name[HN_MAX_NAME];
     int         n_threads;
     hmem_request mem;
@@ -68,6 +69,7 @@ hc_worker *hc_worker_create(const hc_worker_params *p, hr_err *err) {
         snprintf(w->cache, sizeof w->cache, "%s", p->cache_dir);
     } else if (hc_default_cache_dir(w->cache, sizeof w->cache - 64, err)) goto err;
     if (hr_mkdirs(w->cache, 0755, err)) goto err;
+    w->cache_max = p->cache_max;
     snprintf(w->name, sizeof w->name, "%s", p->name && p->name[0] ? p->name : "worker");
     w->n_threads = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
     w->mem = p->mem;
@@ -124,6 +126,7 @@ typedef struct hc_session {
     hc_slice  *dir;
     int        n_dir;
     char       path[PATH_MAX];
+    int        hold_fd;          /* a shared flock on the slice file while the session uses it (-1: none) */
     /* the model */
     gguf_ctx  *g;
     hm_model  *m;
@@ -167,6 +170,7 @@ static void hc_session_free(hc_session *s) {
     hn_conn_close(s->ring_prev_conn);
     hn_conn_close(s->pending_ring);
     hn_conn_close(s->head);
+    if (s->hold_fd >= 0) close(s->hold_fd);
     free(s);
 }
 
@@ -634,7 +638,7 @@ typedef struct hc_index {
 } hc_index;
 
 static void hc_index_free(hc_index *x) {
-    for (int i = 0; i < x->n; i++) gguf_close(x->src[i].g);
+    for (int i = 0; i < x->n; i++) gguf_close(x->src[i].g);  /* NULL: closed already */
     free(x->src);
     memset(x, 0, sizeof *x);
 }
@@ -667,7 +671,7 @@ static const void *hc_index_find(const hc_index *x, uint64_t hash, uint64_t size
         int et;
         uint64_t n;
         const void *data;
-        if (!gguf_get_arr(x->src[f].g, "hearth.slice.hashes", &et, &n, &data) || et != GGUF_VT_UINT64 ||
+        if (!x->src[f].g || !gguf_get_arr(x->src[f].g, "hearth.slice.hashes", &et, &n, &data) || et != GGUF_VT_UINT64 ||
             n != (uint64_t)gguf_n_tensors(x->src[f].g))
             continue;
         for (uint64_t t = 0; t < n; t++) {
@@ -846,6 +850,46 @@ static int hc_cache_path(hc_session *s, char *model_dir, size_t cap) {
     return 0;
 }
 
+/* Room in the cache for the share's file (before the head is told what to send, so that a share that
+   cannot be kept ends the set-up with a clear ERROR, not a half-written file): the files that give
+   tensors to it are marked used and kept, the other mapped ones closed so that evicting them frees
+   their space. */
+static int hc_cache_room(hc_session *s, hc_index *x, const bool *have) {
+    bool *used = calloc((size_t)x->n + 1, sizeof *used);
+    const char **keep = calloc((size_t)x->n + 1, sizeof *keep);
+    int nk = 0, rc = 0;
+    if (!used || !keep) { rc = hc_bad(s, 0, HR_ENOMEM, "out of memory"); goto done; }
+    for (int i = 0; i < s->n_dir; i++) {
+        int k = -1;
+        if (have[i] && hc_index_find(x, s->dir[i].hash, s->dir[i].size, &k) && k >= 0) used[k] = true;
+    }
+    for (int f = 0; f < x->n; f++) {
+        if (used[f]) {
+            keep[nk++] = x->src[f].path;
+            hc_cache_touch(x->src[f].path);
+        } else {
+            gguf_close(x->src[f].g);
+            x->src[f].g = NULL;
+        }
+    }
+    keep[nk++] = s->path;
+    hr_err e = {0};
+    uint64_t need = hc_slice_file_bytes(s->dir, s->n_dir), evicted = 0, more = 0;
+    const char *self = s->path;
+    /* the files that give tensors go last: evicted, they stay readable through their mappings until
+       the new file is written (but their space comes back only then) */
+    if (hc_cache_make_room(s->w->cache, need, s->w->cache_max, keep, nk, &evicted, &e) &&
+        (e = (hr_err){0}, hc_cache_make_room(s->w->cache, need, s->w->cache_max, &self, 1, &more, &e)))
+        rc = hc_bad(s, 0, e.code, "%s", e.msg);
+    else if ((evicted += more))
+        HR_LOGI("worker: evicted %.1f MiB of least recently used slice files to make room",
+                (double)evicted / (1 << 20));
+done:
+    free(used);
+    free(keep);
+    return rc;
+}
+
 /* Answers SLICE_HAVE from the cache and writes the share's slice file unless it is there whole
    (*complete: then it is to be verified once loaded). */
 static int hc_fill_cache(hc_session *s, bool *complete) {
@@ -863,6 +907,8 @@ static int hc_fill_cache(hc_session *s, bool *complete) {
     for (int i = 0; i < s->n_dir; i++)
         if (hc_index_find(&x, s->dir[i].hash, s->dir[i].size, NULL)) { have[i] = true; hv[nh++] = s->dir[i].hash; }
     *complete = nh == (uint32_t)s->n_dir && access(s->path, R_OK) == 0;
+    if (*complete) hc_cache_touch(s->path);
+    else if ((rc = hc_cache_room(s, &x, have))) goto done;
     hn_msg r = {.type = HN_MSG_SLICE_HAVE, .seq = have_seq};
     r.u.slice_have = (hn_slice_have){.model_hash = s->model_hash, .n_hashes = nh, .hashes = hv};
     if (hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) { rc = hc_bad(s, 0, e.code, "%s", e.msg); goto done; }
@@ -883,6 +929,7 @@ static int hc_open_slices(hc_session *s, bool complete) {
     hr_err e = {0};
     char why[256];
     int rc;
+    if (s->hold_fd < 0) s->hold_fd = hc_cache_hold(s->path);  /* not evicted while this session runs */
     if (!(s->g = gguf_open(s->path, &e)) || !(s->m = hm_model_load(s->g, &e))) {
         unlink(s->path);
         return hc_bad(s, 0, e.code ? e.code : HR_EFORMAT, "slice file %s: %s (removed it; run again)", s->path, e.msg);
@@ -1098,6 +1145,7 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
     if (!s) { hn_conn_close(c); return; }
     s->w = w;
     s->head = c;
+    s->hold_fd = -1;
     s->rx = *f;
     *f = (hn_frame){0};
     snprintf(s->head_name, sizeof s->head_name, "%s", hn_conn_peer(c));

@@ -94,52 +94,14 @@ static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, co
 #define BAD(c, ...) reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", __VA_ARGS__)
 
 /* ---- text helpers --------------------------------------------------------------------------------- */
-/* A token's bytes as a JSON string: invalid UTF-8 (a token may hold part of a character) becomes U+FFFD. */
-static json_t *json_utf8_lossy(const char *s, size_t n) {
-    json_t *j = json_stringn(s, n);
-    if (j) return j;
-    char *o = malloc(3 * n + 1);
-    if (!o) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        unsigned char b = (unsigned char)s[i];
-        int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-        json_t *t = len && i + (size_t)len <= n ? json_stringn(s + i, (size_t)len) : NULL;
-        if (t) {
-            memcpy(o + k, s + i, (size_t)len);
-            k += (size_t)len;
-            i += (size_t)len;
-            json_decref(t);
-        } else {
-            memcpy(o + k, "\xEF\xBF\xBD", 3);
-            k += 3;
-            i++;
-        }
-    }
-    j = json_stringn(o, k);
-    free(o);
-    return j;
-}
-
-static json_t *token_json(const ht_vocab *v, int32_t id, float lp, bool with_lp) {
-    char buf[256];
-    int n = ht_token_to_bytes(v, id, buf, sizeof buf);
-    if (n < 0 || n > (int)sizeof buf) n = 0;
-    json_t *bytes = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)buf[i]));
-    json_t *t = json_pack("{s:i,s:o,s:o}", "id", id, "token", json_utf8_lossy(buf, (size_t)n), "bytes", bytes);
-    if (t && with_lp) json_object_set_new(t, "logprob", json_real(lp));
-    return t;
-}
-
 /* {"content": [{id, token, logprob, bytes, top_logprobs: [...]}, ...]} for lps[a..b) */
 static json_t *logprobs_json(const ht_vocab *v, const hs_lp *lps, int a, int b) {
     json_t *arr = json_array();
     for (int i = a; i < b; i++) {
-        json_t *t = token_json(v, lps[i].id, lps[i].lp, true);
+        json_t *t = hs_token_json(v, lps[i].id, lps[i].lp, true);
         json_t *top = json_array();
         for (int k = 0; k < lps[i].n_top; k++)
-            json_array_append_new(top, token_json(v, lps[i].top_id[k], lps[i].top_lp[k], true));
+            json_array_append_new(top, hs_token_json(v, lps[i].top_id[k], lps[i].top_lp[k], true));
         json_object_set_new(t, "top_logprobs", top);
         json_array_append_new(arr, t);
     }
@@ -164,242 +126,14 @@ static json_t *usage_json(const hs_req *r) {
 
 static const char *finish_name(int f) { return f == HS_LENGTH ? "length" : "stop"; }
 
-/* ---- reading a request ---------------------------------------------------------------------------- */
-typedef struct gen_req {
-    bool chat, stream, include_usage;
-    char id[64];
-    json_int_t created;
-} gen_req;
-
-/* a number field: absent (0), within [lo, hi] (0, *v set), else -1 with the reason written */
-static int field_num(json_t *o, const char *k, double lo, double hi, bool integer, double *v, char *why, size_t cap) {
-    json_t *x = json_object_get(o, k);
-    if (!x || json_is_null(x)) return 0;
-    if (!json_is_number(x) || (integer && !json_is_integer(x))) {
-        snprintf(why, cap, "\"%s\" must be %s", k, integer ? "an integer" : "a number");
-        return -1;
-    }
-    double d = json_number_value(x);
-    if (!(d >= lo && d <= hi)) {
-        snprintf(why, cap, "\"%s\" must be in [%g, %g]", k, lo, hi);
-        return -1;
-    }
-    *v = d;
-    return 0;
-}
-
-static int field_bool(json_t *o, const char *k, bool *v, char *why, size_t cap) {
-    json_t *x = json_object_get(o, k);
-    if (!x || json_is_null(x)) return 0;
-    if (!json_is_boolean(x)) { snprintf(why, cap, "\"%s\" must be a boolean", k); return -1; }
-    *v = json_is_true(x);
-    return 0;
-}
-
-/* tokenizes text into r->prompt (chat: special tokens parsed) */
-static int req_tokenize(hs_server *S, hs_req *r, const char *text, size_t len, bool chat) {
-    int cap = (int)HR_MIN(len + 8, (size_t)1 << 26);
-    for (int tries = 0; tries < 2; tries++) {
-        free(r->prompt);
-        if (!(r->prompt = malloc((size_t)cap * sizeof *r->prompt))) return HR_ENOMEM;
-        int n = chat ? ht_chat_tokenize(S->mi.voc, text, len, S->mi.add_bos, r->prompt, cap)
-                     : ht_tokenize(S->mi.voc, text, len, S->mi.add_bos, r->prompt, cap);
-        if (n < 0) return n;
-        if (n <= cap) { r->n_prompt = n; return 0; }
-        cap = n;
-    }
-    return HR_ERANGE;
-}
-
-/* The chat's messages in the model's template -> r's prompt; 0 or -1 with why. */
-static int read_messages(hs_server *S, json_t *body, hs_req *r, char *why, size_t cap) {
-    json_t *msgs = json_object_get(body, "messages");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-        snprintf(why, cap, "\"messages\" must be a non-empty array");
-        return -1;
-    }
-    size_t n = json_array_size(msgs);
-    ht_chat_msg *m = calloc(n, sizeof *m);
-    char **owned = calloc(n, sizeof *owned);
-    int rc = -1;
-    if (!m || !owned) { snprintf(why, cap, "out of memory"); goto out; }
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(msgs, i), *role = json_object_get(e, "role");
-        json_t *content = json_object_get(e, "content");
-        if (!json_is_object(e) || !json_is_string(role)) {
-            snprintf(why, cap, "messages[%zu] must be an object with a string \"role\"", i);
-            goto out;
-        }
-        m[i].role = json_string_value(role);
-        if (json_is_string(content)) {
-            m[i].content = json_string_value(content);
-        } else if (json_is_array(content)) {
-            /* parts: only text parts; they are joined */
-            size_t len = 0;
-            for (size_t k = 0; k < json_array_size(content); k++) {
-                json_t *part = json_array_get(content, k), *type = json_object_get(part, "type");
-                json_t *text = json_object_get(part, "text");
-                if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text)) {
-                    snprintf(why, cap, "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} parts are "
-                             "supported", i, k);
-                    goto out;
-                }
-                len += json_string_length(text) + 1;
-            }
-            if (!(owned[i] = calloc(len + 1, 1))) { snprintf(why, cap, "out of memory"); goto out; }
-            for (size_t k = 0; k < json_array_size(content); k++) {
-                if (k) strcat(owned[i], "\n");
-                strcat(owned[i], json_string_value(json_object_get(json_array_get(content, k), "text")));
-            }
-            m[i].content = owned[i];
-        } else if (json_is_null(content) && !strcmp(m[i].role, "assistant")) {
-            m[i].content = "";
-        } else {
-            snprintf(why, cap, "messages[%zu].content must be a string or an array of text parts", i);
-            goto out;
-        }
-    }
-    size_t len;
-    char *text = ht_chat_render_alloc(S->mi.chat_tmpl, m, (int)n, true, &len);
-    if (!text) { snprintf(why, cap, "the messages cannot be put in the chat template"); goto out; }
-    HR_LOGD("hearth serve: prompt text [%s]", text);
-    rc = req_tokenize(S, r, text, len, true);
-    free(text);
-    if (rc) { snprintf(why, cap, "tokenization failed: %s", hr_strerror(rc)); rc = -1; }
-out:
-    for (size_t i = 0; owned && i < n; i++) free(owned[i]);
-    free(owned);
-    free(m);
-    return rc;
-}
-
-/* /v1/completions' prompt: a string, an array of one string, or an array of token ids */
-static int read_prompt(hs_server *S, json_t *body, hs_req *r, char *why, size_t cap) {
-    json_t *p = json_object_get(body, "prompt");
-    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
-    if (json_is_string(p)) {
-        int rc = req_tokenize(S, r, json_string_value(p), json_string_length(p), false);
-        if (rc) snprintf(why, cap, "tokenization failed: %s", hr_strerror(rc));
-        return rc ? -1 : 0;
-    }
-    if (json_is_array(p) && json_array_size(p) > 0) {
-        size_t n = json_array_size(p);
-        if (!(r->prompt = malloc(n * sizeof *r->prompt))) { snprintf(why, cap, "out of memory"); return -1; }
-        for (size_t i = 0; i < n; i++) {
-            json_t *t = json_array_get(p, i);
-            json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
-            if (id < 0 || id >= ht_vocab_size(S->mi.voc)) {
-                snprintf(why, cap, "\"prompt\" must be a string or an array of token ids (0..%d)",
-                         ht_vocab_size(S->mi.voc) - 1);
-                return -1;
-            }
-            r->prompt[i] = (int32_t)id;
-        }
-        r->n_prompt = (int)n;
-        return 0;
-    }
-    snprintf(why, cap, "\"prompt\" must be a string or an array of token ids");
-    return -1;
-}
-
-/* Every field of a generation request into r and g; 0, or -1 with why (a 400). */
-static int read_gen(hs_server *S, json_t *body, hs_req *r, gen_req *g, char *why, size_t cap) {
-    double v;
-    bool b = false;
-    json_t *x;
-    /* what is not supported is refused rather than ignored: the client would get something else */
-    if (field_num(body, "n", 1, 1, true, &v, why, cap)) { snprintf(why, cap, "only \"n\": 1 is supported"); return -1; }
-    x = json_object_get(body, "tools");
-    if (x && !json_is_null(x) && !(json_is_array(x) && json_array_size(x) == 0)) {
-        snprintf(why, cap, "\"tools\" are not supported");
-        return -1;
-    }
-    x = json_object_get(body, "response_format");
-    if (x && !json_is_null(x)) {
-        json_t *t = json_object_get(x, "type");
-        if (!json_is_object(x) || !json_is_string(t) || strcmp(json_string_value(t), "text")) {
-            snprintf(why, cap, "\"response_format\": only {\"type\": \"text\"} is supported");
-            return -1;
-        }
-    }
-    if (field_bool(body, "stream", &g->stream, why, cap)) return -1;
-    x = json_object_get(body, "stream_options");
-    if (x && !json_is_null(x)) {
-        if (!json_is_object(x)) { snprintf(why, cap, "\"stream_options\" must be an object"); return -1; }
-        if (field_bool(x, "include_usage", &g->include_usage, why, cap)) return -1;
-    }
-    ht_sampler_params *sp = &r->sp;
-#define NUM(key, lo, hi, integer, dst, type)                                                       \
-    do {                                                                                           \
-        v = NAN;                                                                                   \
-        if (field_num(body, key, lo, hi, integer, &v, why, cap)) return -1;                        \
-        if (!isnan(v)) dst = (type)v;                                                              \
-    } while (0)
-    NUM("temperature", 0, 100, false, sp->temp, float);
-    NUM("top_k", 0, 1 << 24, true, sp->top_k, int32_t);
-    NUM("top_p", 0, 1, false, sp->top_p, float);
-    NUM("min_p", 0, 1, false, sp->min_p, float);
-    NUM("repeat_penalty", 0, 100, false, sp->repeat_penalty, float);
-    NUM("repeat_last_n", -1, 1 << 24, true, sp->repeat_last_n, int32_t);
-    NUM("n_predict", -1, 1 << 24, true, r->n_predict, int32_t);
-    NUM("max_tokens", 0, 1 << 24, true, r->n_predict, int32_t);
-    NUM("max_completion_tokens", 0, 1 << 24, true, r->n_predict, int32_t);
-    if (r->n_predict == 0) { snprintf(why, cap, "\"max_tokens\" must be at least 1"); return -1; }
-    v = NAN;
-    if (field_num(body, "seed", -1, 9.007199254740991e15, true, &v, why, cap)) return -1;
-    if (!isnan(v)) sp->seed = v < 0 ? HT_SEED_RANDOM : (uint64_t)v;
-    if (field_bool(body, "ignore_eos", &r->ignore_eos, why, cap)) return -1;
-    /* logprobs: chat takes a boolean and top_logprobs; completions an integer (the alternatives) */
-    x = json_object_get(body, "logprobs");
-    if (x && !json_is_null(x)) {
-        if (g->chat) {
-            if (field_bool(body, "logprobs", &b, why, cap)) return -1;
-            if (b) {
-                double k = 0;
-                if (field_num(body, "top_logprobs", 0, HS_MAX_TOP, true, &k, why, cap)) return -1;
-                r->n_probs = (int)k;
-            }
-        } else {
-            double k = 0;
-            if (field_num(body, "logprobs", 0, HS_MAX_TOP, true, &k, why, cap)) return -1;
-            r->n_probs = (int)k;
-        }
-    }
-    x = json_object_get(body, "stop");
-    if (json_is_string(x)) x = json_pack("[O]", x);
-    else json_incref(x);
-    if (x && !json_is_null(x)) {
-        if (!json_is_array(x) || json_array_size(x) > HS_MAX_STOPS) {
-            json_decref(x);
-            snprintf(why, cap, "\"stop\" must be a string or an array of at most %d strings", HS_MAX_STOPS);
-            return -1;
-        }
-        for (size_t i = 0; i < json_array_size(x); i++) {
-            json_t *s = json_array_get(x, i);
-            if (!json_is_string(s)) {
-                json_decref(x);
-                snprintf(why, cap, "\"stop\" must be a string or an array of strings");
-                return -1;
-            }
-            if (json_string_length(s) && (r->stops[r->n_stops] = strdup(json_string_value(s)))) r->n_stops++;
-        }
-    }
-    json_decref(x);
-    /* the chat's end-of-turn text ends the answer when the model writes it out as text */
-    const char *eot = ht_chat_end_of_turn(S->mi.chat_tmpl);
-    if (g->chat && eot[0] && (r->stops[r->n_stops] = strdup(eot))) r->n_stops++;
-#undef NUM
-    return g->chat ? read_messages(S, body, r, why, cap) : read_prompt(S, body, r, why, cap);
-}
-
 /* ---- generation: replies -------------------------------------------------------------------------- */
-static json_t *base_obj(hs_server *S, const gen_req *g, const char *object) {
+static json_t *base_obj(hs_server *S, const hs_gen_req *g, const char *object) {
     return json_pack("{s:s,s:I,s:s,s:s,s:s}", "id", g->id, "created", g->created, "model", S->model_id,
                      "system_fingerprint", "hearth", "object", object);
 }
 
 /* the whole answer (under mu) */
-static json_t *final_json(hs_server *S, const gen_req *g, hs_req *r) {
+static json_t *final_json(hs_server *S, const hs_gen_req *g, hs_req *r) {
     json_t *o = base_obj(S, g, g->chat ? "chat.completion" : "text_completion");
     json_t *lp = r->n_probs >= 0 ? logprobs_json(S->mi.voc, r->lps, 0, r->n_lps) : json_null();
     json_t *text = json_stringn(r->text ? r->text : "", r->text_len);
@@ -428,7 +162,7 @@ static bool client_gone(int fd) {
 typedef struct stream {
     hs_server *S;
     hs_req    *r;
-    gen_req    g;
+    hs_gen_req    g;
     int        fd;
     int        phase;          /* 0 role chunk, 1 content, 2 done */
     int        sent_pieces;
@@ -462,7 +196,7 @@ static bool st_event(stream *st, json_t *j) {
 }
 
 static json_t *chunk_json(stream *st, json_t *delta_or_text, json_t *finish, json_t *lp) {
-    const gen_req *g = &st->g;
+    const hs_gen_req *g = &st->g;
     json_t *o = base_obj(st->S, g, g->chat ? "chat.completion.chunk" : "text_completion");
     json_t *choice = g->chat ? json_pack("{s:o,s:i,s:o}", "finish_reason", finish, "index", 0, "delta", delta_or_text)
                              : json_pack("{s:o,s:i,s:o,s:o}", "text", delta_or_text, "index", 0, "logprobs",
@@ -476,7 +210,7 @@ static json_t *chunk_json(stream *st, json_t *delta_or_text, json_t *finish, jso
 /* What the request has produced since the last call, as events (mu held). */
 static void st_produce(stream *st) {
     hs_req *r = st->r;
-    const gen_req *g = &st->g;
+    const hs_gen_req *g = &st->g;
     if (st->phase == 0) {
         st->phase = 1;
         if (g->chat)
@@ -554,23 +288,17 @@ static int conn_fd(struct MHD_Connection *c) {
 
 static enum MHD_Result handle_gen(hs_server *S, struct MHD_Connection *c, hs_conn *hc, bool chat) {
     hs_sched *sc = server_sched(S);
-    json_error_t je;
-    json_t *body = json_loadb(hc->body ? hc->body : "", hc->len, 0, &je);
-    if (!body) return BAD(c, "invalid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
-    if (!json_is_object(body)) { json_decref(body); return BAD(c, "the request body must be a JSON object"); }
     hs_req *r = hs_req_new();
-    if (!r) { json_decref(body); return reply_error(c, 500, "server_error", "out of memory"); }
-    gen_req g = {.chat = chat, .created = (json_int_t)time(NULL)};
+    if (!r) return reply_error(c, 500, "server_error", "out of memory");
+    hs_gen_req g = {.chat = chat, .created = (json_int_t)time(NULL)};
     uint64_t seq = __atomic_add_fetch(&S->id_seq, 1, __ATOMIC_RELAXED);
     snprintf(g.id, sizeof g.id, "%s-%016llx%08llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)hr_time_ns(),
              (unsigned long long)seq);
     char why[512] = "";
-    int rc = read_gen(S, body, r, &g, why, sizeof why);
-    json_decref(body);
+    int rc = hs_read_gen(&S->mi, hc->body, hc->len, r, &g, why, sizeof why);
     enum MHD_Result res;
     int32_t n_ctx = hs_sched_n_ctx(sc);
     if (rc) { res = BAD(c, "%s", why); goto done; }
-    if (r->n_prompt == 0) { res = BAD(c, "the prompt is empty"); goto done; }
     if (r->n_prompt >= n_ctx) {
         res = reply_error(c, MHD_HTTP_BAD_REQUEST, "exceed_context_size_error",
                           "the request exceeds the available context size: %d prompt tokens, %d per slot (-c is "
@@ -622,63 +350,25 @@ done:
 }
 
 /* ---- the other endpoints -------------------------------------------------------------------------- */
+/* /tokenize and /detokenize (request.c reads them) */
+static enum MHD_Result reply_text_op(struct MHD_Connection *c, json_t *o, unsigned status, const char *why) {
+    if (o) return reply_json(c, status, o);
+    if (status == MHD_HTTP_BAD_REQUEST) return BAD(c, "%s", why);
+    return reply_error(c, status, "server_error", "%s", why);
+}
+
 static enum MHD_Result handle_tokenize(hs_server *S, struct MHD_Connection *c, hs_conn *hc) {
-    json_error_t je;
-    json_t *body = json_loadb(hc->body ? hc->body : "", hc->len, 0, &je);
-    if (!body) return BAD(c, "invalid JSON: %s", je.text);
-    json_t *content = json_object_get(body, "content");
-    char why[160] = "";
-    bool special = false, pieces = false;
-    if (!json_is_string(content) || field_bool(body, "add_special", &special, why, sizeof why) ||
-        field_bool(body, "with_pieces", &pieces, why, sizeof why)) {
-        json_decref(body);
-        return BAD(c, "%s", why[0] ? why : "\"content\" must be a string");
-    }
-    size_t len = json_string_length(content);
-    int cap = (int)HR_MIN(len + 8, (size_t)1 << 26);
-    int32_t *t = malloc((size_t)cap * sizeof *t);
-    int n = t ? ht_tokenize(S->mi.voc, json_string_value(content), len, special && S->mi.add_bos, t, cap) : HR_ENOMEM;
-    json_decref(body);
-    if (n < 0 || n > cap) { free(t); return reply_error(c, 500, "server_error", "tokenization failed"); }
-    json_t *arr = json_array();
-    for (int i = 0; i < n; i++) {
-        if (!pieces) { json_array_append_new(arr, json_integer(t[i])); continue; }
-        json_t *tj = token_json(S->mi.voc, t[i], 0, false);
-        json_t *piece = json_incref(json_object_get(tj, "token"));
-        json_array_append_new(arr, json_pack("{s:i,s:o}", "id", t[i], "piece", piece));
-        json_decref(tj);
-    }
-    free(t);
-    return reply_json(c, 200, json_pack("{s:o}", "tokens", arr));
+    char why[256];
+    unsigned status;
+    json_t *o = hs_tokenize_reply(&S->mi, hc->body, hc->len, &status, why, sizeof why);
+    return reply_text_op(c, o, status, why);
 }
 
 static enum MHD_Result handle_detokenize(hs_server *S, struct MHD_Connection *c, hs_conn *hc) {
-    json_error_t je;
-    json_t *body = json_loadb(hc->body ? hc->body : "", hc->len, 0, &je);
-    if (!body) return BAD(c, "invalid JSON: %s", je.text);
-    json_t *toks = json_object_get(body, "tokens");
-    if (!json_is_array(toks)) { json_decref(body); return BAD(c, "\"tokens\" must be an array of token ids"); }
-    ht_detok d;
-    ht_detok_init(&d, S->mi.voc);
-    int pc = ht_detok_max_bytes(S->mi.voc);
-    size_t n = json_array_size(toks), cap = (n + 1) * (size_t)pc + 1, len = 0;
-    char *out = malloc(cap);
-    if (!out) { json_decref(body); return reply_error(c, 500, "server_error", "out of memory"); }
-    for (size_t i = 0; i < n; i++) {
-        json_t *t = json_array_get(toks, i);
-        json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
-        if (id < 0 || id >= ht_vocab_size(S->mi.voc)) {
-            free(out);
-            json_decref(body);
-            return BAD(c, "tokens[%zu] is not a token id (0..%d)", i, ht_vocab_size(S->mi.voc) - 1);
-        }
-        len += (size_t)ht_detok_push(&d, (int32_t)id, out + len, pc);
-    }
-    len += (size_t)ht_detok_flush(&d, out + len, pc);
-    json_decref(body);
-    json_t *o = json_pack("{s:s%}", "content", out, len);
-    free(out);
-    return reply_json(c, 200, o);
+    char why[256];
+    unsigned status;
+    json_t *o = hs_detokenize_reply(&S->mi, hc->body, hc->len, &status, why, sizeof why);
+    return reply_text_op(c, o, status, why);
 }
 
 static enum MHD_Result handle_models(hs_server *S, struct MHD_Connection *c) {
@@ -794,19 +484,12 @@ static enum MHD_Result handle_metrics(hs_server *S, struct MHD_Connection *c) {
 
 /* ---- dispatch ------------------------------------------------------------------------------------- */
 static bool authorized(hs_server *S, struct MHD_Connection *c) {
-    if (!S->p.api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
-    h += 7;
-    size_t n = strlen(h), k = strlen(S->p.api_key);
-    unsigned diff = n != k;
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)h[i] ^ (unsigned char)S->p.api_key[i % (k ? k : 1)];
-    return diff == 0;
+    return hs_bearer_ok(S->p.api_key, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"));
 }
 
 static enum MHD_Result route(hs_server *S, struct MHD_Connection *c, const char *url, const char *method, hs_conn *hc) {
-    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
-    if (!strcmp(method, "OPTIONS")) {
+    int ep = hs_route_of(method, url);
+    if (ep == HS_EP_OPTIONS) {
         struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
@@ -815,32 +498,26 @@ static enum MHD_Result route(hs_server *S, struct MHD_Connection *c, const char 
         MHD_destroy_response(r);
         return rc;
     }
-    if (get && (!strcmp(url, "/") || !strcmp(url, "/index.html")))
-        return reply(c, 200, "text/html; charset=utf-8", hs_web_index, hs_web_index_len);
+    if (ep == HS_EP_INDEX) return reply(c, 200, "text/html; charset=utf-8", hs_web_index, hs_web_index_len);
     bool ready = server_sched(S) != NULL;
-    if (get && (!strcmp(url, "/health") || !strcmp(url, "/v1/health"))) {
+    if (ep == HS_EP_HEALTH) {
         if (!ready) return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable_error", "Loading model");
         return reply_json(c, 200, json_pack("{s:s}", "status", "ok"));
     }
     if (!authorized(S, c)) return reply_error(c, MHD_HTTP_UNAUTHORIZED, "authentication_error", "Invalid API Key");
-    bool known = true;
-    if (get && (!strcmp(url, "/v1/models") || !strcmp(url, "/models"))) {}
-    else if (get && (!strcmp(url, "/slots") || !strcmp(url, "/metrics"))) {}
-    else if (post && (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions") ||
-                      !strcmp(url, "/v1/completions") || !strcmp(url, "/completions") || !strcmp(url, "/tokenize") ||
-                      !strcmp(url, "/detokenize"))) {}
-    else known = false;
-    if (!known) return reply_error(c, MHD_HTTP_NOT_FOUND, "not_found_error", "File Not Found");
+    if (ep == HS_EP_NOT_FOUND) return reply_error(c, MHD_HTTP_NOT_FOUND, "not_found_error", "File Not Found");
     if (!ready) return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable_error", "Loading model");
     if (hc->too_big)
         return reply_error(c, 413, "invalid_request_error", "the request body is over %zu bytes",
                            S->p.max_body);
-    if (!strcmp(url, "/v1/models") || !strcmp(url, "/models")) return handle_models(S, c);
-    if (!strcmp(url, "/slots")) return handle_slots(S, c);
-    if (!strcmp(url, "/metrics")) return handle_metrics(S, c);
-    if (!strcmp(url, "/tokenize")) return handle_tokenize(S, c, hc);
-    if (!strcmp(url, "/detokenize")) return handle_detokenize(S, c, hc);
-    return handle_gen(S, c, hc, strstr(url, "chat") != NULL);
+    switch (ep) {
+    case HS_EP_MODELS: return handle_models(S, c);
+    case HS_EP_SLOTS: return handle_slots(S, c);
+    case HS_EP_METRICS: return handle_metrics(S, c);
+    case HS_EP_TOKENIZE: return handle_tokenize(S, c, hc);
+    case HS_EP_DETOKENIZE: return handle_detokenize(S, c, hc);
+    default: return handle_gen(S, c, hc, ep == HS_EP_CHAT);
+    }
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,

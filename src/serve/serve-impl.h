@@ -6,6 +6,7 @@
 
 #include "serve.h"
 
+#include <jansson.h>
 #include <pthread.h>
 
 #define HS_MAX_STOPS 16
@@ -97,6 +98,35 @@ void      hs_req_release(hs_sched *s, hs_req *r);
 /* Copies (under mu): the slots, the metrics, queue and processing counts. */
 int       hs_sched_slots(hs_sched *s, hs_slot_view *out, int cap);
 void      hs_sched_metrics(hs_sched *s, hs_metrics *m, int *processing, int *deferred);
+
+/* ---- reading requests (request.c): pure functions of what the client sent, fuzzed by tests/fuzz-serve.c */
+typedef struct hs_gen_req {    /* a generation request's reply shape */
+    bool chat, stream, include_usage;
+    char id[64];
+    json_int_t created;
+} hs_gen_req;
+
+/* What a request line asks for (the endpoints of docs/serve.md); any method OPTIONS is HS_EP_OPTIONS. */
+enum hs_endpoint {
+    HS_EP_NOT_FOUND, HS_EP_OPTIONS, HS_EP_INDEX, HS_EP_HEALTH, HS_EP_MODELS, HS_EP_SLOTS, HS_EP_METRICS,
+    HS_EP_CHAT, HS_EP_COMPLETIONS, HS_EP_TOKENIZE, HS_EP_DETOKENIZE,
+};
+int  hs_route_of(const char *method, const char *url);
+/* The Authorization header (NULL: none) carries api_key as a bearer token (compared in constant time);
+   true when api_key is NULL. */
+bool hs_bearer_ok(const char *api_key, const char *authorization);
+/* A /v1/chat/completions (g->chat) or /v1/completions body[0..len) into r (from hs_req_new) and g:
+   0, or -1 with the reason a 400 gives in why. The prompt is tokenized; it is never empty. */
+int  hs_read_gen(const hs_model_info *mi, const char *body, size_t len, hs_req *r, hs_gen_req *g, char *why,
+                 size_t cap);
+/* /tokenize and /detokenize: the reply for body[0..len) (*status 200), or NULL with *status 400 or 500
+   and the message in why. */
+json_t *hs_tokenize_reply(const hs_model_info *mi, const char *body, size_t len, unsigned *status, char *why,
+                          size_t cap);
+json_t *hs_detokenize_reply(const hs_model_info *mi, const char *body, size_t len, unsigned *status, char *why,
+                            size_t cap);
+/* {id, token, bytes[, logprob]}: a token's bytes as JSON (invalid UTF-8 becomes U+FFFD) */
+json_t *hs_token_json(const ht_vocab *v, int32_t id, float lp, bool with_lp);
 
 void      hs_hist_init(hs_hist *h, const double *bounds, int n);
 void      hs_hist_add(hs_hist *h, double v);
