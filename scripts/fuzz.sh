@@ -32,7 +32,7 @@ gguf_src=(tests/fuzz-gguf.c src/gguf/*.c src/base/*.c src/quant/*.c)
 net_src=(tests/fuzz-net.c src/net/proto.c src/base/*.c)
 discover_src=(tests/fuzz-discover.c src/net/discover.c src/net/proto.c src/net/tcp.c src/net/noise.c src/base/*.c)
 noise_src=(tests/fuzz-noise.c src/net/noise.c src/net/proto.c src/base/*.c)
-dgram_src=(tests/fuzz-dgram.c src/net/dgram.c src/base/*.c)
+dgram_src=(tests/fuzz-dgram.c src/net/dgram.c src/net/noise.c src/net/proto.c src/base/*.c)
 
 run() { # NAME MAX_LEN SEED_ENV SEED_TEST SOURCES... (SEED_TEST "-": the corpus in tests/corpus/NAME)
   local name=$1 max_len=$2 seed_env=$3 seed_test=$4

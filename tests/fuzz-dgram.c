@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(p, data, size);
     hn_dgram d;
     char why[128];
-    if (hn_dgram_decode(p, size, &d, why, sizeof why) == 0) {
+    if (hn_dgram_decode(p, size, NULL, &d, why, sizeof why) == 0) {
         FUZZ_CHECK(d.n >= 1 && d.n <= HN_DGRAM_MAX_ELEMS && (uint64_t)d.offset + d.n <= d.total);
         FUZZ_CHECK((const uint8_t *)d.data == p + HN_DGRAM_HEADER && size == HN_DGRAM_HEADER + 4 * (size_t)d.n);
         float v[HN_DGRAM_MAX_ELEMS];
@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         hn_dgram e = d;
         e.data = v;
         uint8_t out[HN_DGRAM_MAX_BYTES];
-        size_t len = hn_dgram_encode(&e, out, sizeof out);
+        size_t len = hn_dgram_encode(&e, NULL, out, sizeof out);
         FUZZ_CHECK(len == size && !memcmp(out, p, size));
     }
     free(p);

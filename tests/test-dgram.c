@@ -45,7 +45,7 @@ static void test_round_trip(void) {
                       .seq = 77 + (uint32_t)c, .device = (uint16_t)(c + 1), .total = cases[c].total,
                       .offset = cases[c].offset, .n = cases[c].n, .data = v};
         uint8_t buf[HN_DGRAM_MAX_BYTES];
-        size_t len = hn_dgram_encode(&d, buf, sizeof buf);
+        size_t len = hn_dgram_encode(&d, NULL, buf, sizeof buf);
         CHECKF(len == HN_DGRAM_HEADER + 4 * (size_t)d.n && len <= HN_DGRAM_MAX_BYTES, "case %zu: %zu bytes", c, len);
         write_seed(cases[c].seed, buf, len);
         hn_dgram o;
@@ -54,7 +54,7 @@ static void test_round_trip(void) {
         uint8_t *copy = malloc(len);
         REQUIRE_VOID(copy);
         memcpy(copy, buf, len);
-        CHECKF(hn_dgram_decode(copy, len, &o, why, sizeof why) == 0, "case %zu: %s", c, why);
+        CHECKF(hn_dgram_decode(copy, len, NULL, &o, why, sizeof why) == 0, "case %zu: %s", c, why);
         CHECK(o.kind == d.kind && o.flags == d.flags && o.session == d.session && o.seq == d.seq && o.device == d.device &&
               o.total == d.total && o.offset == d.offset && o.n == d.n);
         CHECK(o.data == copy + HN_DGRAM_HEADER && !memcmp(o.data, v, 4 * (size_t)d.n));
@@ -77,10 +77,10 @@ static void test_encoder_refuses(void) {
         {.kind = 1, .flags = 2, .total = 10, .offset = 0, .n = 1, .data = v},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CHECKF(hn_dgram_encode(&bad[i], buf, sizeof buf) == 0, "bad datagram %zu encoded", i);
+        CHECKF(hn_dgram_encode(&bad[i], NULL, buf, sizeof buf) == 0, "bad datagram %zu encoded", i);
     hn_dgram ok = {.kind = 2, .total = 10, .offset = 0, .n = 10, .data = v};
-    CHECK(hn_dgram_encode(&ok, buf, HN_DGRAM_HEADER + 39) == 0);  /* no room */
-    CHECK(hn_dgram_encode(&ok, buf, HN_DGRAM_HEADER + 40) == HN_DGRAM_HEADER + 40);
+    CHECK(hn_dgram_encode(&ok, NULL, buf, HN_DGRAM_HEADER + 39) == 0);  /* no room */
+    CHECK(hn_dgram_encode(&ok, NULL, buf, HN_DGRAM_HEADER + 40) == HN_DGRAM_HEADER + 40);
 }
 
 static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -91,13 +91,13 @@ static void test_decoder_refuses(void) {
     hn_dgram d = {.kind = HN_DGRAM_PARTIAL, .session = 5, .seq = 9, .device = 2, .total = 64, .offset = 8, .n = 8,
                   .data = v};
     uint8_t good[HN_DGRAM_MAX_BYTES];
-    size_t len = hn_dgram_encode(&d, good, sizeof good);
+    size_t len = hn_dgram_encode(&d, NULL, good, sizeof good);
     REQUIRE_VOID(len == HN_DGRAM_HEADER + 32);
     hn_dgram o;
     uint8_t b[HN_DGRAM_MAX_BYTES + 8];
     char why[128];
 #define MUTATE(stmt, blen, what) do { memcpy(b, good, len); stmt; why[0] = 0; \
-        CHECKF(hn_dgram_decode(b, (blen), &o, why, sizeof why) == HR_EFORMAT && why[0], "%s accepted", what); \
+        CHECKF(hn_dgram_decode(b, (blen), NULL, &o, why, sizeof why) == HR_EFORMAT && why[0], "%s accepted", what); \
     } while (0)
     MUTATE((void)0, len - 1, "a byte short");
     MUTATE(b[len] = 0, len + 1, "a byte long");
@@ -123,7 +123,7 @@ static void test_decoder_refuses(void) {
         size_t n = (size_t)(test_splitmix64(&st) % (sizeof b));
         for (size_t j = 0; j < n; j++) b[j] = (uint8_t)test_splitmix64(&st);
         if (i & 1 && n >= 8) put32(b, HN_DGRAM_MAGIC), put16(b + 4, HN_DGRAM_VERSION), put16(b + 6, HN_DGRAM_PARTIAL);
-        if (hn_dgram_decode(b, n, &o, NULL, 0) == 0) {
+        if (hn_dgram_decode(b, n, NULL, &o, NULL, 0) == 0) {
             taken++;
             CHECK(n == HN_DGRAM_HEADER + 4 * (size_t)o.n && o.offset + (uint64_t)o.n <= o.total);
         }
@@ -149,7 +149,7 @@ static void test_sockets(void) {
     uint8_t out[HN_DGRAM_MAX_BYTES], in[HN_DGRAM_MAX_BYTES];
     hn_dgram d = {.kind = HN_DGRAM_RESULT, .session = 1, .seq = 1, .device = 1, .total = 4, .offset = 0, .n = 4,
                   .data = v};
-    size_t len = hn_dgram_encode(&d, out, sizeof out);
+    size_t len = hn_dgram_encode(&d, NULL, out, sizeof out);
     CHECK(hn_udp_send(worker, out, len) == 0);
     long got = 0;
     for (int i = 0; i < 200 && got == 0; i++) {
