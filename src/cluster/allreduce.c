@@ -300,7 +300,8 @@ static void hc_lossy_head_result(hc_ar *a, const float *x, size_t cnt) {
 static int hc_lossy_worker_result(hc_ar *a, float *x, int n, int E) {
     size_t cnt = (size_t)n * E, pe = hc_lossy_pe(a), np = (cnt + pe - 1) / pe;
     hc_lossy_link *l = &a->ll[0];
-    uint8_t got[HC_LOSSY_MAX_TOKENS * 64] = {0}; /* >= np: n <= HC_LOSSY_MAX_TOKENS, E / HN_DGRAM_MAX_ELEMS_SEALED < 64 */
+    /* >= np: n <= HC_LOSSY_MAX_TOKENS, E / HN_DGRAM_MAX_ELEMS_SEALED < 64 */
+    uint8_t got[HC_LOSSY_MAX_TOKENS * 64] = {0};
     if (np > sizeof got) return hc_ar_fail(a, 0, HR_ERANGE, "a lossy all-reduce too large");
     size_t left = np;
     int64_t t0 = hr_time_ns(), end = hc_ar_deadline(a, n), D = (int64_t)a->lossy_deadline_ms * 1000000;
