@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The cost of issue 29's encrypted links (docs/benchmarks.md, "Issue 29: encryption cost"): decode
-# ms/token of `hearth run` over two workers, tensor parallel and pipeline, with and without the cluster
+# ms/token of `hearth run` over two workers, tensor parallel, pipeline and tensor parallel with the lossy
+# all-reduce (--lossy: its datagrams sealed with the key, issue 29), with and without the cluster
 # key, the two interleaved run by run (the order alternating) so that the machine's drift falls on both;
 # medians and the ratio. Then the handshake time per link (tools/netbench, keyed and plaintext workers)
 # and the AEAD's cost per frame.
@@ -71,7 +72,11 @@ median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (
 declare -A T
 go() { # MODE KIND
     local mode=$1 kind=$2 args=()
-    [[ $kind == tp ]] && args=(--tp-shares equal) || args=(--pp)
+    case $kind in
+        tp) args=(--tp-shares equal) ;;
+        lossy) args=(--tp-shares equal --lossy) ;;   # the lossy all-reduce: sealed datagrams with the key
+        *) args=(--pp) ;;
+    esac
     if [[ $mode == enc ]]; then args+=(--workers "$enc_w" --key "$W/key"); else args+=(--workers "$plain_w"); fi
     on d0 "$BIN" run -m "$model" -p "Once upon a time" --temp 0 -n "$n" --ignore-eos -t 1 "${args[@]}" \
         > "$W/out.txt" 2> "$W/err.txt" || { echo "run failed: $(tail -2 "$W/err.txt")"; exit 1; }
@@ -81,15 +86,15 @@ go() { # MODE KIND
     cmp -s "$W/out.txt" "$W/ref.$kind" 2> /dev/null || { [[ -f "$W/ref.$kind" ]] && echo "warning: $mode $kind text differs"; cp "$W/out.txt" "$W/ref.$kind"; }
 }
 # one unmeasured round: slices into the workers' caches, the head's share file
-for kind in tp pp; do go plain $kind; go enc $kind; done
+for kind in tp pp lossy; do go plain $kind; go enc $kind; done
 T=()
 for ((r = 0; r < reps; r++)); do
-    for kind in tp pp; do
+    for kind in tp pp lossy; do
         if ((r % 2)); then go enc $kind; go plain $kind; else go plain $kind; go enc $kind; fi
     done
 done
 echo "model $(basename "$model"), $n tokens per run, $reps runs each, ${profile:-loopback}; ms/token:"
-for kind in tp pp; do
+for kind in tp pp lossy; do
     p=$(tr ' ' '\n' <<< "${T[plain.$kind]}" | grep . | median)
     e=$(tr ' ' '\n' <<< "${T[enc.$kind]}" | grep . | median)
     echo "  $kind: plaintext $p (runs: ${T[plain.$kind]}), encrypted $e (runs: ${T[enc.$kind]}), ratio $(awk "BEGIN {printf \"%.3f\", $e / $p}")"

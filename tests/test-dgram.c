@@ -5,6 +5,10 @@
    - the decoder refuses every single-field corruption of a valid datagram (magic, version, kind,
      flags, n, offset, total, a length one byte off) and random bytes; it never reads past the end
      (run under ASan);
+   - sealed datagrams (issue 29): a round trip through a sender's and a receiver's hn_dgram_crypt, the
+     elements not in clear; every single flipped bit, a wrong key, a plaintext datagram refused
+     (HR_EAUTH); a replayed counter refused (HR_EEXIST); the sealed limits (fewer elements, within
+     HN_DGRAM_MAX_BYTES; no counter past HN_REKEY_MESSAGES); a plaintext connection seals nothing;
    - two UDP sockets beside a loopback TCP connection: connect, send, receive; a datagram from another
      address is refused by the peer check, an empty or oversized one reported as such.
    HEARTH_DGRAM_SEED_DIR=dir writes the valid samples as seeds for tests/fuzz-dgram.c. */
@@ -45,7 +49,7 @@ static void test_round_trip(void) {
                       .seq = 77 + (uint32_t)c, .device = (uint16_t)(c + 1), .total = cases[c].total,
                       .offset = cases[c].offset, .n = cases[c].n, .data = v};
         uint8_t buf[HN_DGRAM_MAX_BYTES];
-        size_t len = hn_dgram_encode(&d, buf, sizeof buf);
+        size_t len = hn_dgram_encode(&d, NULL, buf, sizeof buf);
         CHECKF(len == HN_DGRAM_HEADER + 4 * (size_t)d.n && len <= HN_DGRAM_MAX_BYTES, "case %zu: %zu bytes", c, len);
         write_seed(cases[c].seed, buf, len);
         hn_dgram o;
@@ -54,7 +58,7 @@ static void test_round_trip(void) {
         uint8_t *copy = malloc(len);
         REQUIRE_VOID(copy);
         memcpy(copy, buf, len);
-        CHECKF(hn_dgram_decode(copy, len, &o, why, sizeof why) == 0, "case %zu: %s", c, why);
+        CHECKF(hn_dgram_decode(copy, len, NULL, &o, why, sizeof why) == 0, "case %zu: %s", c, why);
         CHECK(o.kind == d.kind && o.flags == d.flags && o.session == d.session && o.seq == d.seq && o.device == d.device &&
               o.total == d.total && o.offset == d.offset && o.n == d.n);
         CHECK(o.data == copy + HN_DGRAM_HEADER && !memcmp(o.data, v, 4 * (size_t)d.n));
@@ -77,10 +81,10 @@ static void test_encoder_refuses(void) {
         {.kind = 1, .flags = 2, .total = 10, .offset = 0, .n = 1, .data = v},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CHECKF(hn_dgram_encode(&bad[i], buf, sizeof buf) == 0, "bad datagram %zu encoded", i);
+        CHECKF(hn_dgram_encode(&bad[i], NULL, buf, sizeof buf) == 0, "bad datagram %zu encoded", i);
     hn_dgram ok = {.kind = 2, .total = 10, .offset = 0, .n = 10, .data = v};
-    CHECK(hn_dgram_encode(&ok, buf, HN_DGRAM_HEADER + 39) == 0);  /* no room */
-    CHECK(hn_dgram_encode(&ok, buf, HN_DGRAM_HEADER + 40) == HN_DGRAM_HEADER + 40);
+    CHECK(hn_dgram_encode(&ok, NULL, buf, HN_DGRAM_HEADER + 39) == 0);  /* no room */
+    CHECK(hn_dgram_encode(&ok, NULL, buf, HN_DGRAM_HEADER + 40) == HN_DGRAM_HEADER + 40);
 }
 
 static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -91,13 +95,13 @@ static void test_decoder_refuses(void) {
     hn_dgram d = {.kind = HN_DGRAM_PARTIAL, .session = 5, .seq = 9, .device = 2, .total = 64, .offset = 8, .n = 8,
                   .data = v};
     uint8_t good[HN_DGRAM_MAX_BYTES];
-    size_t len = hn_dgram_encode(&d, good, sizeof good);
+    size_t len = hn_dgram_encode(&d, NULL, good, sizeof good);
     REQUIRE_VOID(len == HN_DGRAM_HEADER + 32);
     hn_dgram o;
     uint8_t b[HN_DGRAM_MAX_BYTES + 8];
     char why[128];
 #define MUTATE(stmt, blen, what) do { memcpy(b, good, len); stmt; why[0] = 0; \
-        CHECKF(hn_dgram_decode(b, (blen), &o, why, sizeof why) == HR_EFORMAT && why[0], "%s accepted", what); \
+        CHECKF(hn_dgram_decode(b, (blen), NULL, &o, why, sizeof why) == HR_EFORMAT && why[0], "%s accepted", what); \
     } while (0)
     MUTATE((void)0, len - 1, "a byte short");
     MUTATE(b[len] = 0, len + 1, "a byte long");
@@ -123,12 +127,108 @@ static void test_decoder_refuses(void) {
         size_t n = (size_t)(test_splitmix64(&st) % (sizeof b));
         for (size_t j = 0; j < n; j++) b[j] = (uint8_t)test_splitmix64(&st);
         if (i & 1 && n >= 8) put32(b, HN_DGRAM_MAGIC), put16(b + 4, HN_DGRAM_VERSION), put16(b + 6, HN_DGRAM_PARTIAL);
-        if (hn_dgram_decode(b, n, &o, NULL, 0) == 0) {
+        if (hn_dgram_decode(b, n, NULL, &o, NULL, 0) == 0) {
             taken++;
             CHECK(n == HN_DGRAM_HEADER + 4 * (size_t)o.n && o.offset + (uint64_t)o.n <= o.total);
         }
     }
     CHECK(taken < 10);
+}
+
+/* a sender and a receiver of one direction: the receiver's key is the sender's */
+static void crypt_pair(hn_dgram_crypt *snd, hn_dgram_crypt *rcv, uint8_t key) {
+    memset(snd, 0, sizeof *snd);
+    memset(rcv, 0, sizeof *rcv);
+    snd->on = rcv->on = true;
+    memset(snd->send.k, key, sizeof snd->send.k);
+    memset(rcv->recv.k, key, sizeof rcv->recv.k);
+    memset(snd->recv.k, 0x5a, sizeof snd->recv.k);
+    memset(rcv->send.k, 0xa5, sizeof rcv->send.k);
+    hn_replay_init(&snd->seen);
+    hn_replay_init(&rcv->seen);
+}
+
+static void test_sealed(void) {
+    hn_dgram_crypt snd, rcv;
+    crypt_pair(&snd, &rcv, 0x11);
+    CHECK(hn_dgram_max_elems(&snd) == HN_DGRAM_MAX_ELEMS_SEALED && hn_dgram_max_elems(NULL) == HN_DGRAM_MAX_ELEMS);
+    CHECK(HN_DGRAM_HEADER + HN_DGRAM_SEAL_OVERHEAD + 4 * HN_DGRAM_MAX_ELEMS_SEALED <= HN_DGRAM_MAX_BYTES);
+    float v[HN_DGRAM_MAX_ELEMS_SEALED + 1];
+    for (int i = 0; i <= HN_DGRAM_MAX_ELEMS_SEALED; i++) v[i] = 1.5f + (float)i;
+    uint8_t buf[HN_DGRAM_MAX_BYTES], plain[HN_DGRAM_MAX_BYTES];
+    hn_dgram o;
+    char why[128] = "";
+    /* round trips at both limits; consecutive counters */
+    const uint32_t ns[] = {1, HN_DGRAM_MAX_ELEMS_SEALED};
+    for (size_t c = 0; c < 2; c++) {
+        hn_dgram d = {.kind = HN_DGRAM_PARTIAL, .session = 77, .seq = 9, .device = 2, .total = 4096, .offset = 0,
+                      .n = ns[c], .data = v};
+        size_t len = hn_dgram_encode(&d, &snd, buf, sizeof buf);
+        CHECKF(len == HN_DGRAM_HEADER + HN_DGRAM_SEAL_OVERHEAD + 4 * (size_t)ns[c], "sealed size %zu", len);
+        CHECK(hn_dgram_encode(&d, NULL, plain, sizeof plain) == HN_DGRAM_HEADER + 4 * (size_t)ns[c]);
+        uint16_t ver;
+        uint64_t ctr;
+        memcpy(&ver, buf + 4, 2);
+        memcpy(&ctr, buf + HN_DGRAM_HEADER, 8);
+        CHECKF(ver == HN_DGRAM_VERSION_SEALED && ctr == c, "version %u counter %llu", ver, (unsigned long long)ctr);
+        /* the header as in clear, the elements not */
+        CHECK(!memcmp(buf + 6, plain + 6, HN_DGRAM_HEADER - 6));
+        CHECK(memcmp(buf + HN_DGRAM_HEADER + 8, plain + HN_DGRAM_HEADER, 4 * (size_t)ns[c]) != 0);
+        CHECKF(hn_dgram_decode(buf, len, &rcv, &o, why, sizeof why) == 0, "sealed case %zu: %s", c, why);
+        CHECK(o.kind == HN_DGRAM_PARTIAL && o.session == 77 && o.seq == 9 && o.device == 2 && o.total == 4096 &&
+              o.n == ns[c] && !memcmp(o.data, v, 4 * (size_t)ns[c]));
+        /* the same bytes again: a replay */
+        CHECK(hn_dgram_decode(buf, len, &rcv, &o, why, sizeof why) == HR_EEXIST);
+        write_seed(c ? "sealed-full" : "sealed-one", buf, len);
+    }
+    /* every single flipped bit (header, counter, elements, tag) fails to open */
+    float w[4] = {1, 2, 3, 4};
+    hn_dgram d = {.kind = HN_DGRAM_RESULT, .session = 5, .seq = 3, .device = 0, .total = 4, .offset = 0, .n = 4,
+                  .data = w};
+    size_t len = hn_dgram_encode(&d, &snd, buf, sizeof buf);
+    REQUIRE_VOID(len > 0);
+    int flipped_ok = 0;
+    for (size_t bit = 0; bit < len * 8; bit++) {
+        hn_replay_init(&rcv.seen);
+        buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        if (hn_dgram_decode(buf, len, &rcv, &o, NULL, 0) != HR_EAUTH) flipped_ok++;
+        buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    }
+    CHECKF(flipped_ok == 0, "%d single-bit flips not refused", flipped_ok);
+    /* truncated or extended by a byte */
+    hn_replay_init(&rcv.seen);
+    CHECK(hn_dgram_decode(buf, len - 1, &rcv, &o, NULL, 0) == HR_EAUTH);
+    CHECK(hn_dgram_decode(buf, len + 1, &rcv, &o, NULL, 0) == HR_EAUTH);
+    CHECK(hn_dgram_decode(buf, len, &rcv, &o, NULL, 0) == 0);   /* the untouched one still opens */
+    /* another key; a plaintext datagram to a sealing receiver; a sealed one to a plaintext receiver */
+    hn_dgram_crypt other, other_rcv;
+    crypt_pair(&other, &other_rcv, 0x22);
+    CHECK(hn_dgram_decode(buf, len, &other_rcv, &o, NULL, 0) == HR_EAUTH);
+    size_t plen = hn_dgram_encode(&d, NULL, plain, sizeof plain);
+    CHECK(hn_dgram_decode(plain, plen, &rcv, &o, NULL, 0) == HR_EAUTH);
+    CHECK(hn_dgram_decode(buf, len, NULL, &o, NULL, 0) == HR_EFORMAT);
+    /* replay window: an old counter after newer ones, then far too old */
+    hn_dgram_crypt late_snd, late_rcv;
+    crypt_pair(&late_snd, &late_rcv, 0x33);
+    uint8_t first[HN_DGRAM_MAX_BYTES];
+    size_t flen = hn_dgram_encode(&d, &late_snd, first, sizeof first);
+    for (int i = 0; i < 10; i++) {
+        size_t l2 = hn_dgram_encode(&d, &late_snd, buf, sizeof buf);
+        CHECK(hn_dgram_decode(buf, l2, &late_rcv, &o, NULL, 0) == 0);
+    }
+    CHECK(hn_dgram_decode(first, flen, &late_rcv, &o, NULL, 0) == 0);          /* reordered: still new */
+    CHECK(hn_dgram_decode(first, flen, &late_rcv, &o, NULL, 0) == HR_EEXIST);  /* again: a replay */
+    /* the sealed limits: one element too many; no counter past HN_REKEY_MESSAGES */
+    hn_dgram big = d;
+    big.total = 4096;
+    big.n = HN_DGRAM_MAX_ELEMS_SEALED + 1;
+    big.data = v;
+    CHECK(hn_dgram_encode(&big, &snd, buf, sizeof buf) == 0);
+    CHECK(hn_dgram_encode(&big, NULL, plain, sizeof plain) > 0);
+    snd.next = HN_REKEY_MESSAGES;
+    CHECK(hn_dgram_encode(&d, &snd, buf, sizeof buf) == 0);
+    hn_dgram_crypt_wipe(&snd);
+    CHECK(!snd.on);
 }
 
 static void test_sockets(void) {
@@ -140,6 +240,8 @@ static void test_sockets(void) {
     hn_conn *c = hn_connect(addr, hn_deadline_ms(5000), &e);
     hn_conn *a = c ? hn_accept(l, hn_deadline_ms(5000), &e) : NULL;
     REQUIRE_VOID(c && a);
+    hn_dgram_crypt x;
+    CHECK(hn_dgram_crypt_init(&x, c, &e) == 0 && !x.on);   /* a plaintext connection: nothing sealed */
     hn_udp *head = hn_udp_open(a, &e), *worker = hn_udp_open(c, &e);
     REQUIRE_VOID(head && worker);
     CHECK(hn_udp_port(head) != 0 && hn_udp_port(worker) != 0);
@@ -149,7 +251,7 @@ static void test_sockets(void) {
     uint8_t out[HN_DGRAM_MAX_BYTES], in[HN_DGRAM_MAX_BYTES];
     hn_dgram d = {.kind = HN_DGRAM_RESULT, .session = 1, .seq = 1, .device = 1, .total = 4, .offset = 0, .n = 4,
                   .data = v};
-    size_t len = hn_dgram_encode(&d, out, sizeof out);
+    size_t len = hn_dgram_encode(&d, NULL, out, sizeof out);
     CHECK(hn_udp_send(worker, out, len) == 0);
     long got = 0;
     for (int i = 0; i < 200 && got == 0; i++) {
@@ -190,6 +292,7 @@ int main(void) {
     test_round_trip();
     test_encoder_refuses();
     test_decoder_refuses();
+    test_sealed();
     test_sockets();
     return test_summary();
 }

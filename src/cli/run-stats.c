@@ -118,6 +118,7 @@ static json_t *rs_lossy(const hc_dev_stats *l) {
         {"datagrams_send_failed", l->dg_send_fail}, {"datagrams_received", l->dg_received},
         {"datagrams_lost", l->dg_lost}, {"datagrams_late", l->dg_late}, {"datagrams_duplicate", l->dg_dup},
         {"datagrams_foreign", l->dg_foreign}, {"datagrams_malformed", l->dg_malformed},
+        {"datagrams_auth_failed", l->dg_auth_failed},
         {"elements_lost", l->elems_lost}, {"allreduces", l->lossy_syncs}, {"elements_lost_max", l->elems_lost_max},
         {"sum_datagrams_sent", l->res_sent}, {"sum_datagrams_resent", l->res_resent},
         {"sum_datagrams_received", l->res_received}, {"nacks", l->nacks}};

@@ -84,7 +84,8 @@ static bool hc_lossy_last(const hc_ar *a, int layer, uint32_t stage) {
 
 int hc_ar_lossy_alloc(hc_ar *a, int n_embd) {
     a->lcap = (size_t)a->lossy_max_tokens * (size_t)n_embd;
-    a->lmaxp = (a->lcap + HN_DGRAM_MAX_ELEMS - 1) / HN_DGRAM_MAX_ELEMS;
+    /* sealed datagrams hold fewer elements: room for the most datagrams either way */
+    a->lmaxp = (a->lcap + HN_DGRAM_MAX_ELEMS_SEALED - 1) / HN_DGRAM_MAX_ELEMS_SEALED;
     a->lbuf = malloc((size_t)a->k * a->lcap * sizeof(float));
     a->got = malloc((size_t)a->k * a->lmaxp);
     a->last = malloc(a->lcap * sizeof(float));
@@ -112,25 +113,29 @@ static bool hc_lossy_drop(const hc_ar *a, uint32_t idx) {
     return z % 1000000u < a->drop_ppm;
 }
 
+/* elements per datagram: fewer when the links seal them (all links do, or none: the cluster key) */
+static size_t hc_lossy_pe(const hc_ar *a) { return hn_dgram_max_elems(&a->ll[a->me == 0 ? 1 : 0].crypt); }
+
 /* x[0, cnt) as datagrams of `kind` for all-reduce seq on link l (the test hook may drop some: counted
    in *dropped); idx0 numbers them for the hook. Returns the datagrams the kernel took. */
 static uint64_t hc_lossy_send(hc_ar *a, hc_lossy_link *l, int kind, uint32_t seq, const float *x, size_t cnt,
                               uint32_t idx0, uint64_t *dropped) {
     uint8_t buf[HN_DGRAM_MAX_BYTES];
     uint64_t sent = 0;
-    for (size_t off = 0, idx = idx0; off < cnt; off += HN_DGRAM_MAX_ELEMS, idx++) {
+    const size_t pe = hc_lossy_pe(a);
+    for (size_t off = 0, idx = idx0; off < cnt; off += pe, idx++) {
         hn_dgram g = {.kind = kind, .session = a->session, .seq = seq, .device = (uint16_t)a->me,
                       .total = (uint32_t)cnt, .offset = (uint32_t)off,
-                      .n = (uint32_t)HR_MIN((size_t)HN_DGRAM_MAX_ELEMS, cnt - off), .data = x + off};
-        size_t len = hn_dgram_encode(&g, buf, sizeof buf);
+                      .n = (uint32_t)HR_MIN(pe, cnt - off), .data = x + off};
+        size_t len = hn_dgram_encode(&g, &l->crypt, buf, sizeof buf);
         if (hc_lossy_drop(a, (uint32_t)idx)) (*dropped)++;
         else if (!len || hn_udp_send(l->udp, buf, len)) l->send_fail++;
         else sent++;
         if (a->dup && len && !hn_udp_send(l->udp, buf, len)) sent++;
-        if (off + HN_DGRAM_MAX_ELEMS >= cnt && kind != HN_DGRAM_NACK && len) {
+        if (off + pe >= cnt && kind != HN_DGRAM_NACK && len) {
             /* the tail again, flagged: one lost tail no longer hides that the burst is over */
             g.flags = HN_DGRAM_REPEAT;
-            if (hn_dgram_encode(&g, buf, sizeof buf) && !hc_lossy_drop(a, (uint32_t)idx + (1u << 24)))
+            if (hn_dgram_encode(&g, &l->crypt, buf, sizeof buf) && !hc_lossy_drop(a, (uint32_t)idx + (1u << 24)))
                 hn_udp_send(l->udp, buf, len);
         }
     }
@@ -143,7 +148,10 @@ static uint64_t hc_lossy_send(hc_ar *a, hc_lossy_link *l, int kind, uint32_t seq
 static int hc_lossy_check(hc_ar *a, hc_lossy_link *l, int from, int kind, const uint8_t *buf, long len, size_t cnt,
                           hn_dgram *g, size_t *idx) {
     if (len == -1) { l->foreign++; return 0; }   /* from another address (or a receive error) */
-    if (len < 0 || hn_dgram_decode(buf, (size_t)len, g, NULL, 0)) { l->malformed++; return 0; }
+    int rc = len < 0 ? HR_EFORMAT : hn_dgram_decode(buf, (size_t)len, &l->crypt, g, NULL, 0);
+    if (rc == HR_EAUTH) { l->auth_failed++; return 0; }   /* not sealed with this link's key, or altered */
+    if (rc == HR_EEXIST) { l->dup++; return 0; }          /* a counter seen: a replay or a network duplicate */
+    if (rc) { l->malformed++; return 0; }
     if (g->session != a->session || g->device != (uint16_t)from) { l->foreign++; return 0; }
     if (a->me == 0) hn_udp_reply_to_last(l->udp);   /* a genuine datagram: where the worker listens */
     if (g->kind == HN_DGRAM_NACK && kind == HN_DGRAM_PARTIAL) {
@@ -160,12 +168,12 @@ static int hc_lossy_check(hc_ar *a, hc_lossy_link *l, int from, int kind, const 
     if (g->seq < a->seq && (g->flags & HN_DGRAM_REPEAT)) return 0;   /* the copy of a tail already merged */
     if (g->seq < a->seq) { *(kind == HN_DGRAM_RESULT ? &l->res_late : &l->late) += 1; return 0; }
     /* a later all-reduce cannot have started before this one is complete; datagrams have fixed bounds */
-    if (g->seq != a->seq || g->total != cnt || g->offset % HN_DGRAM_MAX_ELEMS ||
-        g->n != HR_MIN((size_t)HN_DGRAM_MAX_ELEMS, cnt - g->offset)) {
+    const size_t pe = hc_lossy_pe(a);
+    if (g->seq != a->seq || g->total != cnt || g->offset % pe || g->n != HR_MIN(pe, cnt - g->offset)) {
         l->malformed++;
         return 0;
     }
-    *idx = g->offset / HN_DGRAM_MAX_ELEMS;
+    *idx = g->offset / pe;
     return 1;
 }
 
@@ -185,7 +193,7 @@ static int hc_lossy_tcp(hc_ar *a, int dev, hn_conn *c, hn_frame *f, int n, int w
 }
 
 static int hc_lossy_head(hc_ar *a, float *x, int n, int E) {
-    size_t cnt = (size_t)n * E, np = (cnt + HN_DGRAM_MAX_ELEMS - 1) / HN_DGRAM_MAX_ELEMS;
+    size_t cnt = (size_t)n * E, pe = hc_lossy_pe(a), np = (cnt + pe - 1) / pe;
     int k = a->k;
     int64_t t0 = hr_time_ns(), D = (int64_t)a->lossy_deadline_ms * 1000000;
     int64_t dl[HC_MAX_DEVICES];        /* worker d's deadline */
@@ -259,7 +267,7 @@ static int hc_lossy_head(hc_ar *a, float *x, int n, int E) {
         for (size_t i = 0; i < np; i++)
             if (!got[i]) {
                 a->ll[d].lost++;
-                size_t e = HR_MIN((size_t)HN_DGRAM_MAX_ELEMS, cnt - i * HN_DGRAM_MAX_ELEMS);
+                size_t e = HR_MIN(pe, cnt - i * pe);
                 a->ll[d].elems_lost += e;
                 lost_elems += e;
             }
@@ -290,9 +298,10 @@ static void hc_lossy_head_result(hc_ar *a, const float *x, size_t cnt) {
    only when the sum is not complete by the all-reduce's TCP deadline: every device continues from the
    same values or the pass fails. */
 static int hc_lossy_worker_result(hc_ar *a, float *x, int n, int E) {
-    size_t cnt = (size_t)n * E, np = (cnt + HN_DGRAM_MAX_ELEMS - 1) / HN_DGRAM_MAX_ELEMS;
+    size_t cnt = (size_t)n * E, pe = hc_lossy_pe(a), np = (cnt + pe - 1) / pe;
     hc_lossy_link *l = &a->ll[0];
-    uint8_t got[HC_LOSSY_MAX_TOKENS * 64] = {0}; /* >= np: n <= HC_LOSSY_MAX_TOKENS, E / HN_DGRAM_MAX_ELEMS < 64 */
+    /* >= np: n <= HC_LOSSY_MAX_TOKENS, E / HN_DGRAM_MAX_ELEMS_SEALED < 64 */
+    uint8_t got[HC_LOSSY_MAX_TOKENS * 64] = {0};
     if (np > sizeof got) return hc_ar_fail(a, 0, HR_ERANGE, "a lossy all-reduce too large");
     size_t left = np;
     int64_t t0 = hr_time_ns(), end = hc_ar_deadline(a, n), D = (int64_t)a->lossy_deadline_ms * 1000000;

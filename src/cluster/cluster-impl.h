@@ -134,10 +134,12 @@ static inline const char *hc_skip_peer(const char *msg, const char *name) {
    one per worker and counts what it received; a worker has one, to the head, and counts what it sent. */
 typedef struct hc_lossy_link {
     hn_udp  *udp;
+    hn_dgram_crypt crypt;                                /* sealed when the connection beside is encrypted */
     uint64_t sent, hook_dropped, send_fail;              /* sender */
-    uint64_t received, lost, late, dup, foreign, malformed; /* receiver: lost = missing at the merge;
+    uint64_t received, lost, late, dup, foreign, malformed; /* receiver (dup: also a replayed counter): lost = missing at the merge;
                                                             late = arrived for an all-reduce already merged */
     uint64_t elems_lost;                                 /* receiver: elements merged as zero */
+    uint64_t auth_failed;                                /* receiver: did not open (altered, another key, plain) */
     /* the sum's way back: RESULT datagrams (head to worker) and NACKs (worker to head), sent (the head:
        resent), received, late, dropped by the test hook (the head: RESULTs; a worker: NACKs) */
     uint64_t res_sent, res_received, res_late, nacks, resends, res_dropped;

@@ -219,7 +219,7 @@ typedef struct hc_dev_stats {
        it sent (dropped by the test hook, refused by its kernel) and what the head made of them; the
        head's row: all-reduces merged with datagrams, elements merged as zero (all, and the most in one) */
     uint64_t dg_sent, dg_hook_dropped, dg_send_fail;
-    uint64_t dg_received, dg_lost, dg_late, dg_dup, dg_foreign, dg_malformed, elems_lost;
+    uint64_t dg_received, dg_lost, dg_late, dg_dup, dg_foreign, dg_malformed, dg_auth_failed, elems_lost;
     uint64_t lossy_syncs, elems_lost_max;
     /* the sum's way back to a worker: RESULT datagrams the head sent it (first time, and again on its
        NACKs), that it received, NACKs it sent */

@@ -150,6 +150,8 @@ static int hc_connect_all(hc_core *h, hr_err *err) {
             hr_err e = {0};
             if (!(h->ll[d].udp = hn_udp_open(h->conn[d], &e))) return hc_dev_fail(h, d, e.code, e.msg, err);
             hn_udp_expect_peer(h->ll[d].udp, h->conn[d]);
+            /* sealed with this connection's datagram keys when it is encrypted (a cluster key) */
+            if (hn_dgram_crypt_init(&h->ll[d].crypt, h->conn[d], &e)) return hc_dev_fail(h, d, e.code, e.msg, err);
         }
     }
     return 0;
@@ -476,13 +478,6 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (h->p.lossy_deadline_ms <= 0) h->p.lossy_deadline_ms = 10;
     if (p->lossy && (p->pp || p->allreduce != HC_ALLREDUCE_STAR)) {
         hr_fail(err, HR_EINVAL, "--lossy is a star all-reduce of tensor parallelism (not --pp, not --allreduce ring)");
-        goto err;
-    }
-    if (p->lossy && p->key) {
-        /* the datagrams are not sealed yet (src/net/dgram.c, SEAL SEAM): they would carry hidden states
-           in clear beside an encrypted session */
-        hr_fail(err, HR_EUNSUPPORTED, "--lossy does not encrypt its datagrams yet, and this head has a cluster key "
-                "(--key or the default file): run --lossy only on a cluster without a key (docs/lossy.md)");
         goto err;
     }
     h->hook = (hc_hook){p->send_hook, p->send_hook_user};
@@ -1121,6 +1116,7 @@ int hc_core_stats(hc_core *h, hc_dev_stats *out, int cap, hr_err *err) {
         w->dg_dup = l->dup;
         w->dg_foreign = l->foreign;
         w->dg_malformed = l->malformed;
+        w->dg_auth_failed = l->auth_failed;
         w->elems_lost = l->elems_lost;
         w->res_sent = l->res_sent;
         w->res_resent = l->resends;
@@ -1186,14 +1182,15 @@ void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap) {
     for (int i = 0; i < n; i++) lossy |= s[i].lossy_syncs > 0 || s[i].dg_sent > 0;
     if (lossy) {
         /* the lossy all-reduce, over the session: what each worker sent and what reached the head */
-        OUT("%-24s %9s %9s %9s %9s %9s %9s %9s %9s %11s %9s %9s %9s\n", "lossy", "sent", "dropped", "received",
-            "lost", "late", "dup", "foreign", "malformed", "elems lost", "sums out", "sums in", "NACKs");
+        OUT("%-24s %9s %9s %9s %9s %9s %9s %9s %9s %9s %11s %9s %9s %9s\n", "lossy", "sent", "dropped", "received",
+            "lost", "late", "dup", "foreign", "malformed", "auth fail", "elems lost", "sums out", "sums in", "NACKs");
         for (int i = 1; i < n; i++)
-            OUT("%-24s %9llu %9llu %9llu %9llu %9llu %9llu %9llu %9llu %11llu %9llu %9llu %9llu\n", s[i].name,
+            OUT("%-24s %9llu %9llu %9llu %9llu %9llu %9llu %9llu %9llu %9llu %11llu %9llu %9llu %9llu\n", s[i].name,
                 (unsigned long long)s[i].dg_sent, (unsigned long long)(s[i].dg_hook_dropped + s[i].dg_send_fail),
                 (unsigned long long)s[i].dg_received, (unsigned long long)s[i].dg_lost,
                 (unsigned long long)s[i].dg_late, (unsigned long long)s[i].dg_dup, (unsigned long long)s[i].dg_foreign,
-                (unsigned long long)s[i].dg_malformed, (unsigned long long)s[i].elems_lost,
+                (unsigned long long)s[i].dg_malformed, (unsigned long long)s[i].dg_auth_failed,
+                (unsigned long long)s[i].elems_lost,
                 (unsigned long long)(s[i].res_sent + s[i].res_resent), (unsigned long long)s[i].res_received,
                 (unsigned long long)s[i].nacks);
         OUT("%-24s %llu all-reduces merged from datagrams, %llu elements lost (at most %llu in one)\n", "head",
@@ -1215,7 +1212,10 @@ void hc_core_free(hc_core *h) {
         hn_frame_free(&h->rx[d]);
     }
     hn_frame_free(&h->ar.ring_rx);
-    for (int d = 1; d < h->k; d++) hn_udp_close(h->ll[d].udp);
+    for (int d = 1; d < h->k; d++) {
+        hn_udp_close(h->ll[d].udp);
+        hn_dgram_crypt_wipe(&h->ll[d].crypt);
+    }
     hc_ar_lossy_free(&h->ar);
     hm_ctx_free(h->ctx);
     hmem_free(h->mem);

@@ -166,6 +166,7 @@ static void hc_session_free(hc_session *s) {
     hn_frame_free(&s->ar_rx[0]);
     hn_frame_free(&s->ar.ring_rx);
     hn_udp_close(s->ll.udp);
+    hn_dgram_crypt_wipe(&s->ll.crypt);
     hn_conn_close(s->ring_next_conn);
     hn_conn_close(s->ring_prev_conn);
     hn_conn_close(s->pending_ring);
@@ -960,7 +961,8 @@ static int hc_link(hc_session *s) {
     s->ar.names = s->name_ptr;
     if (s->lossy_port) {
         hr_err e = {0};
-        if (!(s->ll.udp = hn_udp_open(s->head, &e)) || hn_udp_connect(s->ll.udp, s->head, s->lossy_port, &e))
+        if (!(s->ll.udp = hn_udp_open(s->head, &e)) || hn_udp_connect(s->ll.udp, s->head, s->lossy_port, &e) ||
+            hn_dgram_crypt_init(&s->ll.crypt, s->head, &e))
             return hc_bad(s, 0, e.code, "lossy all-reduce: %s", e.msg);
         s->ar.lossy = true;
         s->ar.session = s->lossy_session;

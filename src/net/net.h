@@ -558,18 +558,23 @@ bool hn_replay_accept(hn_replay *w, uint64_t counter);
    offset + n <= total, no unknown flag; whatever fails is dropped by the caller and counted, never
    trusted. A burst's last datagram goes twice, the copy flagged HN_DGRAM_REPEAT: a receiver that has
    the last one knows the burst is over, so any hole is a loss (docs/lossy.md).
-   SEAL SEAM: hn_dgram_encode / hn_dgram_decode are the only places that turn a datagram into bytes and
-   back. The AEAD of encrypted links (issue 29) goes there: seal the encoded bytes (header as associated
-   data) at the end of encode, open them at the start of decode; HN_DGRAM_SEAL_OVERHEAD then becomes the
-   tag's (and nonce's) size and HN_DGRAM_MAX_ELEMS shrinks with it. Nothing is sealed today. */
+   Sealed (issue 29: the connection beside is encrypted, hn_dgram_crypt on): version HN_DGRAM_VERSION_SEALED,
+   then after the header a u64 counter in clear (this direction's datagram number: the AEAD's nonce),
+   then the elements encrypted and a 16-byte tag; header and counter are associated data. The receiver
+   opens before it trusts any field, drops what fails (HR_EAUTH: altered, wrong key, not sealed) and
+   what reuses a counter (HR_EEXIST: a replay or a network duplicate). Sealed datagrams hold
+   HN_DGRAM_MAX_ELEMS_SEALED elements, so that they stay within HN_DGRAM_MAX_BYTES too.
+   hn_dgram_encode / hn_dgram_decode are the only places that turn a datagram into bytes and back. */
 #define HN_DGRAM_MAGIC         0x47445248u
 #define HN_DGRAM_VERSION       1
+#define HN_DGRAM_VERSION_SEALED 2
 enum hn_dgram_kind { HN_DGRAM_PARTIAL = 1, HN_DGRAM_RESULT = 2, HN_DGRAM_NACK = 3 };
 #define HN_DGRAM_REPEAT        1u /* flags: a second copy (of a burst's last datagram) */
 #define HN_DGRAM_HEADER        36
 #define HN_DGRAM_MAX_BYTES     1400
-#define HN_DGRAM_SEAL_OVERHEAD 0
-#define HN_DGRAM_MAX_ELEMS     ((HN_DGRAM_MAX_BYTES - HN_DGRAM_HEADER - HN_DGRAM_SEAL_OVERHEAD) / 4)
+#define HN_DGRAM_SEAL_OVERHEAD (8 + HN_AEAD_TAG_SIZE) /* counter, tag */
+#define HN_DGRAM_MAX_ELEMS     ((HN_DGRAM_MAX_BYTES - HN_DGRAM_HEADER) / 4)
+#define HN_DGRAM_MAX_ELEMS_SEALED ((HN_DGRAM_MAX_BYTES - HN_DGRAM_HEADER - HN_DGRAM_SEAL_OVERHEAD) / 4)
 #define HN_DGRAM_MAX_TOTAL     (1u << 26) /* elements of one partial */
 
 typedef struct hn_dgram {
@@ -583,12 +588,30 @@ typedef struct hn_dgram {
                            (not aligned: copy out with memcpy) */
 } hn_dgram;
 
-/* Encodes d into out (cap >= HN_DGRAM_MAX_BYTES is always enough): the datagram's size, or 0 when d
-   breaks a limit (nothing written that a decoder would take). */
-size_t hn_dgram_encode(const hn_dgram *d, uint8_t *out, size_t cap);
-/* Decodes one datagram of len bytes: 0, or HR_EFORMAT with why (may be NULL) saying what is wrong.
-   out->data borrows p. */
-int    hn_dgram_decode(const uint8_t *p, size_t len, hn_dgram *out, char *why, size_t why_cap);
+/* The sealing state of one link's datagrams: this side's keys, the next counter to send, the counters
+   seen. `on` false (a plaintext connection): datagrams go in clear, as without a key. */
+typedef struct hn_dgram_crypt {
+    bool         on;
+    hn_dgram_key send, recv;
+    uint64_t     next;                      /* the next counter sent under `send` */
+    hn_replay    seen;                      /* counters received under `recv` */
+    uint8_t      plain[HN_DGRAM_MAX_BYTES]; /* decode's opened elements (out->data points here) */
+} hn_dgram_crypt;
+/* Seals the datagrams beside c if c is encrypted (keys from the handshake), else leaves them plain:
+   0, or the error of hn_conn_dgram_keys. */
+int    hn_dgram_crypt_init(hn_dgram_crypt *x, const hn_conn *c, hr_err *err);
+void   hn_dgram_crypt_wipe(hn_dgram_crypt *x);
+/* Elements one datagram holds: HN_DGRAM_MAX_ELEMS, or HN_DGRAM_MAX_ELEMS_SEALED when x seals. */
+uint32_t hn_dgram_max_elems(const hn_dgram_crypt *x);
+
+/* Encodes d into out (cap >= HN_DGRAM_MAX_BYTES is always enough), sealed when x (may be NULL) is on
+   (taking its next counter): the datagram's size, or 0 when d breaks a limit (nothing written that a
+   decoder would take). */
+size_t hn_dgram_encode(const hn_dgram *d, hn_dgram_crypt *x, uint8_t *out, size_t cap);
+/* Decodes one datagram of len bytes, opening it first when x (may be NULL) is on: 0, or HR_EFORMAT,
+   HR_EAUTH (did not open, or not sealed) or HR_EEXIST (counter seen) with why (may be NULL) saying
+   what is wrong. out->data borrows p, or x->plain when sealed (until the next decode with x). */
+int    hn_dgram_decode(const uint8_t *p, size_t len, hn_dgram_crypt *x, hn_dgram *out, char *why, size_t why_cap);
 
 /* A UDP socket beside a TCP connection: bound to the connection's local address (any port), so that
    datagrams take the same path as the connection; non-blocking. */

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -108,3 +109,14 @@ long hn_udp_recv(hn_udp *u, void *buf, size_t cap) {
     u->last_len = fl;
     return r > (ssize_t)cap ? -2 : (long)r;
 }
+
+int hn_dgram_crypt_init(hn_dgram_crypt *x, const hn_conn *c, hr_err *err) {
+    memset(x, 0, sizeof *x);
+    hn_replay_init(&x->seen);
+    if (!hn_conn_secure(c)) return 0;   /* no cluster key: the datagrams stay plain, as the frames do */
+    int rc = hn_conn_dgram_keys(c, &x->send, &x->recv, err);
+    x->on = rc == 0;
+    return rc;
+}
+
+void hn_dgram_crypt_wipe(hn_dgram_crypt *x) { sodium_memzero(x, sizeof *x); }
