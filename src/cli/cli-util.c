@@ -124,3 +124,10 @@ void cli_progress_hook(const char *label, uint64_t done, uint64_t total, void *u
     cli_progress(label, done, total);
     if (done >= total) cli_progress_end();
 }
+
+bool cli_output_taken(const char *cmd, const char *path, bool force) {
+    struct stat st;
+    if (force || stat(path, &st) != 0) return false;
+    fprintf(stderr, "hearth %s: '%s' exists; pass --force to overwrite it\n", cmd, path);
+    return true;
+}

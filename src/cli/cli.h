@@ -20,6 +20,9 @@ char *cli_read_text(const char *path, size_t max, size_t *len, hr_err *err);
 /* Escape sequences in typed text, processed in place as llama.cpp does by default: \n \r \t \\ \' \"
    and \xNN; any other backslash stays. Returns the new length. */
 size_t cli_unescape(char *s, size_t n);
+/* An output file that exists and may not be replaced (no --force): prints "hearth CMD: 'PATH' exists;
+   pass --force to overwrite it" and returns true. */
+bool cli_output_taken(const char *cmd, const char *path, bool force);
 /* true if stderr is a terminal (progress bars only then) */
 bool cli_is_tty(void);
 /* One device's profile as two or three lines of text (hearth profile, hearth plan). */

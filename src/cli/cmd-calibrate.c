@@ -88,12 +88,8 @@ static void calibrate_defaults(cli_opts *o) {
 }
 
 static int calibrate_check(const cli_command *c, cli_opts *o) {
-    struct stat st;
     if (!o->model || !o->file || !o->output) return cli_usage_error(c, "-m, -f and -o are required");
-    if (!o->force && stat(o->output, &st) == 0) {
-        fprintf(stderr, "hearth calibrate: '%s' exists; pass --force to overwrite it\n", o->output);
-        return 1;
-    }
+    if (cli_output_taken("calibrate", o->output, o->force)) return 1;
     return 0;
 }
 

@@ -45,13 +45,9 @@ static int eval(cli_opts *o) {
 }
 
 static int eval_check(const cli_command *c, cli_opts *o) {
-    struct stat st;
     if (!o->model || !o->n_tokens || !o->logits_out)
         return cli_usage_error(c, "-m, --tokens and --logits are required (see hearth eval --help)");
-    if (!o->force && stat(o->logits_out, &st) == 0) {
-        fprintf(stderr, "hearth eval: '%s' exists; pass --force to overwrite it\n", o->logits_out);
-        return 1;
-    }
+    if (cli_output_taken("eval", o->logits_out, o->force)) return 1;
     return 0;
 }
 
