@@ -77,16 +77,21 @@ def report(res, path):
                         f"{ch['measured_ms_per_token'] / best['measured_ms_per_token']:.2f}x.\n")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    tp.common_args(ap, "plan")
+def planner_args(name, doc, tokens, repeats):
+    """the flags of the planner benchmarks (this one and bench/sweep.py)"""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    tp.common_args(ap, name)
     ap.add_argument("--profile", default="pair2")
-    ap.add_argument("--tokens", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=tokens)
+    ap.add_argument("--repeats", type=int, default=repeats)
     ap.add_argument("--ctx", type=int, default=256)
-    ap.add_argument("--instance", default="plan")
+    ap.add_argument("--instance", default={"plan": "plan"}.get(name, "sw"))
     ap.add_argument("--serial", action="store_true", help="hearth plan --profile-serial (the devices share cores)")
-    args = ap.parse_args()
+    return ap
+
+
+def main():
+    args = planner_args("plan", __doc__, 16, 2).parse_args()
     if args.out == os.path.join(tp.SRC, "bench", "reports", "plan"):
         args.out += "-" + args.profile
     bin_, model = tp.setup(args, "plan")

@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""sweep — the planner's chosen plan against every candidate it costs and a sweep of hand-written
+plans, on a testbed profile (issue 26): per scenario
+
+  1. `hearth plan --json --no-cache [--profile-serial]` on d0 with workers on every other device;
+  2. every feasible candidate it lists and every hand-written plan (HAND below: TP share variants,
+     --layer-windows sets, trip counts; --plans FILE adds more, e.g. hybrids once the runtime runs
+     them) is run with `hearth run` and its decode ms/token measured;
+  3. report.md: predicted vs measured for the candidates (median and largest absolute error), the
+     chosen plan's measured ms/token over the best of the whole sweep, and sweep.svg: every plan's
+     measured ms/token (min-max whiskers, the prediction where there is one), the chosen plan marked.
+
+    sudo bench/sweep.py --profile home4 [--serial] [--model M.gguf] [--tokens 9] [--repeats 3]
+                        [--ctx 256] [--instance sw] [--plans EXTRA.json] [--out bench/reports/sweep-home4]
+    bench/sweep.py --report bench/reports/sweep-home4/results.json   # re-render report.md and the plot
+
+Measurement: round 0 runs every plan once with -n 2 (fills the workers' slice caches; a plan that
+fails here is reported and dropped), then --repeats rounds run every plan once each with -n TOKENS,
+in the same order, so that a change of the machine's load in the middle touches every plan alike
+(the testbed shares one machine's cores). Latency = generation time / forward passes (TOKENS - 1);
+a plan's figure is the median of its rounds. The model is dropped from the page cache before every
+run (bench/plan.py: pages another cgroup cached are never charged to the device). The load average
+is recorded before every run. Every device runs with -t 1. Results: OUT/results.json (after every
+run), OUT/report.md, OUT/sweep.svg. Needs root (the testbed) and Python 3's standard library only.
+
+--plans FILE: a JSON list of {"label": "...", "kind": "tp"|"pp"|"hybrid"|..., "devices": [0, 2, ...],
+"flags": ["--pp", "--layer-windows", "0,16"]}: devices are testbed device indices, head (0) first;
+flags are `hearth run` flags besides --workers (which the script derives from devices).
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import tp  # noqa: E402  (the testbed wrapper, worker start, the run parser)
+from plan import drop_cache, planner_args  # noqa: E402
+
+
+def log(msg):
+    print(f"sweep: {msg}", file=sys.stderr, flush=True)
+
+
+def tp_plan(devices, shares):
+    return {"kind": "tp", "devices": devices, "label": f"tp {','.join(map(str, devices))} shares "
+            + ",".join(f"{x:g}" for x in shares),
+            "flags": ["--tp-shares", ",".join(f"{x:g}" for x in shares)]}
+
+
+def pp_plan(devices, windows, n_layer):
+    trips = trip_count(windows, n_layer)
+    return {"kind": "pp", "devices": devices, "label": f"pp {','.join(map(str, devices))} windows "
+            + ",".join(map(str, windows)) + f" ×{trips}",
+            "flags": ["--pp", "--layer-windows", ",".join(map(str, windows))]}
+
+
+def trip_count(windows, n_layer):
+    """round trips of the ring the runtime makes (windows dealt round the ring until every layer is placed)"""
+    return -(-n_layer // sum(windows))
+
+
+# Hand-written plans per testbed profile, for a model of n_layer layers (written for the 16 layers of
+# the 1B shape; windows scale with n_layer). Chosen to span what a user might try: TP with equal,
+# speed-proportional and skewed shares over several device sets; pipelines of one trip with even,
+# speed-proportional and head-less windows; the same sets with 2, 4, 8 trips. Hybrids: --plans.
+def hand_plans(profile, n_layer):
+    L = n_layer
+    q = lambda f: max(1, round(L * f))  # noqa: E731  (a window as a fraction of the layers)
+    if profile == "pair2":   # 2 x 0.5 core, 256 MiB each: the 1B model streams from disk on both
+        return [tp_plan([0, 1], [0.5, 0.5]), tp_plan([0, 1], [0.3, 0.7]), tp_plan([0, 1], [0.7, 0.3]),
+                pp_plan([0, 1], [L // 2, L // 2], L), pp_plan([0, 1], [0, L], L),
+                pp_plan([0, 1], [q(1 / 4), L - q(1 / 4)], L), pp_plan([0, 1], [q(1 / 4), q(1 / 4)], L),
+                pp_plan([0, 1], [q(1 / 8), q(1 / 8)], L), pp_plan([0, 1], [q(1 / 16), q(1 / 16)], L),
+                pp_plan([0, 1], [0, q(1 / 4)], L), pp_plan([0, 1], [q(1 / 16), q(3 / 16)], L),
+                pp_plan([0, 1], [0, 1], L)]
+    if profile == "home4":   # d0 0.5 core, d1 0.4, d2 0.8, d3 0.3; everything fits for the 1B shape
+        cpu = [0.5, 0.4, 0.8, 0.3]
+        return [tp_plan([0, 1, 2, 3], [0.25] * 4), tp_plan([0, 1, 2, 3], [c / sum(cpu) for c in cpu]),
+                tp_plan([0, 2], [0.5, 0.5]), tp_plan([0, 2], [0.2, 0.8]),
+                pp_plan([0, 1, 2, 3], [L // 4] * 4, L),
+                pp_plan([0, 1, 2, 3], [q(0.25), q(0.1875), L - q(0.25) - q(0.1875) - q(0.1875), q(0.1875)], L),
+                pp_plan([0, 1, 2, 3], [q(1 / 8)] * 4, L), pp_plan([0, 1, 2, 3], [q(1 / 16)] * 4, L),
+                pp_plan([0, 2], [L // 2, L // 2], L), pp_plan([0, 2], [0, L // 2], L),
+                pp_plan([0, 2], [0, q(1 / 4)], L), pp_plan([0, 2], [q(3 / 8), L - q(3 / 8)], L),
+                pp_plan([0, 1, 2], [0, q(5 / 16), L - q(5 / 16)], L),
+                pp_plan([0, 2, 3], [0, L - q(3 / 16), q(3 / 16)], L)]
+    if profile == "klonet8":  # 8 x 0.25 core, 2 GiB each, RTT 2 ms, 300 Mbit/s
+        return [tp_plan([0, 1], [0.5, 0.5]), tp_plan([0, 1, 2, 3], [0.25] * 4),
+                tp_plan(list(range(6)), [1 / 6] * 6), tp_plan(list(range(8)), [0.125] * 8),
+                pp_plan(list(range(8)), [L // 8] * 8, L), pp_plan(list(range(8)), [q(1 / 16)] * 8, L),
+                pp_plan(list(range(8)), [0] + [L // 7 + (1 if i < L % 7 else 0) for i in range(7)], L),
+                pp_plan([0, 1, 2, 3], [L // 4] * 4, L), pp_plan([0, 1, 2, 3], [q(1 / 8)] * 4, L),
+                pp_plan([0, 1, 2, 3], [q(1 / 16)] * 4, L), pp_plan([0, 1], [L // 2, L // 2], L),
+                pp_plan([0, 1], [0, L], L)]
+    # any other profile: a generic set over the head and the first worker and over every device
+    n = len(tools_profile_devices(profile))
+    every = list(range(n))
+    return [tp_plan([0, 1], [0.5, 0.5]), tp_plan(every, [1 / n] * n), pp_plan([0, 1], [L // 2, L // 2], L),
+            pp_plan([0, 1], [0, L], L), pp_plan(every, [max(1, L // n)] * n, L),
+            pp_plan(every, [max(1, L // (2 * n))] * n, L)]
+
+
+def tools_profile_devices(profile):
+    path = profile if os.path.sep in profile else os.path.join(tp.SRC, "tools", "profiles", profile)
+    for line in open(path):
+        if line.split("=")[0].strip() == "devices":
+            return range(int(line.split("=")[1]))
+    return range(2)
+
+
+def cand_plan(i, c, chosen):
+    """a `hearth plan` candidate as a sweep entry"""
+    e = {"kind": c["kind"], "devices": c["devices"], "candidate": i, "chosen": i == chosen,
+         "label": c["plan"], "predicted_ms_per_token": c.get("predicted_ms_per_token")}
+    if c["kind"] == "single":
+        e["flags"] = []
+    elif c["kind"] == "tp":
+        e["flags"] = ["--tp-shares", ",".join(f"{x:.6f}" for x in c["shares"])]
+    elif c["kind"] == "pp":
+        e["flags"] = ["--pp", "--layer-windows", ",".join(str(x) for x in c["windows"])]
+    elif "run_flags" in c:
+        # hook: a candidate kind this script does not know (a hybrid) runs when the planner's JSON says
+        # how: its `hearth run` flags besides --workers
+        e["flags"] = list(c["run_flags"])
+    else:
+        e["error"] = f"no run flags known for a {c['kind']} candidate (add them to cand_plan)"
+    return e
+
+
+def run_argv(bin_, model, args, plan, addrs, n_tokens):
+    argv = [bin_, "run", "-m", model, "-p", args.prompt, "--temp", "0", "--ignore-eos", "-t", "1",
+            "-c", str(args.ctx), "-n", str(n_tokens)]
+    if plan["kind"] != "single":
+        argv += ["--workers", ",".join(addrs[d] for d in plan["devices"][1:])]
+    return argv + plan["flags"]
+
+
+def measure(args):
+    bin_, model = tp.setup(args, "sweep")
+    info = tp.model_info(bin_, model)
+    bed = tp.Bed(args.instance, os.path.realpath(args.build))
+    res = {"profile": args.profile, "model": model, "model_info": info, "command": "sudo " + " ".join(sys.argv),
+           "tokens": args.tokens, "repeats": args.repeats, "ctx": args.ctx, "serial": args.serial,
+           "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "loadavg_start": os.getloadavg(),
+           "plans": []}
+    procs = []
+    head_cache = os.path.join(args.work, "head-cache")
+    env = ["env", f"XDG_CACHE_HOME={head_cache}"]
+    try:
+        bed.up(args.profile)
+        n = len(bed.tb("devices").stdout.split())
+        addrs = ["head"] + [f"{bed.addr(f'd{i}')}:{tp.PORT}" for i in range(1, n)]
+        for i in range(1, n):
+            tp.start_worker(bed, args, bin_, f"d{i}", ["-t", "1", "--cache-max", args.cache_max], procs)
+        argv = [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1", "-c", str(args.ctx),
+                "--json", "--no-cache"] + (["--profile-serial"] if args.serial else [])
+        res["plan_command"] = " ".join(argv)
+        t0 = time.time()
+        r = tp.sh(bed.cmd("d0", env + argv), timeout=900)
+        if r.returncode:
+            raise RuntimeError("hearth plan: " + r.stderr[-2000:])
+        plan = json.loads(r.stdout)
+        res["plan_s"] = time.time() - t0
+        res["plan"] = plan
+        res["chosen"] = plan["chosen"]
+        plans = [cand_plan(i, c, plan["chosen"]) for i, c in enumerate(plan["candidates"]) if c.get("feasible")]
+        hand = hand_plans(args.profile, info["n_layer"])
+        if args.plans:
+            hand += json.load(open(args.plans))
+        seen = {(tuple(p["devices"]), tuple(p.get("flags", []))) for p in plans}
+        for h in hand:
+            key = (tuple(h["devices"]), tuple(h["flags"]))
+            if max(h["devices"]) >= n or key in seen:
+                continue
+            seen.add(key)
+            plans.append(dict(h, hand=True))
+        res["plans"] = plans
+        for rnd in range(args.repeats + 1):
+            for p in plans:
+                if p.get("error"):
+                    continue
+                cmd = run_argv(bin_, model, args, p, addrs, 2 if rnd == 0 else args.tokens)
+                p["command"] = " ".join(run_argv(bin_, model, args, p, addrs, args.tokens))
+                drop_cache(model)
+                load = os.getloadavg()[0]
+                r = tp.sh(bed.cmd("d0", env + cmd), timeout=1800)
+                if r.returncode:
+                    p["error"] = r.stderr.strip()[-600:]
+                    log(f"{p['label']}: failed ({p['error'][-200:]})")
+                    continue
+                if rnd == 0:
+                    continue
+                ms = tp.parse_run(r.stdout, r.stderr, args.tokens)["token_ms"]
+                p.setdefault("runs_ms", []).append(ms)
+                p.setdefault("loadavg", []).append(load)
+                p["measured_ms_per_token"] = statistics.median(p["runs_ms"])
+                pred = p.get("predicted_ms_per_token")
+                log(f"round {rnd}: {p['label']}: {ms:.1f} ms/token" + (f" (predicted {pred:.1f})" if pred else "")
+                    + f", load {load:.1f}")
+                tp.save(res, args.out)
+    finally:
+        tp.stop_workers(bed, procs)
+        bed.down()
+    res["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    tp.finish(res, args.out, report)
+    write_svg(res, os.path.join(args.out, "sweep.svg"))
+
+
+def stats(res):
+    """the issue's figures: errors over the measured candidates, the chosen plan over the best"""
+    meas = [p for p in res["plans"] if p.get("measured_ms_per_token")]
+    errs = [abs(p["predicted_ms_per_token"] - p["measured_ms_per_token"]) / p["measured_ms_per_token"] * 100
+            for p in meas if p.get("predicted_ms_per_token")]
+    best = min(meas, key=lambda p: p["measured_ms_per_token"]) if meas else None
+    chosen = next((p for p in meas if p.get("chosen")), None)
+    loads = [x for p in meas for x in p.get("loadavg", [])]
+    return {"errs": errs, "best": best, "chosen": chosen, "n_hand": sum(1 for p in meas if p.get("hand")),
+            "n_cand": sum(1 for p in meas if "candidate" in p), "loads": loads,
+            "ratio": chosen["measured_ms_per_token"] / best["measured_ms_per_token"] if chosen and best else None}
+
+
+def report(res, path):
+    s = stats(res)
+    info = res["model_info"]
+    L = [f"# Planner sweep: {res['profile']}, {os.path.basename(res['model'])} "
+         f"({info['n_layer']} layers, {info['bytes'] / 2**20:.0f} MiB)", "",
+         f"Command: `{res['command']}` ({res['started']} – {res.get('finished', 'unfinished')}); planner: "
+         f"`{res.get('plan_command', '')}` ({res.get('plan_s', 0):.1f} s). Per plan: one warm-up run, then "
+         f"{res['repeats']} rounds of {res['tokens']} tokens ({res['tokens'] - 1} forward passes), every plan once "
+         "per round; measured = median of the rounds (min–max). Load average (1 min) before the runs: "
+         + (f"{min(s['loads']):.1f}–{max(s['loads']):.1f}, median {statistics.median(s['loads']):.1f}"
+            if s["loads"] else "–") + ".", "",
+         "Profiles as the planner measured them (Q4_0 matvec and disk read in GB/s; budget in MiB):", "",
+         "| device | CPU quota | Q4_0 matvec | disk | budget | link to head: RTT ms, MB/s |", "|---|---|---|---|---|---|"]
+    plan = res.get("plan", {})
+    links = {(k["a"], k["b"]): k for k in plan.get("links", [])}
+    for i, d in enumerate(plan.get("devices", [])):
+        mv = next((t["matvec_gbps"] for t in d["types"] if t["type"] == "Q4_0"), 0)
+        k = links.get((0, i))
+        L.append(f"| d{i} | {d['cpu_quota']:g} | {mv:.2f} | {d['disk_gbps']:.2f} | {d['budget'] / 2**20:.0f} | "
+                 + (f"{k['rtt_ms']:.2f}, {k['gbps'] * 1000:.1f} |" if k else "– |"))
+    cands = {i: c for i, c in enumerate(plan.get("candidates", []))}
+    L += ["", "Predicted = compute + network + blocked on disk (the planner's split, ms/token).", "",
+          "| plan | source | predicted ms/token (compute / network / blocked) | measured ms/token (min–max) | error |",
+          "|---|---|---|---|---|"]
+    order = sorted(res["plans"], key=lambda p: (p.get("measured_ms_per_token") is None,
+                                                p.get("measured_ms_per_token") or 0))
+    for p in order:
+        pred = p.get("predicted_ms_per_token")
+        meas = p.get("measured_ms_per_token")
+        src = "hand" if p.get("hand") else f"candidate {p['candidate']}" + (" (chosen)" if p.get("chosen") else "")
+        err = f"{(pred - meas) / meas * 100:+.0f}%" if pred and meas else "–"
+        m = (f"{meas:.1f} ({min(p['runs_ms']):.1f}–{max(p['runs_ms']):.1f})" if meas
+             else "failed: " + p.get("error", "not run").replace("\n", " ").replace("|", "/")[-160:])
+        b = "**" if p.get("chosen") else ""
+        c = cands.get(p.get("candidate"))
+        split = f" ({c['compute_ms']:.0f} / {c['network_ms']:.0f} / {c['blocked_ms']:.0f})" if c else ""
+        L.append(f"| {b}{p['label']}{b} | {src} | {'–' if pred is None else f'{pred:.1f}'}{split} | {m} | {err} |")
+    L.append("")
+    if s["errs"]:
+        L.append(f"Prediction error over {len(s['errs'])} measured candidates: median {statistics.median(s['errs']):.0f}%, "
+                 f"largest {max(s['errs']):.0f}% (goal: median ≤ 15%, none > 35%).")
+    if s["ratio"]:
+        L.append(f"Chosen plan ({s['chosen']['label']}) measured {s['chosen']['measured_ms_per_token']:.1f} ms/token; "
+                 f"best of the sweep ({s['n_cand']} candidates + {s['n_hand']} hand-written plans): "
+                 f"{s['best']['label']}, {s['best']['measured_ms_per_token']:.1f} ms/token: chosen/best = "
+                 f"{s['ratio']:.2f} (goal ≤ 1.10).")
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+def esc(t):
+    return t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def write_svg(res, path):
+    """a horizontal bar per measured plan, fastest first: the median, min–max whiskers, the prediction
+    (a diamond) where the planner made one; the chosen plan's bar in another colour and labelled"""
+    s = stats(res)
+    plans = sorted((p for p in res["plans"] if p.get("measured_ms_per_token")), key=lambda p: p["measured_ms_per_token"])
+    if not plans:
+        return
+    top, row, left, width = 56, 22, 330, 460
+    xmax = max(max(max(p["runs_ms"]), p.get("predicted_ms_per_token") or 0) for p in plans) * 1.05
+    x = lambda v: left + v / xmax * width  # noqa: E731
+    h = top + row * len(plans) + 50
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 30}" height="{h}" '
+         'font-family="sans-serif" font-size="11">', f'<rect width="100%" height="100%" fill="white"/>',
+         f'<text x="10" y="18" font-size="13" font-weight="bold">{esc(res["profile"])}, '
+         f'{esc(os.path.basename(res["model"]))}: decode ms/token per plan (median of {res["repeats"]}, min–max)</text>',
+         f'<text x="10" y="36" fill="#444">chosen/best {s["ratio"]:.2f}' if s["ratio"] else '<text x="10" y="36">']
+    if s["errs"]:
+        o[-1] += f'; prediction error median {statistics.median(s["errs"]):.0f}%, largest {max(s["errs"]):.0f}%'
+    o[-1] += '; ◆ predicted</text>'
+    step = 10 ** len(str(int(xmax / 5))) / 10
+    while xmax / step > 8:
+        step *= 2
+    v = 0.0
+    while v <= xmax:
+        o.append(f'<line x1="{x(v):.1f}" y1="{top - 4}" x2="{x(v):.1f}" y2="{top + row * len(plans)}" stroke="#ddd"/>')
+        o.append(f'<text x="{x(v):.1f}" y="{top + row * len(plans) + 14}" text-anchor="middle">{v:g}</text>')
+        v += step
+    o.append(f'<text x="{left + width / 2}" y="{top + row * len(plans) + 32}" text-anchor="middle">ms/token</text>')
+    for i, p in enumerate(plans):
+        y = top + i * row
+        col = "#d62728" if p.get("chosen") else ("#1f77b4" if "candidate" in p else "#9ecae1")
+        lab = p["label"] if len(p["label"]) <= 48 else p["label"][:46] + "…"
+        bold = ' font-weight="bold"' if p.get("chosen") else ""
+        o.append(f'<text x="{left - 6}" y="{y + 14}" text-anchor="end"{bold}>{esc(lab)}</text>')
+        o.append(f'<rect x="{left}" y="{y + 4}" width="{x(p["measured_ms_per_token"]) - left:.1f}" height="{row - 8}" fill="{col}"/>')
+        lo, hi = x(min(p["runs_ms"])), x(max(p["runs_ms"]))
+        o.append(f'<line x1="{lo:.1f}" y1="{y + row / 2}" x2="{hi:.1f}" y2="{y + row / 2}" stroke="black"/>')
+        pred = p.get("predicted_ms_per_token")
+        if pred:
+            cx, cy = x(pred), y + row / 2
+            o.append(f'<path d="M{cx:.1f},{cy - 5} l5,5 l-5,5 l-5,-5 z" fill="orange" stroke="black" stroke-width="0.5"/>')
+        if p.get("chosen"):
+            o.append(f'<text x="{hi + 8:.1f}" y="{y + 14}" fill="#d62728" font-weight="bold">← chosen</text>')
+    o.append(f'<text x="10" y="{h - 6}" fill="#444">dark blue: planner candidates, light blue: hand-written plans, '
+             'red: the chosen plan</text>')
+    o.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(o) + "\n")
+
+
+def main():
+    ap = planner_args("sweep", __doc__, 9, 3)
+    ap.add_argument("--plans", help="JSON list of extra hand-written plans (hybrids: see above)")
+    ap.add_argument("--cache-max", default="4G", help="each worker's slice cache bound")
+    ap.add_argument("--report", metavar="RESULTS_JSON", help="re-render report.md and sweep.svg beside it")
+    args = ap.parse_args()
+    if args.report:
+        res = json.load(open(args.report))
+        d = os.path.dirname(args.report)
+        report(res, os.path.join(d, "report.md"))
+        write_svg(res, os.path.join(d, "sweep.svg"))
+        print(open(os.path.join(d, "report.md")).read())
+        return
+    if args.out == os.path.join(tp.SRC, "bench", "reports", "sweep"):
+        args.out += "-" + os.path.basename(args.profile)
+    measure(args)
+
+
+if __name__ == "__main__":
+    main()
