@@ -153,7 +153,11 @@ def measure(args):
         n = len(bed.tb("devices").stdout.split())
         addrs = ["head"] + [f"{bed.addr(f'd{i}')}:{tp.PORT}" for i in range(1, n)]
         for i in range(1, n):
-            tp.start_worker(bed, args, bin_, f"d{i}", ["-t", "1", "--cache-max", args.cache_max], procs)
+            # --setup-timeout: `plan --profile-serial` opens every worker's session first and then has
+            # them measure one after another; on klonet8 (7 workers of 0.25 core, ~6 s each) the first
+            # waits longer than the default 20 s and drops the session
+            tp.start_worker(bed, args, bin_, f"d{i}", ["-t", "1", "--cache-max", args.cache_max,
+                                                       "--setup-timeout", "300"], procs)
         argv = [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1", "-c", str(args.ctx),
                 "--json", "--no-cache"] + (["--profile-serial"] if args.serial else [])
         res["plan_command"] = " ".join(argv)
