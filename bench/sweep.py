@@ -16,7 +16,7 @@ plans, on a testbed profile (issue 26): per scenario
 
 Measurement: round 0 runs every plan once with -n 2 (fills the workers' slice caches; a plan that
 fails here is reported and dropped), then --repeats rounds run every plan once each with -n TOKENS,
-in the same order, so that a change of the machine's load in the middle touches every plan alike
+every other round in reverse order, so that a change of the machine's load touches every plan alike
 (the testbed shares one machine's cores). Latency = generation time / forward passes (TOKENS - 1);
 a plan's figure is the median of its rounds. The model is dropped from the page cache before every
 run (bench/plan.py: pages another cgroup cached are never charged to the device). The load average
@@ -30,6 +30,7 @@ flags are `hearth run` flags besides --workers (which the script derives from de
 
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -110,6 +111,21 @@ def tools_profile_devices(profile):
     return range(2)
 
 
+def short_label(p, n_layer):
+    """one compact name for a candidate or a hand-written plan: kind, devices, shares or windows × trips"""
+    devs = ",".join(map(str, p["devices"]))
+    f = p.get("flags", [])
+    if p["kind"] == "single":
+        return "single (d0)"
+    if p["kind"] == "tp" and "--tp-shares" in f:
+        sh = f[f.index("--tp-shares") + 1].split(",")
+        return f"tp {devs} shares " + ",".join(f"{float(x):.2f}".rstrip("0").rstrip(".") for x in sh)
+    if p["kind"] == "pp" and "--layer-windows" in f:
+        w = f[f.index("--layer-windows") + 1]
+        return f"pp {devs} windows {w} ×{trip_count([int(x) for x in w.split(',')], n_layer)}"
+    return p["label"]
+
+
 def cand_plan(i, c, chosen):
     """a `hearth plan` candidate as a sweep entry"""
     e = {"kind": c["kind"], "devices": c["devices"], "candidate": i, "chosen": i == chosen,
@@ -127,6 +143,15 @@ def cand_plan(i, c, chosen):
     else:
         e["error"] = f"no run flags known for a {c['kind']} candidate (add them to cand_plan)"
     return e
+
+
+def trim_cache(path, max_bytes):
+    """the head's own slices (`hearth run` has no --cache-max): all removed once they pass max_bytes; the
+    head cuts its share from the GGUF again when it needs it (before generation: not in the figure)"""
+    files = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+    if sum(os.path.getsize(f) for f in files) > max_bytes:
+        for f in files:
+            os.unlink(f)
 
 
 def run_argv(bin_, model, args, plan, addrs, n_tokens):
@@ -182,11 +207,14 @@ def measure(args):
             plans.append(dict(h, hand=True))
         res["plans"] = plans
         for rnd in range(args.repeats + 1):
-            for p in plans:
+            # even rounds run the plans in reverse: the machine's load drifts within a round (home4's first
+            # run: 7-8 when the candidates ran, 4 for the hand-written plans after them)
+            for p in (plans if rnd % 2 else plans[::-1]) if rnd else plans:
                 if p.get("error"):
                     continue
                 cmd = run_argv(bin_, model, args, p, addrs, 2 if rnd == 0 else args.tokens)
                 p["command"] = " ".join(run_argv(bin_, model, args, p, addrs, args.tokens))
+                trim_cache(head_cache, 2 << 30)
                 drop_cache(model)
                 load = os.getloadavg()[0]
                 r = tp.sh(bed.cmd("d0", env + cmd), timeout=1800)
@@ -207,6 +235,10 @@ def measure(args):
     finally:
         tp.stop_workers(bed, procs)
         bed.down()
+        if not args.keep_caches:  # every plan leaves slice files on each device: GBs on a shared disk
+            for d in os.listdir(args.work):
+                if d.startswith("cache-") or d == "head-cache":
+                    shutil.rmtree(os.path.join(args.work, d), ignore_errors=True)
     res["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     tp.finish(res, args.out, report)
     write_svg(res, os.path.join(args.out, "sweep.svg"))
@@ -261,15 +293,15 @@ def report(res, path):
         b = "**" if p.get("chosen") else ""
         c = cands.get(p.get("candidate"))
         split = f" ({c['compute_ms']:.0f} / {c['network_ms']:.0f} / {c['blocked_ms']:.0f})" if c else ""
-        L.append(f"| {b}{p['label']}{b} | {src} | {'–' if pred is None else f'{pred:.1f}'}{split} | {m} | {err} |")
+        L.append(f"| {b}{short_label(p, info['n_layer'])}{b} | {src} | {'–' if pred is None else f'{pred:.1f}'}{split} | {m} | {err} |")
     L.append("")
     if s["errs"]:
         L.append(f"Prediction error over {len(s['errs'])} measured candidates: median {statistics.median(s['errs']):.0f}%, "
                  f"largest {max(s['errs']):.0f}% (goal: median ≤ 15%, none > 35%).")
     if s["ratio"]:
-        L.append(f"Chosen plan ({s['chosen']['label']}) measured {s['chosen']['measured_ms_per_token']:.1f} ms/token; "
+        L.append(f"Chosen plan ({short_label(s['chosen'], info['n_layer'])}) measured {s['chosen']['measured_ms_per_token']:.1f} ms/token; "
                  f"best of the sweep ({s['n_cand']} candidates + {s['n_hand']} hand-written plans): "
-                 f"{s['best']['label']}, {s['best']['measured_ms_per_token']:.1f} ms/token: chosen/best = "
+                 f"{short_label(s['best'], info['n_layer'])}, {s['best']['measured_ms_per_token']:.1f} ms/token: chosen/best = "
                  f"{s['ratio']:.2f} (goal ≤ 1.10).")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
@@ -310,7 +342,7 @@ def write_svg(res, path):
     for i, p in enumerate(plans):
         y = top + i * row
         col = "#d62728" if p.get("chosen") else ("#1f77b4" if "candidate" in p else "#9ecae1")
-        lab = p["label"] if len(p["label"]) <= 48 else p["label"][:46] + "…"
+        lab = short_label(p, res["model_info"]["n_layer"])
         bold = ' font-weight="bold"' if p.get("chosen") else ""
         o.append(f'<text x="{left - 6}" y="{y + 14}" text-anchor="end"{bold}>{esc(lab)}</text>')
         o.append(f'<rect x="{left}" y="{y + 4}" width="{x(p["measured_ms_per_token"]) - left:.1f}" height="{row - 8}" fill="{col}"/>')
@@ -332,7 +364,9 @@ def write_svg(res, path):
 def main():
     ap = planner_args("sweep", __doc__, 9, 3)
     ap.add_argument("--plans", help="JSON list of extra hand-written plans (hybrids: see above)")
-    ap.add_argument("--cache-max", default="4G", help="each worker's slice cache bound")
+    ap.add_argument("--cache-max", default="1500M", help="each worker's slice cache bound (the least recently used "
+                    "slices are sent again: slower, the same figures)")
+    ap.add_argument("--keep-caches", action="store_true", help="leave the devices' slice caches in --work")
     ap.add_argument("--report", metavar="RESULTS_JSON", help="re-render report.md and sweep.svg beside it")
     args = ap.parse_args()
     if args.report:
