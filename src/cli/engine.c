@@ -80,7 +80,7 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
         h->n_workers = p->n - 1;
         for (int i = 1; i < p->n; i++) h->workers[i - 1] = all[p->dev[i] - 1];
         h->pp = false;
-        h->n_shares = h->n_windows = 0;
+        h->n_shares = h->n_windows = h->n_stages = 0;
         h->shares_auto = false;
         if (p->kind == HPL_TP) {
             h->n_shares = p->n;

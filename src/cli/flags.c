@@ -236,6 +236,37 @@ static int fn_windows(cli_opts *o, const cli_flag *f, const char *v, char *why, 
     return 0;
 }
 
+/* --stages 0+1,2,3: the pipeline's stages as groups of devices (0 the head, i the i-th worker), which go
+   round the ring in the order --workers gives them; a hybrid plan (docs/pipeline.md, "Hybrid plans") */
+static int fn_stages(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    o->plan_given = true;
+    o->head.pp = true;
+    int n = 0, next = 0;
+    for (const char *p = v;; p++) {
+        if (n == HC_MAX_DEVICES) { snprintf(why, cap, "more than %d stages", HC_MAX_DEVICES); return -1; }
+        int devs = 0;
+        for (;; p++) {
+            char *end;
+            if (*p < '0' || *p > '9') { snprintf(why, cap, "stages of device numbers joined by +, separated by commas"); return -1; }
+            long d = strtol(p, &end, 10);
+            if (d != next) {
+                snprintf(why, cap, "device %ld where device %d comes next: every device once, in the ring's order "
+                         "(0 the head, then the workers as --workers lists them)", d, next);
+                return -1;
+            }
+            next++, devs++;
+            p = end;
+            if (*p != '+') break;
+        }
+        o->head.stage_devs[n++] = devs;
+        if (!*p) break;
+        if (*p != ',') { snprintf(why, cap, "stages of device numbers joined by +, separated by commas"); return -1; }
+    }
+    if (n < 2) { snprintf(why, cap, "a pipeline has at least two stages"); return -1; }
+    o->head.n_stages = n;
+    return 0;
+}
+
 static int fn_allreduce(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
     o->plan_given = true; /* an all-reduce is tensor parallelism */
     if (!strcmp(v, "star")) o->head.allreduce = HC_ALLREDUCE_STAR;
@@ -313,7 +344,9 @@ static const cli_flag flags[] = {
     {CLI_PERPLEXITY, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
     {CLI_PERPLEXITY, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL, "with --workers: a pipeline"},
     {CLI_PERPLEXITY, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
-     "with --pp: window sizes in layers per device, head first"},
+     "with --pp: window sizes in layers per device (per stage with --stages), head\nfirst"},
+    {CLI_PERPLEXITY, "--stages", "D+D,D,...", F_FN, 0, 0, 0, fn_stages,
+     "a pipeline whose stages are these groups of devices, as `hearth run --stages`"},
     {CLI_PERPLEXITY, "--sim-loss", "P,...", F_FN, 0, 0, 0, fn_sim_loss,
      "simulate tensor parallelism over lossy links: each worker loses P percent of\n"
      "its all-reduce datagrams (one value: every worker; a list: worker by worker)"},
@@ -429,7 +462,7 @@ static const cli_flag flags[] = {
     {CLI_PLAN, "--workers", "H:P,...|auto", F_FN, 0, 0, 0, fn_workers,
      "the `hearth worker`s the plan may use (auto: those found on the LAN)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
-     "tensor parallel with these shares, head first (equal; auto: measured\nmatvec speed)"},
+     "tensor parallel with these shares, head first (equal; auto: measured\nmatvec speed); with --stages: of the head's group"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--lossy", NULL, F_FN, 0, 0, 0, fn_lossy,
      "tensor parallel, star all-reduce: the workers' partial sums of each decoding\n"
@@ -442,7 +475,13 @@ static const cli_flag flags[] = {
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
      "with --pp: window sizes in layers per device, head first, dealt round the\n"
      "ring until all layers are placed (2,3,2: several rounds per token;\n"
-     "default: one round, layers split evenly)"},
+     "default: one round, layers split evenly); with --stages one per stage"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--stages", "D+D,D,...", F_FN, 0, 0, 0, fn_stages,
+     "a hybrid plan (implies --pp): the pipeline's stages as groups of devices,\n"
+     "0 the head and i the i-th worker, every device once in ring order (0+1,2,3:\n"
+     "the head and worker 1 run the first stage's layers tensor parallel, each\n"
+     "its --tp-shares weight of every layer; workers 2 and 3 one stage each).\n"
+     "Only the head's stage may be a group so far (docs/pipeline.md)"},
     {CLI_SERVE, "--pp-micro", "M", F_INT, AT(head.pp_micro), 1, HC_MAX_MICRO, NULL,
      "in a pipeline: each step's sequences go round the ring as up to M\n"
      "micro-batches, so that the stages compute at once (default 1: one pass;\n"
@@ -805,7 +844,8 @@ int cli_check_model(const cli_command *c, const cli_opts *o) {
 int cli_check_cluster(const cli_command *c, const cli_opts *o) {
     const hc_head_params *h = &o->head;
     if (h->n_workers || o->workers_auto) return 0;
-    const char *f = h->pp ? "--pp" : h->n_windows ? "--layer-windows" : h->n_shares || h->shares_auto ? "--tp-shares"
+    const char *f = h->n_stages ? "--stages" : h->pp ? "--pp" : h->n_windows ? "--layer-windows"
+                  : h->n_shares || h->shares_auto ? "--tp-shares"
                   : h->timings ? "--timings" : h->pp_micro > 1 ? "--pp-micro" : h->no_recover ? "--no-recover"
                   : o->worker_timeout > 0 ? "--worker-timeout" : NULL;
     return f ? cli_usage_error(c, "%s needs --workers", f) : 0;

@@ -124,7 +124,16 @@ typedef struct hc_head_params {
                                 many micro-batches (whole sequences each; 0, 1: one pass), at most
                                 HC_MAX_MICRO, and only batches of at most HC_MICRO_MAX_BYTES of hidden
                                 states (docs/pipeline.md) */
-    int   layer_windows[HC_MAX_DEVICES];          /* window sizes in layers, head first */
+    int   layer_windows[HC_MAX_DEVICES];          /* window sizes in layers, head first (hybrid: one per stage) */
+    /* hybrid (with pp; docs/pipeline.md, "Hybrid plans"): the pipeline's stages are groups of
+       consecutive devices, head first: stage s has stage_devs[s] devices. A group runs its stage's
+       windows together by tensor parallelism — each device its share of every layer's units (n_shares
+       weights, one per member of the group; 0: equal) with a star all-reduce inside the group — and
+       layer_windows has one size per stage. Only the head's stage may be a group so far (the head and
+       workers 1..stage_devs[0]-1); every other stage is one worker of the ring. n_stages 0: one device
+       per stage (a plain pipeline). */
+    int   n_stages;
+    int   stage_devs[HC_MAX_DEVICES];
     /* tensor parallel, star: the lossy all-reduce (HALO; docs/lossy.md) — the workers' partials of
        a decoding step travel as UDP datagrams and the head merges what arrived by the deadline */
     bool     lossy;

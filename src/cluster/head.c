@@ -19,8 +19,10 @@ struct hc_core {
     const hm_model *m;
     hc_head_params p;
     hc_plan    plan;
-    hc_pp_plan pp;                         /* --pp: the windows */
+    hc_pp_plan pp;                         /* --pp: the windows, per stage (the head's first) */
     int        k;                          /* devices, the head included */
+    int        group;                      /* --pp: devices of the head's stage, the head and workers 1..group-1
+                                              (a hybrid plan's tensor-parallel group; 1: the head alone) */
     char       names[HC_MAX_DEVICES][80];  /* "head", then the worker addresses as given */
     const char *name_ptr[HC_MAX_DEVICES];
     hn_conn   *conn[HC_MAX_DEVICES];       /* [1..k): the workers */
@@ -67,6 +69,9 @@ hc_head_params hc_head_default_params(void) {
                         .lossy_deadline_ms = 10};
     return p;
 }
+
+/* a pipeline's stage of device d: the head's group is stage 0, every later worker a stage of its own */
+static int hc_stage_of(const hc_core *h, int d) { return d < h->group ? 0 : d - h->group + 1; }
 
 static int hc_dev_fail(hc_core *h, int d, int rc, const char *msg, hr_err *err) {
     h->failed = true;
@@ -215,7 +220,9 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     uint64_t *hv = NULL;
     bool *missing = NULL;
     uint8_t layers[HC_PP_MAX_LAYERS];
-    if (h->p.pp) hc_pp_layers(&h->pp, d, layers);
+    /* a member of the head's group in a hybrid plan: its share of the head's layers only */
+    const bool member = h->p.pp && d < h->group;
+    if (h->p.pp) hc_pp_layers(&h->pp, hc_stage_of(h, d), layers);
     if ((rc = hc_slices_make(m, sh, h->p.pp ? layers : NULL, false, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
     units = malloc((size_t)hp->n_layer * 2 * sizeof *units);
@@ -224,7 +231,8 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     if (!units || !hv || !missing) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
     int gqa = hp->n_head / hp->n_head_kv;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (h->p.pp) {
+        if (member && !layers[il]) continue;
+        if (h->p.pp && !member) {
             /* a pipeline stage: whole layers */
             if (layers[il]) units[nu++] = (hn_unit){(uint32_t)il, HN_UNIT_LAYER, 0, 1};
             continue;
@@ -242,10 +250,13 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     hc_kv(&kb, "allreduce", "%d", h->p.allreduce);
     hc_kv(&kb, "timeout_ms", "%d", h->p.timeout_ms);
     hc_kv(&kb, "n_slices", "%d", ns);
-    hc_kv(&kb, "ring_prev_worker", "%d", d > 1);
-    hc_kv(&kb, "ring_next", "%s", d + 1 < h->k ? h->names[d + 1] : "");
+    /* the ring (a ring all-reduce, or the pipeline's stages after the head's) starts after the head's
+       group; the group's members only all-reduce with the head */
+    hc_kv(&kb, "ring_prev_worker", "%d", !member && d > h->group);
+    hc_kv(&kb, "ring_next", "%s", !member && d + 1 < h->k ? h->names[d + 1] : "");
     hc_kv(&kb, "ring_token", "%016llx", (unsigned long long)token);
-    hc_kv(&kb, "pp", "%d", h->p.pp);
+    hc_kv(&kb, "pp", "%d", h->p.pp && !member);
+    if (member) hc_kv(&kb, "tp_group", "%d", h->group);
     if (h->p.lossy) {
         hc_kv(&kb, "lossy_port", "%u", (unsigned)hn_udp_port(h->ll[d].udp));
         hc_kv(&kb, "lossy_session", "%016llx", (unsigned long long)h->ar.session);
@@ -326,7 +337,7 @@ static uint64_t hc_total_slice_bytes(const hc_core *h) {
         hc_slice *sl;
         int ns;
         uint8_t layers[HC_PP_MAX_LAYERS];
-        if (h->p.pp) hc_pp_layers(&h->pp, d, layers);
+        if (h->p.pp) hc_pp_layers(&h->pp, hc_stage_of(h, d), layers);
         if (hc_slices_make(h->m, &h->plan.dev[d], h->p.pp ? layers : NULL, false, &sl, &ns, NULL)) continue;
         for (int i = 0; i < ns; i++) t += sl[i].size;
         free(sl);
@@ -367,28 +378,80 @@ static int hc_tp_setup(hc_core *h, int n_threads, hr_err *err) {
     return 0;
 }
 
-/* pipeline: window sizes -> every device's windows; every device computes whole layers */
+/* hybrid: the stages (p->n_stages, p->stage_devs) -> h->group, the head's group's TP shares in h->plan */
+static int hc_stages_setup(hc_core *h, hr_err *err) {
+    const hc_head_params *p = &h->p;
+    if (p->n_stages < 2 || p->n_stages > HC_MAX_DEVICES)
+        return hr_fail(err, HR_EINVAL, "a hybrid plan needs at least two stages (%d given)", p->n_stages);
+    int sum = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        if (p->stage_devs[s] < 1) return hr_fail(err, HR_EINVAL, "stage %d has no devices", s);
+        /* a group led by a worker would need the group's all-reduce between workers: not done yet */
+        if (s > 0 && p->stage_devs[s] > 1)
+            return hr_fail(err, HR_EUNSUPPORTED, "stage %d is a group of %d devices: only the head's stage (the "
+                           "first) may be a tensor-parallel group so far", s, p->stage_devs[s]);
+        sum += p->stage_devs[s];
+    }
+    if (sum != h->k)
+        return hr_fail(err, HR_EINVAL, "the stages hold %d devices, the cluster has %d (the head and %d workers)", sum,
+                       h->k, h->k - 1);
+    h->group = p->stage_devs[0];
+    if (p->shares_auto) return hr_fail(err, HR_EINVAL, "--tp-shares auto is not for a hybrid plan: give the weights");
+    if (p->n_shares && p->n_shares != h->group)
+        return hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for the head's group of %d devices", p->n_shares,
+                       h->group);
+    if (p->n_shares && h->group == 1)
+        return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism: the head's stage is not a group");
+    if (p->allreduce != HC_ALLREDUCE_STAR)
+        return hr_fail(err, HR_EUNSUPPORTED, "the head's group of a hybrid plan all-reduces by star (not --allreduce ring)");
+    double w[HC_MAX_DEVICES];
+    for (int d = 0; d < h->group; d++) w[d] = p->n_shares ? p->shares[d] : 1;
+    return hc_plan_make(h->m, w, h->group, &h->plan, err);
+}
+
+/* pipeline: window sizes -> every stage's windows; every stage computes whole layers — one device, or
+   (hybrid) the head's group, each of its devices a share of every one of them */
 static int hc_pp_setup(hc_core *h, hr_err *err) {
     const hc_head_params *p = &h->p;
     const hm_hparams *hp = &h->m->hp;
-    if (p->n_shares || p->shares_auto) return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism, not --pp");
-    if (p->n_windows && p->n_windows != h->k)
+    h->group = 1;
+    if (p->n_stages) {
+        if (hc_stages_setup(h, err)) return err ? err->code : HR_EINVAL;
+    } else if (p->n_shares || p->shares_auto)
+        return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism, not --pp");
+    const int ns = h->k - h->group + 1; /* stages */
+    if (p->n_windows && p->n_windows != ns) {
+        if (p->n_stages)
+            return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d stages", p->n_windows, ns);
         return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d devices (the head and %d workers)",
                        p->n_windows, h->k, h->k - 1);
-    if (hc_pp_plan_make(hp->n_layer, p->n_windows ? p->layer_windows : NULL, h->k, &h->pp, err))
-        return err ? err->code : HR_EINVAL;
+    }
+    if (h->group > 1 && p->n_windows && p->layer_windows[0] == 0)
+        return hr_fail(err, HR_EINVAL, "the head's group gets no layers (window size 0): leave the group out");
+    hr_err e = {0};
+    if (hc_pp_plan_make(hp->n_layer, p->n_windows ? p->layer_windows : NULL, ns, &h->pp, &e))  /* its messages */
+        return hr_fail(err, e.code, "%s%s", h->group > 1 ? "stages: " : "", e.msg);            /* count stages */
     h->plan.n_devices = h->k;
-    for (int d = 0; d < h->k; d++) {
-        h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+    for (int d = h->group > 1 ? h->group : 0; d < h->k; d++) h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+    for (int st = 0; st < ns; st++) {
         char buf[512];
         size_t len = 0;
-        for (int i = 0; i < h->pp.n_win[d] && len < sizeof buf - 32; i++) {
-            const hm_window *x = &h->pp.win[d][i];
+        for (int i = 0; i < h->pp.n_win[st] && len < sizeof buf - 32; i++) {
+            const hm_window *x = &h->pp.win[st][i];
             len += (size_t)snprintf(buf + len, sizeof buf - len, "%s", i ? ", " : "");
             if (x->begin == x->end) len += (size_t)snprintf(buf + len, sizeof buf - len, x->begin ? "output" : "embedding");
             else len += (size_t)snprintf(buf + len, sizeof buf - len, "%d-%d", x->begin, x->end - 1);
         }
-        HR_LOGI("pp: device %d (%s): layers %s", d, h->names[d], buf);
+        if (st == 0 && h->group > 1) {
+            HR_LOGI("pp: stage 0 (head and workers 1-%d, tensor parallel): layers %s", h->group - 1, buf);
+            for (int d = 0; d < h->group; d++) {
+                const hc_share *s = &h->plan.dev[d];
+                HR_LOGI("pp: stage 0, device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)", d,
+                        h->names[d], h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end);
+            }
+        } else if (h->group > 1) HR_LOGI("pp: stage %d, device %d (%s): layers %s", st, st + h->group - 1,
+                                         h->names[st + h->group - 1], buf);
+        else HR_LOGI("pp: device %d (%s): layers %s", st, h->names[st], buf);
     }
     HR_LOGI("pp: %d windows per token, %d trip%s round the ring", h->pp.n_steps, h->pp.n_rounds,
             h->pp.n_rounds == 1 ? "" : "s");
@@ -472,6 +535,7 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (!h) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
     h->m = m;
     h->p = *p;
+    h->group = 1;
     h->timeout_auto = h->p.timeout_ms <= 0;
     if (h->timeout_auto) h->p.timeout_ms = HC_SETUP_DEADLINE_MS;
     if (h->p.bench_ms <= 0) h->p.bench_ms = 300;
@@ -502,8 +566,8 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         /* planned above */
     } else if (p->pp) {
         if (hc_pp_setup(h, err)) goto err;
-    } else if (p->n_windows) {
-        hr_fail(err, HR_EINVAL, "--layer-windows needs --pp");
+    } else if (p->n_windows || p->n_stages) {
+        hr_fail(err, HR_EINVAL, "%s needs --pp", p->n_windows ? "--layer-windows" : "a plan of stages");
         goto err;
     } else if (hc_tp_setup(h, cp.n_threads, err)) goto err;
 
@@ -512,7 +576,7 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     int32_t fwd_max = (int32_t)(HC_FORWARD_MAX_BYTES / ((size_t)hp->n_embd * 4 + 8)); /* + pos, seq */
     if (cp.n_batch <= 0) cp.n_batch = 512;
     cp.n_batch = HR_MIN(cp.n_batch, fwd_max);
-    h->ar = (hc_ar){.mode = p->allreduce, .k = h->k, .me = 0, .conn = h->conn, .rx = h->rx, .names = h->name_ptr,
+    h->ar = (hc_ar){.mode = p->allreduce, .k = p->pp ? h->group : h->k, .me = 0, .conn = h->conn, .rx = h->rx, .names = h->name_ptr,
                     .hook = &h->hook, .timeout_ms = h->p.timeout_ms, .lossy = p->lossy,
                     .lossy_deadline_ms = h->p.lossy_deadline_ms, .drop_seed = p->lossy_drop_seed,
                     .drop_ppm = p->lossy_drop_ppm, .dup = p->lossy_dup, .ll = h->ll, .n_layer = hp->n_layer};
@@ -545,7 +609,8 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (p->pp) {
         sh.n_windows = h->pp.n_win[0];
         memcpy(sh.windows, h->pp.win[0], sizeof sh.windows);
-    } else if (!alone) {
+    }
+    if ((p->pp && h->group > 1) || (!p->pp && !alone)) {  /* a hybrid plan's head all-reduces in its group */
         sh.sync = hc_ar_sync;
         sh.sync_user = &h->ar;
     }
@@ -703,6 +768,41 @@ static int hc_pp_wait(hc_core *h, int nb, int32_t after, hn_msg *m, hr_err *err)
     return 0;
 }
 
+/* Runs the head's part of a pass over b (its hidden state in b->embd, positions pos) with the devices
+   that share its layers: w < 0, tensor parallelism — every worker gets the hidden state (FORWARD of
+   [0, L)) and runs its share of every layer; else the head's window w of a pipeline — in a hybrid plan
+   with the members of its group, each of which gets the window's layers [begin, end) to run its share
+   of. The all-reduces after each block join the shares. */
+static int hc_head_run(hc_core *h, int w, const hm_batch *b, const int32_t *pos, hr_err *err) {
+    int32_t lb = 0, le = h->m->hp.n_layer;
+    int nd = h->k;
+    if (w >= 0) lb = h->pp.win[0][w].begin, le = h->pp.win[0][w].end, nd = h->group;
+    int64_t t0 = hr_time_ns();
+    if (lb < le) {
+        hn_msg f = {.type = HN_MSG_FORWARD};
+        f.u.forward = (hn_forward){.layer_begin = (uint32_t)lb, .layer_end = (uint32_t)le, .stage = HN_STAGE_BLOCK,
+                                   .n_tokens = (uint32_t)b->n, .n_embd = (uint32_t)h->m->hp.n_embd, .pos = pos,
+                                   .seq = b->seq, .data = b->embd};
+        for (int d = 1; d < nd; d++) {
+            int rc = hc_hsend(h, d, &f, h->ar.timeout_ms, err);
+            if (rc) return rc;
+        }
+    }
+    memset(&h->ar.err, 0, sizeof h->ar.err);
+    h->ar.err_dev = -1;
+    h->ar.mark = hr_time_ns();
+    h->ar.send_ns += h->ar.mark - t0;
+    hr_err e = {0};
+    int rc = w < 0 ? hm_eval(h->ctx, b, &e) : hm_eval_window(h->ctx, w, b, &e);
+    h->ar.compute_ns += hr_time_ns() - h->ar.mark;
+    if (rc) {
+        h->failed = true;
+        if (h->ar.err.msg[0] && h->ar.err_dev > 0) h->fail_dev = h->ar.err_dev;
+        return hr_fail(err, rc, "%s", h->ar.err.msg[0] ? h->ar.err.msg : e.msg);
+    }
+    return 0;
+}
+
 /* ---- pipeline micro-batches ------------------------------------------------------------------------
    A batch of several sequences is split by sequence into micro-batches that follow each other round
    the ring, so that while one is on a worker the head and the other workers compute the others
@@ -728,13 +828,11 @@ static int hc_mb_advance(hc_core *h, hc_mb *mb, hr_err *err) {
     for (;;) {
         int64_t t1 = hr_time_ns();
         if (mb->w < nw && h->pp.win[0][mb->w].begin == mb->layer) {
-            hr_err e = {0};
             const bool last = mb->w == nw - 1;
             const hm_batch b = {.embd = mb->x, .n = mb->n, .pos_of = mb->pos, .seq = mb->seq, .out = mb->out,
                                 .logits = last ? mb->lg : NULL, .embd_out = h->y};
-            int rc = hm_eval_window(h->ctx, mb->w, &b, &e);
-            h->ar.compute_ns += hr_time_ns() - t1;
-            if (rc) { h->failed = true; return hr_fail(err, rc, "%s", e.msg); }
+            int rc = hc_head_run(h, mb->w, &b, mb->pos, err);
+            if (rc) return rc;
             if (last) { mb->done = true; return 0; }
             mb->layer = h->pp.win[0][mb->w++].end;
             memcpy(mb->x, h->y, (size_t)mb->n * hp->n_embd * sizeof(float));
@@ -748,7 +846,7 @@ static int hc_mb_advance(hc_core *h, hc_mb *mb, hr_err *err) {
         f.u.forward = (hn_forward){.layer_begin = (uint32_t)mb->layer, .layer_end = (uint32_t)hp->n_layer,
                                    .stage = HN_STAGE_BLOCK, .n_tokens = (uint32_t)mb->n, .n_embd = (uint32_t)hp->n_embd,
                                    .pos = mb->pos, .seq = mb->seq, .data = mb->x};
-        int rc = hc_hsend(h, 1, &f, h->ar.timeout_ms, err);
+        int rc = hc_hsend(h, h->group, &f, h->ar.timeout_ms, err);
         h->ar.send_ns += hr_time_ns() - t1;
         return rc;
     }
@@ -849,15 +947,11 @@ static int hc_pp_batch(hc_core *h, const hm_batch *pb, hr_err *err) {
         int rc;
         int64_t t1 = hr_time_ns();
         if (w < nw && h->pp.win[0][w].begin == layer) {
-            hr_err e = {0};
             hm_batch b = *pb;
             b.embd = h->x, b.embd_out = h->y;
             if (w != nw - 1) b.logits = NULL;
-            rc = hm_eval_window(h->ctx, w, &b, &e);
-            int64_t t2 = hr_time_ns();
-            h->ar.compute_ns += t2 - t1;
-            t1 = t2;
-            if (rc) { h->failed = true; return hr_fail(err, rc, "%s", e.msg); }
+            if ((rc = hc_head_run(h, w, &b, h->pos, err))) return rc;
+            t1 = hr_time_ns();
             if (w == nw - 1) return 0;   /* the head's last window ends the pass with the output head */
             layer = h->pp.win[0][w++].end;
             float *t = h->x; h->x = h->y; h->y = t;
@@ -867,7 +961,7 @@ static int hc_pp_batch(hc_core *h, const hm_batch *pb, hr_err *err) {
         f.u.forward = (hn_forward){.layer_begin = (uint32_t)layer, .layer_end = (uint32_t)hp->n_layer,
                                    .stage = HN_STAGE_BLOCK, .n_tokens = (uint32_t)nb, .n_embd = (uint32_t)hp->n_embd,
                                    .pos = h->pos, .seq = pb->seq, .data = h->x};
-        if ((rc = hc_hsend(h, 1, &f, h->ar.timeout_ms, err))) return rc;
+        if ((rc = hc_hsend(h, h->group, &f, h->ar.timeout_ms, err))) return rc;
         int64_t t2 = hr_time_ns();
         h->ar.send_ns += t2 - t1;
         hn_msg m;
@@ -886,7 +980,6 @@ static int hc_pp_batch(hc_core *h, const hm_batch *pb, hr_err *err) {
    h->pos (what FORWARD carries), b the head's hm_batch over them (seq: h->sq or NULL). */
 static int hc_pass(hc_core *h, const hm_batch *b, hr_err *err) {
     const hm_hparams *hp = &h->m->hp;
-    int64_t t1 = hr_time_ns();
     if (h->p.pp && h->p.pp_micro > 1 && b->seq &&
         (uint64_t)b->n * hp->n_embd * sizeof(float) <= HC_MICRO_MAX_BYTES) {
         /* micro-batches: as many as asked for, at most one per sequence */
@@ -899,26 +992,7 @@ static int hc_pass(hc_core *h, const hm_batch *b, hr_err *err) {
         if (n_mb > 1) return hc_pp_micro(h, b, n_mb, err);
     }
     if (h->p.pp) return hc_pp_batch(h, b, err);
-    hn_msg f = {.type = HN_MSG_FORWARD};
-    f.u.forward = (hn_forward){.layer_begin = 0, .layer_end = (uint32_t)hp->n_layer, .stage = HN_STAGE_BLOCK,
-                               .n_tokens = (uint32_t)b->n, .n_embd = (uint32_t)hp->n_embd, .pos = h->pos,
-                               .seq = b->seq, .data = h->x};
-    int rc;
-    for (int d = 1; d < h->k; d++)
-        if ((rc = hc_hsend(h, d, &f, h->ar.timeout_ms, err))) return rc;
-    memset(&h->ar.err, 0, sizeof h->ar.err);
-    h->ar.err_dev = -1;
-    h->ar.mark = hr_time_ns();
-    h->ar.send_ns += h->ar.mark - t1;
-    hr_err e = {0};
-    rc = hm_eval(h->ctx, b, &e);
-    h->ar.compute_ns += hr_time_ns() - h->ar.mark;
-    if (rc) {
-        h->failed = true;
-        if (h->ar.err.msg[0] && h->ar.err_dev > 0) h->fail_dev = h->ar.err_dev;
-        return hr_fail(err, rc, "%s", h->ar.err.msg[0] ? h->ar.err.msg : e.msg);
-    }
-    return 0;
+    return hc_head_run(h, -1, b, h->pos, err);
 }
 
 /* after a pass of n tokens that took ns: a decode step's time, as a slowly decaying maximum (one quick

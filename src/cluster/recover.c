@@ -92,10 +92,49 @@ lost:
 
 /* ---- plans over the workers that remain ---- */
 
+/* window sizes kept[0..n) of a plan whose sizes summed to sum: scaled so that a round places as many
+   layers as before, each non-zero one at least one layer (none kept: one even round) */
+static void hc_windows_scale(hc_head_params *p, int n, int sum, int kept) {
+    p->n_windows = kept > 0 ? n : 0;
+    for (int d = 0; d < n && kept > 0; d++)
+        if (p->layer_windows[d] > 0) p->layer_windows[d] = HR_MAX(1, (int)((double)p->layer_windows[d] * sum / kept + 0.5));
+}
+
+/* A hybrid plan without the devices that left: the head's group keeps the members that remain (with
+   their shares), every later stage its worker if it remains. A group reduced to the head makes a plain
+   pipeline; no stage after the group, tensor parallelism over it. */
+static void hc_stages_without(const hc_head *H, hc_head_params *p) {
+    const hc_head_params *o = &H->orig;
+    int g = 1, ns = 1, sum = o->n_windows ? o->layer_windows[0] : 0, kept = sum;
+    if (o->n_shares) p->shares[0] = o->shares[0];
+    if (o->n_windows) p->layer_windows[0] = o->layer_windows[0];
+    for (int i = 0; i < o->n_workers; i++) {
+        const bool member = i + 1 < o->stage_devs[0];
+        const int st = member ? 0 : i + 2 - o->stage_devs[0];
+        if (!member && o->n_windows) sum += o->layer_windows[st];
+        if (H->gone[i]) continue;
+        if (member && o->n_shares) p->shares[g] = o->shares[i + 1];
+        if (!member && o->n_windows) kept += (p->layer_windows[ns] = o->layer_windows[st]);
+        if (member) g++;
+        else ns++;
+    }
+    p->n_stages = ns;
+    p->stage_devs[0] = g;
+    for (int st = 1; st < ns; st++) p->stage_devs[st] = 1;
+    p->n_shares = o->n_shares ? g : 0;
+    if (o->n_windows) hc_windows_scale(p, ns, sum, kept);
+    if (ns == 1) p->pp = false, p->n_stages = p->n_windows = 0;
+    else if (g == 1) p->n_stages = p->n_shares = 0;
+}
+
 /* The given plan without the devices that left: shares and windows of the others (windows scaled so
    that a round places as many layers as before; each keeps at least one layer). */
 static void hc_plan_without(const hc_head *H, hc_head_params *p) {
     const hc_head_params *o = &H->orig;
+    if (o->pp && o->n_stages) {
+        hc_stages_without(H, p);
+        return;
+    }
     int k = 1;
     if (o->n_shares) p->shares[0] = o->shares[0];
     if (o->n_windows) p->layer_windows[0] = o->layer_windows[0];
@@ -113,13 +152,7 @@ static void hc_plan_without(const hc_head *H, hc_head_params *p) {
         for (int d = 0; d < k; d++) s += p->shares[d];
         if (!(s > 0)) p->n_shares = 0;   /* only devices with no share remain: equal shares */
     }
-    if (o->n_windows) {
-        p->n_windows = k;
-        if (kept <= 0) p->n_windows = 0; /* one even round */
-        for (int d = 0; d < k && kept > 0; d++)
-            if (p->layer_windows[d] > 0)
-                p->layer_windows[d] = HR_MAX(1, (int)((double)p->layer_windows[d] * sum / kept + 0.5));
-    }
+    if (o->n_windows) hc_windows_scale(p, k, sum, kept);
 }
 
 /* the parameters of the next incarnation: the workers that remain, in the given order, and a plan */

@@ -118,7 +118,10 @@ typedef struct hc_session {
     int        mode, timeout_ms;
     char       ring_next[256];
     bool       pp;               /* a pipeline stage: whole layers, hidden states passed on */
-    uint8_t   *layers;           /* pipeline: [n_layer] the layers this worker runs */
+    bool       stage_tp;         /* a member of the head's tensor-parallel group in a hybrid plan: its share of
+                                    the head's layers, window by window as the head sends them */
+    int        tp_group;         /* devices of the all-reduce (the head's group in a hybrid plan; else all) */
+    uint8_t   *layers;           /* pipeline, hybrid: [n_layer] the layers this worker runs (NULL: all) */
     int        n_layers;
     bool       ring_prev_worker;
     uint64_t   ring_token;
@@ -364,7 +367,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         KV("send_ns", "%" PRId64, s->ar.send_ns);
         KV("bytes_sent", "%" PRIu64, sent);
         KV("bytes_received", "%" PRIu64, recv);
-        KV("n_layers", "%d", s->pp ? s->n_layers : s->hp.n_layer);
+        KV("n_layers", "%d", s->layers ? s->n_layers : s->hp.n_layer);
         KV("sum_hash", "%016llx", (unsigned long long)s->ar.sum_hash);
         if (s->ll.udp) {
             KV("dg_sent", "%" PRIu64, s->ll.sent);
@@ -489,17 +492,24 @@ static int hc_parse_layers(hc_session *s, const hn_load_plan *p, uint32_t seq) {
 }
 
 /* tensor-parallel units: the same attention heads and FFN rows in every layer (one share per device
-   for now) */
+   for now) — of every layer, or (a member of the head's group in a hybrid plan) of the head's layers,
+   ascending */
 static int hc_parse_share(hc_session *s, const hn_load_plan *p, uint32_t seq) {
     int64_t gqa = s->hp.n_head / s->hp.n_head_kv;
-    if (p->n_units != 2 * (uint32_t)s->hp.n_layer)
-        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %u units for %d layers (expected 2 per layer)", p->n_units,
-                      s->hp.n_layer);
+    const uint32_t L = (uint32_t)s->hp.n_layer;
+    if (s->stage_tp ? p->n_units < 2 || p->n_units > 2 * L || p->n_units % 2 : p->n_units != 2 * L)
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %u units for %d layers (expected 2 per layer%s)", p->n_units,
+                      s->hp.n_layer, s->stage_tp ? " of the head's stage" : "");
+    if (s->stage_tp && !(s->layers = calloc(L, 1))) return hc_bad(s, seq, HR_ENOMEM, "out of memory");
+    int runs = 0;
     for (uint32_t i = 0; i < p->n_units; i++) {
         const hn_unit *u = &p->units[i];
         bool att = u->kind == HN_UNIT_ATTN_HEADS;
-        if (u->layer != i / 2 || u->kind != (i % 2 ? HN_UNIT_FFN_ROWS : HN_UNIT_ATTN_HEADS))
-            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: unit %u is not layer %u's %s", i, i / 2,
+        /* the layer of a pair: all of them in order, or any ascending ones of a hybrid group's member */
+        uint32_t want = s->stage_tp ? (i % 2 ? p->units[i - 1].layer : u->layer) : i / 2;
+        if (u->layer != want || u->layer >= L || u->kind != (i % 2 ? HN_UNIT_FFN_ROWS : HN_UNIT_ATTN_HEADS) ||
+            (s->stage_tp && i >= 2 && i % 2 == 0 && u->layer <= p->units[i - 2].layer))
+            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: unit %u is not layer %u's %s", i, want,
                           i % 2 ? "FFN rows" : "attention heads");
         if (att && (u->begin % gqa || u->end % gqa || u->end > (uint32_t)s->hp.n_head))
             return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: attention heads [%u, %u) do not cover whole KV groups",
@@ -511,7 +521,15 @@ static int hc_parse_share(hc_session *s, const hn_load_plan *p, uint32_t seq) {
         if (i >= 2 && memcmp(&sh, &s->share, sizeof sh))
             return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: shares that differ between layers are not supported");
         s->share = sh;
+        if (s->stage_tp && att) {
+            runs += i == 0 || u->layer != p->units[i - 2].layer + 1;
+            s->layers[u->layer] = 1;
+            s->n_layers++;
+        }
     }
+    if (runs > HM_MAX_WINDOWS)
+        return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: %d windows of layers (at most %d per device)", runs,
+                      HM_MAX_WINDOWS);
     return 0;
 }
 
@@ -551,6 +569,12 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     if ((v = hc_param(p, "pp")) && (!hc_parse_u64(*v, &x, 10) || x > 1))
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'pp'");
     s->pp = v && x == 1;
+    /* hybrid: a member of the head's group of tp_group devices (it all-reduces with the head only) */
+    s->tp_group = (int)s->n_dev;
+    if ((v = hc_param(p, "tp_group")) && (!hc_parse_u64(*v, &x, 10) || x < 2 || x > s->n_dev || s->index >= x ||
+                                          s->pp || s->ring_prev_worker || s->mode))
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'tp_group' (or one with a pipeline stage's links)");
+    if (v) s->tp_group = (int)x, s->stage_tp = true;
     if (s->kv_type != HQ_TYPE_F16 && s->kv_type != HQ_TYPE_F32) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad kv_type");
     if ((v = hc_param(p, "ring_next"))) hr_escape(s->ring_next, sizeof s->ring_next, v->s, v->n);
     if ((v = hc_param(p, "ring_token")) && !hc_parse_u64(*v, &s->ring_token, 16))
@@ -777,7 +801,7 @@ static int hc_write_slices(hc_session *s, const hc_index *x, const bool *have) {
     for (int i = 0; i < s->n_dir; i++) if (!have[i]) max = HR_MAX(max, s->dir[i].size);
     hc_fill f = {.s = s, .x = x, .have = have, .buf = max ? malloc((size_t)max) : NULL};
     if (max && !f.buf) return hc_bad(s, 0, HR_ENOMEM, "out of memory for the slice file");
-    hc_slice_meta mt = {.hp = &s->hp, .share = s->share, .model_hash = s->model_hash, .layers = s->pp ? s->layers : NULL};
+    hc_slice_meta mt = {.hp = &s->hp, .share = s->share, .model_hash = s->model_hash, .layers = s->layers};
     hr_err e = {0};
     int rc = hc_slice_file_write(s->path, &mt, s->dir, s->n_dir, hc_fill_src, &f, &e);
     if (rc && !f.reported) rc = hc_bad(s, 0, rc, "%s", e.msg);
@@ -935,7 +959,7 @@ static int hc_open_slices(hc_session *s, bool complete) {
         unlink(s->path);
         return hc_bad(s, 0, e.code ? e.code : HR_EFORMAT, "slice file %s: %s (removed it; run again)", s->path, e.msg);
     }
-    hc_slice_meta mt = {.hp = &s->hp, .share = s->share, .model_hash = s->model_hash, .layers = s->pp ? s->layers : NULL};
+    hc_slice_meta mt = {.hp = &s->hp, .share = s->share, .model_hash = s->model_hash, .layers = s->layers};
     if (!hc_slice_file_matches(s->g, s->m, &mt, s->dir, s->n_dir, why, sizeof why)) {
         unlink(s->path);
         return hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share: %s (removed it; run again)",
@@ -949,7 +973,7 @@ static int hc_open_slices(hc_session *s, bool complete) {
    pipeline, which passes hidden states over them). */
 static int hc_link(hc_session *s) {
     int rc;
-    s->ar = (hc_ar){.mode = s->mode, .k = (int)s->n_dev, .me = (int)s->index, .timeout_ms = s->timeout_ms,
+    s->ar = (hc_ar){.mode = s->mode, .k = s->tp_group, .me = (int)s->index, .timeout_ms = s->timeout_ms,
                     .n_layer = s->hp.n_layer};
     s->ar_conn[0] = s->head;
     s->ar.conn = s->ar_conn;
@@ -975,7 +999,8 @@ static int hc_link(hc_session *s) {
     }
     if (s->mode != HC_ALLREDUCE_RING && !s->pp) return 0;
     if ((rc = hc_ring_setup(s))) return rc;
-    int nx = (int)(s->index + 1) % (int)s->n_dev, pv = (int)s->index - 1;
+    /* the ring's first worker (worker 1, or the first stage after a hybrid plan's group) hears from the head */
+    int nx = (int)(s->index + 1) % (int)s->n_dev, pv = s->ring_prev_worker ? (int)s->index - 1 : 0;
     s->ar.next_dev = nx;
     s->ar.prev_dev = pv;
     s->ar.next = s->ring_next_conn ? s->ring_next_conn : s->head;
@@ -1013,7 +1038,7 @@ static int hc_create_context(hc_session *s) {
     if (hmem_load_weights(s->mem, s->m, &sh, s->w->use_mmap, s->w->no_repack, &e)) return hc_bad(s, 0, e.code, "%s", e.msg);
     if (!(s->ctx = hm_ctx_create(s->m, &sh, &cp, &e))) return hc_bad(s, 0, e.code, "%s", e.msg);
     memcpy(s->win, sh.windows, sizeof s->win);
-    if (s->pp && !(s->pp_out = hr_alloc_aligned((size_t)s->n_batch * hp->n_embd * sizeof(float), 64)))
+    if ((s->pp || s->stage_tp) && !(s->pp_out = hr_alloc_aligned((size_t)s->n_batch * hp->n_embd * sizeof(float), 64)))
         return hc_bad(s, 0, HR_ENOMEM, "out of memory");
     return 0;
 }
@@ -1044,7 +1069,7 @@ static int hc_check_mem(hc_session *s, uint32_t seq) {
     cp.n_seq = s->n_seq;
     cp.n_batch = s->n_batch;
     cp.kv_type = s->kv_type;
-    hm_shard sh = {.layer_end = s->pp ? s->n_layers : s->hp.n_layer, .kv_begin = 0, .kv_end = -1};
+    hm_shard sh = {.layer_end = s->layers ? s->n_layers : s->hp.n_layer, .kv_begin = 0, .kv_end = -1};
     if (!s->pp) {
         sh.kv_begin = s->share.kv_begin;
         sh.kv_end = s->share.kv_end;
@@ -1071,8 +1096,8 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
 static int hc_check_forward(hc_session *s, const hn_msg *m) {
     const hn_forward *f = &m->u.forward;
     const hm_hparams *hp = &s->m->hp;
-    if ((!s->pp && f->layer_begin != 0) || f->layer_begin >= (uint32_t)hp->n_layer ||
-        f->layer_end != (uint32_t)hp->n_layer || f->stage != HN_STAGE_BLOCK || f->n_embd != (uint32_t)hp->n_embd ||
+    if ((!s->pp && !s->stage_tp && f->layer_begin != 0) || f->layer_begin >= (uint32_t)hp->n_layer ||
+        (f->layer_end != (uint32_t)hp->n_layer && !s->stage_tp) || f->stage != HN_STAGE_BLOCK || f->n_embd != (uint32_t)hp->n_embd ||
         f->n_tokens < 1 || f->n_tokens > (uint32_t)s->n_batch)
         return hc_bad(s, m->seq, HR_EPROTO, "FORWARD of layers %u..%u, %u x %u does not fit this session (%d layers, "
                       "n_embd %d, batch %d)", f->layer_begin, f->layer_end, f->n_tokens, f->n_embd, hp->n_layer,
@@ -1088,17 +1113,28 @@ static int hc_handle_forward(hc_session *s, const hn_msg *m) {
     int rc = hc_check_forward(s, m);
     if (rc) return rc;
     hr_err e = {0};
+    /* a member of a hybrid plan's group: the head's window that FORWARD names, [begin, end) */
+    int w = -1;
+    for (int i = 0; s->stage_tp && i < hm_ctx_n_windows(s->ctx); i++)
+        if (s->win[i].begin == (int32_t)f->layer_begin && s->win[i].end == (int32_t)f->layer_end) w = i;
+    if (s->stage_tp && w < 0)
+        return hc_bad(s, m->seq, HR_EPROTO, "FORWARD of layers %u..%u, which are no window of this worker",
+                      f->layer_begin, f->layer_end);
     memset(&s->ar.err, 0, sizeof s->ar.err);
     s->ar.mark = hr_time_ns();
-    rc = hm_eval(s->ctx, &(hm_batch){.embd = f->data, .n = (int32_t)f->n_tokens, .pos_of = f->pos, .seq = f->seq}, &e);
+    const hm_batch b = {.embd = f->data, .n = (int32_t)f->n_tokens, .pos_of = f->pos, .seq = f->seq,
+                        .embd_out = s->pp_out};
+    rc = s->stage_tp ? hm_eval_window(s->ctx, w, &b, &e) : hm_eval(s->ctx, &b, &e);
     s->ar.compute_ns += hr_time_ns() - s->ar.mark;
     if (rc) {
         /* the all-reduce's own message says which peer failed */
         const char *why = s->ar.err.msg[0] ? s->ar.err.msg : e.msg;
         return hc_bad(s, m->seq, rc, "forward pass failed: %s", why);
     }
-    s->evals++;
-    s->tokens += f->n_tokens;
+    if (w <= 0) { /* once per pass */
+        s->evals++;
+        s->tokens += f->n_tokens;
+    }
     return 0;
 }
 
@@ -1204,7 +1240,7 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
             break;
         case HN_MSG_FORWARD:
             if (!s->planned) rc = hc_bad(s, m.seq, HR_EPROTO, "FORWARD before LOAD_PLAN");
-            else if (s->pp && (from_prev || s->index == 1)) rc = hc_pp_forward(s, &m);
+            else if (s->pp && (from_prev || !s->ring_prev_worker)) rc = hc_pp_forward(s, &m);
             else if (s->pp) rc = hc_bad(s, m.seq, HR_EPROTO, "FORWARD from the head to a pipeline stage after the first");
             else rc = hc_handle_forward(s, &m);
             break;
