@@ -1,6 +1,6 @@
 /* test-plan — the planner's cost model and solvers on synthetic profiles with known answers: the
    pipeline ILP against enumeration of every window set, the TP min-max shares against a brute-force
-   grid, clusters where one device, TP or PP must win, an impossible cluster, a single-device cost
+   grid, clusters where one device, TP, PP or a hybrid must win (and one where a hybrid must not), an impossible cluster, a single-device cost
    computed by hand, the profile's key/values round trip and the cgroup cpu.max parser; HALO's loss-aware
    placement of unit groups on the paper's own example, and the importance file's round trip. */
 #include "test.h"
@@ -144,6 +144,57 @@ static void test_winners(void) {
     CHECKF(strstr(ch.why, "shorter context") != NULL, "%s", ch.why);
 }
 
+/* ---- hybrid: where it must win, and where it must not ------------------------------------------------------ */
+static void test_hybrid(void) {
+    static hpl_choice ch;
+    /* two fast devices with a fast link between them, too small together for the model, and a slower
+       memory-rich device behind a 5 ms link; slow disks. Tensor parallelism over all three pays 2L round
+       trips of 5 ms, over the fast pair it streams from the disks; a pipeline runs the fast pair's layers
+       one device after the other; the hybrid runs them on both at once and the rest on device 2 */
+    hpl_cluster c = {.n = 3};
+    c.dev[0] = dev(10, 150 * MIB, 0.05);
+    c.dev[1] = dev(10, 150 * MIB, 0.05);
+    c.dev[2] = dev(5, 2000 * MIB, 0.05);
+    links(&c, 5.0, 0.1);
+    c.link[0][1] = c.link[1][0] = (hpl_link){0.02, 1.0, false};
+    hpl_model m = model(16, 30 * MIB, 50 * MIB, 1 * MIB);
+    int k = choose(&c, &m, &ch);
+    CHECKF(k == HPL_HYBRID, "fast pair, slow third: %s", ch.why);
+    const hpl_plan *p = &ch.cand[ch.chosen];
+    if (k == HPL_HYBRID) {
+        CHECKF(p->group == 2 && p->n == 3 && p->dev[1] == 1 && p->dev[2] == 2, "the group: %s", ch.why);
+        /* within every budget, and the group's shares split its layers evenly between equal devices */
+        for (int i = 0; i < p->n; i++)
+            CHECKF(p->dc[i].stream_bytes == 0 && p->dc[i].mem_bytes <= p->dc[i].budget, "device %d: %.0f MiB streamed",
+                   i, p->dc[i].stream_bytes / MIB);
+        CHECKF(fabs(p->share[0] - 0.5) < 0.05 && fabs(p->share[0] + p->share[1] - 1) < 1e-9, "shares %.3f,%.3f",
+               p->share[0], p->share[1]);
+        CHECK(p->dc[0].layers == p->dc[1].layers && p->dc[0].layers + p->dc[2].layers == 16);
+        /* the best pipeline is slower */
+        double pp = INFINITY;
+        for (int i = 0; i < ch.n; i++)
+            if (ch.cand[i].kind == HPL_PP && ch.cand[i].feasible) pp = HR_MIN(pp, ch.cand[i].ms_per_token);
+        CHECKF(p->ms_per_token < pp, "hybrid %.2f ms, pipeline %.2f ms", p->ms_per_token, pp);
+        /* the messages: two hand-offs per trip (to device 2 and back), and in the group a FORWARD per
+           window of the head and 4 per layer (PARTIAL and RESULT after each of its two blocks) */
+        hc_pp_plan pl;
+        CHECK(hc_pp_plan_make(16, p->window, 2, &pl, NULL) == 0 && pl.n_rounds == p->trips);
+        int nwin = 0;
+        for (int w = 0; w < pl.n_win[0]; w++) nwin += pl.win[0][w].end > pl.win[0][w].begin;
+        CHECKF(p->n_messages == 2 * p->trips + nwin + 4 * p->dc[0].layers, "%d messages, %d trips, %d windows",
+               p->n_messages, p->trips, nwin);
+    }
+    /* the same devices with a 5 ms link inside the pair: each layer's two all-reduces cost 10 ms, the
+       hybrid loses to the pipeline */
+    c.link[0][1] = c.link[1][0] = c.link[0][2];
+    k = choose(&c, &m, &ch);
+    CHECKF(k == HPL_PP, "slow links everywhere: %s", ch.why);
+    /* a hybrid plan's cost: a group that leaves no stage after it is refused */
+    hpl_plan h = {.kind = HPL_HYBRID, .n = 3, .group = 3, .dev = {0, 1, 2}, .share = {0.5, 0.5, 0}, .window = {8, 8}};
+    hr_err err = {0};
+    CHECK(hpl_cost(&c, &m, 100, &h, &err) == HR_EINVAL);
+}
+
 /* ---- a cost computed by hand ------------------------------------------------------------------------------- */
 static void test_single_cost(void) {
     hpl_cluster c = {.n = 1};
@@ -260,6 +311,7 @@ int main(void) {
     test_ilp_enumerate();
     test_minmax_brute();
     test_winners();
+    test_hybrid();
     test_single_cost();
     test_mmap_fallback();
     test_kv_roundtrip();

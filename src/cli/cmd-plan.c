@@ -31,13 +31,17 @@ static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
     json_object_set_new(o, "kind", json_string(hpl_kind_name(p->kind)));
     for (int i = 0; i < p->n; i++) json_array_append_new(devs, json_integer(p->dev[i]));
     json_object_set_new(o, "devices", devs);
-    if (p->kind == HPL_TP) {
+    /* hybrid: shares of the head's group (its first `group` devices), windows per stage */
+    const bool hy = p->kind == HPL_HYBRID;
+    if (hy) json_object_set_new(o, "group", json_integer(p->group));
+    if (p->kind == HPL_TP || hy) {
         json_t *a = json_array();
-        for (int i = 0; i < p->n; i++) json_array_append_new(a, json_real(p->share[i]));
+        for (int i = 0; i < (hy ? p->group : p->n); i++) json_array_append_new(a, json_real(p->share[i]));
         json_object_set_new(o, "shares", a);
-    } else if (p->kind == HPL_PP) {
+    }
+    if (p->kind == HPL_PP || hy) {
         json_t *a = json_array();
-        for (int i = 0; i < p->n; i++) json_array_append_new(a, json_integer(p->window[i]));
+        for (int i = 0; i < (hy ? p->n - p->group + 1 : p->n); i++) json_array_append_new(a, json_integer(p->window[i]));
         json_object_set_new(o, "windows", a);
         json_object_set_new(o, "trips", json_integer(p->trips));
     }
@@ -159,6 +163,7 @@ const cli_command cli_plan = {
     "Profiles this device (cached) and every worker (each measures itself; cached there), measures the\n"
     "links to the workers, then predicts, for every candidate plan — one device; tensor parallel over\n"
     "the head and each set of workers (shares by min-max); a piped-ring pipeline over them (windows\n"
-    "and trips by an ILP) — decode ms/token, prefill time and each device's memory, and names the\n"
-    "fastest. `hearth run --workers ...` without plan flags runs that plan. docs/planner.md.",
+    "and trips by an ILP); hybrid plans, whose first stage is the head and its workers of the fastest\n"
+    "links as a tensor-parallel group (the same ILP, the group as one device) — decode ms/token,\n"
+    "prefill time and each device's memory, and names the fastest. `hearth run --workers ...` without plan flags runs that plan. docs/planner.md.",
     .check = plan_check, .run = plan_run};

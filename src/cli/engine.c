@@ -89,6 +89,16 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
             h->pp = true;
             h->n_windows = p->n;
             memcpy(h->layer_windows, p->window, sizeof p->window[0] * (size_t)p->n);
+        } else if (p->kind == HPL_HYBRID) {
+            /* the workers are in the plan's order: the head's group first, then a stage each */
+            h->pp = true;
+            h->n_stages = p->n - p->group + 1;
+            h->stage_devs[0] = p->group;
+            for (int s = 1; s < h->n_stages; s++) h->stage_devs[s] = 1;
+            h->n_shares = p->group;
+            memcpy(h->shares, p->share, sizeof p->share[0] * (size_t)p->group);
+            h->n_windows = h->n_stages;
+            memcpy(h->layer_windows, p->window, sizeof p->window[0] * (size_t)h->n_stages);
         }
     }
     free(cl);

@@ -443,7 +443,8 @@ static int hc_pp_setup(hc_core *h, hr_err *err) {
             else len += (size_t)snprintf(buf + len, sizeof buf - len, "%d-%d", x->begin, x->end - 1);
         }
         if (st == 0 && h->group > 1) {
-            HR_LOGI("pp: stage 0 (head and workers 1-%d, tensor parallel): layers %s", h->group - 1, buf);
+            HR_LOGI("pp: stage 0 (the head and %d worker%s, tensor parallel): layers %s", h->group - 1,
+                    h->group > 2 ? "s" : "", buf);
             for (int d = 0; d < h->group; d++) {
                 const hc_share *s = &h->plan.dev[d];
                 HR_LOGI("pp: stage 0, device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)", d,

@@ -11,8 +11,8 @@
 #define HPL_DISK_UNKNOWN_GBPS 0.1   /* a device whose disk could not be measured: assume a slow one */
 
 const char *hpl_kind_name(int kind) {
-    static const char *names[] = {"single", "tp", "pp"};
-    return kind >= 0 && kind < 3 ? names[kind] : "?";
+    static const char *names[] = {"single", "tp", "pp", "hybrid"};
+    return kind >= 0 && kind < 4 ? names[kind] : "?";
 }
 
 /* ---- the model -------------------------------------------------------------------------------------- */
@@ -247,14 +247,67 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     return 0;
 }
 
+/* A hybrid plan's first stage: the head's group dev[0..g) runs the stage's L0 layers tensor parallel
+   (each member its share of them, as hpl_tp_dev; the slowest member sets the stage's time), and the
+   group's messages: a FORWARD to every member per non-empty window of the head, a star all-reduce after
+   every block (docs/planner.md, "Hybrid plans"). *t: compute, *tb: blocked on disk, *t_pf: prefill. */
+static bool hpl_group_cost(const hpl_cluster *c, const hpl_model *m, const hc_pp_plan *pl, int g, int n_prompt,
+                           hpl_plan *p, double *t, double *tb, double *t_pf, double *comm, double *comm_pf) {
+    hpl_model ms = *m;
+    ms.n_layer = 0;
+    int nwin = 0;
+    for (int w = 0; w < pl->n_win[0]; w++) {
+        ms.n_layer += pl->win[0][w].end - pl->win[0][w].begin;
+        nwin += pl->win[0][w].end > pl->win[0][w].begin;
+    }
+    if (ms.n_layer == 0) {
+        snprintf(p->why, sizeof p->why, "the head's group gets no layers");
+        return false;
+    }
+    hpl_plan pg = *p;
+    pg.n = g;
+    const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
+    const int per = HR_MIN(n_prompt, m->n_batch);
+    double rtt = 0, up = 0, up_pf = 0, worst = 0;
+    *t = *t_pf = 0;
+    for (int i = 0; i < g; i++) {
+        bool ok;
+        worst = HR_MAX(worst, hpl_tp_dev(c, &ms, &pg, i, p->share[i], &p->dc[i], &ok, p->why, sizeof p->why));
+        if (!ok) return false;
+        p->dc[i].window = p->window[0];
+        *t = HR_MAX(*t, p->dc[i].compute_ms);
+        *t_pf = HR_MAX(*t_pf, hpl_layers_ms(&c->dev[p->dev[i]], m, ms.n_layer, p->share[i], n_prompt));
+        if (i == 0) continue;
+        const hpl_link *l = hpl_link_of(c, 0, p->dev[i]);
+        double gbps = l->gbps > 0 ? l->gbps : 0.1;
+        rtt = HR_MAX(rtt, l->rtt_ms);   /* the latencies overlap, the bytes all pass the head's link */
+        up += B / (gbps * 1e6);
+        up_pf += B * per / (gbps * 1e6);
+    }
+    *tb = worst - *t;
+    *comm += nwin * (rtt / 2 + up) + 2.0 * ms.n_layer * (rtt + 2 * up);
+    *comm_pf += nwin * (rtt / 2 + up_pf) + 2.0 * ms.n_layer * (rtt + 2 * up_pf);
+    p->n_messages += (g - 1) * (nwin + 4 * ms.n_layer);
+    return true;
+}
+
+/* A piped ring (PP), or a hybrid plan: the same ring whose first stage is the head's group dev[0..g);
+   stage s > 0 runs on dev[g - 1 + s] (g = 1: every device a stage). */
 static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
+    const int g = p->kind == HPL_HYBRID ? p->group : 1, ns = p->n - g + 1;
+    if (g < 1 || ns < 2) {
+        snprintf(p->why, sizeof p->why, "a group of %d of the %d devices leaves no stage after it", g, p->n);
+        return 0;
+    }
     hc_pp_plan pl;
     hr_err e = {0};
-    if (hc_pp_plan_make(m->n_layer, p->window, p->n, &pl, &e)) {
+    if (hc_pp_plan_make(m->n_layer, p->window, ns, &pl, &e)) {
         snprintf(p->why, sizeof p->why, "windows: %.200s", e.msg);
         return 0;
     }
     p->trips = HR_MAX(1, pl.n_rounds);
+    int di[HPL_MAX_DEVICES];   /* stage -> index into p->dev */
+    for (int st = 0; st < ns; st++) di[st] = st ? g - 1 + st : 0;
     const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
     int nb = (n_prompt + m->n_batch - 1) / m->n_batch, per = HR_MIN(n_prompt, m->n_batch);
     /* the hand-offs of a pass: from the head round the ring, a window at a time, back to the head */
@@ -264,26 +317,36 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         int to = s < pl.n_steps ? pl.step_dev[s] : 0;
         if (to == at) continue;
         if (to < at && at != 0) { /* round the ring's end: back through the head */
-            comm += hpl_hop_ms(c, p->dev[at], 0, B);
-            comm_pf += hpl_hop_ms(c, p->dev[at], 0, B * per);
+            comm += hpl_hop_ms(c, p->dev[di[at]], 0, B);
+            comm_pf += hpl_hop_ms(c, p->dev[di[at]], 0, B * per);
             hops++;
             at = 0;
             if (to == 0) continue;
         }
-        comm += hpl_hop_ms(c, p->dev[at], p->dev[to], B);
-        comm_pf += hpl_hop_ms(c, p->dev[at], p->dev[to], B * per);
+        comm += hpl_hop_ms(c, p->dev[di[at]], p->dev[di[to]], B);
+        comm_pf += hpl_hop_ms(c, p->dev[di[at]], p->dev[di[to]], B * per);
         hops++;
         at = to;
     }
+    p->n_messages = hops;
     p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
-    double sum_c = 0, sum_pf = 0;
-    for (int i = 0; i < p->n; i++) {
+    double sum_c = 0, sum_pf = 0, blocked = 0, blocked_pf = 0;
+    if (g > 1) {
+        double t, tb, t_pf;
+        if (!hpl_group_cost(c, m, &pl, g, n_prompt, p, &t, &tb, &t_pf, &comm, &comm_pf)) return 0;
+        p->dc[0].compute_ms += p->head_extra_ms;
+        sum_c += t + p->head_extra_ms;
+        sum_pf += t_pf + p->head_extra_ms;
+        blocked += tb;
+    }
+    for (int st = g > 1 ? 1 : 0; st < ns; st++) {
+        const int i = di[st];
         hpl_dev_cost *dc = &p->dc[i];
         const hpl_device *d = &c->dev[p->dev[i]];
         memset(dc, 0, sizeof *dc);
         dc->dev = p->dev[i];
-        dc->window = p->window[i];
-        for (int w = 0; w < pl.n_win[i]; w++) dc->layers += pl.win[i][w].end - pl.win[i][w].begin;
+        dc->window = p->window[st];
+        for (int w = 0; w < pl.n_win[st]; w++) dc->layers += pl.win[st][w].end - pl.win[st][w].begin;
         if (!hpl_memory(d, m, dc->layers * m->layer_bytes, i == 0 ? m->out_bytes : 0, dc->layers * m->kv_bytes_per_layer,
                         m->block_max_bytes, dc, p->why, sizeof p->why))
             return 0;
@@ -293,14 +356,14 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         sum_pf += hpl_layers_ms(d, m, dc->layers, 1, n_prompt) + (i == 0 ? p->head_extra_ms : 0);
     }
     /* TPI-LLM Prop. 4 / prima.cpp: a device's loader reads while it computes and, up to the room it
-       has for each window, while the rest of the ring computes; what is left blocks */
-    double blocked = 0, blocked_pf = 0;
-    for (int i = 0; i < p->n; i++) {
-        hpl_dev_cost *dc = &p->dc[i];
+       has for each window, while the rest of the ring computes; what is left blocks (a group's members
+       stream as tensor-parallel devices do, counted above) */
+    for (int st = g > 1 ? 1 : 0; st < ns; st++) {
+        hpl_dev_cost *dc = &p->dc[di[st]];
         if (dc->stream_bytes <= 0) continue;
-        const hpl_device *d = &c->dev[p->dev[i]];
+        const hpl_device *d = &c->dev[p->dev[di[st]]];
         double idle = sum_c - dc->compute_ms + comm;
-        double room_ms = pl.n_win[i] * HR_MIN(2 * m->block_max_bytes, dc->stream_bytes) * hpl_disk_ms_per_byte(d);
+        double room_ms = pl.n_win[st] * HR_MIN(2 * m->block_max_bytes, dc->stream_bytes) * hpl_disk_ms_per_byte(d);
         double hidden = HR_MIN(idle, room_ms);
         dc->blocked_ms = hpl_blocked(dc, hidden);
         blocked += dc->blocked_ms;
@@ -310,7 +373,6 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     p->compute_ms = sum_c;
     p->comm_ms = comm;
     p->blocked_ms = blocked;
-    p->n_messages = hops;
     p->ms_per_token = sum_c + comm + blocked;
     p->prefill_ms = nb * (sum_pf + comm_pf + blocked_pf) - (nb - 1) * p->head_extra_ms;
     p->feasible = true;
@@ -332,6 +394,10 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
     case HPL_SINGLE: rc = p->n == 1 ? hpl_cost_single(c, m, n_prompt, p) : hr_fail(err, HR_EINVAL, "single: one device"); break;
     case HPL_TP: rc = p->n >= 2 ? hpl_cost_tp(c, m, n_prompt, p) : hr_fail(err, HR_EINVAL, "tp: two devices or more"); break;
     case HPL_PP: rc = p->n >= 2 ? hpl_cost_pp(c, m, n_prompt, p, err) : hr_fail(err, HR_EINVAL, "pp: two devices or more"); break;
+    case HPL_HYBRID:
+        rc = p->n >= 3 && p->group >= 2 && p->group < p->n ? hpl_cost_pp(c, m, n_prompt, p, err)
+           : hr_fail(err, HR_EINVAL, "hybrid: a group of two devices or more and a stage after it");
+        break;
     default: rc = hr_fail(err, HR_EINVAL, "plan kind %d", p->kind);
     }
     if (!p->feasible) p->ms_per_token = p->prefill_ms = INFINITY;
@@ -341,15 +407,19 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
 void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap) {
     size_t n = 0;
     if (p->kind == HPL_SINGLE) { snprintf(buf, cap, "single device (the head)"); return; }
+    const bool hy = p->kind == HPL_HYBRID;
     n += (size_t)snprintf(buf + n, cap - n, "%s over %d devices (", hpl_kind_name(p->kind), p->n);
-    for (int i = 0; i < p->n && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%d", i ? "," : "", p->dev[i]);
-    if (n < cap && p->kind == HPL_TP) {
+    for (int i = 0; i < p->n && n < cap; i++)  /* hybrid: the stages, "0+1,2,3" */
+        n += (size_t)snprintf(buf + n, cap - n, "%s%d", !i ? "" : hy && i < p->group ? "+" : ",", p->dev[i]);
+    if (n < cap && (p->kind == HPL_TP || hy)) {
         n += (size_t)snprintf(buf + n, cap - n, "), shares ");
-        for (int i = 0; i < p->n && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%.3f", i ? "," : "", p->share[i]);
-    } else if (n < cap) {
-        n += (size_t)snprintf(buf + n, cap - n, "), windows ");
-        for (int i = 0; i < p->n && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%d", i ? "," : "", p->window[i]);
+        for (int i = 0; i < (hy ? p->group : p->n) && n < cap; i++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%.3f", i ? "," : "", p->share[i]);
+    }
+    if (n < cap && p->kind != HPL_TP) {
+        n += (size_t)snprintf(buf + n, cap - n, "%swindows ", hy ? ", " : "), ");
+        for (int i = 0; i < (hy ? p->n - p->group + 1 : p->n) && n < cap; i++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%d", i ? "," : "", p->window[i]);
         if (n < cap) snprintf(buf + n, cap - n, ", %d trip%s", p->trips, p->trips == 1 ? "" : "s");
     }
 }

@@ -13,8 +13,9 @@
  *   latency model, TPI-LLM Prop. 4 for the streaming the prefetch hides, messages x RTT + bytes /
  *   throughput per link).
  * - Solvers: TP shares by HALO's min-max (minimise the slowest device's time, memory-aware); pipeline
- *   windows and trip count by a Halda-style ILP per trip count (GLPK). Hybrid plans are not candidates
- *   (no runtime for them yet).
+ *   windows and trip count by a Halda-style ILP per trip count (GLPK); hybrid plans (a pipeline whose
+ *   first stage is the head's tensor-parallel group) by the same ILP with the group as one virtual
+ *   device, and min-max shares inside the group.
  *
  * Library code: no printing to stdout; errors as negative HR_E* codes in an hr_err.
  * docs/planner.md explains the measurements, the formulas and the solvers.
@@ -146,8 +147,8 @@ typedef struct hpl_model {
 int hpl_model_from(const hm_model *m, const hm_ctx_params *cp, hpl_model *out, hr_err *err);
 
 /* ---- plans and their cost ----------------------------------------------------------------------------- */
-enum hpl_kind { HPL_SINGLE = 0, HPL_TP = 1, HPL_PP = 2 };
-const char *hpl_kind_name(int kind);   /* "single", "tp", "pp" */
+enum hpl_kind { HPL_SINGLE = 0, HPL_TP = 1, HPL_PP = 2, HPL_HYBRID = 3 };
+const char *hpl_kind_name(int kind);   /* "single", "tp", "pp", "hybrid" */
 
 typedef struct hpl_dev_cost {
     int    dev;              /* index in the cluster */
@@ -170,9 +171,11 @@ typedef struct hpl_plan {
     int    kind;                        /* enum hpl_kind */
     int    n;                           /* devices used */
     int    dev[HPL_MAX_DEVICES];        /* their cluster indices, the head (0) first */
-    double share[HPL_MAX_DEVICES];      /* TP */
-    int    window[HPL_MAX_DEVICES];     /* PP */
-    int    trips;                       /* PP: trips round the ring */
+    double share[HPL_MAX_DEVICES];      /* TP; hybrid: of the head's group, share[0..group) */
+    int    window[HPL_MAX_DEVICES];     /* PP; hybrid: one per stage, window[0..n - group + 1) */
+    int    trips;                       /* PP, hybrid: trips round the ring */
+    int    group;                       /* hybrid: dev[0..group) are the head's stage, a tensor-parallel
+                                           group (cluster/cluster.h, n_stages); every later device a stage */
     /* predictions */
     bool   feasible;
     char   why[256];                    /* when not feasible: what is missing */
@@ -206,6 +209,11 @@ int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, in
 double hpl_pp_objective(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, int trips);
 /* Every trip count; the best by hpl_cost. */
 int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err);
+/* Hybrid (p->kind HPL_HYBRID, p->dev, p->group set): for every trip count, the windows of the pipeline
+   ILP with the head's group as one virtual device (its members' speeds, budgets and disks summed, each
+   layer's two all-reduces inside the group added to its time per layer), then min-max shares inside
+   the group for its layers; the best by hpl_cost. Infeasible (why) when nothing fits. */
+int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err);
 
 #define HPL_MAX_CANDIDATES 128
 typedef struct hpl_choice {
@@ -214,8 +222,10 @@ typedef struct hpl_choice {
     int      chosen;                 /* index of the fastest feasible candidate; -1 when none is */
     char     why[512];               /* the deciding numbers, or what is missing */
 } hpl_choice;
-/* Every candidate (one device; TP and PP over the head plus each subset of the workers, or prefixes
-   of them by speed for many workers), costed; the fastest feasible one chosen. */
+/* Every candidate (one device; TP, PP and hybrid over the head plus each subset of the workers, or
+   prefixes of them by speed for many workers — hybrid: the head's group the head and the g-1 workers of
+   the subset with the fastest links to it, for every g that leaves a stage after it), costed; the
+   fastest feasible one chosen. */
 int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choice *out, hr_err *err);
 
 /* One line naming a plan: "tp over 3 devices, shares 0.40,0.30,0.30" */

@@ -217,7 +217,97 @@ int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_pla
     return 0;
 }
 
+/* ---- hybrid: the pipeline ILP with the head's group as one virtual device ------------------------------- */
+
+/* The cluster the ILP of hybrid plan p sees (pv: its plan over it): device 0 is the head's group
+   dev[0..g) as one device — per weight type the members' speeds summed (min-max shares make them finish
+   together), slowed by the two all-reduces inside the group that every layer costs; their budgets and
+   disks summed — and device s > 0 is stage s, dev[g - 1 + s], with its links. */
+static void hpl_group_cluster(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, hpl_cluster *v, hpl_plan *pv) {
+    const int g = p->group, ns = p->n - g + 1;
+    int map[HPL_MAX_DEVICES];
+    memset(v, 0, sizeof *v);
+    memset(pv, 0, sizeof *pv);
+    v->n = pv->n = ns;
+    pv->kind = HPL_PP;
+    for (int s = 0; s < ns; s++) {
+        map[s] = s ? p->dev[g - 1 + s] : 0;
+        pv->dev[s] = s;
+        v->dev[s] = c->dev[map[s]];
+    }
+    for (int a = 0; a < ns; a++)
+        for (int b = 0; b < ns; b++) v->link[a][b] = c->link[map[a]][map[b]];
+    hpl_device *d = &v->dev[0];
+    const double B = m->n_embd * 4.0 + 64;
+    double rtt = 0, up = 0, per_layer = 0;
+    d->budget = 0;
+    d->disk_gbps = 0;
+    d->n_types = m->n_types;
+    for (int t = 0; t < m->n_types; t++) d->ts[t] = (hpl_type_speed){.type = m->type[t]};
+    for (int i = 0; i < g; i++) {
+        const hpl_device *x = &c->dev[p->dev[i]];
+        for (int t = 0; t < m->n_types; t++) {
+            d->ts[t].matvec_gbps += hpl_speed(x, m->type[t], false);
+            d->ts[t].matmul_gbps += hpl_speed(x, m->type[t], true);
+        }
+        d->budget += x->budget;
+        d->disk_gbps += x->disk_gbps > 0 ? x->disk_gbps : 0.1;
+        if (i == 0) continue;
+        const hpl_link *l = &c->link[0][p->dev[i]];
+        rtt = HR_MAX(rtt, l->rtt_ms);
+        up += B / ((l->gbps > 0 ? l->gbps : 0.1) * 1e6);
+    }
+    for (int t = 0; t < m->n_types; t++) per_layer += m->layer_bytes_of[t] / (d->ts[t].matvec_gbps * 1e6);
+    const double f = per_layer > 0 ? per_layer / (per_layer + 2 * (rtt + 2 * up)) : 1;
+    for (int t = 0; t < m->n_types; t++) d->ts[t].matvec_gbps *= f;
+}
+
+int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
+    const int g = p->group, ns = p->n - g + 1;
+    if (p->kind != HPL_HYBRID || g < 2 || ns < 2) return hr_fail(err, HR_EINVAL, "hybrid: a group and a stage after it");
+    hpl_cluster *v = malloc(sizeof *v);
+    if (!v) return hr_fail(err, HR_ENOMEM, "out of memory");
+    hpl_plan pv, best = *p;
+    best.feasible = false;
+    char why[256] = "";
+    hpl_group_cluster(c, m, p, v, &pv);
+    int rc = 0, max_trips = HR_MIN(m->n_layer, HM_MAX_WINDOWS - 1);
+    for (int k = 1; k <= max_trips && !rc; k++) {
+        hpl_plan t = pv, h = *p;
+        hc_pp_plan pl;
+        hr_err e = {0};
+        if (hpl_solve_pp_trips(v, m, &t, k, NULL, &e) || hc_pp_plan_make(m->n_layer, t.window, ns, &pl, &e)) {
+            if (!why[0]) snprintf(why, sizeof why, "%.250s", e.msg);
+            continue;
+        }
+        memcpy(h.window, t.window, sizeof h.window[0] * (size_t)ns);
+        /* the group's shares: min-max over the layers of its stage */
+        hpl_model ms = *m;
+        ms.n_layer = 0;
+        for (int w = 0; w < pl.n_win[0]; w++) ms.n_layer += pl.win[0][w].end - pl.win[0][w].begin;
+        hpl_plan tg = *p;
+        tg.kind = HPL_TP;
+        tg.n = g;
+        if (ms.n_layer == 0 || hpl_solve_tp(c, &ms, &tg, &e))
+            for (int i = 0; i < g; i++) tg.share[i] = 1.0 / g;
+        memcpy(h.share, tg.share, sizeof h.share[0] * (size_t)g);
+        if ((rc = hpl_cost(c, m, n_prompt, &h, err))) break;
+        if (!h.feasible && !why[0]) snprintf(why, sizeof why, "%s", h.why);
+        if (h.feasible && (!best.feasible || h.ms_per_token < best.ms_per_token)) best = h;
+    }
+    free(v);
+    if (rc) return rc;
+    *p = best;
+    if (!best.feasible) {
+        snprintf(p->why, sizeof p->why, "%s", why[0] ? why : "no window set fits");
+        p->ms_per_token = p->prefill_ms = INFINITY;
+    }
+    return 0;
+}
+
 /* ---- all candidates --------------------------------------------------------------------------------------- */
+
+#define HPL_MAX_GROUP 4   /* devices in the head's group of a hybrid candidate */
 
 static int hpl_add_candidates(const hpl_cluster *c, const hpl_model *m, int n_prompt, const int *sub, int ns,
                               hpl_choice *out, hr_err *err) {
@@ -239,6 +329,31 @@ static int hpl_add_candidates(const hpl_cluster *c, const hpl_model *m, int n_pr
                 snprintf(p->why, sizeof p->why, "%.250s", e.msg);
             } else if (hpl_cost(c, m, n_prompt, p, err)) return err->code;
         } else if (hpl_solve_pp(c, m, n_prompt, p, err)) return err->code;
+        out->n++;
+    }
+    /* hybrid: the head's group is the head and the g-1 workers with the fastest links to it (an
+       all-reduce's cost), at most HPL_MAX_GROUP devices; the others, in their order, a stage each */
+    int order[HPL_MAX_DEVICES];
+    const double B = m->n_embd * 4.0;
+    for (int i = 0; i < ns; i++) order[i] = sub[i];
+    for (int i = 0; i < ns; i++)
+        for (int j = i + 1; j < ns; j++) {
+            const hpl_link *a = &c->link[0][order[i]], *b = &c->link[0][order[j]];
+            if (b->rtt_ms + 2 * B / (HR_MAX(b->gbps, 0.1) * 1e6) < a->rtt_ms + 2 * B / (HR_MAX(a->gbps, 0.1) * 1e6)) {
+                int t = order[i]; order[i] = order[j]; order[j] = t;
+            }
+        }
+    for (int g = 2; g <= ns && g <= HPL_MAX_GROUP && out->n < HPL_MAX_CANDIDATES; g++) {
+        hpl_plan *p = &out->cand[out->n];
+        memset(p, 0, sizeof *p);
+        p->kind = HPL_HYBRID;
+        p->n = ns + 1;
+        p->group = g;
+        bool in[HPL_MAX_DEVICES] = {0};
+        for (int i = 0; i < g - 1; i++) in[p->dev[1 + i] = order[i]] = true;
+        for (int i = 0, k = g; i < ns; i++)
+            if (!in[sub[i]]) p->dev[k++] = sub[i];
+        if (hpl_solve_hybrid(c, m, n_prompt, p, err)) return err->code;
         out->n++;
     }
     return 0;
