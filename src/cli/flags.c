@@ -462,7 +462,8 @@ static const cli_flag flags[] = {
     {CLI_PLAN, "--workers", "H:P,...|auto", F_FN, 0, 0, 0, fn_workers,
      "the `hearth worker`s the plan may use (auto: those found on the LAN)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
-     "tensor parallel with these shares, head first (equal; auto: measured\nmatvec speed); with --stages: of the head's group"},
+     "tensor parallel with these shares, head first (equal; auto: measured\n"
+     "matvec speed); with --stages: of the groups' devices"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--lossy", NULL, F_FN, 0, 0, 0, fn_lossy,
      "tensor parallel, star all-reduce: the workers' partial sums of each decoding\n"
@@ -478,10 +479,11 @@ static const cli_flag flags[] = {
      "default: one round, layers split evenly); with --stages one per stage"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--stages", "D+D,D,...", F_FN, 0, 0, 0, fn_stages,
      "a hybrid plan (implies --pp): the pipeline's stages as groups of devices,\n"
-     "0 the head and i the i-th worker, every device once in ring order (0+1,2,3:\n"
+     "0 the head and i the i-th worker, every device once in ring order (0+1,2+3:\n"
      "the head and worker 1 run the first stage's layers tensor parallel, each\n"
-     "its --tp-shares weight of every layer; workers 2 and 3 one stage each).\n"
-     "Only the head's stage may be a group so far (docs/pipeline.md)"},
+     "its --tp-shares weight of every layer, workers 2 and 3 the second stage's;\n"
+     "--tp-shares then has one weight per device of a group, --layer-windows one\n"
+     "size per stage; docs/pipeline.md)"},
     {CLI_SERVE, "--pp-micro", "M", F_INT, AT(head.pp_micro), 1, HC_MAX_MICRO, NULL,
      "in a pipeline: each step's sequences go round the ring as up to M\n"
      "micro-batches, so that the stages compute at once (default 1: one pass;\n"

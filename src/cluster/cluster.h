@@ -1,8 +1,9 @@
 /*
  * cluster — the head and worker runtimes that run one model on several devices, by tensor
  * parallelism (every device computes every layer over its share of KV heads and FFN neurons; an
- * all-reduce sums the partial outputs after each block) or by a piped-ring pipeline (every device
- * computes whole layers, in windows dealt round the ring of devices). Prefix: hc_.
+ * all-reduce sums the partial outputs after each block), by a piped-ring pipeline (every device
+ * computes whole layers, in windows dealt round the ring of devices), or by both: a hybrid pipeline
+ * whose stages are groups that split their layers by units. Prefix: hc_.
  *
  * The head (device 0) is the process the user runs: it alone holds the GGUF, the tokenizer, the
  * embedding, the output head and the sampler, and computes a share too. Workers (`hearth worker`)
@@ -128,10 +129,10 @@ typedef struct hc_head_params {
     /* hybrid (with pp; docs/pipeline.md, "Hybrid plans"): the pipeline's stages are groups of
        consecutive devices, head first: stage s has stage_devs[s] devices. A group runs its stage's
        windows together by tensor parallelism — each device its share of every layer's units (n_shares
-       weights, one per member of the group; 0: equal) with a star all-reduce inside the group — and
-       layer_windows has one size per stage. Only the head's stage may be a group so far (the head and
-       workers 1..stage_devs[0]-1); every other stage is one worker of the ring. n_stages 0: one device
-       per stage (a plain pipeline). */
+       weights, one per device of a group, in device order; 0: equal) with a star all-reduce around
+       its first device, the leader (the head, or the worker that the previous stage hands the hidden
+       state to, which passes it to its members) — and layer_windows has one size per stage. n_stages
+       0: one device per stage (a plain pipeline). */
     int   n_stages;
     int   stage_devs[HC_MAX_DEVICES];
     /* tensor parallel, star: the lossy all-reduce (HALO; docs/lossy.md) — the workers' partials of

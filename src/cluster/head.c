@@ -23,6 +23,9 @@ struct hc_core {
     int        k;                          /* devices, the head included */
     int        group;                      /* --pp: devices of the head's stage, the head and workers 1..group-1
                                               (a hybrid plan's tensor-parallel group; 1: the head alone) */
+    int        n_stages;                   /* --pp: stages (a plain pipeline: one per device) */
+    uint8_t    stage[HC_MAX_DEVICES];      /* --pp: device -> its stage */
+    uint8_t    first[HC_MAX_DEVICES];      /* --pp: stage -> its first device (a group's leader) */
     char       names[HC_MAX_DEVICES][80];  /* "head", then the worker addresses as given */
     const char *name_ptr[HC_MAX_DEVICES];
     hn_conn   *conn[HC_MAX_DEVICES];       /* [1..k): the workers */
@@ -70,8 +73,11 @@ hc_head_params hc_head_default_params(void) {
     return p;
 }
 
-/* a pipeline's stage of device d: the head's group is stage 0, every later worker a stage of its own */
-static int hc_stage_of(const hc_core *h, int d) { return d < h->group ? 0 : d - h->group + 1; }
+/* a pipeline's stage of device d, and its size */
+static int hc_stage_of(const hc_core *h, int d) { return h->stage[d]; }
+static int hc_stage_size(const hc_core *h, int st) {
+    return (st + 1 < h->n_stages ? h->first[st + 1] : h->k) - h->first[st];
+}
 
 static int hc_dev_fail(hc_core *h, int d, int rc, const char *msg, hr_err *err) {
     h->failed = true;
@@ -188,7 +194,7 @@ static int hc_profile_all(hc_core *h, double *w, int n_threads, hr_err *err) {
     return 0;
 }
 
-typedef struct hc_kvbuf { hn_kv kv[HN_MAX_KV]; char val[HN_MAX_KV][80]; uint32_t n; } hc_kvbuf;
+typedef struct hc_kvbuf { hn_kv kv[HN_MAX_KV]; char val[HN_MAX_KV][HN_MAX_VALUE]; uint32_t n; } hc_kvbuf;
 static void hc_kv(hc_kvbuf *b, const char *k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void hc_kv(hc_kvbuf *b, const char *k, const char *fmt, ...) {
     HR_ASSERT(b->n < HN_MAX_KV);
@@ -220,9 +226,11 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     uint64_t *hv = NULL;
     bool *missing = NULL;
     uint8_t layers[HC_PP_MAX_LAYERS];
-    /* a member of the head's group in a hybrid plan: its share of the head's layers only */
-    const bool member = h->p.pp && d < h->group;
-    if (h->p.pp) hc_pp_layers(&h->pp, hc_stage_of(h, d), layers);
+    /* a hybrid plan's group: its leader (the head, or a worker that is a stage of the ring) and its
+       members, which run their shares of the stage's layers when the leader tells them to */
+    const int st = h->p.pp ? hc_stage_of(h, d) : 0, gs = h->p.pp ? hc_stage_size(h, st) : 1;
+    const bool member = h->p.pp && d != h->first[st], leader = h->p.pp && !member && gs > 1;
+    if (h->p.pp) hc_pp_layers(&h->pp, st, layers);
     if ((rc = hc_slices_make(m, sh, h->p.pp ? layers : NULL, false, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
     units = malloc((size_t)hp->n_layer * 2 * sizeof *units);
@@ -231,8 +239,8 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     if (!units || !hv || !missing) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
     int gqa = hp->n_head / hp->n_head_kv;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (member && !layers[il]) continue;
-        if (h->p.pp && !member) {
+        if (gs > 1 && !layers[il]) continue;
+        if (h->p.pp && gs == 1) {
             /* a pipeline stage: whole layers */
             if (layers[il]) units[nu++] = (hn_unit){(uint32_t)il, HN_UNIT_LAYER, 0, 1};
             continue;
@@ -251,12 +259,25 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     hc_kv(&kb, "timeout_ms", "%d", h->p.timeout_ms);
     hc_kv(&kb, "n_slices", "%d", ns);
     /* the ring (a ring all-reduce, or the pipeline's stages after the head's) starts after the head's
-       group; the group's members only all-reduce with the head */
-    hc_kv(&kb, "ring_prev_worker", "%d", !member && d > h->group);
-    hc_kv(&kb, "ring_next", "%s", !member && d + 1 < h->k ? h->names[d + 1] : "");
-    hc_kv(&kb, "ring_token", "%016llx", (unsigned long long)token);
+       group and links the stages' leaders; a member all-reduces with its leader only, over the
+       head's session connection or one its worker leader opens (that group's own token) */
+    const int nx = h->p.pp ? (st + 1 < h->n_stages ? h->first[st + 1] : 0) : (d + 1) % h->k;
+    hc_kv(&kb, "ring_prev_worker", "%d", member ? st > 0 : h->p.pp ? st > 1 : d > 1);
+    hc_kv(&kb, "ring_next", "%s", !member && nx ? h->names[nx] : "");
+    hc_kv(&kb, "ring_token", "%016llx", (unsigned long long)(member ? token ^ (uint64_t)st << 48 : token));
     hc_kv(&kb, "pp", "%d", h->p.pp && !member);
-    if (member) hc_kv(&kb, "tp_group", "%d", h->group);
+    if (member || leader) {
+        hc_kv(&kb, "tp_group", "%d", gs);
+        hc_kv(&kb, "group_index", "%d", d - h->first[st]);
+    }
+    if (leader) { /* the members it connects to, with the group's token */
+        char list[HN_MAX_VALUE] = "";
+        for (int i = d + 1; i < d + gs; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i > d + 1 ? "," : "", h->names[i]);
+        if (strlen(list) + 1 >= sizeof list) { rc = hr_fail(err, HR_ERANGE, "stage %d: its members' addresses are too long", st); goto done; }
+        hc_kv(&kb, "group_members", "%s", list);
+        hc_kv(&kb, "group_token", "%016llx", (unsigned long long)(token ^ (uint64_t)st << 48));
+    }
     if (h->p.lossy) {
         hc_kv(&kb, "lossy_port", "%u", (unsigned)hn_udp_port(h->ll[d].udp));
         hc_kv(&kb, "lossy_session", "%016llx", (unsigned long long)h->ar.session);
@@ -378,35 +399,49 @@ static int hc_tp_setup(hc_core *h, int n_threads, hr_err *err) {
     return 0;
 }
 
-/* hybrid: the stages (p->n_stages, p->stage_devs) -> h->group, the head's group's TP shares in h->plan */
+/* hybrid: the stages (p->n_stages, p->stage_devs) -> h->stage, h->first, h->group, and every group's TP
+   shares in h->plan (--tp-shares: one weight per device of a group, in device order) */
 static int hc_stages_setup(hc_core *h, hr_err *err) {
     const hc_head_params *p = &h->p;
     if (p->n_stages < 2 || p->n_stages > HC_MAX_DEVICES)
         return hr_fail(err, HR_EINVAL, "a hybrid plan needs at least two stages (%d given)", p->n_stages);
-    int sum = 0;
+    int sum = 0, in_groups = 0;
     for (int s = 0; s < p->n_stages; s++) {
-        if (p->stage_devs[s] < 1) return hr_fail(err, HR_EINVAL, "stage %d has no devices", s);
-        /* a group led by a worker would need the group's all-reduce between workers: not done yet */
-        if (s > 0 && p->stage_devs[s] > 1)
-            return hr_fail(err, HR_EUNSUPPORTED, "stage %d is a group of %d devices: only the head's stage (the "
-                           "first) may be a tensor-parallel group so far", s, p->stage_devs[s]);
+        if (p->stage_devs[s] < 1 || p->stage_devs[s] > h->k) return hr_fail(err, HR_EINVAL, "stage %d has no devices", s);
         sum += p->stage_devs[s];
+        in_groups += p->stage_devs[s] > 1 ? p->stage_devs[s] : 0;
     }
     if (sum != h->k)
         return hr_fail(err, HR_EINVAL, "the stages hold %d devices, the cluster has %d (the head and %d workers)", sum,
                        h->k, h->k - 1);
-    h->group = p->stage_devs[0];
     if (p->shares_auto) return hr_fail(err, HR_EINVAL, "--tp-shares auto is not for a hybrid plan: give the weights");
-    if (p->n_shares && p->n_shares != h->group)
-        return hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for the head's group of %d devices", p->n_shares,
-                       h->group);
-    if (p->n_shares && h->group == 1)
-        return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism: the head's stage is not a group");
-    if (p->allreduce != HC_ALLREDUCE_STAR)
-        return hr_fail(err, HR_EUNSUPPORTED, "the head's group of a hybrid plan all-reduces by star (not --allreduce ring)");
-    double w[HC_MAX_DEVICES];
-    for (int d = 0; d < h->group; d++) w[d] = p->n_shares ? p->shares[d] : 1;
-    return hc_plan_make(h->m, w, h->group, &h->plan, err);
+    if (p->n_shares && !in_groups)
+        return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism: no stage is a group");
+    if (p->n_shares && p->n_shares != in_groups)
+        return hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for the %d devices of the stages' groups",
+                       p->n_shares, in_groups);
+    if (in_groups && p->allreduce != HC_ALLREDUCE_STAR)
+        return hr_fail(err, HR_EUNSUPPORTED, "a hybrid plan's groups all-reduce by star (not --allreduce ring)");
+    h->n_stages = p->n_stages;
+    h->group = p->stage_devs[0];
+    h->plan.n_devices = h->k;
+    for (int s = 0, d = 0, wi = 0; s < p->n_stages; s++) {
+        const int n = p->stage_devs[s];
+        h->first[s] = (uint8_t)d;
+        for (int i = 0; i < n; i++) h->stage[d + i] = (uint8_t)s;
+        if (n > 1) {
+            double w[HC_MAX_DEVICES];
+            hc_plan gp;
+            for (int i = 0; i < n; i++) w[i] = p->n_shares ? p->shares[wi + i] : 1;
+            if (hc_plan_make(h->m, w, n, &gp, err)) return err ? err->code : HR_EINVAL;
+            h->plan.att_group = gp.att_group, h->plan.ff_group = gp.ff_group;
+            memcpy(&h->plan.dev[d], gp.dev, sizeof gp.dev[0] * (size_t)n);
+            memcpy(&h->plan.weight[d], gp.weight, sizeof gp.weight[0] * (size_t)n);
+            wi += n;
+        } else h->plan.dev[d] = (hc_share){0, h->m->hp.n_head_kv, 0, h->m->hp.n_ff};
+        d += n;
+    }
+    return 0;
 }
 
 /* pipeline: window sizes -> every stage's windows; every stage computes whole layers — one device, or
@@ -419,20 +454,28 @@ static int hc_pp_setup(hc_core *h, hr_err *err) {
         if (hc_stages_setup(h, err)) return err ? err->code : HR_EINVAL;
     } else if (p->n_shares || p->shares_auto)
         return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism, not --pp");
-    const int ns = h->k - h->group + 1; /* stages */
+    else {
+        h->n_stages = h->k;
+        h->plan.n_devices = h->k;
+        for (int d = 0; d < h->k; d++) {
+            h->stage[d] = h->first[d] = (uint8_t)d;
+            h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+        }
+    }
+    const int ns = h->n_stages;
     if (p->n_windows && p->n_windows != ns) {
         if (p->n_stages)
             return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d stages", p->n_windows, ns);
         return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d devices (the head and %d workers)",
                        p->n_windows, h->k, h->k - 1);
     }
-    if (h->group > 1 && p->n_windows && p->layer_windows[0] == 0)
-        return hr_fail(err, HR_EINVAL, "the head's group gets no layers (window size 0): leave the group out");
+    for (int st = 0; st < ns && p->n_windows; st++)
+        if (hc_stage_size(h, st) > 1 && p->layer_windows[st] == 0)
+            return hr_fail(err, HR_EINVAL, "%s group gets no layers (window size 0): leave the group out",
+                           st ? "a worker's" : "the head's");
     hr_err e = {0};
     if (hc_pp_plan_make(hp->n_layer, p->n_windows ? p->layer_windows : NULL, ns, &h->pp, &e))  /* its messages */
-        return hr_fail(err, e.code, "%s%s", h->group > 1 ? "stages: " : "", e.msg);            /* count stages */
-    h->plan.n_devices = h->k;
-    for (int d = h->group > 1 ? h->group : 0; d < h->k; d++) h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+        return hr_fail(err, e.code, "%s%s", p->n_stages ? "stages: " : "", e.msg);              /* count stages */
     for (int st = 0; st < ns; st++) {
         char buf[512];
         size_t len = 0;
@@ -442,17 +485,17 @@ static int hc_pp_setup(hc_core *h, hr_err *err) {
             if (x->begin == x->end) len += (size_t)snprintf(buf + len, sizeof buf - len, x->begin ? "output" : "embedding");
             else len += (size_t)snprintf(buf + len, sizeof buf - len, "%d-%d", x->begin, x->end - 1);
         }
-        if (st == 0 && h->group > 1) {
-            HR_LOGI("pp: stage 0 (the head and %d worker%s, tensor parallel): layers %s", h->group - 1,
-                    h->group > 2 ? "s" : "", buf);
-            for (int d = 0; d < h->group; d++) {
+        const int f = h->first[st], n = hc_stage_size(h, st);
+        if (!p->n_stages) HR_LOGI("pp: device %d (%s): layers %s", st, h->names[st], buf);
+        else if (n == 1) HR_LOGI("pp: stage %d, device %d (%s): layers %s", st, f, h->names[f], buf);
+        else {
+            HR_LOGI("pp: stage %d (devices %d-%d, tensor parallel): layers %s", st, f, f + n - 1, buf);
+            for (int d = f; d < f + n; d++) {
                 const hc_share *s = &h->plan.dev[d];
-                HR_LOGI("pp: stage 0, device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)", d,
+                HR_LOGI("pp: stage %d, device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)", st, d,
                         h->names[d], h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end);
             }
-        } else if (h->group > 1) HR_LOGI("pp: stage %d, device %d (%s): layers %s", st, st + h->group - 1,
-                                         h->names[st + h->group - 1], buf);
-        else HR_LOGI("pp: device %d (%s): layers %s", st, h->names[st], buf);
+        }
     }
     HR_LOGI("pp: %d windows per token, %d trip%s round the ring", h->pp.n_steps, h->pp.n_rounds,
             h->pp.n_rounds == 1 ? "" : "s");

@@ -100,31 +100,36 @@ static void hc_windows_scale(hc_head_params *p, int n, int sum, int kept) {
         if (p->layer_windows[d] > 0) p->layer_windows[d] = HR_MAX(1, (int)((double)p->layer_windows[d] * sum / kept + 0.5));
 }
 
-/* A hybrid plan without the devices that left: the head's group keeps the members that remain (with
-   their shares), every later stage its worker if it remains. A group reduced to the head makes a plain
-   pipeline; no stage after the group, tensor parallelism over it. */
+/* A hybrid plan without the devices that left: every group keeps the members that remain (with their
+   shares; a group reduced to one device is a plain stage), a stage none of whose devices remains is
+   dropped. Only the head's stage left: tensor parallelism over it; no group left: a plain pipeline. */
 static void hc_stages_without(const hc_head *H, hc_head_params *p) {
     const hc_head_params *o = &H->orig;
-    int g = 1, ns = 1, sum = o->n_windows ? o->layer_windows[0] : 0, kept = sum;
-    if (o->n_shares) p->shares[0] = o->shares[0];
-    if (o->n_windows) p->layer_windows[0] = o->layer_windows[0];
-    for (int i = 0; i < o->n_workers; i++) {
-        const bool member = i + 1 < o->stage_devs[0];
-        const int st = member ? 0 : i + 2 - o->stage_devs[0];
-        if (!member && o->n_windows) sum += o->layer_windows[st];
-        if (H->gone[i]) continue;
-        if (member && o->n_shares) p->shares[g] = o->shares[i + 1];
-        if (!member && o->n_windows) kept += (p->layer_windows[ns] = o->layer_windows[st]);
-        if (member) g++;
-        else ns++;
+    int ns = 0, sum = 0, kept = 0, nsh = 0, groups = 0;
+    for (int s = 0, d = 0, wi = 0; s < o->n_stages; s++) {
+        const int n = o->stage_devs[s];
+        int left = 0;
+        double w[HC_MAX_DEVICES];
+        for (int i = d; i < d + n; i++)
+            if (i == 0 || !H->gone[i - 1]) w[left++] = n > 1 && o->n_shares ? o->shares[wi + i - d] : 1;
+        if (o->n_windows) sum += o->layer_windows[s];
+        if (left > 0) {
+            if (o->n_windows) kept += (p->layer_windows[ns] = o->layer_windows[s]);
+            p->stage_devs[ns++] = left;
+        }
+        if (left > 1) {
+            groups++;
+            memcpy(p->shares + nsh, w, sizeof w[0] * (size_t)left);
+            nsh += left;
+        }
+        wi += n > 1 ? n : 0;
+        d += n;
     }
     p->n_stages = ns;
-    p->stage_devs[0] = g;
-    for (int st = 1; st < ns; st++) p->stage_devs[st] = 1;
-    p->n_shares = o->n_shares ? g : 0;
+    p->n_shares = o->n_shares ? nsh : 0;
     if (o->n_windows) hc_windows_scale(p, ns, sum, kept);
     if (ns == 1) p->pp = false, p->n_stages = p->n_windows = 0;
-    else if (g == 1) p->n_stages = p->n_shares = 0;
+    else if (!groups) p->n_stages = p->n_shares = 0;
 }
 
 /* The given plan without the devices that left: shares and windows of the others (windows scaled so
