@@ -3,7 +3,7 @@
 # - `hearth run --workers ...` without plan flags runs the planner's choice (one line names it and its
 #   prediction) and prints exactly the single-device greedy text, on stories260K and a synth model;
 # - `hearth plan --json` lists the devices, every link (worker <-> worker measured by a worker),
-#   candidates of every kind with predictions, and a chosen index;
+#   candidates of every kind (hybrid too) with predictions, and a chosen index;
 # - `hearth profile`: the second run reads the cache; another thread count measures again;
 # - usage errors: plan without -m.
 # Every process started here is killed on exit (trap). Env: HEARTH_BIN, HEARTH_SHARED.
@@ -29,7 +29,12 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 assert len(j["devices"]) == 3, j["devices"]
 kinds = [c["kind"] for c in j["candidates"]]
-assert kinds[0] == "single" and "tp" in kinds and "pp" in kinds, kinds
+assert kinds[0] == "single" and "tp" in kinds and "pp" in kinds and "hybrid" in kinds, kinds
+# a hybrid: the head's group (its first `group` devices, with their shares) and a window per stage
+for h in (c for c in j["candidates"] if c["kind"] == "hybrid"):
+    assert h["group"] == 2 and len(h["devices"]) == 3 and h["devices"][0] == 0, h
+    assert len(h["shares"]) == 2 and len(h["windows"]) == 2 and h["trips"] >= 1, h
+    assert "+" in h["plan"], h["plan"]
 c = j["candidates"][j["chosen"]]
 assert c["feasible"] and c["predicted_ms_per_token"] > 0 and c["predicted_prefill_ms"] > 0
 best = min(x["predicted_ms_per_token"] for x in j["candidates"] if x["feasible"])
