@@ -44,6 +44,11 @@ def cand_flags(c, addrs):
     w = ",".join(addrs[d] for d in c["devices"][1:])
     if c["kind"] == "tp":
         return ["--workers", w, "--tp-shares", ",".join(f"{x:.6f}" for x in c["shares"])]
+    if c["kind"] == "hybrid":  # the head's group first (its devices' shares), then a stage per device
+        g, n = c["group"], len(c["devices"])
+        stages = "+".join(str(i) for i in range(g)) + "".join(f",{i}" for i in range(g, n))
+        return ["--workers", w, "--stages", stages, "--tp-shares", ",".join(f"{x:.6f}" for x in c["shares"]),
+                "--layer-windows", ",".join(str(x) for x in c["windows"])]
     return ["--workers", w, "--pp", "--layer-windows", ",".join(str(x) for x in c["windows"])]
 
 
@@ -110,7 +115,7 @@ def main():
         res["plan"] = plan
         res["chosen"] = plan["chosen"]
         for i, c in enumerate(plan["candidates"]):
-            entry = {k: c.get(k) for k in ("kind", "plan", "devices", "shares", "windows", "trips", "feasible",
+            entry = {k: c.get(k) for k in ("kind", "plan", "devices", "group", "shares", "windows", "trips", "feasible",
                                            "predicted_ms_per_token", "predicted_prefill_ms")}
             res["candidates"].append(entry)
             if not c["feasible"]:
