@@ -1,8 +1,9 @@
 /* test-plan — the planner's cost model and solvers on synthetic profiles with known answers: the
    pipeline ILP against enumeration of every window set, the TP min-max shares against a brute-force
-   grid, clusters where one device, TP, PP or a hybrid must win (and one where a hybrid must not), an impossible cluster, a single-device cost
-   computed by hand, the profile's key/values round trip and the cgroup cpu.max parser; HALO's loss-aware
-   placement of unit groups on the paper's own example, and the importance file's round trip. */
+   grid, clusters where one device, TP, PP or a hybrid must win (and one where a hybrid must not), an
+   impossible cluster, a single-device cost computed by hand, the profile's key/values round trip and
+   the cgroup cpu.max parser; HALO's loss-aware placement of unit groups on the paper's own example,
+   and the importance file's round trip. */
 #include "test.h"
 
 #include "plan/plan.h"

@@ -165,5 +165,6 @@ const cli_command cli_plan = {
     "the head and each set of workers (shares by min-max); a piped-ring pipeline over them (windows\n"
     "and trips by an ILP); hybrid plans, whose first stage is the head and its workers of the fastest\n"
     "links as a tensor-parallel group (the same ILP, the group as one device) — decode ms/token,\n"
-    "prefill time and each device's memory, and names the fastest. `hearth run --workers ...` without plan flags runs that plan. docs/planner.md.",
+    "prefill time and each device's memory, and names the fastest. `hearth run --workers ...` without\n"
+    "plan flags runs that plan. docs/planner.md.",
     .check = plan_check, .run = plan_run};

@@ -247,7 +247,10 @@ static int fn_stages(cli_opts *o, const cli_flag *f, const char *v, char *why, s
         int devs = 0;
         for (;; p++) {
             char *end;
-            if (*p < '0' || *p > '9') { snprintf(why, cap, "stages of device numbers joined by +, separated by commas"); return -1; }
+            if (*p < '0' || *p > '9') {
+                snprintf(why, cap, "stages of device numbers joined by +, separated by commas");
+                return -1;
+            }
             long d = strtol(p, &end, 10);
             if (d != next) {
                 snprintf(why, cap, "device %ld where device %d comes next: every device once, in the ring's order "

@@ -274,7 +274,10 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
         char list[HN_MAX_VALUE] = "";
         for (int i = d + 1; i < d + gs; i++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i > d + 1 ? "," : "", h->names[i]);
-        if (strlen(list) + 1 >= sizeof list) { rc = hr_fail(err, HR_ERANGE, "stage %d: its members' addresses are too long", st); goto done; }
+        if (strlen(list) + 1 >= sizeof list) {
+            rc = hr_fail(err, HR_ERANGE, "stage %d: its members' addresses are too long", st);
+            goto done;
+        }
         hc_kv(&kb, "group_members", "%s", list);
         hc_kv(&kb, "group_token", "%016llx", (unsigned long long)(token ^ (uint64_t)st << 48));
     }
@@ -407,7 +410,8 @@ static int hc_stages_setup(hc_core *h, hr_err *err) {
         return hr_fail(err, HR_EINVAL, "a hybrid plan needs at least two stages (%d given)", p->n_stages);
     int sum = 0, in_groups = 0;
     for (int s = 0; s < p->n_stages; s++) {
-        if (p->stage_devs[s] < 1 || p->stage_devs[s] > h->k) return hr_fail(err, HR_EINVAL, "stage %d has no devices", s);
+        if (p->stage_devs[s] < 1 || p->stage_devs[s] > h->k)
+            return hr_fail(err, HR_EINVAL, "stage %d has %d devices", s, p->stage_devs[s]);
         sum += p->stage_devs[s];
         in_groups += p->stage_devs[s] > 1 ? p->stage_devs[s] : 0;
     }
@@ -445,7 +449,7 @@ static int hc_stages_setup(hc_core *h, hr_err *err) {
 }
 
 /* pipeline: window sizes -> every stage's windows; every stage computes whole layers — one device, or
-   (hybrid) the head's group, each of its devices a share of every one of them */
+   (hybrid) a group, each of its devices a share of every one of them */
 static int hc_pp_setup(hc_core *h, hr_err *err) {
     const hc_head_params *p = &h->p;
     const hm_hparams *hp = &h->m->hp;
@@ -620,7 +624,8 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     int32_t fwd_max = (int32_t)(HC_FORWARD_MAX_BYTES / ((size_t)hp->n_embd * 4 + 8)); /* + pos, seq */
     if (cp.n_batch <= 0) cp.n_batch = 512;
     cp.n_batch = HR_MIN(cp.n_batch, fwd_max);
-    h->ar = (hc_ar){.mode = p->allreduce, .k = p->pp ? h->group : h->k, .me = 0, .conn = h->conn, .rx = h->rx, .names = h->name_ptr,
+    h->ar = (hc_ar){.mode = p->allreduce, .k = p->pp ? h->group : h->k, .me = 0, .conn = h->conn, .rx = h->rx,
+                    .names = h->name_ptr,
                     .hook = &h->hook, .timeout_ms = h->p.timeout_ms, .lossy = p->lossy,
                     .lossy_deadline_ms = h->p.lossy_deadline_ms, .drop_seed = p->lossy_drop_seed,
                     .drop_ppm = p->lossy_drop_ppm, .dup = p->lossy_dup, .ll = h->ll, .n_layer = hp->n_layer};

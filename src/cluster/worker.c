@@ -310,7 +310,8 @@ static int hc_recv_idle(hc_session *s, hn_msg *m, bool *from_prev, hr_err *err) 
             return hr_fail(err, HR_ETIMEDOUT, "no message for %d ms while setting up", s->w->setup_ms);
         struct pollfd p[2] = {{.fd = hn_conn_fd(s->head), .events = POLLIN}};
         int np = 1;
-        if ((s->pp || s->stage_tp) && s->ring_prev_conn) p[np++] = (struct pollfd){.fd = hn_conn_fd(s->ring_prev_conn), .events = POLLIN};
+        if ((s->pp || s->stage_tp) && s->ring_prev_conn)  /* the previous stage, or a member's leader */
+            p[np++] = (struct pollfd){.fd = hn_conn_fd(s->ring_prev_conn), .events = POLLIN};
         /* what the head (or the previous stage) already sent comes first: a head that says BYE
            and reconnects at once must not be told it is busy with itself */
         int r = poll(p, (nfds_t)np, 0);
