@@ -190,6 +190,18 @@ static void test_hybrid(void) {
     c.link[0][1] = c.link[1][0] = c.link[0][2];
     k = choose(&c, &m, &ch);
     CHECKF(k == HPL_PP, "slow links everywhere: %s", ch.why);
+    /* the search with hybrids on the largest exhaustive case: 5 workers (every subset), 32 layers */
+    hpl_cluster c6 = {.n = 6};
+    for (int i = 0; i < 6; i++) c6.dev[i] = dev(4 + i, 300 * MIB, 0.1);
+    links(&c6, 1.0, 0.1);
+    hpl_model m32 = model(32, 30 * MIB, 50 * MIB, 1 * MIB);
+    int64_t t0 = hr_time_ns();
+    choose(&c6, &m32, &ch);
+    int nh = 0;
+    for (int i = 0; i < ch.n; i++) nh += ch.cand[i].kind == HPL_HYBRID;
+    printf("  hpl_choose, 6 devices, 32 layers: %d candidates (%d hybrid) in %.0f ms\n", ch.n, nh,
+           (hr_time_ns() - t0) * 1e-6);
+    CHECKF(nh == 48 && ch.n <= HPL_MAX_CANDIDATES, "%d candidates, %d hybrid", ch.n, nh);
     /* a hybrid plan's cost: a group that leaves no stage after it is refused */
     hpl_plan h = {.kind = HPL_HYBRID, .n = 3, .group = 3, .dev = {0, 1, 2}, .share = {0.5, 0.5, 0}, .window = {8, 8}};
     hr_err err = {0};
