@@ -27,7 +27,7 @@ static hpl_device dev(double gbps, double budget, double disk) {
 
 static void links(hpl_cluster *c, double rtt_ms, double gbps) {
     for (int a = 0; a < c->n; a++)
-        for (int b = 0; b < c->n; b++) c->link[a][b] = (hpl_link){a == b ? 0 : rtt_ms, gbps, false};
+        for (int b = 0; b < c->n; b++) c->link[a][b] = (hpl_link){.rtt_ms = a == b ? 0 : rtt_ms, .gbps = gbps};
 }
 
 /* a model of L layers of `layer` bytes of Q8_0, an output head of `out` bytes, KV `kv` bytes per layer */

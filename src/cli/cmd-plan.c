@@ -20,6 +20,7 @@ static json_t *plan_json_device(int i, const hpl_cluster *c) {
     if (i > 0) {
         json_object_set_new(o, "rtt_ms", json_real(c->link[0][i].rtt_ms));
         json_object_set_new(o, "link_gbps", json_real(c->link[0][i].gbps));
+        json_object_set_new(o, "loss", json_real(c->link[0][i].loss));
     }
     return o;
 }
@@ -101,6 +102,12 @@ static int plan_run(cli_opts *o) {
                 json_object_set_new(l, "rtt_ms", json_real(cl->link[a][b].rtt_ms));
                 json_object_set_new(l, "gbps", json_real(cl->link[a][b].gbps));
                 json_object_set_new(l, "estimated", json_boolean(cl->link[a][b].estimated));
+                /* datagram loss (docs/planner.md, "Loss"): pooled, a -> b, b -> a, and how many datagrams
+                   measured it (0: estimated from the links to the head) */
+                json_object_set_new(l, "loss", json_real(cl->link[a][b].loss));
+                json_object_set_new(l, "loss_ab", json_real(cl->link[a][b].loss_to));
+                json_object_set_new(l, "loss_ba", json_real(cl->link[a][b].loss_from));
+                json_object_set_new(l, "loss_samples", json_integer(cl->link[a][b].loss_samples));
                 json_array_append_new(links, l);
             }
         json_object_set_new(root, "links", links);
@@ -119,8 +126,9 @@ static int plan_run(cli_opts *o) {
             printf("links:\n");
             for (int a = 0; a < cl->n; a++)
                 for (int b = a + 1; b < cl->n; b++)
-                    printf("  %-2d <-> %-2d  rtt %7.3f ms  %7.3f GB/s%s\n", a, b, cl->link[a][b].rtt_ms, cl->link[a][b].gbps,
-                           cl->link[a][b].estimated ? "  (estimated)" : "");
+                    printf("  %-2d <-> %-2d  rtt %7.3f ms  %7.3f GB/s  loss %5.2f%%%s%s\n", a, b, cl->link[a][b].rtt_ms,
+                           cl->link[a][b].gbps, 100 * cl->link[a][b].loss, cl->link[a][b].estimated ? "  (estimated)" : "",
+                           !cl->link[a][b].estimated && !cl->link[a][b].loss_samples ? "  (loss estimated)" : "");
         }
         printf("candidates (decode ms/token; prefill of %d tokens):\n", np);
         printf("  %-3s %-58s %10s %11s %9s %9s %9s  %s\n", "#", "plan", "ms/token", "prefill ms", "compute", "network",

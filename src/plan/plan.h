@@ -29,6 +29,12 @@
 
 #define HPL_MAX_TYPES   10   /* weight types a profile holds speeds for */
 #define HPL_MAX_DEVICES 16   /* devices a plan considers (the head and up to 15 workers) */
+/* the loss probe's defaults (docs/planner.md, "Loss"): 400 datagrams each way resolve 1% (8 +- 3 lost)
+   in 0.1 s of sending plus a few RTTs of waiting per link; small datagrams, so that the probe itself
+   does not congest a slow link */
+#define HPL_LOSS_COUNT       400
+#define HPL_LOSS_INTERVAL_US 250
+#define HPL_LOSS_ELEMS       64
 
 /* ---- device profile -------------------------------------------------------------------------------- */
 typedef struct hpl_type_speed {
@@ -96,6 +102,10 @@ typedef struct hpl_link {
     double gbps;          /* throughput, 1e9 bytes/s */
     bool   estimated;     /* not measured (a worker <-> worker link a worker could not measure: from the two
                              devices' links to the head) */
+    double loss;          /* datagram loss rate, 0..1, both directions pooled (LOSS_PROBE; docs/planner.md, "Loss") */
+    double loss_to, loss_from; /* link[a][b]: of datagrams a -> b, and b -> a */
+    int    loss_samples;  /* datagrams that measured it (both directions); 0: not measured (worker <-> worker:
+                             estimated from the two devices' links to the head; or no probe) */
 } hpl_link;
 
 typedef struct hpl_cluster {
@@ -116,6 +126,10 @@ typedef struct hpl_cluster_params {
     bool serial;               /* the devices measure themselves one after another, not at once: for
                                   "devices" that share a machine's cores (tools/testbed) */
     const hn_key *key;         /* the cluster key (docs/security.md); NULL: plaintext */
+    int loss_count;            /* loss probe datagrams per head <-> worker link (default 400; 0: no probe) */
+    int loss_interval_us;      /* their pacing (default 250: 0.1 s a link) */
+    uint64_t loss_drop_seed;   /* test hook (HEARTH_LOSSY_DROP): the probes are dropped with this rate too */
+    uint32_t loss_drop_ppm;
 } hpl_cluster_params;
 hpl_cluster_params hpl_cluster_default_params(void);
 
