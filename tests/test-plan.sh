@@ -59,6 +59,14 @@ for l in j["links"]:
         assert l["loss_samples"] == 0 and 0.06 <= l["loss"] <= 0.14, l   # estimated from the head links
 for d in j["devices"][1:]:
     assert 0.06 <= d["loss"] <= 0.14, d
+# every TP candidate has its lossy twin (the same devices), which loses about 10% of the workers' elements
+tp = [c for c in j["candidates"] if c["kind"] == "tp"]
+assert len(tp) % 2 == 0 and all(c["lossy"] == (i % 2 == 1) for i, c in enumerate(tp)), [c["lossy"] for c in tp]
+for c in tp:
+    if c["lossy"] and c["feasible"]:
+        assert 0.06 <= c["lost_fraction"] <= 0.14 and c["elements_lost_per_allreduce"] > 0, c
+    elif c["feasible"]:
+        assert c["loss_ms"] > 0 and c["allreduce_loss_probability"] > 0.1, c
 PY
 then ok; else bad "plan with 10% injected loss: $(head -c 600 "$TMP/plan-loss.json") $(tail -2 "$TMP/plan-loss.err")"; fi
 # with a cluster key the probe datagrams are sealed (as the lossy transport's): the same measurement

@@ -33,6 +33,8 @@ static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
     for (int i = 0; i < p->n; i++) json_array_append_new(devs, json_integer(p->dev[i]));
     json_object_set_new(o, "devices", devs);
     if (p->kind == HPL_TP) {
+        /* the lossy all-reduce is TP with a flag, not a kind of its own: the same shares and runtime */
+        json_object_set_new(o, "lossy", json_boolean(p->lossy));
         json_t *a = json_array();
         for (int i = 0; i < p->n; i++) json_array_append_new(a, json_real(p->share[i]));
         json_object_set_new(o, "shares", a);
@@ -54,6 +56,14 @@ static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
     json_object_set_new(o, "network_ms", json_real(p->comm_ms));
     json_object_set_new(o, "blocked_ms", json_real(p->blocked_ms));
     json_object_set_new(o, "messages_per_token", json_integer(p->n_messages));
+    /* what loss costs (docs/planner.md, "Loss"): in network_ms already */
+    json_object_set_new(o, "loss_ms", json_real(p->loss_ms));
+    if (p->kind == HPL_TP) json_object_set_new(o, "allreduce_loss_probability", json_real(p->p_hit));
+    if (p->lossy) {
+        json_object_set_new(o, "deadline_ms", json_real(p->deadline_ms));
+        json_object_set_new(o, "elements_lost_per_allreduce", json_real(p->elements_lost));
+        json_object_set_new(o, "lost_fraction", json_real(p->lost_fraction));
+    }
     for (int i = 0; i < p->n && p->feasible; i++) {
         const hpl_dev_cost *d = &p->dc[i];
         json_t *m = json_object();
@@ -131,8 +141,8 @@ static int plan_run(cli_opts *o) {
                            !cl->link[a][b].estimated && !cl->link[a][b].loss_samples ? "  (loss estimated)" : "");
         }
         printf("candidates (decode ms/token; prefill of %d tokens):\n", np);
-        printf("  %-3s %-58s %10s %11s %9s %9s %9s  %s\n", "#", "plan", "ms/token", "prefill ms", "compute", "network",
-               "blocked", "per device: resident + streamed/token MiB");
+        printf("  %-3s %-58s %10s %11s %9s %9s %9s %9s  %s\n", "#", "plan", "ms/token", "prefill ms", "compute", "network",
+               "of: loss", "blocked", "per device: resident + streamed/token MiB");
         for (int i = 0; i < ch->n; i++) {
             const hpl_plan *p = &ch->cand[i];
             char desc[256];
@@ -141,8 +151,8 @@ static int plan_run(cli_opts *o) {
                 printf("%s %-3d %-58.58s does not fit: %s\n", i == ch->chosen ? "*" : " ", i, desc, p->why);
                 continue;
             }
-            printf("%s %-3d %-58.58s %10.2f %11.1f %9.2f %9.2f %9.2f  ", i == ch->chosen ? "*" : " ", i, desc,
-                   p->ms_per_token, p->prefill_ms, p->compute_ms, p->comm_ms, p->blocked_ms);
+            printf("%s %-3d %-58.58s %10.2f %11.1f %9.2f %9.2f %9.2f %9.2f  ", i == ch->chosen ? "*" : " ", i, desc,
+                   p->ms_per_token, p->prefill_ms, p->compute_ms, p->comm_ms, p->loss_ms, p->blocked_ms);
             for (int d = 0; d < p->n; d++)
                 printf("%s%d: %.0f+%.0f", d ? ", " : "", p->dc[d].dev, p->dc[d].resident_bytes / 1048576.0,
                        p->dc[d].stream_bytes / 1048576.0);

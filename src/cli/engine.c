@@ -100,6 +100,9 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
         hpl_plan_describe(p, desc, sizeof desc);
         HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
                 p->ms_per_token, cl->profile_ms);
+        if (p->lossy)
+            HR_LOGI("plan: lossy mode (--lossy: the all-reduces' partials as UDP datagrams, %.0f ms deadline), since the "
+                    "links lose datagrams: %s", p->deadline_ms, ch->why);
         const char *all[HC_MAX_DEVICES - 1];
         memcpy(all, h->workers, sizeof all);
         h->n_workers = p->n - 1;
@@ -107,6 +110,8 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
         h->pp = false;
         h->n_shares = h->n_windows = 0;
         h->shares_auto = false;
+        h->lossy = p->lossy; /* the lossy all-reduce (docs/lossy.md): star, UDP partials with a deadline */
+        if (p->lossy) h->allreduce = HC_ALLREDUCE_STAR;
         if (p->kind == HPL_TP) {
             h->n_shares = p->n;
             memcpy(h->shares, p->share, sizeof p->share[0] * (size_t)p->n);

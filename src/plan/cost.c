@@ -244,6 +244,7 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     double pf = layers_pf + p->head_extra_ms + nb * (fwd_pf + 2.0 * m->n_layer * ar_pf);
     p->prefill_ms = pf + HR_MAX(0, nb * stream - pf);
     p->feasible = true;
+    hpl_loss_tp(c, m, n_prompt, p); /* what lost packets cost (loss.c) */
     return 0;
 }
 
@@ -258,7 +259,7 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
     int nb = (n_prompt + m->n_batch - 1) / m->n_batch, per = HR_MIN(n_prompt, m->n_batch);
     /* the hand-offs of a pass: from the head round the ring, a window at a time, back to the head */
-    double comm = 0, comm_pf = 0;
+    double comm = 0, comm_pf = 0, loss = 0, loss_pf = 0;   /* loss: TCP's recoveries (loss.c) */
     int at = 0, hops = 0;
     for (int s = 0; s <= pl.n_steps; s++) {
         int to = s < pl.n_steps ? pl.step_dev[s] : 0;
@@ -266,12 +267,16 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         if (to < at && at != 0) { /* round the ring's end: back through the head */
             comm += hpl_hop_ms(c, p->dev[at], 0, B);
             comm_pf += hpl_hop_ms(c, p->dev[at], 0, B * per);
+            loss += hpl_tcp_recovery_ms(c, p->dev[at], 0, B);
+            loss_pf += hpl_tcp_recovery_ms(c, p->dev[at], 0, B * per);
             hops++;
             at = 0;
             if (to == 0) continue;
         }
         comm += hpl_hop_ms(c, p->dev[at], p->dev[to], B);
         comm_pf += hpl_hop_ms(c, p->dev[at], p->dev[to], B * per);
+        loss += hpl_tcp_recovery_ms(c, p->dev[at], p->dev[to], B);
+        loss_pf += hpl_tcp_recovery_ms(c, p->dev[at], p->dev[to], B * per);
         hops++;
         at = to;
     }
@@ -307,6 +312,9 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         double own_pf = hpl_layers_ms(d, m, dc->layers, 1, n_prompt);
         blocked_pf += HR_MAX(0, dc->stream_ms - own_pf - HR_MIN(sum_pf - own_pf + comm_pf, room_ms));
     }
+    comm += loss;
+    comm_pf += loss_pf;
+    p->loss_ms = loss;
     p->compute_ms = sum_c;
     p->comm_ms = comm;
     p->blocked_ms = blocked;
@@ -323,6 +331,7 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
     p->why[0] = 0;
     p->ms_per_token = p->prefill_ms = INFINITY;
     p->compute_ms = p->comm_ms = p->blocked_ms = p->head_extra_ms = 0;
+    p->loss_ms = p->p_hit = p->elements_lost = p->lost_fraction = 0;
     p->n_messages = 0;
     memset(p->dc, 0, sizeof p->dc);
     if (n_prompt < 1) n_prompt = 1;
@@ -334,6 +343,7 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
     case HPL_PP: rc = p->n >= 2 ? hpl_cost_pp(c, m, n_prompt, p, err) : hr_fail(err, HR_EINVAL, "pp: two devices or more"); break;
     default: rc = hr_fail(err, HR_EINVAL, "plan kind %d", p->kind);
     }
+    if (!rc && p->lossy && p->kind != HPL_TP) rc = hr_fail(err, HR_EINVAL, "the lossy all-reduce is tensor parallelism's");
     if (!p->feasible) p->ms_per_token = p->prefill_ms = INFINITY;
     return rc;
 }
@@ -341,7 +351,8 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
 void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap) {
     size_t n = 0;
     if (p->kind == HPL_SINGLE) { snprintf(buf, cap, "single device (the head)"); return; }
-    n += (size_t)snprintf(buf + n, cap - n, "%s over %d devices (", hpl_kind_name(p->kind), p->n);
+    n += (size_t)snprintf(buf + n, cap - n, "%s%s over %d devices (", hpl_kind_name(p->kind),
+                          p->lossy ? " (lossy)" : "", p->n);
     for (int i = 0; i < p->n && n < cap; i++)
         n += (size_t)snprintf(buf + n, cap - n, "%s%d", i ? "," : "", p->dev[i]);
     if (n < cap && p->kind == HPL_TP) {

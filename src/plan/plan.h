@@ -194,6 +194,15 @@ typedef struct hpl_plan {
     double compute_ms, comm_ms, blocked_ms, head_extra_ms;  /* its parts */
     double prefill_ms;                  /* for hpl_cost's n_prompt tokens */
     int    n_messages;                  /* per token, on the network */
+    /* lossy links (issue 28; docs/planner.md, "Loss"): lossy is TP with the lossy all-reduce (`--lossy`,
+       UDP partials with a deadline); the figures are per token and in comm_ms already */
+    bool   lossy;
+    double deadline_ms;                 /* lossy: the head's deadline (0: HPL_LOSSY_DEADLINE_MS) */
+    double loss_ms;                     /* expected time lost to loss: TCP's recoveries; lossy: layer 0's and the
+                                           hops' TCP recoveries, the way back's NACK round trips, deadline waits */
+    double p_hit;                       /* TP: probability that an all-reduce over TCP meets a lost segment */
+    double elements_lost;               /* lossy: expected elements lost per all-reduce (of (n-1) x n_embd) */
+    double lost_fraction;               /* lossy: elements_lost / ((n-1) x n_embd) */
     hpl_dev_cost dc[HPL_MAX_DEVICES];
 } hpl_plan;
 
@@ -226,11 +235,23 @@ typedef struct hpl_choice {
     int      n;
     hpl_plan cand[HPL_MAX_CANDIDATES];
     int      chosen;                 /* index of the fastest feasible candidate; -1 when none is */
-    char     why[512];               /* the deciding numbers, or what is missing */
+    char     why[768];               /* the deciding numbers, or what is missing */
 } hpl_choice;
 /* Every candidate (one device; TP and PP over the head plus each subset of the workers, or prefixes
    of them by speed for many workers), costed; the fastest feasible one chosen. */
 int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choice *out, hr_err *err);
+
+/* ---- loss (loss.c; docs/planner.md, "Loss") ------------------------------------------------------------- */
+#define HPL_LOSSY_DEADLINE_MS 10.0   /* the lossy all-reduce's default deadline (HALO's) */
+#define HPL_LOSSY_MARGIN      0.05   /* lossy TP is chosen only when this much faster than the best exact plan:
+                                        it costs quality */
+/* TCP's expected recovery time (ms) for one message of `bytes` sent a -> b at the link's loss: a lost
+   segment with later ones behind it is recovered in about an RTT (SACK / fast retransmit); a lost tail
+   waits for the tail-loss probe or the retransmission timeout (Linux: 200 ms at least) */
+double hpl_tcp_recovery_ms(const hpl_cluster *c, int a, int b, double bytes);
+/* Adds the expected cost of loss to a costed TP plan (reliable or lossy): p->loss_ms (in comm_ms and
+   ms_per_token; prompts' recoveries in prefill_ms), p_hit, elements_lost, lost_fraction */
+void hpl_loss_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p);
 
 /* One line naming a plan: "tp over 3 devices, shares 0.40,0.30,0.30" */
 void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap);
