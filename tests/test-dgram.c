@@ -45,7 +45,7 @@ static void test_round_trip(void) {
         {1, 0, 1, "one"}, {64, 0, 64, "small"}, {2048, 0, HN_DGRAM_MAX_ELEMS, "full"},
         {2048, 2046, 2, "tail"}, {HN_DGRAM_MAX_TOTAL, HN_DGRAM_MAX_TOTAL - 3, 3, "max-total"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        hn_dgram d = {.kind = HN_DGRAM_PARTIAL + (int)(c % 3), .flags = (uint16_t)(c & 1), .session = 0x0123456789abcdefULL + c,
+        hn_dgram d = {.kind = HN_DGRAM_PARTIAL + (int)(c % 4), .flags = (uint16_t)(c & 1), .session = 0x0123456789abcdefULL + c,
                       .seq = 77 + (uint32_t)c, .device = (uint16_t)(c + 1), .total = cases[c].total,
                       .offset = cases[c].offset, .n = cases[c].n, .data = v};
         uint8_t buf[HN_DGRAM_MAX_BYTES];

@@ -111,6 +111,7 @@ static int plan_run(cli_opts *o) {
                 json_object_set_new(l, "b", json_integer(b));
                 json_object_set_new(l, "rtt_ms", json_real(cl->link[a][b].rtt_ms));
                 json_object_set_new(l, "gbps", json_real(cl->link[a][b].gbps));
+                json_object_set_new(l, "gbps_measured", json_real(cl->link[a][b].gbps_measured));
                 json_object_set_new(l, "estimated", json_boolean(cl->link[a][b].estimated));
                 /* datagram loss (docs/planner.md, "Loss"): pooled, a -> b, b -> a, and how many datagrams
                    measured it (0: estimated from the links to the head) */

@@ -1,5 +1,6 @@
 /* cluster/probe: a link's RTT and throughput, measured over a session with a worker — by the planner
    (head <-> worker) and by a worker the planner asks (LINK_PROBE: worker <-> worker); see cluster.h */
+#define _GNU_SOURCE /* ppoll */
 #include "cluster-impl.h"
 
 #include <errno.h>
@@ -221,10 +222,11 @@ int hc_loss_probe_answer(hn_conn *head, const hn_loss_probe *rq, uint16_t device
             }
         }
         if (i == rq->count && (now >= end || echoed == sent)) break;
-        int64_t next = i < rq->count ? t0 + step * i : end;
+        /* sleep until the next send (or the end), or an echo: never spin, a device may have a quarter core */
+        int64_t next = i < rq->count ? t0 + step * i : end, wait = HR_MAX(0, HR_MIN(next - hr_time_ns(), 50000000));
         struct pollfd pf = {.fd = hn_udp_fd(u), .events = POLLIN};
-        int ms = (int)HR_MAX(0, HR_MIN((next - hr_time_ns()) / 1000000, 50));
-        if (ms > 0 || i == rq->count) poll(&pf, 1, HR_MAX(ms, 1));
+        struct timespec ts = {0, (long)wait};
+        ppoll(&pf, 1, &ts, NULL);
     }
     hn_udp_close(u);
     free(seen);

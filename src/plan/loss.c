@@ -64,7 +64,8 @@ void hpl_loss_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_pla
             got_all *= pow(1 - down, r);
             resend = HR_MAX(resend, r * HPL_DGRAM_BYTES / (g * 1e6));
             /* the datagrams' headers and the tail's copy, both ways, beyond TCP's bytes */
-            extra_bytes += 2 * (r * HN_DGRAM_HEADER + HPL_DGRAM_BYTES) / (g * 1e6);
+            double tail = m->n_embd - (r - 1) * HN_DGRAM_MAX_ELEMS;
+            extra_bytes += 2 * ((r + 1) * HN_DGRAM_HEADER + 4 * tail) / (g * 1e6);
             lost += up * m->n_embd;
         }
         double back = (1 - got_all) * (HPL_NACK_MS + rtt + resend);
@@ -76,4 +77,25 @@ void hpl_loss_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_pla
     }
     p->comm_ms += p->loss_ms;
     p->ms_per_token += p->loss_ms;
+}
+
+static bool hpl_loss_limited(const hpl_link *l) {
+    double p = l->loss, rtt = l->rtt_ms > 0 ? l->rtt_ms : 1;
+    if (!(p > 0)) return false;
+    double mathis = 1.22 * HPL_TCP_MSS / (rtt * 1e-3 * sqrt(p)) / 1e9;   /* GB/s */
+    return l->gbps_measured < 3 * mathis;
+}
+
+void hpl_links_unlimit(hpl_cluster *c) {
+    double best = 0;
+    for (int a = 0; a < c->n; a++)
+        for (int b = 0; b < c->n; b++) {
+            hpl_link *l = &c->link[a][b];
+            if (a == b) continue;
+            l->gbps_measured = l->gbps;
+            if (!l->estimated && !hpl_loss_limited(l)) best = HR_MAX(best, l->gbps);
+        }
+    for (int a = 0; a < c->n; a++)
+        for (int b = 0; b < c->n; b++)
+            if (a != b && hpl_loss_limited(&c->link[a][b])) c->link[a][b].gbps = HR_MAX(c->link[a][b].gbps, best);
 }

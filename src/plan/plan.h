@@ -106,6 +106,8 @@ typedef struct hpl_link {
     double loss_to, loss_from; /* link[a][b]: of datagrams a -> b, and b -> a */
     int    loss_samples;  /* datagrams that measured it (both directions); 0: not measured (worker <-> worker:
                              estimated from the two devices' links to the head; or no probe) */
+    double gbps_measured; /* what the throughput probe measured; gbps is more where that was TCP's loss-limited
+                             rate (hpl_links_unlimit) */
 } hpl_link;
 
 typedef struct hpl_cluster {
@@ -252,6 +254,13 @@ double hpl_tcp_recovery_ms(const hpl_cluster *c, int a, int b, double bytes);
 /* Adds the expected cost of loss to a costed TP plan (reliable or lossy): p->loss_ms (in comm_ms and
    ms_per_token; prompts' recoveries in prefill_ms), p_hit, elements_lost, lost_fraction */
 void hpl_loss_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p);
+/* A bulk TCP transfer over a lossy link runs at TCP's loss-limited rate (Mathis et al.: about
+   1.22 MSS / (RTT sqrt(p))), not the link's: where the throughput probe measured less than 3 times that
+   bound, the link's gbps becomes the best measured among the links that were not so limited (a
+   household's links meet at one access point), since the all-reduce's and the pipeline's messages are
+   too small to be held to that rate and their losses are costed apart (hpl_tcp_recovery_ms). Keeps
+   every measured figure in gbps_measured. Called by hpl_cluster_profile. */
+void hpl_links_unlimit(hpl_cluster *c);
 
 /* One line naming a plan: "tp over 3 devices, shares 0.40,0.30,0.30" */
 void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap);
