@@ -21,15 +21,13 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from tp import PORT, SRC, Bed, sh  # noqa: E402
-from lossy import token_ms  # noqa: E402
+from lossy import N_DEV, start_workers, stop_workers, token_ms  # noqa: E402
 
-N_DEV = 8
 
 
 def log(msg):
@@ -71,15 +69,7 @@ def main():
                    "--set", f"subnet={args.subnet}")
             procs = []
             try:
-                for i in range(1, N_DEV):
-                    dev = f"d{i}"
-                    logf = open(os.path.join(work, f"worker-{dev}.log"), "a")
-                    argv = [bin_, "worker", "--listen", f"0.0.0.0:{PORT}", "--insecure", "--cache",
-                            os.path.join(work, f"cache-{dev}"), "-t", "1", "--setup-timeout", "600"]
-                    p = subprocess.Popen(bed.cmd(dev, argv), stdout=subprocess.PIPE, stderr=logf, text=True)
-                    procs.append((dev, p, logf))
-                    if "listening" not in p.stdout.readline():
-                        raise RuntimeError(f"worker on {dev} did not start")
+                start_workers(bed, bin_, work, procs)
                 addrs = [f"{bed.addr(f'd{i}')}:{PORT}" for i in range(1, N_DEV)]
                 base = [bin_, "-m", args.model, "-t", "1", "-c", "256"]
                 t0 = time.time()
@@ -128,13 +118,7 @@ def main():
                 res["runs"].append(run)
                 json.dump(res, open(os.path.join(args.out, "results.json"), "w"), indent=1)
             finally:
-                for dev, p, logf in procs:
-                    bed.kill(dev)
-                    try:
-                        p.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                    logf.close()
+                stop_workers(bed, procs)
     finally:
         bed.down()
     res["loadavg_end"] = os.getloadavg()
