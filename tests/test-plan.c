@@ -28,7 +28,7 @@ static hpl_device dev(double gbps, double budget, double disk) {
 
 static void links(hpl_cluster *c, double rtt_ms, double gbps) {
     for (int a = 0; a < c->n; a++)
-        for (int b = 0; b < c->n; b++) c->link[a][b] = (hpl_link){a == b ? 0 : rtt_ms, gbps, false};
+        for (int b = 0; b < c->n; b++) c->link[a][b] = (hpl_link){.rtt_ms = a == b ? 0 : rtt_ms, .gbps = gbps};
 }
 
 /* a model of L layers of `layer` bytes of Q8_0, an output head of `out` bytes, KV `kv` bytes per layer */
@@ -157,7 +157,7 @@ static void test_hybrid(void) {
     c.dev[1] = dev(10, 150 * MIB, 0.05);
     c.dev[2] = dev(5, 2000 * MIB, 0.05);
     links(&c, 5.0, 0.1);
-    c.link[0][1] = c.link[1][0] = (hpl_link){0.02, 1.0, false};
+    c.link[0][1] = c.link[1][0] = (hpl_link){.rtt_ms = 0.02, .gbps = 1.0};
     hpl_model m = model(16, 30 * MIB, 50 * MIB, 1 * MIB);
     int k = choose(&c, &m, &ch);
     CHECKF(k == HPL_HYBRID, "fast pair, slow third: %s", ch.why);
@@ -206,6 +206,86 @@ static void test_hybrid(void) {
     hpl_plan h = {.kind = HPL_HYBRID, .n = 3, .group = 3, .dev = {0, 1, 2}, .share = {0.5, 0.5, 0}, .window = {8, 8}};
     hr_err err = {0};
     CHECK(hpl_cost(&c, &m, 100, &h, &err) == HR_EINVAL);
+}
+
+/* ---- loss (docs/planner.md, "Loss") ---------------------------------------------------------------------------- */
+static void lossy_links(hpl_cluster *c, double p) {
+    for (int a = 0; a < c->n; a++)
+        for (int b = 0; b < c->n; b++)
+            if (a != b) c->link[a][b].loss = c->link[a][b].loss_to = c->link[a][b].loss_from = p;
+}
+
+/* the chosen candidate, and the fastest reliable TP candidate over all the devices */
+static const hpl_plan *find(const hpl_choice *ch, int kind, bool lossy, int n) {
+    for (int i = 0; i < ch->n; i++)
+        if (ch->cand[i].kind == kind && ch->cand[i].lossy == lossy && ch->cand[i].n == n) return &ch->cand[i];
+    return NULL;
+}
+
+static void test_loss(void) {
+    static hpl_choice ch;
+    /* a TCP recovery by hand: 8256 bytes = 6 segments at 1% loss, RTT 2 ms: five mid-message segments
+       recovered in an RTT, the tail after 0.35 x 200 ms (timeout) + 0.65 x 10 ms (tail-loss probe) */
+    hpl_cluster c = {.n = 8};
+    links(&c, 2.0, 0.0375);
+    CHECK(hpl_tcp_recovery_ms(&c, 0, 1, 8256) == 0);
+    lossy_links(&c, 0.01);
+    double want = 0.01 * (5 * 2.0 + 0.35 * 200 + 0.65 * 10);
+    CHECKF(fabs(hpl_tcp_recovery_ms(&c, 0, 1, 8256) - want) < 1e-9, "%.6f, not %.6f", hpl_tcp_recovery_ms(&c, 0, 1, 8256), want);
+
+    /* klonet8's shape: 8 equal devices of 1 GB/s, 300 Mbit/s links of 2 ms RTT, a 1B-shaped model (16
+       layers of 40 MiB, n_embd 2048) that fits each. Without loss TP's 8-way split wins over the
+       pipeline (which computes every layer on one device at a time), and the lossy all-reduce does not:
+       it loses elements for no time */
+    for (int i = 0; i < 8; i++) c.dev[i] = dev(1, 4000 * MIB, 1.0);
+    links(&c, 2.0, 0.0375);
+    hpl_model m = model(16, 40 * MIB, 100 * MIB, 0.5 * MIB);
+    int k = choose(&c, &m, &ch);
+    const hpl_plan *P = &ch.cand[ch.chosen];
+    CHECKF(k == HPL_TP && !P->lossy && P->n >= 4 && P->loss_ms == 0, "0%% loss: %s", ch.why);
+    const hpl_plan *lossy = find(&ch, HPL_TP, true, P->n);
+    CHECKF(lossy && lossy->feasible && lossy->ms_per_token >= P->ms_per_token && lossy->elements_lost == 0,
+           "the lossy twin at 0%%: %.2f ms", lossy ? lossy->ms_per_token : -1);
+
+    /* 5% loss: TCP's 2L all-reduces of 7 workers' 6-segment partials and sums meet a loss almost every
+       time; the lossy all-reduce pays only layer 0's and the way back's NACKs, and loses ~5% of the
+       workers' elements (with 7 workers 7 x 2048 x 0.05 = 717 per all-reduce) */
+    lossy_links(&c, 0.05);
+    k = choose(&c, &m, &ch);
+    P = &ch.cand[ch.chosen];
+    const hpl_plan *tcp = find(&ch, HPL_TP, false, P->n), *pp = find(&ch, HPL_PP, false, 8);
+    CHECKF(k == HPL_TP && P->lossy && P->n >= 4, "5%% loss: %s", ch.why);
+    CHECKF(tcp && tcp->p_hit > 0.8 && tcp->ms_per_token > 2 * P->ms_per_token, "TCP TP %.1f ms, lossy %.1f ms",
+           tcp ? tcp->ms_per_token : -1, P->ms_per_token);
+    CHECKF(pp && pp->ms_per_token > P->ms_per_token && pp->loss_ms > 0, "PP %.1f ms", pp ? pp->ms_per_token : -1);
+    CHECKF(fabs(P->elements_lost - 0.05 * (P->n - 1) * 2048) < 1 && fabs(P->lost_fraction - 0.05) < 1e-9,
+           "%.1f elements lost", P->elements_lost);
+    CHECKF(strstr(ch.why, "lossy") && strstr(ch.why, "loses") && strstr(ch.why, "5.0%"), "why: %s", ch.why);
+
+    /* the throughput probe over a lossy link: klonet8 at 5% measured 35 MB/s on one link and 6.5 on
+       another (TCP's loss-limited rate, Mathis: 1.22 x 1448 / (2 ms x sqrt(0.05)) = 4 MB/s); the limited
+       one is costed at the other's rate, a link without loss keeps its figure */
+    {
+        hpl_cluster u = {.n = 3};
+        links(&u, 2.0, 0.0352);
+        lossy_links(&u, 0.05);
+        u.link[0][2].gbps = u.link[2][0].gbps = 0.0065;
+        u.link[1][2].loss = u.link[2][1].loss = 0;
+        u.link[1][2].gbps = u.link[2][1].gbps = 0.001;   /* slow but not lossy: its own figure */
+        hpl_links_unlimit(&u);
+        CHECKF(u.link[0][2].gbps == 0.0352 && u.link[0][2].gbps_measured == 0.0065 && u.link[0][1].gbps == 0.0352,
+               "%.4f %.4f", u.link[0][2].gbps, u.link[0][1].gbps);
+        CHECK(u.link[1][2].gbps == 0.001);
+    }
+
+    /* a pipeline: fast devices whose budgets cannot hold the model alone, 5 ms links losing 5%: TP pays
+       2L round trips even without retransmissions, a pipeline 8 hops */
+    for (int i = 0; i < 8; i++) c.dev[i] = dev(10, 200 * MIB, 0.05);
+    links(&c, 5.0, 0.0375);
+    lossy_links(&c, 0.05);
+    k = choose(&c, &m, &ch);
+    CHECKF(k == HPL_PP && ch.cand[ch.chosen].loss_ms > 0, "slow links, 5%%: %s", ch.why);
+
 }
 
 /* ---- a cost computed by hand ------------------------------------------------------------------------------- */
@@ -325,6 +405,7 @@ int main(void) {
     test_minmax_brute();
     test_winners();
     test_hybrid();
+    test_loss();
     test_single_cost();
     test_mmap_fallback();
     test_kv_roundtrip();

@@ -30,6 +30,29 @@ int cli_engine_open(cli_engine *e, const cli_opts *o, bool vocab, hr_err *err) {
     return 0;
 }
 
+/* The lossy all-reduce's test hook: HEARTH_LOSSY_DROP=SEED:RATE[:DUP] makes every device drop its
+   outgoing datagrams with probability RATE (0..1) in a pattern fixed by SEED, and with DUP 1 send
+   each of the others twice (docs/lossy.md); the planner's loss probe drops its datagrams the same way
+   (docs/planner.md, "Loss"); not in --help. Unset: all zero. */
+static int cli_lossy_drop_env(uint64_t *seed_out, uint32_t *ppm, bool *dup_out, hr_err *err) {
+    *seed_out = 0;
+    *ppm = 0;
+    *dup_out = false;
+    const char *v = getenv("HEARTH_LOSSY_DROP");
+    if (!v || !*v) return 0;
+    char *end;
+    unsigned long long seed = strtoull(v, &end, 10);
+    double rate = *end == ':' ? strtod(end + 1, &end) : -1;
+    long dup = 0;
+    if (*end == ':') dup = strtol(end + 1, &end, 10);
+    if (*end || !(rate >= 0 && rate <= 1) || dup < 0 || dup > 1)
+        return hr_fail(err, HR_EINVAL, "HEARTH_LOSSY_DROP: expected SEED:RATE[:DUP] (RATE 0..1, DUP 0 or 1)");
+    *dup_out = dup == 1;
+    *seed_out = seed;
+    *ppm = (uint32_t)(rate * 1e6 + 0.5);
+    return 0;
+}
+
 int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, int n_prompt, hpl_cluster *cl,
                     hpl_choice *ch, hr_err *err) {
     hpl_model pm;
@@ -41,6 +64,8 @@ int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *c
     p.self.no_cache = o->no_cache;
     p.serial = o->profile_serial;
     p.key = o->head.key;
+    bool dup;
+    if (cli_lossy_drop_env(&p.loss_drop_seed, &p.loss_drop_ppm, &dup, err)) return err->code;
     if (hpl_cluster_profile(o->head.workers, o->head.n_workers, &p, cl, err)) return err->code;
     return hpl_choose(cl, &pm, n_prompt, ch, err);
 }
@@ -75,6 +100,9 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
         hpl_plan_describe(p, desc, sizeof desc);
         HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
                 p->ms_per_token, cl->profile_ms);
+        if (p->lossy)
+            HR_LOGI("plan: lossy mode (--lossy: the all-reduces' partials as UDP datagrams, %.0f ms deadline), since the "
+                    "links lose datagrams: %s", p->deadline_ms, ch->why);
         const char *all[HC_MAX_DEVICES - 1];
         memcpy(all, h->workers, sizeof all);
         h->n_workers = p->n - 1;
@@ -82,6 +110,8 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
         h->pp = false;
         h->n_shares = h->n_windows = h->n_stages = 0;
         h->shares_auto = false;
+        h->lossy = p->lossy; /* the lossy all-reduce (docs/lossy.md): star, UDP partials with a deadline */
+        if (p->lossy) h->allreduce = HC_ALLREDUCE_STAR;
         if (p->kind == HPL_TP) {
             h->n_shares = p->n;
             memcpy(h->shares, p->share, sizeof p->share[0] * (size_t)p->n);
@@ -126,22 +156,11 @@ static int cli_engine_replan(void *user, hc_head_params *p, hr_err *err) {
     }
 }
 
-/* The lossy all-reduce's test hook: HEARTH_LOSSY_DROP=SEED:RATE[:DUP] makes every device drop its
-   outgoing datagrams with probability RATE (0..1) in a pattern fixed by SEED, and with DUP 1 send
-   each of the others twice (docs/lossy.md); not in --help. */
+/* The lossy all-reduce's test hook: the head's share of it (the workers get it in LOAD_PLAN) */
 static int cli_lossy_drop(hc_head_params *hp, hr_err *err) {
-    const char *v = getenv("HEARTH_LOSSY_DROP");
-    if (!v || !*v) return 0;
-    char *end;
-    unsigned long long seed = strtoull(v, &end, 10);
-    double rate = *end == ':' ? strtod(end + 1, &end) : -1;
-    long dup = 0;
-    if (*end == ':') dup = strtol(end + 1, &end, 10);
-    if (*end || !(rate >= 0 && rate <= 1) || dup < 0 || dup > 1)
-        return hr_fail(err, HR_EINVAL, "HEARTH_LOSSY_DROP: expected SEED:RATE[:DUP] (RATE 0..1, DUP 0 or 1)");
-    hp->lossy_dup = dup == 1;
-    hp->lossy_drop_seed = seed;
-    hp->lossy_drop_ppm = (uint32_t)(rate * 1e6 + 0.5);
+    bool dup;
+    if (cli_lossy_drop_env(&hp->lossy_drop_seed, &hp->lossy_drop_ppm, &dup, err)) return err->code;
+    hp->lossy_dup = dup;
     return 0;
 }
 

@@ -90,6 +90,24 @@ int  hc_probe_expect(hc_probe_conn *pc, int want, hn_msg *m, int timeout_ms, hr_
 int  hc_probe_link(hc_probe_conn *pc, int n_pings, uint32_t bytes, int timeout_ms, double *rtt_ms, double *gbps,
                    hr_err *err);
 void hc_probe_close(hc_probe_conn *pc, bool bye);   /* BYE when asked; frees everything */
+/* Datagram loss (LOSS_PROBE): the worker sends `count` probe datagrams to a UDP socket of ours, paced
+   interval_us apart, and we echo each; from what arrived each way: up (worker -> head), down (head ->
+   worker) and the pooled loss (lost / tried, both directions). drop_*: the test hook, on both sides. */
+typedef struct hc_loss_params {
+    uint32_t count, interval_us, elems, wait_ms;
+    uint64_t drop_seed;
+    uint32_t drop_ppm;
+} hc_loss_params;
+typedef struct hc_loss_result {
+    uint32_t count, received, echoed;   /* sent by the worker (asked), arrived here, echoes that arrived there */
+    uint32_t foreign, duplicate;        /* datagrams here that were not this probe's, or seen already */
+    double   up, down, loss;            /* fractions */
+} hc_loss_result;
+int  hc_probe_loss(hc_probe_conn *pc, const hc_loss_params *lp, int timeout_ms, hc_loss_result *out, hr_err *err);
+/* The worker's side of LOSS_PROBE over its head connection: sends the burst (sealed when the session is),
+   only to the head's address, counts the echoes; the answer's key/values in kv (vals holds their text). */
+int  hc_loss_probe_answer(hn_conn *head, const hn_loss_probe *rq, uint16_t device, hn_kv *kv, char vals[3][24],
+                          uint32_t *n_kv, hr_err *err);
 
 /* ---- head ------------------------------------------------------------------------------------------ */
 enum hc_allreduce { HC_ALLREDUCE_STAR = 0, HC_ALLREDUCE_RING = 1 };

@@ -438,6 +438,22 @@ static int hc_handle_probe(hc_session *s, const hn_msg *req) {
     return rc ? e.code : 0;
 }
 
+/* LOSS_PROBE: the planner measures this link's datagram loss (docs/planner.md, "Loss"): a burst of
+   probe datagrams to the head's own address (bounded by the decoder), the echoes counted */
+static int hc_handle_loss_probe(hc_session *s, const hn_msg *req) {
+    hn_msg r = {.type = HN_MSG_PROFILE, .seq = req->seq};
+    char vals[3][24];
+    hr_err e = {0};
+    if (hc_loss_probe_answer(s->head, &req->u.loss_probe, 1, r.u.profile.kv, vals, &r.u.profile.n_kv, &e))
+        return hc_bad(s, req->seq, e.code, "LOSS_PROBE: %s", e.msg);
+    e = (hr_err){0};
+    if (hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) {
+        HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
+        return e.code;
+    }
+    return 0;
+}
+
 /* LINK_PROBE: the planner asks this worker to measure its link to another worker (which must answer
    as a hearth worker before any data is sent; the sizes are bounded by the decoder: at most
    HN_MAX_PINGS small messages and one PROBE of HN_MAX_PROBE bytes per request) */
@@ -1308,6 +1324,9 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
             break;
         case HN_MSG_LINK_PROBE:
             rc = s->planned ? hc_bad(s, m.seq, HR_EPROTO, "LINK_PROBE after LOAD_PLAN") : hc_handle_link_probe(s, &m);
+            break;
+        case HN_MSG_LOSS_PROBE:
+            rc = s->planned ? hc_bad(s, m.seq, HR_EPROTO, "LOSS_PROBE after LOAD_PLAN") : hc_handle_loss_probe(s, &m);
             break;
         case HN_MSG_LOAD_PLAN:
             rc = s->planned ? hc_bad(s, m.seq, HR_EUNSUPPORTED, "a second LOAD_PLAN in one session") : hc_handle_load(s, &m);

@@ -244,6 +244,7 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     double pf = layers_pf + p->head_extra_ms + nb * (fwd_pf + 2.0 * m->n_layer * ar_pf);
     p->prefill_ms = pf + HR_MAX(0, nb * stream - pf);
     p->feasible = true;
+    hpl_loss_tp(c, m, n_prompt, p); /* what lost packets cost (loss.c) */
     return 0;
 }
 
@@ -252,7 +253,8 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
    group's messages: a FORWARD to every member per non-empty window of the head, a star all-reduce after
    every block (docs/planner.md, "Hybrid plans"). *t: compute, *tb: blocked on disk, *t_pf: prefill. */
 static bool hpl_group_cost(const hpl_cluster *c, const hpl_model *m, const hc_pp_plan *pl, int g, int n_prompt,
-                           hpl_plan *p, double *t, double *tb, double *t_pf, double *comm, double *comm_pf) {
+                           hpl_plan *p, double *t, double *tb, double *t_pf, double *comm, double *comm_pf,
+                           double *loss, double *loss_pf) {
     hpl_model ms = *m;
     ms.n_layer = 0;
     int nwin = 0;
@@ -283,6 +285,12 @@ static bool hpl_group_cost(const hpl_cluster *c, const hpl_model *m, const hc_pp
         rtt = HR_MAX(rtt, l->rtt_ms);   /* the latencies overlap, the bytes all pass the head's link */
         up += B / (gbps * 1e6);
         up_pf += B * per / (gbps * 1e6);
+        /* TCP's recoveries of lost segments (loss.c): the member's FORWARDs and its two all-reduces a layer */
+        const int d = p->dev[i];
+        *loss += nwin * hpl_tcp_recovery_ms(c, 0, d, B) +
+                 2.0 * ms.n_layer * (hpl_tcp_recovery_ms(c, d, 0, B) + hpl_tcp_recovery_ms(c, 0, d, B));
+        *loss_pf += nwin * hpl_tcp_recovery_ms(c, 0, d, B * per) +
+                    2.0 * ms.n_layer * (hpl_tcp_recovery_ms(c, d, 0, B * per) + hpl_tcp_recovery_ms(c, 0, d, B * per));
     }
     *tb = worst - *t;
     *comm += nwin * (rtt / 2 + up) + 2.0 * ms.n_layer * (rtt + 2 * up);
@@ -311,7 +319,7 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
     int nb = (n_prompt + m->n_batch - 1) / m->n_batch, per = HR_MIN(n_prompt, m->n_batch);
     /* the hand-offs of a pass: from the head round the ring, a window at a time, back to the head */
-    double comm = 0, comm_pf = 0;
+    double comm = 0, comm_pf = 0, loss = 0, loss_pf = 0;   /* loss: TCP's recoveries (loss.c) */
     int at = 0, hops = 0;
     for (int s = 0; s <= pl.n_steps; s++) {
         int to = s < pl.n_steps ? pl.step_dev[s] : 0;
@@ -319,12 +327,16 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         if (to < at && at != 0) { /* round the ring's end: back through the head */
             comm += hpl_hop_ms(c, p->dev[di[at]], 0, B);
             comm_pf += hpl_hop_ms(c, p->dev[di[at]], 0, B * per);
+            loss += hpl_tcp_recovery_ms(c, p->dev[di[at]], 0, B);
+            loss_pf += hpl_tcp_recovery_ms(c, p->dev[di[at]], 0, B * per);
             hops++;
             at = 0;
             if (to == 0) continue;
         }
         comm += hpl_hop_ms(c, p->dev[di[at]], p->dev[di[to]], B);
         comm_pf += hpl_hop_ms(c, p->dev[di[at]], p->dev[di[to]], B * per);
+        loss += hpl_tcp_recovery_ms(c, p->dev[di[at]], p->dev[di[to]], B);
+        loss_pf += hpl_tcp_recovery_ms(c, p->dev[di[at]], p->dev[di[to]], B * per);
         hops++;
         at = to;
     }
@@ -333,7 +345,7 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     double sum_c = 0, sum_pf = 0, blocked = 0, blocked_pf = 0;
     if (g > 1) {
         double t, tb, t_pf;
-        if (!hpl_group_cost(c, m, &pl, g, n_prompt, p, &t, &tb, &t_pf, &comm, &comm_pf)) return 0;
+        if (!hpl_group_cost(c, m, &pl, g, n_prompt, p, &t, &tb, &t_pf, &comm, &comm_pf, &loss, &loss_pf)) return 0;
         p->dc[0].compute_ms += p->head_extra_ms;
         sum_c += t + p->head_extra_ms;
         sum_pf += t_pf + p->head_extra_ms;
@@ -370,6 +382,9 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         double own_pf = hpl_layers_ms(d, m, dc->layers, 1, n_prompt);
         blocked_pf += HR_MAX(0, dc->stream_ms - own_pf - HR_MIN(sum_pf - own_pf + comm_pf, room_ms));
     }
+    comm += loss;
+    comm_pf += loss_pf;
+    p->loss_ms = loss;
     p->compute_ms = sum_c;
     p->comm_ms = comm;
     p->blocked_ms = blocked;
@@ -385,6 +400,7 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
     p->why[0] = 0;
     p->ms_per_token = p->prefill_ms = INFINITY;
     p->compute_ms = p->comm_ms = p->blocked_ms = p->head_extra_ms = 0;
+    p->loss_ms = p->p_hit = p->elements_lost = p->lost_fraction = 0;
     p->n_messages = 0;
     memset(p->dc, 0, sizeof p->dc);
     if (n_prompt < 1) n_prompt = 1;
@@ -400,6 +416,7 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
         break;
     default: rc = hr_fail(err, HR_EINVAL, "plan kind %d", p->kind);
     }
+    if (!rc && p->lossy && p->kind != HPL_TP) rc = hr_fail(err, HR_EINVAL, "the lossy all-reduce is tensor parallelism's");
     if (!p->feasible) p->ms_per_token = p->prefill_ms = INFINITY;
     return rc;
 }
@@ -408,7 +425,8 @@ void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap) {
     size_t n = 0;
     if (p->kind == HPL_SINGLE) { snprintf(buf, cap, "single device (the head)"); return; }
     const bool hy = p->kind == HPL_HYBRID;
-    n += (size_t)snprintf(buf + n, cap - n, "%s over %d devices (", hpl_kind_name(p->kind), p->n);
+    n += (size_t)snprintf(buf + n, cap - n, "%s%s over %d devices (", hpl_kind_name(p->kind),
+                          p->lossy ? " (lossy)" : "", p->n);
     for (int i = 0; i < p->n && n < cap; i++)  /* hybrid: the stages, "0+1,2,3" */
         n += (size_t)snprintf(buf + n, cap - n, "%s%d", !i ? "" : hy && i < p->group ? "+" : ",", p->dev[i]);
     if (n < cap && (p->kind == HPL_TP || hy)) {

@@ -30,6 +30,12 @@
 
 #define HPL_MAX_TYPES   10   /* weight types a profile holds speeds for */
 #define HPL_MAX_DEVICES 16   /* devices a plan considers (the head and up to 15 workers) */
+/* the loss probe's defaults (docs/planner.md, "Loss"): 400 datagrams each way resolve 1% (8 +- 3 lost)
+   in 0.1 s of sending plus a few RTTs of waiting per link; small datagrams, so that the probe itself
+   does not congest a slow link */
+#define HPL_LOSS_COUNT       400
+#define HPL_LOSS_INTERVAL_US 250
+#define HPL_LOSS_ELEMS       64
 
 /* ---- device profile -------------------------------------------------------------------------------- */
 typedef struct hpl_type_speed {
@@ -97,6 +103,12 @@ typedef struct hpl_link {
     double gbps;          /* throughput, 1e9 bytes/s */
     bool   estimated;     /* not measured (a worker <-> worker link a worker could not measure: from the two
                              devices' links to the head) */
+    double loss;          /* datagram loss rate, 0..1, both directions pooled (LOSS_PROBE; docs/planner.md, "Loss") */
+    double loss_to, loss_from; /* link[a][b]: of datagrams a -> b, and b -> a */
+    int    loss_samples;  /* datagrams that measured it (both directions); 0: not measured (worker <-> worker:
+                             estimated from the two devices' links to the head; or no probe) */
+    double gbps_measured; /* what the throughput probe measured; gbps is more where that was TCP's loss-limited
+                             rate (hpl_links_unlimit) */
 } hpl_link;
 
 typedef struct hpl_cluster {
@@ -117,6 +129,10 @@ typedef struct hpl_cluster_params {
     bool serial;               /* the devices measure themselves one after another, not at once: for
                                   "devices" that share a machine's cores (tools/testbed) */
     const hn_key *key;         /* the cluster key (docs/security.md); NULL: plaintext */
+    int loss_count;            /* loss probe datagrams per head <-> worker link (default 400; 0: no probe) */
+    int loss_interval_us;      /* their pacing (default 250: 0.1 s a link) */
+    uint64_t loss_drop_seed;   /* test hook (HEARTH_LOSSY_DROP): the probes are dropped with this rate too */
+    uint32_t loss_drop_ppm;
 } hpl_cluster_params;
 hpl_cluster_params hpl_cluster_default_params(void);
 
@@ -183,6 +199,15 @@ typedef struct hpl_plan {
     double compute_ms, comm_ms, blocked_ms, head_extra_ms;  /* its parts */
     double prefill_ms;                  /* for hpl_cost's n_prompt tokens */
     int    n_messages;                  /* per token, on the network */
+    /* lossy links (issue 28; docs/planner.md, "Loss"): lossy is TP with the lossy all-reduce (`--lossy`,
+       UDP partials with a deadline); the figures are per token and in comm_ms already */
+    bool   lossy;
+    double deadline_ms;                 /* lossy: the head's deadline (0: HPL_LOSSY_DEADLINE_MS) */
+    double loss_ms;                     /* expected time lost to loss: TCP's recoveries; lossy: layer 0's and the
+                                           hops' TCP recoveries, the way back's NACK round trips, deadline waits */
+    double p_hit;                       /* TP: probability that an all-reduce over TCP meets a lost segment */
+    double elements_lost;               /* lossy: expected elements lost per all-reduce (of (n-1) x n_embd) */
+    double lost_fraction;               /* lossy: elements_lost / ((n-1) x n_embd) */
     hpl_dev_cost dc[HPL_MAX_DEVICES];
 } hpl_plan;
 
@@ -215,18 +240,37 @@ int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_pla
    the group for its layers; the best by hpl_cost. Infeasible (why) when nothing fits. */
 int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err);
 
-#define HPL_MAX_CANDIDATES 128
+#define HPL_MAX_CANDIDATES 192
 typedef struct hpl_choice {
     int      n;
     hpl_plan cand[HPL_MAX_CANDIDATES];
     int      chosen;                 /* index of the fastest feasible candidate; -1 when none is */
-    char     why[512];               /* the deciding numbers, or what is missing */
+    char     why[768];               /* the deciding numbers, or what is missing */
 } hpl_choice;
 /* Every candidate (one device; TP, PP and hybrid over the head plus each subset of the workers, or
    prefixes of them by speed for many workers — hybrid: the head's group the head and the g-1 workers of
    the subset with the fastest links to it, for every g that leaves a stage after it), costed; the
    fastest feasible one chosen. */
 int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choice *out, hr_err *err);
+
+/* ---- loss (loss.c; docs/planner.md, "Loss") ------------------------------------------------------------- */
+#define HPL_LOSSY_DEADLINE_MS 10.0   /* the lossy all-reduce's default deadline (HALO's) */
+#define HPL_LOSSY_MARGIN      0.05   /* lossy TP is chosen only when this much faster than the best exact plan:
+                                        it costs quality */
+/* TCP's expected recovery time (ms) for one message of `bytes` sent a -> b at the link's loss: a lost
+   segment with later ones behind it is recovered in about an RTT (SACK / fast retransmit); a lost tail
+   waits for the tail-loss probe or the retransmission timeout (Linux: 200 ms at least) */
+double hpl_tcp_recovery_ms(const hpl_cluster *c, int a, int b, double bytes);
+/* Adds the expected cost of loss to a costed TP plan (reliable or lossy): p->loss_ms (in comm_ms and
+   ms_per_token; prompts' recoveries in prefill_ms), p_hit, elements_lost, lost_fraction */
+void hpl_loss_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p);
+/* A bulk TCP transfer over a lossy link runs at TCP's loss-limited rate (Mathis et al.: about
+   1.22 MSS / (RTT sqrt(p))), not the link's: where the throughput probe measured less than 3 times that
+   bound, the link's gbps becomes the best measured among the links that were not so limited (a
+   household's links meet at one access point), since the all-reduce's and the pipeline's messages are
+   too small to be held to that rate and their losses are costed apart (hpl_tcp_recovery_ms). Keeps
+   every measured figure in gbps_measured. Called by hpl_cluster_profile. */
+void hpl_links_unlimit(hpl_cluster *c);
 
 /* One line naming a plan: "tp over 3 devices, shares 0.40,0.30,0.30" */
 void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap);

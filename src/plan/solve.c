@@ -309,6 +309,19 @@ int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl
 
 #define HPL_MAX_GROUP 4   /* devices in the head's group of a hybrid candidate */
 
+/* the lossy twin of the TP candidate just added (the same shares; loss.c costs what it waits for and
+   what it loses): a candidate beside it whatever the links' loss, so that `hearth plan` shows both */
+static int hpl_add_lossy(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choice *out, hr_err *err) {
+    if (out->n >= HPL_MAX_CANDIDATES) return 0;
+    hpl_plan *p = &out->cand[out->n];
+    *p = out->cand[out->n - 1];
+    p->lossy = true;
+    p->deadline_ms = HPL_LOSSY_DEADLINE_MS;
+    if (p->feasible && hpl_cost(c, m, n_prompt, p, err)) return err->code;
+    out->n++;
+    return 0;
+}
+
 static int hpl_add_candidates(const hpl_cluster *c, const hpl_model *m, int n_prompt, const int *sub, int ns,
                               hpl_choice *out, hr_err *err) {
     for (int kind = HPL_TP; kind <= HPL_PP; kind++) {
@@ -330,6 +343,7 @@ static int hpl_add_candidates(const hpl_cluster *c, const hpl_model *m, int n_pr
             } else if (hpl_cost(c, m, n_prompt, p, err)) return err->code;
         } else if (hpl_solve_pp(c, m, n_prompt, p, err)) return err->code;
         out->n++;
+        if (kind == HPL_TP && hpl_add_lossy(c, m, n_prompt, out, err)) return err->code;
     }
     /* hybrid: the head's group is the head and the g-1 workers with the fastest links to it (an
        all-reduce's cost), at most HPL_MAX_GROUP devices; the others, in their order, a stage each */
@@ -357,6 +371,39 @@ static int hpl_add_candidates(const hpl_cluster *c, const hpl_model *m, int n_pr
         out->n++;
     }
     return 0;
+}
+
+/* the fastest feasible candidate and the next; a lossy one (it loses elements) only when it is
+   HPL_LOSSY_MARGIN faster than the fastest exact one */
+static void hpl_rank(const hpl_choice *out, int *best, int *second) {
+    int exact = -1, lossy = -1;
+    for (int i = 0; i < out->n; i++) {
+        const hpl_plan *p = &out->cand[i];
+        int *slot = p->lossy ? &lossy : &exact;
+        if (p->feasible && (*slot < 0 || p->ms_per_token < out->cand[*slot].ms_per_token)) *slot = i;
+    }
+    bool take_lossy = lossy >= 0 && (exact < 0 || out->cand[lossy].ms_per_token < (1 - HPL_LOSSY_MARGIN) *
+                                                                                 out->cand[exact].ms_per_token);
+    *best = take_lossy ? lossy : exact;
+    *second = -1;
+    for (int i = 0; i < out->n; i++)
+        if (i != *best && out->cand[i].feasible &&
+            (*second < 0 || out->cand[i].ms_per_token < out->cand[*second].ms_per_token))
+            *second = i;
+}
+
+/* the loss part of a plan's "why" (closes the parenthesis): what loss costs it, and what it loses */
+static int hpl_why_loss(const hpl_plan *p, const hpl_model *m, char *buf, size_t cap) {
+    int n = 0;
+    if (p->lossy)
+        n = snprintf(buf, cap, ", of which loss %.2f; loses %.1f of %d elements per all-reduce, %.2f%%", p->loss_ms,
+                     p->elements_lost, (p->n - 1) * m->n_embd, 100 * p->lost_fraction);
+    else if (p->loss_ms > 0)
+        n = snprintf(buf, cap, ", of which TCP's recoveries of lost segments %.2f", p->loss_ms);
+    if (n >= 0 && (size_t)n < cap && p->kind == HPL_TP && !p->lossy && p->p_hit > 0)
+        n += snprintf(buf + n, cap - (size_t)n, "; %.0f%% of its all-reduces meet a loss", 100 * p->p_hit);
+    if (n >= 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, ")");
+    return n < 0 ? 0 : (int)HR_MIN((size_t)n, cap - 1);
 }
 
 static double hpl_dev_speed(const hpl_device *d) { return hpl_speed(d, 8 /* Q8_0 */, false); }
@@ -397,11 +444,7 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
         }
     }
     int best = -1, second = -1;
-    for (int i = 0; i < out->n; i++) {
-        if (!out->cand[i].feasible) continue;
-        if (best < 0 || out->cand[i].ms_per_token < out->cand[best].ms_per_token) { second = best; best = i; }
-        else if (second < 0 || out->cand[i].ms_per_token < out->cand[second].ms_per_token) second = i;
-    }
+    hpl_rank(out, &best, &second);
     out->chosen = best;
     if (best < 0) {
         double need = m->kv_bytes_per_layer * m->n_layer, have = 0;
@@ -417,12 +460,23 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
     char a[160], b[160];
     const hpl_plan *B = &out->cand[best];
     hpl_plan_describe(B, a, sizeof a);
-    int n = snprintf(out->why, sizeof out->why, "%s: %.2f ms/token (compute %.2f, network %.2f, blocked on disk %.2f)",
+    int n = snprintf(out->why, sizeof out->why, "%s: %.2f ms/token (compute %.2f, network %.2f, blocked on disk %.2f",
                      a, B->ms_per_token, B->compute_ms, B->comm_ms, B->blocked_ms);
+    n += hpl_why_loss(B, m, out->why + n, sizeof out->why - (size_t)n);
     if (second >= 0 && n > 0 && (size_t)n < sizeof out->why) {
-        hpl_plan_describe(&out->cand[second], b, sizeof b);
-        snprintf(out->why + n, sizeof out->why - (size_t)n, "; next best %s: %.2f ms/token (%+.0f%%)", b,
-                 out->cand[second].ms_per_token, 100.0 * (out->cand[second].ms_per_token / B->ms_per_token - 1));
+        const hpl_plan *S = &out->cand[second];
+        hpl_plan_describe(S, b, sizeof b);
+        n += snprintf(out->why + n, sizeof out->why - (size_t)n, "; next best %s: %.2f ms/token (%+.0f%%", b,
+                      S->ms_per_token, 100.0 * (S->ms_per_token / B->ms_per_token - 1));
+        if (n > 0 && (size_t)n < sizeof out->why) n += hpl_why_loss(S, m, out->why + n, sizeof out->why - (size_t)n);
+        if (S->lossy && !B->lossy && S->ms_per_token < B->ms_per_token && (size_t)n < sizeof out->why)
+            n += snprintf(out->why + n, sizeof out->why - (size_t)n, "; lossy TP is taken only when %.0f%% faster than "
+                          "the best exact plan", 100 * HPL_LOSSY_MARGIN);
     }
+    double worst = 0;
+    for (int a = 0; a < c->n; a++)
+        for (int b = 0; b < c->n; b++) worst = HR_MAX(worst, c->link[a][b].loss);
+    if (worst > 0 && n > 0 && (size_t)n < sizeof out->why)
+        snprintf(out->why + n, sizeof out->why - (size_t)n, "; links lose up to %.1f%% of datagrams", 100 * worst);
     return 0;
 }
