@@ -19,6 +19,7 @@ struct hc_core {
     const hm_model *m;
     hc_head_params p;
     hc_plan    plan;
+    hc_order   order;                      /* importance-aware placement (order[0] NULL: none) */
     hc_pp_plan pp;                         /* --pp: the windows */
     int        k;                          /* devices, the head included */
     char       names[HC_MAX_DEVICES][80];  /* "head", then the worker addresses as given */
@@ -67,6 +68,9 @@ hc_head_params hc_head_default_params(void) {
                         .lossy_deadline_ms = 10};
     return p;
 }
+
+/* the placement the shares' ranges index into, or NULL (contiguous) */
+static const hc_order *hc_core_order(const hc_core *h) { return h->order.order[0] ? &h->order : NULL; }
 
 static int hc_dev_fail(hc_core *h, int d, int rc, const char *msg, hr_err *err) {
     h->failed = true;
@@ -216,7 +220,7 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     bool *missing = NULL;
     uint8_t layers[HC_PP_MAX_LAYERS];
     if (h->p.pp) hc_pp_layers(&h->pp, d, layers);
-    if ((rc = hc_slices_make(m, sh, h->p.pp ? layers : NULL, false, &sl, &ns, err))) return rc;
+    if ((rc = hc_slices_make(m, sh, hc_core_order(h), h->p.pp ? layers : NULL, false, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
     units = malloc((size_t)hp->n_layer * 2 * sizeof *units);
     hv = malloc((size_t)ns * sizeof *hv);
@@ -246,6 +250,7 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     hc_kv(&kb, "ring_next", "%s", d + 1 < h->k ? h->names[d + 1] : "");
     hc_kv(&kb, "ring_token", "%016llx", (unsigned long long)token);
     hc_kv(&kb, "pp", "%d", h->p.pp);
+    if (sh->placement) hc_kv(&kb, "placement", "%016llx", (unsigned long long)sh->placement);
     if (h->p.lossy) {
         hc_kv(&kb, "lossy_port", "%u", (unsigned)hn_udp_port(h->ll[d].udp));
         hc_kv(&kb, "lossy_session", "%016llx", (unsigned long long)h->ar.session);
@@ -327,7 +332,8 @@ static uint64_t hc_total_slice_bytes(const hc_core *h) {
         int ns;
         uint8_t layers[HC_PP_MAX_LAYERS];
         if (h->p.pp) hc_pp_layers(&h->pp, d, layers);
-        if (hc_slices_make(h->m, &h->plan.dev[d], h->p.pp ? layers : NULL, false, &sl, &ns, NULL)) continue;
+        if (hc_slices_make(h->m, &h->plan.dev[d], hc_core_order(h), h->p.pp ? layers : NULL, false, &sl, &ns, NULL))
+            continue;
         for (int i = 0; i < ns; i++) t += sl[i].size;
         free(sl);
     }
@@ -335,6 +341,43 @@ static uint64_t hc_total_slice_bytes(const hc_core *h) {
 }
 
 /* ---- the two plans ---- */
+
+/* importance-aware placement: the caller orders every layer's groups (hc_place_fn); checked to be
+   permutations, hashed, and the hash marks every share (the slice files' key) */
+static int hc_place(hc_core *h, hr_err *err) {
+    const hm_hparams *hp = &h->m->hp;
+    hc_order *o = &h->order;
+    if (h->p.share_views) return hr_fail(err, HR_EINVAL, "a placement of unit groups needs the head's slice file");
+    o->n_layer = hp->n_layer;
+    o->n_groups[0] = hp->n_head_kv / h->plan.att_group;
+    o->n_groups[1] = hp->n_ff / h->plan.ff_group;
+    uint8_t *seen = NULL;
+    int rc = 0;
+    for (int b = 0; b < 2; b++)
+        if (!(o->order[b] = malloc((size_t)o->n_layer * (size_t)o->n_groups[b] * sizeof(int32_t))))
+            return hr_fail(err, HR_ENOMEM, "out of memory");
+    if ((rc = h->p.place(h->p.place_user, &h->plan, h->name_ptr, o, err))) return rc;
+    if (!(seen = malloc((size_t)HR_MAX(o->n_groups[0], o->n_groups[1])))) return hr_fail(err, HR_ENOMEM, "out of memory");
+    hr_hasher hs;
+    hr_hasher_init(&hs, 0x706c616365ULL);
+    for (int b = 0; b < 2 && !rc; b++)
+        for (int il = 0; il < o->n_layer && !rc; il++) {
+            const int32_t *v = o->order[b] + (size_t)il * o->n_groups[b];
+            memset(seen, 0, (size_t)o->n_groups[b]);
+            for (int32_t j = 0; j < o->n_groups[b] && !rc; j++) {
+                if (v[j] < 0 || v[j] >= o->n_groups[b] || seen[v[j]]++)
+                    rc = hr_fail(err, HR_EINVAL, "layer %d's placement of %s groups is not a permutation", il,
+                                 b ? "FFN" : "attention");
+            }
+            hr_hasher_update(&hs, v, (size_t)o->n_groups[b] * sizeof *v);
+        }
+    free(seen);
+    if (rc) return rc;
+    o->hash = hr_hasher_final(&hs) | 1;   /* never 0, which means no placement */
+    for (int d = 0; d < h->k; d++) h->plan.dev[d].placement = o->hash;
+    HR_LOGI("tp: unit groups placed by importance (placement %016llx)", (unsigned long long)o->hash);
+    return 0;
+}
 
 /* tensor parallel: shares (given, equal or measured) -> unit ranges */
 static int hc_tp_setup(hc_core *h, int n_threads, hr_err *err) {
@@ -359,10 +402,12 @@ static int hc_tp_setup(hc_core *h, int n_threads, hr_err *err) {
                 "takes %.3f of the layers", 100 * frac, w[0]);
     }
     if (hc_plan_make(m, w, h->k, &h->plan, err)) return err ? err->code : HR_EINVAL;
+    if (p->place && hc_place(h, err)) return err ? err->code : HR_EINVAL;
     for (int d = 0; d < h->k; d++) {
         const hc_share *s = &h->plan.dev[d];
-        HR_LOGI("tp: device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)", d, h->names[d],
-                h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end);
+        HR_LOGI("tp: device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)%s", d, h->names[d],
+                h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end,
+                s->placement ? " of each layer's placement order" : "");
     }
     return 0;
 }
@@ -379,7 +424,7 @@ static int hc_pp_setup(hc_core *h, hr_err *err) {
         return err ? err->code : HR_EINVAL;
     h->plan.n_devices = h->k;
     for (int d = 0; d < h->k; d++) {
-        h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+        h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff, 0};
         char buf[512];
         size_t len = 0;
         for (int i = 0; i < h->pp.n_win[d] && len < sizeof buf - 32; i++) {
@@ -418,13 +463,13 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
         if (strlen(h->p.cache_dir) >= sizeof cache) return hr_fail(err, HR_ERANGE, "cache path too long");
         snprintf(cache, sizeof cache, "%s", h->p.cache_dir);
     } else if ((rc = hc_default_cache_dir(cache, sizeof cache, err))) return rc;
-    if ((rc = hc_slices_make(h->m, sh, NULL, true, &sl, &ns, err))) return rc;
+    if ((rc = hc_slices_make(h->m, sh, hc_core_order(h), NULL, true, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
     uint64_t key = hc_slice_key(model_hash, sh, sl, ns), bytes = 0, max = 0;
     if ((rc = hc_slice_path(cache, model_hash, key, dir, sizeof dir, h->slice_path, sizeof h->slice_path, err))) goto done;
     for (int i = 0; i < ns; i++) {
         bytes += sl[i].size;
-        if (sl[i].cut == HC_CUT_COLS) max = HR_MAX(max, sl[i].size);
+        if (hc_slice_gathers(&sl[i])) max = HR_MAX(max, sl[i].size);
     }
     hr_err e = {0};
     hc_slice_meta mt = {.hp = &h->m->hp, .share = *sh, .model_hash = model_hash, .head = true};
@@ -492,7 +537,7 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         snprintf(h->names[0], sizeof h->names[0], "head");
         h->name_ptr[0] = h->names[0];
         h->plan = (hc_plan){.n_devices = 1, .att_group = 1, .ff_group = 1, .weight = {1}};
-        h->plan.dev[0] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+        h->plan.dev[0] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff, 0};
         HR_LOGI("head: alone, the whole model from its mapping");
     } else if (hc_connect_all(h, err)) goto err;
 
@@ -1223,6 +1268,8 @@ void hc_core_free(hc_core *h) {
     gguf_close(h->sg);
     hr_free_aligned(h->x);
     hr_free_aligned(h->y);
+    free(h->order.order[0]);
+    free(h->order.order[1]);
     free(h->pos);
     free(h->sq);
     free(h);
