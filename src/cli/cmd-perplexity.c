@@ -346,7 +346,8 @@ static int ppl_check(const cli_command *c, cli_opts *o) {
     if (!o->kld && !o->file) return cli_usage_error(c, "-f TEXT is required");
     if (o->n_sim_loss && o->sim_placement == CLI_SIM_IMPORTANCE && !o->importance)
         return cli_usage_error(c, "--sim-placement importance needs --importance FILE (hearth calibrate)");
-    if (!o->n_sim_loss && o->importance) return cli_usage_error(c, "--importance is for --sim-loss");
+    if (!o->n_sim_loss && o->importance && !o->head.n_workers)
+        return cli_usage_error(c, "--importance is for --sim-loss or --workers (the runtime's placement)");
     if (o->n_sim_loss && o->head.n_workers)
         return cli_usage_error(c, "--sim-loss simulates a cluster in one process: no --workers");
     return cli_check_cluster(c, o);

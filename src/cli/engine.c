@@ -116,9 +116,9 @@ static int cli_engine_replan(void *user, hc_head_params *p, hr_err *err) {
     }
 }
 
-/* The lossy all-reduce's test hook: HEARTH_LOSSY_DROP=SEED:RATE[:DUP] makes every device drop its
-   outgoing datagrams with probability RATE (0..1) in a pattern fixed by SEED, and with DUP 1 send
-   each of the others twice (docs/lossy.md); not in --help. */
+/* The lossy all-reduce's test hook: HEARTH_LOSSY_DROP=SEED:RATE[:DUP[:D+D+...]] makes every device
+   (or only devices D, 0 the head) drop its outgoing datagrams with probability RATE (0..1) in a pattern
+   fixed by SEED, and with DUP 1 send each of the others twice (docs/lossy.md); not in --help. */
 static int cli_lossy_drop(hc_head_params *hp, hr_err *err) {
     const char *v = getenv("HEARTH_LOSSY_DROP");
     if (!v || !*v) return 0;
@@ -127,8 +127,16 @@ static int cli_lossy_drop(hc_head_params *hp, hr_err *err) {
     double rate = *end == ':' ? strtod(end + 1, &end) : -1;
     long dup = 0;
     if (*end == ':') dup = strtol(end + 1, &end, 10);
+    uint64_t devs = 0;
+    for (char sep = *end == ':' ? '+' : 0; sep == '+' && *end; sep = *end) {
+        long d = strtol(end + 1, &end, 10);
+        if (d < 0 || d >= HC_MAX_DEVICES) break;
+        devs |= 1ull << d;
+    }
     if (*end || !(rate >= 0 && rate <= 1) || dup < 0 || dup > 1)
-        return hr_fail(err, HR_EINVAL, "HEARTH_LOSSY_DROP: expected SEED:RATE[:DUP] (RATE 0..1, DUP 0 or 1)");
+        return hr_fail(err, HR_EINVAL, "HEARTH_LOSSY_DROP: expected SEED:RATE[:DUP[:D+D+...]] (RATE 0..1, DUP 0 or 1, "
+                       "D devices, 0 the head)");
+    hp->lossy_drop_devices = devs;
     hp->lossy_dup = dup == 1;
     hp->lossy_drop_seed = seed;
     hp->lossy_drop_ppm = (uint32_t)(rate * 1e6 + 0.5);

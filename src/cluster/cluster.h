@@ -150,6 +150,7 @@ typedef struct hc_head_params {
     uint64_t lossy_drop_seed;                     /* test hook (HEARTH_LOSSY_DROP): every device drops */
     uint32_t lossy_drop_ppm;                      /* its outgoing datagrams with this probability (ppm) */
     bool     lossy_dup;                           /* test hook: and sends each of the others twice */
+    uint64_t lossy_drop_devices;                  /* test hook: only the devices of these bits (0: all) */
     /* tensor parallel: importance-aware placement of unit groups (docs/lossy.md); NULL: contiguous */
     hc_place_fn place;       void *place_user;
     /* tensor parallel: the head's share, a slice file in its cache (docs/tensor-parallel.md) */

@@ -69,6 +69,11 @@ hc_head_params hc_head_default_params(void) {
     return p;
 }
 
+/* the lossy test hook: whether device d drops (and duplicates) its datagrams */
+static bool hc_drops(const hc_head_params *p, int d) {
+    return !p->lossy_drop_devices || (d < 64 && (p->lossy_drop_devices >> d & 1));
+}
+
 /* the placement the shares' ranges index into, or NULL (contiguous) */
 static const hc_order *hc_core_order(const hc_core *h) { return h->order.order[0] ? &h->order : NULL; }
 
@@ -256,7 +261,7 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
         hc_kv(&kb, "lossy_session", "%016llx", (unsigned long long)h->ar.session);
         hc_kv(&kb, "lossy_max_tokens", "%d", h->ar.lossy_max_tokens);
         hc_kv(&kb, "lossy_deadline_ms", "%d", h->p.lossy_deadline_ms);
-        if (h->p.lossy_drop_ppm || h->p.lossy_dup)
+        if ((h->p.lossy_drop_ppm || h->p.lossy_dup) && hc_drops(&h->p, d))
             hc_kv(&kb, "lossy_drop", "%016llx:%u:%d", (unsigned long long)h->p.lossy_drop_seed, h->p.lossy_drop_ppm,
                   h->p.lossy_dup);
     }
@@ -560,7 +565,8 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     h->ar = (hc_ar){.mode = p->allreduce, .k = h->k, .me = 0, .conn = h->conn, .rx = h->rx, .names = h->name_ptr,
                     .hook = &h->hook, .timeout_ms = h->p.timeout_ms, .lossy = p->lossy,
                     .lossy_deadline_ms = h->p.lossy_deadline_ms, .drop_seed = p->lossy_drop_seed,
-                    .drop_ppm = p->lossy_drop_ppm, .dup = p->lossy_dup, .ll = h->ll, .n_layer = hp->n_layer};
+                    .drop_ppm = hc_drops(p, 0) ? p->lossy_drop_ppm : 0, .dup = hc_drops(p, 0) && p->lossy_dup,
+                    .ll = h->ll, .n_layer = hp->n_layer};
     if (p->lossy) h->ar.session = hc_random64(m);
     if (p->allreduce == HC_ALLREDUCE_RING && !p->pp) {
         h->ar.next = h->conn[1];
