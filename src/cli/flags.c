@@ -138,13 +138,22 @@ static int fn_tokens(cli_opts *o, const cli_flag *f, const char *v, char *why, s
     }
 }
 
-static int fn_sim_loss(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    int n = cli_parse_numbers(v, o->sim_loss, HC_MAX_DEVICES - 1, why, cap);
+/* P,...: percentages per worker (one value: every worker) */
+static int cli_percent_list(const char *v, double *out, int *n_out, char *why, size_t cap) {
+    int n = cli_parse_numbers(v, out, HC_MAX_DEVICES - 1, why, cap);
     if (n < 0) return -1;
     for (int i = 0; i < n; i++)
-        if (o->sim_loss[i] > 100) { snprintf(why, cap, "percentages in [0, 100]"); return -1; }
-    o->n_sim_loss = n;
+        if (out[i] > 100) { snprintf(why, cap, "percentages in [0, 100]"); return -1; }
+    *n_out = n;
     return 0;
+}
+
+static int fn_sim_loss(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    return cli_percent_list(v, o->sim_loss, &o->n_sim_loss, why, cap);
+}
+
+static int fn_link_loss(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    return cli_percent_list(v, o->link_loss, &o->n_link_loss, why, cap);
 }
 
 static int fn_sim_placement(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
@@ -366,7 +375,8 @@ static const cli_flag flags[] = {
     {CLI_PERPLEXITY, "--sim-rank", "K", F_LONG, AT(sim_rank), 1, 1 << 20, NULL,
      "rank of --sim-placement lowrank's predictor (default n_embd/8)"},
     {CLI_PERPLEXITY, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
-     "importance file from `hearth calibrate` (for --sim-placement importance)"},
+     "importance file from `hearth calibrate`: --sim-placement importance's, or\n"
+     "with --workers the runtime's placement of unit groups (as for run)"},
     {CLI_PERPLEXITY, "--sim-packet", "N", F_LONG, AT(sim_packet), 1, 1 << 20, NULL,
      "elements of a partial per datagram (default 350: 1400 bytes of F32)"},
     {CLI_PERPLEXITY, "--sim-seed", "N", F_LONG, AT(sim_seed), 0, 1L << 40, NULL,
@@ -468,12 +478,19 @@ static const cli_flag flags[] = {
      "tensor parallel with these shares, head first (equal; auto: measured\n"
      "matvec speed); with --stages: of the groups' devices"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
-    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--lossy", NULL, F_FN, 0, 0, 0, fn_lossy,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--lossy", NULL, F_FN, 0, 0, 0, fn_lossy,
      "tensor parallel, star all-reduce: the workers' partial sums of each decoding\n"
      "step go over UDP and the head merges what arrived by --lossy-deadline; what\n"
      "is lost counts as zero (HALO; for lossy Wi-Fi, docs/lossy.md)"},
-    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--lossy-deadline", "MS", F_INT, AT(head.lossy_deadline_ms), 1, 60000, NULL,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--lossy-deadline", "MS", F_INT, AT(head.lossy_deadline_ms), 1, 60000, NULL,
      "with --lossy: how long the head waits for the partials of an all-reduce\n(default 10)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
+     "tensor parallel: place each layer's unit groups by this importance file\n"
+     "(`hearth calibrate`): the least important on the lossiest links, the\n"
+     "shares unchanged (HALO's Alg. 3; docs/lossy.md)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--link-loss", "P,...", F_FN, 0, 0, 0, fn_link_loss,
+     "with --importance: the workers' packet loss in percent, in --workers order\n"
+     "(one value: every worker; default 0), which orders them for the placement"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
      "with --workers: a pipeline (whole layers per device) instead of tensor\nparallelism"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,

@@ -31,6 +31,8 @@
 typedef struct hc_share {
     int32_t kv_begin, kv_end;   /* attention units (KV heads) */
     int32_t ff_begin, ff_end;   /* FFN neurons */
+    uint64_t placement;         /* 0: the ranges are the model's units; else the hash of the per-layer group
+                                   orders they index into (hc_order: importance-aware placement) */
 } hc_share;
 
 typedef struct hc_plan {
@@ -40,6 +42,22 @@ typedef struct hc_plan {
     double   weight[HC_MAX_DEVICES];     /* normalised to sum 1 */
     hc_share dev[HC_MAX_DEVICES];
 } hc_plan;
+
+/* An importance-aware placement (docs/lossy.md, "Placement in the runtime"): per layer, the order of its
+   attention groups (plan.att_group KV heads each) and FFN groups (plan.ff_group neurons) that the
+   shares' ranges index into, so that every device's groups, wherever they lie in the model, are one
+   range. order[b][il * n_groups[b] + j] = the model's group at position j of layer il (b 0: attention,
+   1: FFN); a permutation of 0..n_groups[b]-1 in every layer. A block's output is a sum over its units,
+   so the order changes nothing but which device computes which unit. */
+typedef struct hc_order {
+    int32_t  n_layer, n_groups[2];
+    int32_t *order[2];
+    uint64_t hash;              /* of both orders: the shares' placement, in the slice files' key */
+} hc_order;
+/* Orders the groups of a tensor-parallel plan (whose ranges are then read as positions in the order):
+   names[d] is device d ("head", then the worker addresses). Fills order->order[b] (allocated by the
+   caller, n_layer x n_groups[b]); 0, or a negative code with err. */
+typedef int (*hc_place_fn)(void *user, const hc_plan *plan, const char *const *names, hc_order *order, hr_err *err);
 
 /* Deals the model's units to n devices in proportion to weights (docs/tensor-parallel.md, "The plan"). */
 int hc_plan_make(const hm_model *m, const double *weights, int n, hc_plan *out, hr_err *err);
@@ -160,6 +178,9 @@ typedef struct hc_head_params {
     uint64_t lossy_drop_seed;                     /* test hook (HEARTH_LOSSY_DROP): every device drops */
     uint32_t lossy_drop_ppm;                      /* its outgoing datagrams with this probability (ppm) */
     bool     lossy_dup;                           /* test hook: and sends each of the others twice */
+    uint64_t lossy_drop_devices;                  /* test hook: only the devices of these bits (0: all) */
+    /* tensor parallel: importance-aware placement of unit groups (docs/lossy.md); NULL: contiguous */
+    hc_place_fn place;       void *place_user;
     /* tensor parallel: the head's share, a slice file in its cache (docs/tensor-parallel.md) */
     const char  *cache_dir;  /* NULL: hc_default_cache_dir() */
     bool         use_mmap;   /* run it from the file mapping (mem.h: hmem_load_weights) */

@@ -19,6 +19,7 @@ struct hc_core {
     const hm_model *m;
     hc_head_params p;
     hc_plan    plan;
+    hc_order   order;                      /* importance-aware placement (order[0] NULL: none) */
     hc_pp_plan pp;                         /* --pp: the windows, per stage (the head's first) */
     int        k;                          /* devices, the head included */
     int        group;                      /* --pp: devices of the head's stage, the head and workers 1..group-1
@@ -78,6 +79,15 @@ static int hc_stage_of(const hc_core *h, int d) { return h->stage[d]; }
 static int hc_stage_size(const hc_core *h, int st) {
     return (st + 1 < h->n_stages ? h->first[st + 1] : h->k) - h->first[st];
 }
+
+
+/* the lossy test hook: whether device d drops (and duplicates) its datagrams */
+static bool hc_drops(const hc_head_params *p, int d) {
+    return !p->lossy_drop_devices || (d < 64 && (p->lossy_drop_devices >> d & 1));
+}
+
+/* the placement the shares' ranges index into, or NULL (contiguous) */
+static const hc_order *hc_core_order(const hc_core *h) { return h->order.order[0] ? &h->order : NULL; }
 
 static int hc_dev_fail(hc_core *h, int d, int rc, const char *msg, hr_err *err) {
     h->failed = true;
@@ -231,7 +241,7 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     const int st = h->p.pp ? hc_stage_of(h, d) : 0, gs = h->p.pp ? hc_stage_size(h, st) : 1;
     const bool member = h->p.pp && d != h->first[st], leader = h->p.pp && !member && gs > 1;
     if (h->p.pp) hc_pp_layers(&h->pp, st, layers);
-    if ((rc = hc_slices_make(m, sh, h->p.pp ? layers : NULL, false, &sl, &ns, err))) return rc;
+    if ((rc = hc_slices_make(m, sh, hc_core_order(h), h->p.pp ? layers : NULL, false, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
     units = malloc((size_t)hp->n_layer * 2 * sizeof *units);
     hv = malloc((size_t)ns * sizeof *hv);
@@ -281,12 +291,13 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
         hc_kv(&kb, "group_members", "%s", list);
         hc_kv(&kb, "group_token", "%016llx", (unsigned long long)(token ^ (uint64_t)st << 48));
     }
+    if (sh->placement) hc_kv(&kb, "placement", "%016llx", (unsigned long long)sh->placement);
     if (h->p.lossy) {
         hc_kv(&kb, "lossy_port", "%u", (unsigned)hn_udp_port(h->ll[d].udp));
         hc_kv(&kb, "lossy_session", "%016llx", (unsigned long long)h->ar.session);
         hc_kv(&kb, "lossy_max_tokens", "%d", h->ar.lossy_max_tokens);
         hc_kv(&kb, "lossy_deadline_ms", "%d", h->p.lossy_deadline_ms);
-        if (h->p.lossy_drop_ppm || h->p.lossy_dup)
+        if ((h->p.lossy_drop_ppm || h->p.lossy_dup) && hc_drops(&h->p, d))
             hc_kv(&kb, "lossy_drop", "%016llx:%u:%d", (unsigned long long)h->p.lossy_drop_seed, h->p.lossy_drop_ppm,
                   h->p.lossy_dup);
     }
@@ -362,7 +373,8 @@ static uint64_t hc_total_slice_bytes(const hc_core *h) {
         int ns;
         uint8_t layers[HC_PP_MAX_LAYERS];
         if (h->p.pp) hc_pp_layers(&h->pp, hc_stage_of(h, d), layers);
-        if (hc_slices_make(h->m, &h->plan.dev[d], h->p.pp ? layers : NULL, false, &sl, &ns, NULL)) continue;
+        if (hc_slices_make(h->m, &h->plan.dev[d], hc_core_order(h), h->p.pp ? layers : NULL, false, &sl, &ns, NULL))
+            continue;
         for (int i = 0; i < ns; i++) t += sl[i].size;
         free(sl);
     }
@@ -370,6 +382,43 @@ static uint64_t hc_total_slice_bytes(const hc_core *h) {
 }
 
 /* ---- the two plans ---- */
+
+/* importance-aware placement: the caller orders every layer's groups (hc_place_fn); checked to be
+   permutations, hashed, and the hash marks every share (the slice files' key) */
+static int hc_place(hc_core *h, hr_err *err) {
+    const hm_hparams *hp = &h->m->hp;
+    hc_order *o = &h->order;
+    if (h->p.share_views) return hr_fail(err, HR_EINVAL, "a placement of unit groups needs the head's slice file");
+    o->n_layer = hp->n_layer;
+    o->n_groups[0] = hp->n_head_kv / h->plan.att_group;
+    o->n_groups[1] = hp->n_ff / h->plan.ff_group;
+    uint8_t *seen = NULL;
+    int rc = 0;
+    for (int b = 0; b < 2; b++)
+        if (!(o->order[b] = malloc((size_t)o->n_layer * (size_t)o->n_groups[b] * sizeof(int32_t))))
+            return hr_fail(err, HR_ENOMEM, "out of memory");
+    if ((rc = h->p.place(h->p.place_user, &h->plan, h->name_ptr, o, err))) return rc;
+    if (!(seen = malloc((size_t)HR_MAX(o->n_groups[0], o->n_groups[1])))) return hr_fail(err, HR_ENOMEM, "out of memory");
+    hr_hasher hs;
+    hr_hasher_init(&hs, 0x706c616365ULL);
+    for (int b = 0; b < 2 && !rc; b++)
+        for (int il = 0; il < o->n_layer && !rc; il++) {
+            const int32_t *v = o->order[b] + (size_t)il * o->n_groups[b];
+            memset(seen, 0, (size_t)o->n_groups[b]);
+            for (int32_t j = 0; j < o->n_groups[b] && !rc; j++) {
+                if (v[j] < 0 || v[j] >= o->n_groups[b] || seen[v[j]]++)
+                    rc = hr_fail(err, HR_EINVAL, "layer %d's placement of %s groups is not a permutation", il,
+                                 b ? "FFN" : "attention");
+            }
+            hr_hasher_update(&hs, v, (size_t)o->n_groups[b] * sizeof *v);
+        }
+    free(seen);
+    if (rc) return rc;
+    o->hash = hr_hasher_final(&hs) | 1;   /* never 0, which means no placement */
+    for (int d = 0; d < h->k; d++) h->plan.dev[d].placement = o->hash;
+    HR_LOGI("tp: unit groups placed by importance (placement %016llx)", (unsigned long long)o->hash);
+    return 0;
+}
 
 /* tensor parallel: shares (given, equal or measured) -> unit ranges */
 static int hc_tp_setup(hc_core *h, int n_threads, hr_err *err) {
@@ -394,10 +443,12 @@ static int hc_tp_setup(hc_core *h, int n_threads, hr_err *err) {
                 "takes %.3f of the layers", 100 * frac, w[0]);
     }
     if (hc_plan_make(m, w, h->k, &h->plan, err)) return err ? err->code : HR_EINVAL;
+    if (p->place && hc_place(h, err)) return err ? err->code : HR_EINVAL;
     for (int d = 0; d < h->k; d++) {
         const hc_share *s = &h->plan.dev[d];
-        HR_LOGI("tp: device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)", d, h->names[d],
-                h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end);
+        HR_LOGI("tp: device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)%s", d, h->names[d],
+                h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end,
+                s->placement ? " of each layer's placement order" : "");
     }
     return 0;
 }
@@ -442,7 +493,7 @@ static int hc_stages_setup(hc_core *h, hr_err *err) {
             memcpy(&h->plan.dev[d], gp.dev, sizeof gp.dev[0] * (size_t)n);
             memcpy(&h->plan.weight[d], gp.weight, sizeof gp.weight[0] * (size_t)n);
             wi += n;
-        } else h->plan.dev[d] = (hc_share){0, h->m->hp.n_head_kv, 0, h->m->hp.n_ff};
+        } else h->plan.dev[d] = (hc_share){0, h->m->hp.n_head_kv, 0, h->m->hp.n_ff, 0};
         d += n;
     }
     return 0;
@@ -463,7 +514,7 @@ static int hc_pp_setup(hc_core *h, hr_err *err) {
         h->plan.n_devices = h->k;
         for (int d = 0; d < h->k; d++) {
             h->stage[d] = h->first[d] = (uint8_t)d;
-            h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+            h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff, 0};
         }
     }
     const int ns = h->n_stages;
@@ -529,13 +580,13 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
         if (strlen(h->p.cache_dir) >= sizeof cache) return hr_fail(err, HR_ERANGE, "cache path too long");
         snprintf(cache, sizeof cache, "%s", h->p.cache_dir);
     } else if ((rc = hc_default_cache_dir(cache, sizeof cache, err))) return rc;
-    if ((rc = hc_slices_make(h->m, sh, NULL, true, &sl, &ns, err))) return rc;
+    if ((rc = hc_slices_make(h->m, sh, hc_core_order(h), NULL, true, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
     uint64_t key = hc_slice_key(model_hash, sh, sl, ns), bytes = 0, max = 0;
     if ((rc = hc_slice_path(cache, model_hash, key, dir, sizeof dir, h->slice_path, sizeof h->slice_path, err))) goto done;
     for (int i = 0; i < ns; i++) {
         bytes += sl[i].size;
-        if (sl[i].cut == HC_CUT_COLS) max = HR_MAX(max, sl[i].size);
+        if (hc_slice_gathers(&sl[i])) max = HR_MAX(max, sl[i].size);
     }
     hr_err e = {0};
     hc_slice_meta mt = {.hp = &h->m->hp, .share = *sh, .model_hash = model_hash, .head = true};
@@ -604,7 +655,7 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         snprintf(h->names[0], sizeof h->names[0], "head");
         h->name_ptr[0] = h->names[0];
         h->plan = (hc_plan){.n_devices = 1, .att_group = 1, .ff_group = 1, .weight = {1}};
-        h->plan.dev[0] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+        h->plan.dev[0] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff, 0};
         HR_LOGI("head: alone, the whole model from its mapping");
     } else if (hc_connect_all(h, err)) goto err;
 
@@ -628,7 +679,8 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
                     .names = h->name_ptr,
                     .hook = &h->hook, .timeout_ms = h->p.timeout_ms, .lossy = p->lossy,
                     .lossy_deadline_ms = h->p.lossy_deadline_ms, .drop_seed = p->lossy_drop_seed,
-                    .drop_ppm = p->lossy_drop_ppm, .dup = p->lossy_dup, .ll = h->ll, .n_layer = hp->n_layer};
+                    .drop_ppm = hc_drops(p, 0) ? p->lossy_drop_ppm : 0, .dup = hc_drops(p, 0) && p->lossy_dup,
+                    .ll = h->ll, .n_layer = hp->n_layer};
     if (p->lossy) h->ar.session = hc_random64(m);
     if (p->allreduce == HC_ALLREDUCE_RING && !p->pp) {
         h->ar.next = h->conn[1];
@@ -1346,6 +1398,8 @@ void hc_core_free(hc_core *h) {
     gguf_close(h->sg);
     hr_free_aligned(h->x);
     hr_free_aligned(h->y);
+    free(h->order.order[0]);
+    free(h->order.order[1]);
     free(h->pos);
     free(h->sq);
     free(h);

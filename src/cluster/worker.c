@@ -512,7 +512,7 @@ static int hc_parse_layers(hc_session *s, const hn_load_plan *p, uint32_t seq) {
         return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: %d windows of layers (at most %d per device)", runs,
                       HM_MAX_WINDOWS);
     s->n_layers = (int)p->n_units;
-    s->share = (hc_share){0, s->hp.n_head_kv, 0, s->hp.n_ff};
+    s->share = (hc_share){0, s->hp.n_head_kv, 0, s->hp.n_ff, 0};
     return 0;
 }
 
@@ -646,7 +646,12 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
             s->drop_dup = dup == 1;
         }
     }
-    return s->pp && !s->lead ? hc_parse_layers(s, p, seq) : hc_parse_share(s, p, seq);
+    int rc = s->pp && !s->lead ? hc_parse_layers(s, p, seq) : hc_parse_share(s, p, seq);
+    /* importance-aware placement: the worker's ranges are positions in orders only the head knows;
+       their hash keeps the slice files of different placements apart (docs/lossy.md) */
+    if (!rc && (v = hc_param(p, "placement")) && (!hc_parse_u64(*v, &s->share.placement, 16) || !s->share.placement || s->pp))
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'placement'");
+    return rc;
 }
 
 static bool hc_name_ok(const char *n) {
