@@ -211,6 +211,7 @@ typedef struct hc_dev_stats {
     uint64_t room_bytes;        /* what its loader may hold of them at once */
     int64_t  disk_read_bytes;   /* read from storage since the previous stats (-1 unknown) */
     int64_t  weights_wait_ns;   /* compute blocked waiting for weights */
+    int64_t  mem_replans;       /* residency plans made again as the KV cache grew (hmem_stats.n_replans) */
     double   pressure;          /* prima.cpp: drop of MemAvailable since the start / MemTotal */
     /* per kind of block (attention, FFN), since the manager started (cumulative): blocks computed, time
        in them, loads by the loader and its time (TPI-LLM Prop. 3-4: t_attn, t_ffn, tau_attn, tau_ffn) */
