@@ -134,6 +134,7 @@ typedef struct hpl_model {
     double   layer_bytes_of[HPL_MAX_TYPES];  /* per layer (average), bytes of each type */
     double   layer_bytes;                    /* per layer, all types */
     double   block_max_bytes;                /* the largest block (attention or FFN half of a layer) */
+    double   attn_bytes, ffn_bytes;          /* per layer (average): its attention and FFN blocks */
     int      out_type;
     double   out_bytes;                      /* output norm + head */
     double   embd_bytes;                     /* token_embd (not read whole per token; counted in memory only
