@@ -1,7 +1,8 @@
 /* test-plan — the planner's cost model and solvers on synthetic profiles with known answers: the
    pipeline ILP against enumeration of every window set, the TP min-max shares against a brute-force
    grid, clusters where one device, TP or PP must win, an impossible cluster, a single-device cost
-   computed by hand, the profile's key/values round trip and the cgroup cpu.max parser; HALO's loss-aware
+   computed by hand, the profile's key/values round trip and the cgroup cpu.max parser, the profile
+   measuring only the types asked for (the rest from the cache); HALO's loss-aware
    placement of unit groups on the paper's own example, and the importance file's round trip. */
 #include "test.h"
 
@@ -260,7 +261,41 @@ static void test_importance_file(void) {
     hpl_importance_free(&a);
 }
 
+/* The profile measures the types asked for (the model's) only, and a later profile for another model
+   measures just the types the cache lacks, keeping the others as they were; a head's mask naming a
+   type that is no weight type (Q8_K, an activation type) measures nothing for it. */
+static void test_profile_types(void) {
+    char dir[] = "/tmp/test-plan-prof.XXXXXX", file[64];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(file, sizeof file, "%s/profile.json", dir);
+    hpl_profile_params p = hpl_profile_default_params();
+    p.n_threads = 1;
+    p.bench_ms = 6;
+    p.cache_path = file;
+    p.disk_path = dir;
+    p.types = 1u << HQ_TYPE_Q4_0;
+    hpl_device a, b, c;
+    hr_err err = {0};
+    CHECKF(hpl_profile_self(&p, &a, &err) == 0, "%s", err.msg);
+    CHECK(!a.cached && a.n_types == 1 && a.ts[0].type == HQ_TYPE_Q4_0 && a.ts[0].matvec_gbps > 0);
+    CHECK(hpl_profile_self(&p, &b, &err) == 0 && b.cached && b.n_types == 1);
+    p.types |= 1u << HQ_TYPE_Q8_0;
+    CHECK(hpl_profile_self(&p, &c, &err) == 0 && !c.cached && c.n_types == 2);
+    bool q8 = false, q4_same = false;
+    for (int i = 0; i < c.n_types; i++) {
+        q8 |= c.ts[i].type == HQ_TYPE_Q8_0 && c.ts[i].matvec_gbps > 0;
+        q4_same |= c.ts[i].type == HQ_TYPE_Q4_0 && c.ts[i].matvec_gbps == a.ts[0].matvec_gbps;
+    }
+    CHECK(q8 && q4_same && c.disk_gbps == a.disk_gbps && c.mem_bw_gbps == a.mem_bw_gbps);
+    p.types = 1u << HQ_TYPE_Q8_K;
+    CHECK(hpl_profile_self(&p, &b, &err) == 0 && b.n_types == 2);
+    for (int i = 0; i < b.n_types; i++) CHECK(b.ts[i].type != HQ_TYPE_Q8_K);
+    unlink(file);
+    rmdir(dir);
+}
+
 int main(void) {
+    test_profile_types();
     test_ilp_enumerate();
     test_minmax_brute();
     test_winners();

@@ -39,6 +39,7 @@ int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *c
     p.self.disk_path = o->model;
     p.self.mem = o->mem;
     p.self.no_cache = o->no_cache;
+    p.self.types = hpl_model_types(&pm); /* the first profile measures only what the model uses */
     p.serial = o->profile_serial;
     p.key = o->head.key;
     if (hpl_cluster_profile(o->head.workers, o->head.n_workers, &p, cl, err)) return err->code;

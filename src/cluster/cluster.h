@@ -246,9 +246,10 @@ typedef struct hc_kv_text {
 } hc_kv_text;
 /* Describes this device into out (src/plan's profiler; cached by it): n_threads the worker's threads,
    disk_dir where its weights live (its slice cache), mem the budget it was started with; fresh: measure
-   again rather than read the cache (PROFILE_REQ with HN_PROFILE_DEVICE | HN_PROFILE_BENCH). */
+   again rather than read the cache (PROFILE_REQ with HN_PROFILE_DEVICE | HN_PROFILE_BENCH); types: the
+   weight types the head's model uses (hn_profile_req.types; 0: the profiler's standard set). */
 typedef int (*hc_profile_fn)(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh,
-                             hc_kv_text *out, hr_err *err);
+                             uint32_t types, hc_kv_text *out, hr_err *err);
 
 typedef struct hc_worker_params {
     const char *listen;      /* "ADDR:PORT" (port 0 = ephemeral) */

@@ -343,7 +343,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         if (!(dev = calloc(1, sizeof *dev))) return hc_bad(s, req->seq, HR_ENOMEM, "out of memory");
         hr_err e = {0};
         if (s->w->profile(s->w->profile_user, s->w->n_threads, s->w->cache, &s->w->mem,
-                          req->u.profile_req.flags & HN_PROFILE_BENCH, dev, &e)) {
+                          req->u.profile_req.flags & HN_PROFILE_BENCH, req->u.profile_req.types, dev, &e)) {
             free(dev);
             return hc_bad(s, req->seq, e.code, "device profile failed: %s", e.msg);
         }

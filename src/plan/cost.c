@@ -68,6 +68,15 @@ int hpl_model_from(const hm_model *mod, const hm_ctx_params *cp, hpl_model *m, h
     return 0;
 }
 
+uint32_t hpl_model_types(const hpl_model *m) {
+    uint32_t mask = 0;
+    /* the norms' F32 (and absent tensors) weigh nothing: costed at another type's rate (hpl_speed) */
+    for (int i = 0; i < m->n_types; i++)
+        if (m->type[i] >= 0 && m->type[i] < 32 && m->layer_bytes_of[i] > 0.01 * m->layer_bytes) mask |= 1u << m->type[i];
+    if (m->out_type >= 0 && m->out_type < 32) mask |= 1u << m->out_type;
+    return mask;
+}
+
 /* ---- per-device figures ------------------------------------------------------------------------------- */
 
 /* ms for `layers` layers of fraction x of every weight, decode (tokens 0) or prefill of `tokens` */
