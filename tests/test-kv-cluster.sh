@@ -6,6 +6,7 @@
 # while the cache is short and must demote pins once 800 generated tokens fill it past 768 positions.
 # A tensor-parallel worker (half the KV heads) under 3.4M re-plans the same way. Each run must print
 # the single-device text; the worker logs its re-plans and reports them (--stats-json mem_replans).
+# The head's own pipeline stage (3 layers and the output head) under 3.5M re-plans the same way.
 # Env: HEARTH_BIN, HEARTH_SHARED. Every process started here is killed on exit.
 set -u
 source "$(dirname "$0")/lib-cluster.sh"
@@ -41,6 +42,13 @@ start_worker 2 0 --mem-budget 3.4M
     > "$TMP/tp.txt" 2> "$TMP/tp.err" || bad "tensor-parallel run: $(tail -1 "$TMP/tp.err")"
 if cmp -s "$TMP/ref.txt" "$TMP/tp.txt"; then ok; else bad "the tensor-parallel text differs from one device"; fi
 replans "$TMP/w2.log" "$TMP/tp.json"
+
+# ---- the head's own stage: 3 layers and the output head under --mem-budget 3.5M -------------------------
+"$BIN" run "${ARGS[@]}" --workers "$(workers 2)" --pp --layer-windows 3,2 --mem-budget 3.5M \
+    > "$TMP/hd.txt" 2> "$TMP/hd.err" || bad "pipeline run with a head budget: $(tail -1 "$TMP/hd.err")"
+if cmp -s "$TMP/ref.txt" "$TMP/hd.txt"; then ok; else bad "the text with a head budget differs from one device"; fi
+demoted=$(sed -nE 's/.*pinned ([0-9]+) -> ([0-9]+) blocks.*/\1 \2/p' "$TMP/hd.err" | awk '$2 < $1' | wc -l)
+if [[ $demoted -ge 1 ]]; then ok; else bad "no re-plan on the head demoted a pinned block: $(grep 'mem:' "$TMP/hd.err" | tail -1)"; fi
 stop_worker 2
 
 echo "test-kv-cluster: $pass passed, $fail failed"
