@@ -11,6 +11,7 @@ measured side by side, with the error, and marks the chosen plan.
 The profiles are measured afresh (--no-cache: the machine's load changes). Every device runs with -t 1 (the profiles give each device a fraction of one core). Per candidate: a
 warm-up run (fills the workers' slice caches), then --repeats runs of --tokens tokens; latency =
 generation time / forward passes, median. Results: OUT/results.json and OUT/report.md. Needs root.
+--profile-only: the first profile's time alone (per device and the cluster's), no candidate runs.
 """
 
 import argparse
@@ -91,6 +92,8 @@ def main():
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--instance", default="plan")
     ap.add_argument("--serial", action="store_true", help="hearth plan --profile-serial (the devices share cores)")
+    ap.add_argument("--profile-only", action="store_true",
+                    help="only the first profile (hearth plan --no-cache): its time per device and in all, no runs")
     args = ap.parse_args()
     if args.out == os.path.join(tp.SRC, "bench", "reports", "plan"):
         args.out += "-" + args.profile
@@ -114,7 +117,10 @@ def main():
         plan = json.loads(r.stdout)
         res["plan"] = plan
         res["chosen"] = plan["chosen"]
-        for i, c in enumerate(plan["candidates"]):
+        res["profile_ms"] = plan.get("profile_ms")
+        log(f"first profile: {plan.get('profile_ms', 0):.0f} ms; devices "
+            + ", ".join(f"{d.get('profile_ms', 0):.0f}" for d in plan["devices"]) + " ms")
+        for i, c in enumerate([] if args.profile_only else plan["candidates"]):
             entry = {k: c.get(k) for k in ("kind", "plan", "devices", "group", "shares", "windows", "trips", "feasible",
                                            "predicted_ms_per_token", "predicted_prefill_ms")}
             res["candidates"].append(entry)

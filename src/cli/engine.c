@@ -71,6 +71,7 @@ int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *c
     p.self.disk_path = o->model;
     p.self.mem = o->mem;
     p.self.no_cache = o->no_cache;
+    p.self.types = hpl_model_types(&pm); /* the first profile measures only what the model uses */
     p.serial = o->profile_serial;
     p.key = o->head.key;
     bool dup;
@@ -277,7 +278,7 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
        what a one-position context needs beside its single position */
     hm_ctx_params one = *cp;
     one.n_ctx = 1;
-    int32_t n_ctx = cp->n_ctx > 0 ? cp->n_ctx : HR_MIN(e->m->hp.n_ctx_train, 4096); /* hm_ctx_create's default */
+    int32_t n_ctx = hm_ctx_resolve_n_ctx(&e->m->hp, cp->n_ctx);
     if (managed ? hmem_setup_kv(e->m, &sh, o->model, &o->mem, ctx_bytes, hm_ctx_bytes_estimate(&e->m->hp, &one), n_ctx,
                                 &e->mm, err)
                 : hmem_check_ctx(ctx_bytes, err))

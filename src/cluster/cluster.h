@@ -260,6 +260,7 @@ typedef struct hc_dev_stats {
     uint64_t room_bytes;        /* what its loader may hold of them at once */
     int64_t  disk_read_bytes;   /* read from storage since the previous stats (-1 unknown) */
     int64_t  weights_wait_ns;   /* compute blocked waiting for weights */
+    int64_t  mem_replans;       /* residency plans made again as the KV cache grew (hmem_stats.n_replans) */
     double   pressure;          /* prima.cpp: drop of MemAvailable since the start / MemTotal */
     /* per kind of block (attention, FFN), since the manager started (cumulative): blocks computed, time
        in them, loads by the loader and its time (TPI-LLM Prop. 3-4: t_attn, t_ffn, tau_attn, tau_ffn) */
@@ -294,9 +295,10 @@ typedef struct hc_kv_text {
 } hc_kv_text;
 /* Describes this device into out (src/plan's profiler; cached by it): n_threads the worker's threads,
    disk_dir where its weights live (its slice cache), mem the budget it was started with; fresh: measure
-   again rather than read the cache (PROFILE_REQ with HN_PROFILE_DEVICE | HN_PROFILE_BENCH). */
+   again rather than read the cache (PROFILE_REQ with HN_PROFILE_DEVICE | HN_PROFILE_BENCH); types: the
+   weight types the head's model uses (hn_profile_req.types; 0: the profiler's standard set). */
 typedef int (*hc_profile_fn)(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh,
-                             hc_kv_text *out, hr_err *err);
+                             uint32_t types, hc_kv_text *out, hr_err *err);
 
 typedef struct hc_worker_params {
     const char *listen;      /* "ADDR:PORT" (port 0 = ephemeral) */

@@ -717,13 +717,19 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     }
     /* as on one device: the head's share of the KV cache must fit before any of it is committed */
     if (hmem_check_ctx(hm_ctx_bytes_for_shard(hp, &sh, &cp), err)) goto err;
+    /* as on one device, the plan follows the KV cache's use (hc_core_eval says how many positions);
+       with several sequences the whole cache counts from the start */
+    hm_ctx_params one = cp;
+    one.n_ctx = 1;
+    const uint64_t ctx_all = hm_ctx_bytes_for_shard(hp, &sh, &cp), ctx_one = hm_ctx_bytes_for_shard(hp, &sh, &one);
+    const int32_t kv_n_ctx = cp.n_seq <= 1 ? hm_ctx_resolve_n_ctx(hp, cp.n_ctx) : 0;
     if (own) {
         /* as a worker: a manager over the slice file, and the weights loaded and packed when they fit */
-        if (hmem_setup(h->sm, &sh, h->slice_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err) ||
+        if (hmem_setup_kv(h->sm, &sh, h->slice_path, &p->mem, ctx_all, ctx_one, kv_n_ctx, &h->mem, err) ||
             hmem_load_weights(h->mem, h->sm, &sh, p->use_mmap, p->no_repack, err))
             goto err;
     } else if (p->model_path && (p->pp || p->mem.given || alone) &&
-               hmem_setup(m, &sh, p->model_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err)) {
+               hmem_setup_kv(m, &sh, p->model_path, &p->mem, ctx_all, ctx_one, kv_n_ctx, &h->mem, err)) {
         /* views of the model (tests): only when asked for — wo and w_down are column slices the
            manager handles whole (hm_block_ranges); a pipeline stage's blocks are all its own */
         goto err;
@@ -1127,6 +1133,7 @@ int hc_core_eval(hc_core *h, const int32_t *tokens, int n, int32_t pos0, float *
         for (int i = 0; i < nb; i++) h->pos[i] = p0 + i;
         float *lg = all_logits ? logits + (size_t)off * hp->n_vocab : (off + nb == n ? logits : NULL);
         const hm_batch b = {.embd = h->x, .n = nb, .pos = p0, .logits = lg, .all_logits = all_logits};
+        if (h->mem && (rc = hmem_set_positions(h->mem, p0 + nb, err))) return rc;
         int64_t t0 = hr_time_ns();
         if ((rc = hc_pass(h, &b, err))) return rc;
         hc_step_done(h, nb, hr_time_ns() - t0);
@@ -1148,6 +1155,9 @@ int hc_core_eval_batch(hc_core *h, const hm_batch *b, hr_err *err) {
     if (b->seq) memcpy(h->sq, b->seq, sizeof *h->sq * (size_t)b->n);
     const hm_batch pb = {.embd = h->x, .n = b->n, .pos = b->pos, .pos_of = h->pos, .seq = b->seq ? h->sq : NULL,
                          .logits = b->logits, .all_logits = b->all_logits, .out = b->out};
+    int32_t top = 0;
+    for (int i = 0; i < b->n; i++) top = HR_MAX(top, h->pos[i] + 1);
+    if (h->mem && (rc = hmem_set_positions(h->mem, top, err))) return rc;
     int64_t t0 = hr_time_ns();
     if ((rc = hc_pass(h, &pb, err))) return rc;
     hc_step_done(h, b->n, hr_time_ns() - t0);
@@ -1214,6 +1224,7 @@ void hc_dev_stats_mem(hc_dev_stats *s, hmem *mm) {
     s->room_bytes = pl->mode == HMEM_STREAM ? pl->room_bytes : 0;
     s->disk_read_bytes = ms.disk_read_bytes;
     s->weights_wait_ns = ms.wait_ns;
+    s->mem_replans = ms.n_replans;
     s->pressure = ms.pressure;
     for (int k = 0; k < 2; k++) {
         s->blk_n[k] = ms.kind[k].n_begin;
@@ -1279,6 +1290,7 @@ int hc_core_stats(hc_core *h, hc_dev_stats *out, int cap, hr_err *err) {
         w->room_bytes = (uint64_t)hc_kv_i64(p, "room_bytes");
         w->disk_read_bytes = hc_kv_i64(p, "disk_read_bytes");
         w->weights_wait_ns = hc_kv_i64(p, "weights_wait_ns");
+        w->mem_replans = hc_kv_i64(p, "mem_replans");
         w->pressure = (double)hc_kv_i64(p, "pressure_ppm") * 1e-6;
         w->sum_hash = hc_kv_num(p, "sum_hash", 16);
         w->dg_sent = (uint64_t)hc_kv_i64(p, "dg_sent");

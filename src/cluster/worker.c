@@ -354,7 +354,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         if (!(dev = calloc(1, sizeof *dev))) return hc_bad(s, req->seq, HR_ENOMEM, "out of memory");
         hr_err e = {0};
         if (s->w->profile(s->w->profile_user, s->w->n_threads, s->w->cache, &s->w->mem,
-                          req->u.profile_req.flags & HN_PROFILE_BENCH, dev, &e)) {
+                          req->u.profile_req.flags & HN_PROFILE_BENCH, req->u.profile_req.types, dev, &e)) {
             free(dev);
             return hc_bad(s, req->seq, e.code, "device profile failed: %s", e.msg);
         }
@@ -397,6 +397,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
             KV("room_bytes", "%" PRIu64, pl->mode == HMEM_STREAM ? pl->room_bytes : 0);
             KV("disk_read_bytes", "%" PRId64, ms.disk_read_bytes);
             KV("weights_wait_ns", "%" PRId64, ms.wait_ns);
+            KV("mem_replans", "%" PRId64, ms.n_replans);
             KV("pressure_ppm", "%.0f", ms.pressure * 1e6);
             for (int k = 0; k < 2; k++) {
                 const hmem_block_stats *b = &ms.kind[k];
@@ -1109,7 +1110,13 @@ static int hc_create_context(hc_session *s) {
         sh.sync = hc_ar_sync;
         sh.sync_user = &s->ar;
     }
-    if (hmem_setup(s->m, &sh, s->path, &s->w->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &s->mem, &e))
+    /* the plan follows the KV cache's use, as on one device (docs/memory.md, "The KV cache grows into
+       the budget"): each FORWARD says how many positions are in use. With several sequences the cache
+       fills per sequence, so the whole of it counts from the start, as before */
+    hm_ctx_params one = cp;
+    one.n_ctx = 1;
+    if (hmem_setup_kv(s->m, &sh, s->path, &s->w->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp),
+                      hm_ctx_bytes_for_shard(hp, &sh, &one), s->n_seq == 1 ? s->n_ctx : 0, &s->mem, &e))
         return hc_bad(s, 0, e.code, "%s", e.msg);
     if (s->mem) {
         char line[512];
@@ -1189,10 +1196,21 @@ static int hc_check_forward(hc_session *s, const hn_msg *m) {
     return 0;
 }
 
+/* Tells the residency manager how many positions the FORWARD fills (it re-plans when the KV cache
+   grows past what its plan left room for). Between evals, as hmem_set_positions wants. */
+static int hc_mem_positions(hc_session *s, const hn_msg *m) {
+    const hn_forward *f = &m->u.forward;
+    int32_t top = 0;
+    for (uint32_t i = 0; i < f->n_tokens; i++) top = HR_MAX(top, f->pos[i] + 1);
+    hr_err e = {0};
+    if (s->mem && hmem_set_positions(s->mem, top, &e)) return hc_bad(s, m->seq, e.code, "%s", e.msg);
+    return 0;
+}
+
 static int hc_handle_forward(hc_session *s, const hn_msg *m) {
     const hn_forward *f = &m->u.forward;
     int rc = hc_check_forward(s, m);
-    if (rc) return rc;
+    if (rc || (rc = hc_mem_positions(s, m))) return rc;
     hr_err e = {0};
     /* a member of a hybrid plan's group: the head's window that FORWARD names, [begin, end) */
     int w = -1;
@@ -1225,7 +1243,7 @@ static int hc_pp_forward(hc_session *s, const hn_msg *m) {
     const hn_forward *f = &m->u.forward;
     const hm_hparams *hp = &s->m->hp;
     int rc = hc_check_forward(s, m);
-    if (rc) return rc;
+    if (rc || (rc = hc_mem_positions(s, m))) return rc;
     int w = -1, nw = hm_ctx_n_windows(s->ctx);
     for (int i = 0; i < nw; i++)
         if (s->win[i].begin == (int32_t)f->layer_begin) w = i;

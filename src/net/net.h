@@ -190,7 +190,14 @@ typedef struct hn_hello_ack {
 } hn_hello_ack;
 
 typedef struct hn_error    { int32_t code; hn_str message; } hn_error;
-typedef struct hn_profile_req { uint32_t flags, bench_ms; } hn_profile_req;
+typedef struct hn_profile_req {
+    uint32_t flags;
+    union {                  /* one u32 on the wire */
+        uint32_t bench_ms;   /* HN_PROFILE_BENCH alone: the matvec benchmark's time */
+        uint32_t types;      /* HN_PROFILE_DEVICE: the weight types to measure, bit (1 << hq type id); 0: the
+                                profiler's standard set (a worker from before ignores it and measures that) */
+    };
+} hn_profile_req;
 typedef struct hn_profile  { uint32_t n_kv; hn_kv kv[HN_MAX_KV]; } hn_profile;
 
 typedef struct hn_load_plan {

@@ -53,6 +53,8 @@ int hpl_model_from(const hm_model *mod, const hm_ctx_params *cp, hpl_model *m, h
             hpl_add_bytes(m, ffn[i]->type, b / hp->n_layer);
         }
         m->layer_bytes += (a + f) / hp->n_layer;
+        m->attn_bytes += a / hp->n_layer;
+        m->ffn_bytes += f / hp->n_layer;
         m->block_max_bytes = HR_MAX(m->block_max_bytes, HR_MAX(a, f));
     }
     m->out_type = mod->output.type;
@@ -64,6 +66,15 @@ int hpl_model_from(const hm_model *mod, const hm_ctx_params *cp, hpl_model *m, h
     double total = (double)hm_ctx_bytes_estimate(hp, cp);
     m->scratch_bytes = HR_MAX(0, total - m->kv_bytes_per_layer * hp->n_layer);
     return 0;
+}
+
+uint32_t hpl_model_types(const hpl_model *m) {
+    uint32_t mask = 0;
+    /* the norms' F32 (and absent tensors) weigh nothing: costed at another type's rate (hpl_speed) */
+    for (int i = 0; i < m->n_types; i++)
+        if (m->type[i] >= 0 && m->type[i] < 32 && m->layer_bytes_of[i] > 0.01 * m->layer_bytes) mask |= 1u << m->type[i];
+    if (m->out_type >= 0 && m->out_type < 32) mask |= 1u << m->out_type;
+    return mask;
 }
 
 /* ---- per-device figures ------------------------------------------------------------------------------- */
@@ -93,13 +104,34 @@ static double hpl_disk_ms_per_byte(const hpl_device *d) {
 /* Memory of one device holding `weights` bytes of layers (plus `fixed` bytes the head keeps: the
    output head, one block of its own), kv bytes of KV cache and the scratch: what stays resident and
    what streams. The residency manager's rules (src/mem): everything kept when it fits the budget;
-   else room for two of the largest blocks stays free for the stream and the rest of the budget pins
-   weights. A default budget that cannot hold the KV cache, the scratch and the largest block means
+   else room for the two largest streamed blocks stays free for the stream and the rest of the budget
+   pins weights, the blocks chosen as the manager chooses them (hpl_pinned_bytes). A default budget that cannot hold the KV cache, the scratch and the largest block means
    no manager (src/mem/setup.c): plain mmap, where the kernel keeps what fits the device's memory and
    a token's pass over more than that misses every page (LRU over a cycle); a budget given that
    cannot hold them is an error. */
+/* What the residency manager pins (src/mem, hmem_pin_best: LIME's allocator) of a device holding
+   `weights` bytes of layers, each a fraction x of the model's (TP shares), and `fixed` bytes of output
+   head, beside the window of the two largest streamed blocks (one when two do not fit), in avail bytes.
+   The manager keeps its RUN pins where they come within 1/32 of these. */
+static double hpl_pinned_bytes(const hpl_model *m, double weights, double fixed, double x, double avail) {
+    double per = x * m->layer_bytes;
+    int n = per > 0 ? (int)lround(weights / per) : 0;
+    uint64_t size[3] = {(uint64_t)(x * m->attn_bytes), (uint64_t)(x * m->ffn_bytes), (uint64_t)fixed}, pinned = 0;
+    int count[3] = {n, n, fixed > 0}, pin[3], k = fixed > 0 ? 3 : 2;
+    uint64_t big = HR_MAX(size[0], size[1]), two = fixed > 0 ? (uint64_t)fixed + big : 2 * big;
+    if (n == 0) two = (uint64_t)fixed;
+    int w = (double)two <= avail ? 2 : 1;
+    if (n + count[2] > 0 && !hmem_pin_best_classes(size, count, k, w, (uint64_t)HR_MAX(avail, 0), pin, &pinned)) {
+        bool every = true; /* every block pinned: all of it (the sizes above are rounded down to bytes) */
+        for (int i = 0; i < k; i++) every = every && pin[i] == count[i];
+        return every ? weights + fixed : (double)pinned;
+    }
+    return HR_MAX(0, avail - HR_MIN(2 * HR_MAX(big, fixed), avail)); /* the search gave up: the room, less two blocks */
+}
+
 static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, double fixed, double kv,
                        double block, hpl_dev_cost *dc, char *why, size_t cap) {
+    const double x = m->block_max_bytes > 0 ? block / m->block_max_bytes : 1; /* TP: the share */
     dc->kv_bytes = kv;
     dc->scratch_bytes = m->scratch_bytes;
     dc->budget = (double)d->budget;
@@ -130,8 +162,7 @@ static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, 
                  block / 1048576);
         return false;
     }
-    double room = HR_MIN(2 * block, avail);
-    dc->resident_bytes = avail - room;
+    dc->resident_bytes = hpl_pinned_bytes(m, weights, fixed, x, avail);
     dc->stream_bytes = all - dc->resident_bytes;
     dc->mem_bytes = dc->budget;
     return true;

@@ -83,6 +83,7 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
         /* every worker measures itself while the head does (or, serial, one after the other) */
         hn_msg m = {.type = HN_MSG_PROFILE_REQ};
         m.u.profile_req.flags = HN_PROFILE_DEVICE | (p->self.no_cache ? HN_PROFILE_BENCH : 0);
+        m.u.profile_req.types = p->self.types;
         if (hc_probe_request(&w[i], &m, p->serial ? HN_MSG_PROFILE : 0, p->timeout_ms, &e) ||
             (p->serial && hpl_device_from_kv(&m.u.profile, &out->dev[i], &e)))
             rc = hpl_peer_fail(out->failed = i, workers[i - 1], &e, err);

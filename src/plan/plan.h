@@ -69,7 +69,10 @@ typedef struct hpl_profile_params {
     const char *disk_path;    /* a file or folder on the disk the weights are read from (NULL: the cache folder) */
     const char *cache_path;   /* the cache file; NULL: $XDG_CACHE_HOME/hearth/profile.json (or ~/.cache/...) */
     bool        no_cache;     /* measure again (the result is still written) */
-    int         bench_ms;     /* per measurement (default 60) */
+    int         bench_ms;     /* per measurement (default 90: three runs of 30 ms at most) */
+    uint32_t    types;        /* the weight types to measure, bit (1 << hq type id): the model's
+                                 (hpl_model_types); 0: the standard set (F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+                                 Types the cache holds are not measured again (unless no_cache) */
     hmem_request mem;         /* the memory flags the device runs with (its budget) */
 } hpl_profile_params;
 hpl_profile_params hpl_profile_default_params(void);
@@ -89,7 +92,7 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *out, hr_err *err);
 char *hpl_device_json(const hpl_device *d);
 
 /* The worker's hook (hc_worker_params.profile): hpl_profile_self with the defaults, as key/values. */
-int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh,
+int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh, uint32_t types,
                        hc_kv_text *out, hr_err *err);
 
 /* CPU quota of this process's cgroup in cores (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / period), the
@@ -151,6 +154,7 @@ typedef struct hpl_model {
     double   layer_bytes_of[HPL_MAX_TYPES];  /* per layer (average), bytes of each type */
     double   layer_bytes;                    /* per layer, all types */
     double   block_max_bytes;                /* the largest block (attention or FFN half of a layer) */
+    double   attn_bytes, ffn_bytes;          /* per layer (average): its attention and FFN blocks */
     int      out_type;
     double   out_bytes;                      /* output norm + head */
     double   embd_bytes;                     /* token_embd (not read whole per token; counted in memory only
@@ -161,6 +165,8 @@ typedef struct hpl_model {
 
 /* From a loaded model (weights not needed) and the context the run will use. */
 int hpl_model_from(const hm_model *m, const hm_ctx_params *cp, hpl_model *out, hr_err *err);
+/* The weight types the model's layers and output head use, as hpl_profile_params.types. */
+uint32_t hpl_model_types(const hpl_model *m);
 
 /* ---- plans and their cost ----------------------------------------------------------------------------- */
 enum hpl_kind { HPL_SINGLE = 0, HPL_TP = 1, HPL_PP = 2, HPL_HYBRID = 3 };
