@@ -81,9 +81,10 @@ int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *c
     return hpl_choose(cl, &pm, n_prompt, ch, err);
 }
 
-/* The planner's choice for o's model over h's workers becomes h's plan (h->n_workers 0: one device). */
+/* The planner's choice for o's model over h's workers becomes h's plan (h->n_workers 0: one device);
+   loss (optional): each of the plan's workers' measured datagram loss in percent, in h->workers order. */
 static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, hc_head_params *h,
-                             hr_err *err) {
+                             double *loss, hr_err *err) {
     hpl_cluster *cl = malloc(sizeof *cl);
     hpl_choice *ch = malloc(sizeof *ch);
     cli_opts *oo = malloc(sizeof *oo);
@@ -117,7 +118,10 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
         const char *all[HC_MAX_DEVICES - 1];
         memcpy(all, h->workers, sizeof all);
         h->n_workers = p->n - 1;
-        for (int i = 1; i < p->n; i++) h->workers[i - 1] = all[p->dev[i] - 1];
+        for (int i = 1; i < p->n; i++) {
+            h->workers[i - 1] = all[p->dev[i] - 1];
+            if (loss) loss[i - 1] = cl->link[0][p->dev[i]].loss * 100;
+        }
         h->pp = false;
         h->n_shares = h->n_windows = h->n_stages = 0;
         h->shares_auto = false;
@@ -156,7 +160,7 @@ static int cli_engine_replan(void *user, hc_head_params *p, hr_err *err) {
     int64_t until = hr_time_ns() + 5000 * 1000000LL;
     for (;;) {
         hc_head_params q = *p;
-        int rc = cli_engine_choose(e->o, e->m, &e->cp, &q, err);
+        int rc = cli_engine_choose(e->o, e->m, &e->cp, &q, NULL, err);
         if (!rc) {
             *p = q;
             return 0;
@@ -253,7 +257,14 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
     e->cp = *cp;
     if (cli_engine_importance(e, o, err)) return err->code;
     bool planner = o->head.n_workers && !o->plan_given && !o->head.pp;
-    if (planner && cli_engine_choose(o, e->m, cp, &o->head, err)) return err->code;
+    /* --importance without --link-loss: the placement takes the loss the planner's probe measured */
+    const bool probed = planner && o->importance && !o->n_link_loss && !o->n_sim_loss;
+    if (planner && cli_engine_choose(o, e->m, cp, &o->head, probed ? o->link_loss : NULL, err)) return err->code;
+    if (probed) {
+        o->n_link_loss = o->head.n_workers;
+        for (int i = 0; i < o->n_link_loss; i++)
+            HR_LOGI("placement: worker %s loses %.2f%% of datagrams (measured)", o->head.workers[i], o->link_loss[i]);
+    }
     if (o->head.lossy && !o->head.n_workers) return hr_fail(err, HR_EINVAL, "--lossy needs --workers");
     if (o->head.lossy && cli_lossy_drop(&o->head, err)) return err->code;
     if (o->head.n_workers) {

@@ -490,7 +490,8 @@ static const cli_flag flags[] = {
      "shares unchanged (HALO's Alg. 3; docs/lossy.md)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--link-loss", "P,...", F_FN, 0, 0, 0, fn_link_loss,
      "with --importance: the workers' packet loss in percent, in --workers order\n"
-     "(one value: every worker; default 0), which orders them for the placement"},
+     "(one value: every worker), which orders them for the placement; default:\n"
+     "what the planner's loss probe measured when it chose the plan, else 0"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
      "with --workers: a pipeline (whole layers per device) instead of tensor\nparallelism"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
