@@ -65,6 +65,29 @@ def lossy_figures(path):
             "hashes_agree": len({x["sum_hash"] for x in devs}) == 1}
 
 
+def start_workers(bed, bin_, work, procs):
+    """`hearth worker` on d1..d7 (appended to procs as they start, so that stop_workers ends them all)"""
+    for i in range(1, N_DEV):
+        dev = f"d{i}"
+        logf = open(os.path.join(work, f"worker-{dev}.log"), "a")
+        argv = [bin_, "worker", "--listen", f"0.0.0.0:{PORT}", "--insecure", "--cache",
+                os.path.join(work, f"cache-{dev}"), "-t", "1", "--setup-timeout", "600"]
+        p = subprocess.Popen(bed.cmd(dev, argv), stdout=subprocess.PIPE, stderr=logf, text=True)
+        procs.append((dev, p, logf))
+        if "listening" not in p.stdout.readline():
+            raise RuntimeError(f"worker on {dev} did not start")
+
+
+def stop_workers(bed, procs):
+    for dev, p, logf in procs:
+        bed.kill(dev)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+        logf.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(SRC, "build"))
@@ -93,15 +116,7 @@ def main():
                 bed_up(bed, prof, loss)
                 procs = []
                 try:
-                    for i in range(1, N_DEV):
-                        dev = f"d{i}"
-                        logf = open(os.path.join(work, f"worker-{dev}.log"), "a")
-                        argv = [bin_, "worker", "--listen", f"0.0.0.0:{PORT}", "--insecure", "--cache",
-                                os.path.join(work, f"cache-{dev}"), "-t", "1", "--setup-timeout", "600"]
-                        p = subprocess.Popen(bed.cmd(dev, argv), stdout=subprocess.PIPE, stderr=logf, text=True)
-                        procs.append((dev, p, logf))
-                        if "listening" not in p.stdout.readline():
-                            raise RuntimeError(f"worker on {dev} did not start")
+                    start_workers(bed, bin_, work, procs)
                     workers = ",".join(f"{bed.addr(f'd{i}')}:{PORT}" for i in range(1, N_DEV))
                     for mode in args.modes.split(","):
                         head = [bin_, "run", "-m", args.model, "-p", prompt, "--temp", "0", "--ignore-eos", "-t", "1",
@@ -131,13 +146,7 @@ def main():
                         res["runs"].append(run)
                         json.dump(res, open(os.path.join(args.out, "results.json"), "w"), indent=1)
                 finally:
-                    for dev, p, logf in procs:
-                        bed.kill(dev)
-                        try:
-                            p.wait(timeout=10)
-                        except subprocess.TimeoutExpired:
-                            p.kill()
-                        logf.close()
+                    stop_workers(bed, procs)
     finally:
         bed.down()
     res["loadavg_end"] = os.getloadavg()

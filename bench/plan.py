@@ -11,6 +11,7 @@ measured side by side, with the error, and marks the chosen plan.
 The profiles are measured afresh (--no-cache: the machine's load changes). Every device runs with -t 1 (the profiles give each device a fraction of one core). Per candidate: a
 warm-up run (fills the workers' slice caches), then --repeats runs of --tokens tokens; latency =
 generation time / forward passes, median. Results: OUT/results.json and OUT/report.md. Needs root.
+--profile-only: the first profile's time alone (per device and the cluster's), no candidate runs.
 """
 
 import argparse
@@ -44,6 +45,11 @@ def cand_flags(c, addrs):
     w = ",".join(addrs[d] for d in c["devices"][1:])
     if c["kind"] == "tp":
         return ["--workers", w, "--tp-shares", ",".join(f"{x:.6f}" for x in c["shares"])]
+    if c["kind"] == "hybrid":  # the head's group first (its devices' shares), then a stage per device
+        g, n = c["group"], len(c["devices"])
+        stages = "+".join(str(i) for i in range(g)) + "".join(f",{i}" for i in range(g, n))
+        return ["--workers", w, "--stages", stages, "--tp-shares", ",".join(f"{x:.6f}" for x in c["shares"]),
+                "--layer-windows", ",".join(str(x) for x in c["windows"])]
     return ["--workers", w, "--pp", "--layer-windows", ",".join(str(x) for x in c["windows"])]
 
 
@@ -91,7 +97,10 @@ def planner_args(name, doc, tokens, repeats):
 
 
 def main():
-    args = planner_args("plan", __doc__, 16, 2).parse_args()
+    ap = planner_args("plan", __doc__, 16, 2)
+    ap.add_argument("--profile-only", action="store_true",
+                    help="only the first profile (hearth plan --no-cache): its time per device and in all, no runs")
+    args = ap.parse_args()
     if args.out == os.path.join(tp.SRC, "bench", "reports", "plan"):
         args.out += "-" + args.profile
     bin_, model = tp.setup(args, "plan")
@@ -114,8 +123,11 @@ def main():
         plan = json.loads(r.stdout)
         res["plan"] = plan
         res["chosen"] = plan["chosen"]
-        for i, c in enumerate(plan["candidates"]):
-            entry = {k: c.get(k) for k in ("kind", "plan", "devices", "shares", "windows", "trips", "feasible",
+        res["profile_ms"] = plan.get("profile_ms")
+        log(f"first profile: {plan.get('profile_ms', 0):.0f} ms; devices "
+            + ", ".join(f"{d.get('profile_ms', 0):.0f}" for d in plan["devices"]) + " ms")
+        for i, c in enumerate([] if args.profile_only else plan["candidates"]):
+            entry = {k: c.get(k) for k in ("kind", "plan", "devices", "group", "shares", "windows", "trips", "feasible",
                                            "predicted_ms_per_token", "predicted_prefill_ms")}
             res["candidates"].append(entry)
             if not c["feasible"]:

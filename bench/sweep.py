@@ -4,8 +4,9 @@ plans, on a testbed profile (issue 26): per scenario
 
   1. `hearth plan --json --no-cache [--profile-serial]` on d0 with workers on every other device;
   2. every feasible candidate it lists and every hand-written plan (HAND below: TP share variants,
-     --layer-windows sets, trip counts; --plans FILE adds more, e.g. hybrids once the runtime runs
-     them) is run with `hearth run` and its decode ms/token measured;
+     --layer-windows sets, trip counts; --plans FILE adds more, e.g. hybrids with --stages; the
+     planner's hybrid candidates run as bench/plan.py runs them) is run with `hearth run` and its
+     decode ms/token measured;
   3. report.md: predicted vs measured for the candidates (median and largest absolute error), the
      chosen plan's measured ms/token over the best of the whole sweep, and sweep.svg: every plan's
      measured ms/token (min-max whiskers, the prediction where there is one), the chosen plan marked.
@@ -37,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import tp  # noqa: E402  (the testbed wrapper, worker start, the run parser)
-from plan import drop_cache, planner_args  # noqa: E402
+from plan import cand_flags, drop_cache, planner_args  # noqa: E402
 
 
 def log(msg):
@@ -120,6 +121,8 @@ def short_label(p, n_layer):
     if p["kind"] == "tp" and "--tp-shares" in f:
         sh = f[f.index("--tp-shares") + 1].split(",")
         return f"tp {devs} shares " + ",".join(f"{float(x):.2f}".rstrip("0").rstrip(".") for x in sh)
+    if p["kind"] == "hybrid" and "--stages" in f:
+        return f"hybrid {devs} stages {f[f.index('--stages') + 1]} windows {f[f.index('--layer-windows') + 1]}"
     if p["kind"] == "pp" and "--layer-windows" in f:
         w = f[f.index("--layer-windows") + 1]
         return f"pp {devs} windows {w} ×{trip_count([int(x) for x in w.split(',')], n_layer)}"
@@ -130,18 +133,8 @@ def cand_plan(i, c, chosen):
     """a `hearth plan` candidate as a sweep entry"""
     e = {"kind": c["kind"], "devices": c["devices"], "candidate": i, "chosen": i == chosen,
          "label": c["plan"], "predicted_ms_per_token": c.get("predicted_ms_per_token")}
-    if c["kind"] == "single":
-        e["flags"] = []
-    elif c["kind"] == "tp":
-        e["flags"] = ["--tp-shares", ",".join(f"{x:.6f}" for x in c["shares"])]
-    elif c["kind"] == "pp":
-        e["flags"] = ["--pp", "--layer-windows", ",".join(str(x) for x in c["windows"])]
-    elif "run_flags" in c:
-        # hook: a candidate kind this script does not know (a hybrid) runs when the planner's JSON says
-        # how: its `hearth run` flags besides --workers
-        e["flags"] = list(c["run_flags"])
-    else:
-        e["error"] = f"no run flags known for a {c['kind']} candidate (add them to cand_plan)"
+    # bench/plan.py's flags (single, tp, pp, hybrid), less its --workers (run_argv adds them)
+    e["flags"] = cand_flags(c, [""] * (max(c["devices"]) + 1))[2:]
     return e
 
 

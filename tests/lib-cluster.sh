@@ -62,6 +62,15 @@ check_same() {
     else bad "$(basename "$model") --workers $list $*: text differs from one device"; diff "$TMP/ref.txt" "$TMP/cl.txt" >&2
     fi
 }
+# expect_error PATTERN ARGS...: a head on stories260K exits non-zero and says PATTERN
+expect_error() {
+    local pat=$1
+    shift
+    run -m "$SHARED/models/stories260K.gguf" "$@" > /dev/null 2> "$TMP/e.err"
+    local rc=$?
+    if [[ $rc -ne 0 ]] && grep -q -- "$pat" "$TMP/e.err"; then ok
+    else bad "$* -> exit $rc, want an error saying '$pat': $(tail -2 "$TMP/e.err")"; fi
+}
 sent() { sed -n 's/.*weight bytes sent: \([0-9]*\).*/\1/p' "$1" | tail -1; }
 
 # check_kill I MODEL WORKER-LIST ARGS...: a long generation on MODEL; SIGKILL worker I once it is

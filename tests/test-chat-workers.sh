@@ -10,6 +10,12 @@ chat() { printf '%s' "$MSGS" | timeout 120 "$BIN" chat --temp 0 -n 24 -t 1 -c 51
 
 start_worker 1
 start_worker 2
+# The head and the workers share one profile cache here (one machine, one XDG_CACHE_HOME): filled once
+# with the standard types, every device reads the same figures and the planner splits TP evenly. Left
+# to measure the model's types at once on the same cores, they differ by chance, and an uneven split
+# of the synth model's near-tied logits can flip a token (--tp-shares 0.4,0.6 does, with any build:
+# the TP sum order, not the planner).
+"$BIN" profile -t 1 > /dev/null 2>&1 || bad "hearth profile failed"
 # stories260K over two workers; a synth model over one: its random weights leave near-tied logits,
 # and a three-way split of them flips one (`hearth run` gives that same other text: not chat's doing)
 for case in "stories260K.gguf 1 2" "synth/synth-llama-Q8_0.gguf 1"; do

@@ -45,7 +45,7 @@ static void test_round_trip(void) {
         {1, 0, 1, "one"}, {64, 0, 64, "small"}, {2048, 0, HN_DGRAM_MAX_ELEMS, "full"},
         {2048, 2046, 2, "tail"}, {HN_DGRAM_MAX_TOTAL, HN_DGRAM_MAX_TOTAL - 3, 3, "max-total"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        hn_dgram d = {.kind = HN_DGRAM_PARTIAL + (int)(c % 3), .flags = (uint16_t)(c & 1), .session = 0x0123456789abcdefULL + c,
+        hn_dgram d = {.kind = HN_DGRAM_PARTIAL + (int)(c % 4), .flags = (uint16_t)(c & 1), .session = 0x0123456789abcdefULL + c,
                       .seq = 77 + (uint32_t)c, .device = (uint16_t)(c + 1), .total = cases[c].total,
                       .offset = cases[c].offset, .n = cases[c].n, .data = v};
         uint8_t buf[HN_DGRAM_MAX_BYTES];
@@ -72,7 +72,7 @@ static void test_encoder_refuses(void) {
     const hn_dgram bad[] = {
         {.kind = 1, .total = 10, .offset = 0, .n = 0, .data = v},
         {.kind = 0, .total = 10, .offset = 0, .n = 1, .data = v},
-        {.kind = 4, .total = 10, .offset = 0, .n = 1, .data = v},
+        {.kind = 5, .total = 10, .offset = 0, .n = 1, .data = v},
         {.kind = 1, .total = 4096, .offset = 0, .n = HN_DGRAM_MAX_ELEMS + 1, .data = v},
         {.kind = 1, .total = 10, .offset = 8, .n = 3, .data = v},
         {.kind = 1, .total = 10, .offset = 11, .n = 1, .data = v},
@@ -109,7 +109,7 @@ static void test_decoder_refuses(void) {
     MUTATE((void)0, 0, "nothing");
     MUTATE(b[0] ^= 1, len, "bad magic");
     MUTATE(put16(b + 4, 2), len, "version 2");
-    MUTATE(put16(b + 6, 4), len, "kind 4");
+    MUTATE(put16(b + 6, 5), len, "kind 5");
     MUTATE(put16(b + 6, 0), len, "kind 0");
     MUTATE(put16(b + 22, 2), len, "an unknown flag");
     MUTATE(put32(b + 32, 0), HN_DGRAM_HEADER, "n 0");

@@ -5,6 +5,8 @@
  * - LIME's online KV adaptation: a budget where every block is pinned while the cache is short and some
  *   must stream once it is full; when a re-plan is due and what it counts; on the models, a manager
  *   re-planned as the positions grow (pins demoted and released) keeps the logits bit-identical;
+ * - LIME's allocator (hmem_pin_best) against enumeration on small cases; RUN kept where it is optimal
+ *   (blocks of one size), replaced where pinning the large output head frees the window;
  * - /proc/meminfo parsing, the default budget (TESTBED_MEM_LIMIT honoured) (--mem-budget values: test-cli);
  * - on stories260K and the ../shared synth models: budgets of 100%, 50%, 25% of the weights and one
  *   block (window 1) give logits bit-identical to an unmanaged run, and below 100% the manager's
@@ -145,6 +147,84 @@ static void test_plan(void) {
     p.pin = HMEM_PIN_SPREAD;
     kinds[0] = 7;
     CHECK(hmem_plan_make(bytes, kinds, n, &p, 100 * MiB, pinned, &pl, &err) == HR_EINVAL);
+}
+
+/* the most bytes any pins can hold beside the window (the w largest streamed blocks), by enumeration */
+static uint64_t pin_brute(const uint64_t *bytes, int n, int w, uint64_t avail) {
+    uint64_t best = 0;
+    for (uint32_t set = 0; set < (1u << n); set++) {
+        uint64_t pb = 0, top[8] = {0};
+        for (int i = 0; i < n; i++) {
+            if (set >> i & 1) { pb += bytes[i]; continue; }
+            for (int j = 0; j < w; j++) /* keep the w largest streamed ones */
+                if (bytes[i] > top[j]) { memmove(top + j + 1, top + j, sizeof *top * (size_t)(w - 1 - j)); top[j] = bytes[i]; break; }
+        }
+        uint64_t win = 0;
+        for (int j = 0; j < w; j++) win += top[j];
+        if (pb + win <= avail && pb > best) best = pb;
+    }
+    return best;
+}
+
+/* LIME's allocator: hmem_pin_best against enumeration; where RUN is already optimal (blocks of one
+   size) and where it is not (a large output head: pinning it shrinks the window) */
+static void test_pin_best(void) {
+    uint64_t bytes[40], rng = 777, got = 0;
+    uint8_t kinds[40];
+    bool pinned[40];
+    int bad = 0, cases = 0;
+    for (int t = 0; t < 3000; t++) {
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        int n = 1 + (int)(rng % 12), w = 1 + (int)((rng >> 8) % 3);
+        bool few = (rng >> 12) & 1; /* sizes from a few values (classes), or all different */
+        uint64_t total = 0, r = rng;
+        for (int i = 0; i < n; i++) {
+            r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+            bytes[i] = few ? (uint64_t)(1 + r % 3) * 10 : 1 + r % 100;
+            total += bytes[i];
+        }
+        uint64_t avail = (rng >> 20) % (total + 20);
+        uint64_t want = pin_brute(bytes, n, w, avail);
+        int rc = hmem_pin_best(bytes, n, w, avail, pinned, &got);
+        /* infeasible even with nothing pinned (the window alone exceeds avail): brute gives 0 too */
+        if (rc) { bad += want != 0 || pin_brute(bytes, n, w, UINT64_MAX) == 0; continue; }
+        cases++;
+        uint64_t pb = 0, top[8] = {0}, win = 0;
+        for (int i = 0; i < n; i++) {
+            if (pinned[i]) { pb += bytes[i]; continue; }
+            for (int j = 0; j < w; j++)
+                if (bytes[i] > top[j]) { memmove(top + j + 1, top + j, sizeof *top * (size_t)(w - 1 - j)); top[j] = bytes[i]; break; }
+        }
+        for (int j = 0; j < w; j++) win += top[j];
+        if (got != want || pb != got || pb + win > avail) bad++;
+    }
+    CHECKF(bad == 0 && cases > 1000, "%d of %d cases differ from enumeration", bad, cases);
+
+    /* blocks of one size: RUN (pins from the first on) is already optimal, and stays */
+    hmem_params p = hmem_default_params();
+    hmem_plan pl;
+    for (int i = 0; i < 20; i++) { bytes[i] = 8 * MiB; kinds[i] = i % 2 ? HM_BLOCK_FFN : HM_BLOCK_ATTN; }
+    for (uint64_t b = 16; b <= 160; b += 5) {
+        CHECK(hmem_plan_make(bytes, kinds, 20, &p, b * MiB, pinned, &pl, NULL) == 0);
+        int run = 0;
+        while (run < 20 && pinned[run]) run++;
+        CHECKF(pl.mode == HMEM_KEEP || pl.n_pinned == run, "budget %llu MiB: %d pinned, run %d", (unsigned long long)b, pl.n_pinned, run);                                      /* one run from the first block */
+        CHECKF(pl.mode == HMEM_KEEP || pl.pinned_bytes == (b * MiB / (8 * MiB) - 2) * 8 * MiB, "budget %llu MiB: %.0f MiB pinned",
+               (unsigned long long)b, (double)pl.pinned_bytes / MiB);  /* all but the window's two: the optimum */
+    }
+
+    /* the 1B shape (16 layers of 6 + 28 MiB, a 141 MiB output head) at about half its weights: RUN pins
+       layers from the first and leaves the head to the window (141 + 28 MiB); pinning the head
+       shrinks the window to 2 x 28 MiB, so 113 MiB more stay resident */
+    int n = blocks(16, 6 * MiB, 28 * MiB, 141 * MiB, bytes, kinds);
+    p.ctx_bytes = 10 * MiB;
+    CHECK(hmem_plan_make(bytes, kinds, n, &p, p.ctx_bytes + 330 * MiB, pinned, &pl, NULL) == 0);
+    CHECK(pl.mode == HMEM_STREAM && pinned[n - 1]);
+    CHECK(pl.window_bytes == 56 * MiB && pl.pinned_bytes + pl.window_bytes <= 330 * MiB);
+    CHECK(pl.pinned_bytes >= 330 * MiB - 56 * MiB - 6 * MiB); /* within one attention block of the room */
+    CHECK(pinned[0] && pinned[1]);                             /* the layers pinned from the first on */
+    /* what RUN alone pins there: 161 MiB (330 - 169 of window), so the best pins stream 113 MiB less */
+    CHECK(pl.pinned_bytes >= 161 * MiB + 100 * MiB);
 }
 
 /* The KV cache grows into the budget: 370 MiB of weights; a context of 800 positions whose KV cache
@@ -464,6 +544,7 @@ int main(void) {
     const char *shared = test_shared_dir();
     test_plan();
     test_plan_kv();
+    test_pin_best();
     test_sysmem();
     const char *models[] = {"models/stories260K.gguf", "models/synth/synth-llama-Q4_0.gguf",
                             "models/synth/synth-llama-Q4_K_M-mix.gguf", "models/synth/synth-qwen2-Q8_0.gguf",

@@ -139,6 +139,12 @@ static void make_sample(int type, int variant, hn_msg *m) {
         m->u.probe.n = full ? 5 : 0;
         m->u.probe.data = full ? (const uint8_t *)"probe" : NULL;
         break;
+    case HN_MSG_LOSS_PROBE:
+        m->u.loss_probe = (hn_loss_probe){.session = full ? 0x1122334455667788ULL : 1, .drop_seed = full ? 7 : 0,
+                                          .port = full ? 50123 : 1, .count = full ? 400 : 1,
+                                          .interval_us = full ? 250 : 0, .elems = full ? 64 : 1,
+                                          .wait_ms = full ? 30 : 0, .drop_ppm = full ? 50000 : 0};
+        break;
     case HN_MSG_LINK_PROBE:
         m->u.link_probe.addr = hn_cstr(full ? "10.77.0.3:7070" : "w");
         m->u.link_probe.n_pings = full ? 9 : 1;
@@ -219,6 +225,8 @@ static bool msg_same(const hn_msg *a, const hn_msg *b) {
     case HN_MSG_PROBE:
         return a->u.probe.reply_bytes == b->u.probe.reply_bytes && a->u.probe.n == b->u.probe.n &&
                mem_same(a->u.probe.data, b->u.probe.data, a->u.probe.n);
+    case HN_MSG_LOSS_PROBE:
+        return !memcmp(&a->u.loss_probe, &b->u.loss_probe, sizeof a->u.loss_probe);
     case HN_MSG_LINK_PROBE:
         return str_same(a->u.link_probe.addr, b->u.link_probe.addr) && a->u.link_probe.n_pings == b->u.link_probe.n_pings &&
                a->u.link_probe.probe_bytes == b->u.link_probe.probe_bytes;
@@ -401,6 +409,42 @@ static void test_encoder_checks(void) {
     make_sample(HN_MSG_SLICE_CHUNK, 0, &m);
     m.u.slice_chunk.n = HN_MAX_CHUNK + 1;
     CHECK(hn_msg_encode(&m, &b, &tail, &err) == HR_EINVAL && strstr(err.msg, "SLICE_CHUNK.data"));
+    /* LOSS_PROBE: every bound of the burst a worker is asked to send */
+    for (int c = 0; c < 8; c++) {
+        make_sample(HN_MSG_LOSS_PROBE, 0, &m);
+        hn_loss_probe *l = &m.u.loss_probe;
+        const char *field[] = {"port", "port", "count", "count", "interval_us", "elems", "wait_ms", "drop_ppm"};
+        switch (c) {
+        case 0: l->port = 0; break;
+        case 1: l->port = 65536; break;
+        case 2: l->count = 0; break;
+        case 3: l->count = HN_MAX_LOSS_PROBE + 1; break;
+        case 4: l->interval_us = HN_MAX_LOSS_PROBE_US / l->count + 1; break;   /* the burst would last too long */
+        case 5: l->elems = HN_DGRAM_MAX_ELEMS_SEALED + 1; break;
+        case 6: l->wait_ms = HN_MAX_LOSS_WAIT_MS + 1; break;
+        case 7: l->drop_ppm = 1000001; break;
+        }
+        char want[40];
+        snprintf(want, sizeof want, "LOSS_PROBE.%s", field[c]);
+        CHECKF(hn_msg_encode_full(&m, &b, &err) == HR_EINVAL && strstr(err.msg, want), "case %d: %s", c, err.msg);
+    }
+    /* and the decoder refuses the same bytes (a hostile head's request never reaches the worker's code) */
+    make_sample(HN_MSG_LOSS_PROBE, 0, &m);
+    CHECK(hn_msg_encode_full(&m, &b, &err) == 0 && b.len == 40);
+    {
+        uint8_t *c;
+        hn_msg d;
+        uint8_t raw[40];
+        memcpy(raw, b.data, sizeof raw);
+        raw[20] = raw[21] = raw[22] = raw[23] = 0xff;   /* count: 2^32 - 1 */
+        CHECKF(decode_copy(HN_MSG_LOSS_PROBE, raw, sizeof raw, &d, &c, &err) == HR_EFORMAT && strstr(err.msg, "LOSS_PROBE.count"),
+               "%s", err.msg);
+        free(c);
+        CHECK(decode_copy(HN_MSG_LOSS_PROBE, b.data, b.len - 1, &d, &c, &err) == HR_EFORMAT);   /* short */
+        free(c);
+        CHECKF(decode_copy(HN_MSG_LOSS_PROBE, b.data, b.len, &d, &c, &err) == 0 && d.u.loss_probe.count == 400, "%s", err.msg);
+        free(c);
+    }
     m.type = 0;
     CHECK(hn_msg_encode_full(&m, &b, &err) == HR_EINVAL);
     hn_buf_free(&b);

@@ -3,7 +3,7 @@
 # - `hearth run --workers ...` without plan flags runs the planner's choice (one line names it and its
 #   prediction) and prints exactly the single-device greedy text, on stories260K and a synth model;
 # - `hearth plan --json` lists the devices, every link (worker <-> worker measured by a worker),
-#   candidates of every kind with predictions, and a chosen index;
+#   candidates of every kind (hybrid too) with predictions, and a chosen index;
 # - `hearth profile`: the second run reads the cache; another thread count measures again;
 # - usage errors: plan without -m.
 # Every process started here is killed on exit (trap). Env: HEARTH_BIN, HEARTH_SHARED.
@@ -29,7 +29,12 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 assert len(j["devices"]) == 3, j["devices"]
 kinds = [c["kind"] for c in j["candidates"]]
-assert kinds[0] == "single" and "tp" in kinds and "pp" in kinds, kinds
+assert kinds[0] == "single" and "tp" in kinds and "pp" in kinds and "hybrid" in kinds, kinds
+# a hybrid: the head's group (its first `group` devices, with their shares) and a window per stage
+for h in (c for c in j["candidates"] if c["kind"] == "hybrid"):
+    assert h["group"] == 2 and len(h["devices"]) == 3 and h["devices"][0] == 0, h
+    assert len(h["shares"]) == 2 and len(h["windows"]) == 2 and h["trips"] >= 1, h
+    assert "+" in h["plan"], h["plan"]
 c = j["candidates"][j["chosen"]]
 assert c["feasible"] and c["predicted_ms_per_token"] > 0 and c["predicted_prefill_ms"] > 0
 best = min(x["predicted_ms_per_token"] for x in j["candidates"] if x["feasible"])
@@ -39,8 +44,42 @@ for d in j["devices"][1:]:
 # every pair of devices, the worker <-> worker one measured by a worker (LINK_PROBE)
 assert [(l["a"], l["b"]) for l in j["links"]] == [(0, 1), (0, 2), (1, 2)], j["links"]
 assert all(l["rtt_ms"] > 0 and l["gbps"] > 0 and not l["estimated"] for l in j["links"]), j["links"]
+# the loss probe (docs/planner.md, "Loss"): loopback loses nothing; head links measured, 1 <-> 2 estimated
+for l in j["links"]:
+    assert 0 <= l["loss"] <= 0.01, l
+    assert (l["loss_samples"] >= 400) == (l["a"] == 0), l
 PY
 then ok; else bad "plan --json: $(head -c 300 "$TMP/plan.json")"; fi
+
+# the loss probe against an injected loss: every probe datagram (both ways) dropped with 10%, a fixed
+# pattern (the lossy transport's test hook): the measured loss is near 10% on every head link
+if HEARTH_LOSSY_DROP=5:0.1 "$BIN" plan -m "$S/synth/synth-llama-Q8_0.gguf" --workers "$(workers 1 2)" -t 1 -c 128 --json \
+    > "$TMP/plan-loss.json" 2> "$TMP/plan-loss.err" && python3 - "$TMP/plan-loss.json" << 'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+for l in j["links"]:
+    if l["a"] == 0:
+        assert 0.06 <= l["loss"] <= 0.14 and 0.05 <= l["loss_ab"] <= 0.16 and 0.05 <= l["loss_ba"] <= 0.16, l
+    else:
+        assert l["loss_samples"] == 0 and 0.06 <= l["loss"] <= 0.14, l   # estimated from the head links
+for d in j["devices"][1:]:
+    assert 0.06 <= d["loss"] <= 0.14, d
+# every TP candidate has its lossy twin (the same devices), which loses about 10% of the workers' elements
+tp = [c for c in j["candidates"] if c["kind"] == "tp"]
+assert len(tp) % 2 == 0 and all(c["lossy"] == (i % 2 == 1) for i, c in enumerate(tp)), [c["lossy"] for c in tp]
+for c in tp:
+    if c["lossy"] and c["feasible"]:
+        assert 0.06 <= c["lost_fraction"] <= 0.14 and c["elements_lost_per_allreduce"] > 0, c
+    elif c["feasible"]:
+        assert c["loss_ms"] > 0 and c["allreduce_loss_probability"] > 0.1, c
+PY
+then ok; else bad "plan with 10% injected loss: $(head -c 600 "$TMP/plan-loss.json") $(tail -2 "$TMP/plan-loss.err")"; fi
+# with a cluster key the probe datagrams are sealed (as the lossy transport's): the same measurement
+"$BIN" keygen -o "$TMP/k.key" > /dev/null 2>&1 || bad "keygen"
+start_worker 3 0 --key "$TMP/k.key"
+if HEARTH_LOSSY_DROP=5:0.1 "$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 3)" --key "$TMP/k.key" -t 1 --json \
+    2> "$TMP/plan-key.err" | python3 -c "import json,sys; l=json.load(sys.stdin)['links'][0]; assert 0.06 <= l['loss'] <= 0.14, l"
+then ok; else bad "keyed loss probe: $(tail -2 "$TMP/plan-key.err")"; fi
 "$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 1)" -t 1 > "$TMP/plan.txt" 2>&1 || bad "plan (text) failed"
 if grep -q "^chosen: " "$TMP/plan.txt" && grep -q "single device" "$TMP/plan.txt"; then ok; else bad "plan text: $(cat "$TMP/plan.txt")"; fi
 

@@ -93,14 +93,6 @@ s2=$(sent "$TMP/s2.err")
 if [[ -n "$s1" && "$s1" -gt 0 && "$s2" == 0 ]]; then ok; else bad "weight bytes sent: first run '$s1', second run '$s2' (want > 0, then 0)"; fi
 
 # ---- impossible flags --------------------------------------------------------------------------------
-expect_error() { # expect_error PATTERN ARGS...: the head exits non-zero and says PATTERN
-    local pat=$1
-    shift
-    run -m "$S/stories260K.gguf" "$@" > /dev/null 2> "$TMP/e.err"
-    local rc=$?
-    if [[ $rc -ne 0 ]] && grep -q "$pat" "$TMP/e.err"; then ok
-    else bad "$* -> exit $rc, want an error saying '$pat': $(tail -2 "$TMP/e.err")"; fi
-}
 expect_error "needs --pp" --workers "$(workers 1)" --layer-windows 2,3
 expect_error "needs --workers" --pp
 expect_error "2 sizes for 3 devices" --workers "$(workers 1 2)" --pp --layer-windows 2,3

@@ -176,12 +176,8 @@ static int ppl_sim_setup(ppl_run *r, cli_opts *o, hr_err *err) {
     if (o->sim_placement == CLI_SIM_ORACLE) {
         fprintf(stderr, "perplexity: oracle placement: measuring the groups' importance on this text first\n");
         rc = cli_importance_measure(e, &r->ck, &imp, err);
-    } else if (o->importance && !(rc = hpl_importance_read(&imp, o->importance, err)) &&
-               (imp.n_layer != L || imp.n_groups[0] != hm_groups_count(g, HM_BLOCK_ATTN) ||
-                imp.n_groups[1] != hm_groups_count(g, HM_BLOCK_FFN)))
-        rc = hr_fail(err, HR_EINVAL, "'%s' has %d layers of %d + %d groups; this model %d of %d + %d", o->importance,
-                     imp.n_layer, imp.n_groups[0], imp.n_groups[1], L, hm_groups_count(g, HM_BLOCK_ATTN),
-                     hm_groups_count(g, HM_BLOCK_FFN));
+    } else if (o->importance)
+        rc = cli_importance_load(e->m, o->importance, &imp, err);
     int32_t *assign = calloc((size_t)L * 2 * (size_t)stride, sizeof *assign), count2[2 * HC_MAX_DEVICES];
     for (int b = 0; !rc && b < 2; b++)
         rc = hpl_group_counts(weight, nd, hm_groups_count(g, b ? HM_BLOCK_FFN : HM_BLOCK_ATTN), count2 + b * nd, err);
@@ -350,7 +346,8 @@ static int ppl_check(const cli_command *c, cli_opts *o) {
     if (!o->kld && !o->file) return cli_usage_error(c, "-f TEXT is required");
     if (o->n_sim_loss && o->sim_placement == CLI_SIM_IMPORTANCE && !o->importance)
         return cli_usage_error(c, "--sim-placement importance needs --importance FILE (hearth calibrate)");
-    if (!o->n_sim_loss && o->importance) return cli_usage_error(c, "--importance is for --sim-loss");
+    if (!o->n_sim_loss && o->importance && !o->head.n_workers)
+        return cli_usage_error(c, "--importance is for --sim-loss or --workers (the runtime's placement)");
     if (o->n_sim_loss && o->head.n_workers)
         return cli_usage_error(c, "--sim-loss simulates a cluster in one process: no --workers");
     return cli_check_cluster(c, o);

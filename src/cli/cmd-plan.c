@@ -20,6 +20,7 @@ static json_t *plan_json_device(int i, const hpl_cluster *c) {
     if (i > 0) {
         json_object_set_new(o, "rtt_ms", json_real(c->link[0][i].rtt_ms));
         json_object_set_new(o, "link_gbps", json_real(c->link[0][i].gbps));
+        json_object_set_new(o, "loss", json_real(c->link[0][i].loss));
     }
     return o;
 }
@@ -31,13 +32,19 @@ static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
     json_object_set_new(o, "kind", json_string(hpl_kind_name(p->kind)));
     for (int i = 0; i < p->n; i++) json_array_append_new(devs, json_integer(p->dev[i]));
     json_object_set_new(o, "devices", devs);
-    if (p->kind == HPL_TP) {
+    /* hybrid: shares of the head's group (its first `group` devices), windows per stage */
+    const bool hy = p->kind == HPL_HYBRID;
+    if (hy) json_object_set_new(o, "group", json_integer(p->group));
+    if (p->kind == HPL_TP) /* the lossy all-reduce is TP with a flag, not a kind of its own */
+        json_object_set_new(o, "lossy", json_boolean(p->lossy));
+    if (p->kind == HPL_TP || hy) {
         json_t *a = json_array();
-        for (int i = 0; i < p->n; i++) json_array_append_new(a, json_real(p->share[i]));
+        for (int i = 0; i < (hy ? p->group : p->n); i++) json_array_append_new(a, json_real(p->share[i]));
         json_object_set_new(o, "shares", a);
-    } else if (p->kind == HPL_PP) {
+    }
+    if (p->kind == HPL_PP || hy) {
         json_t *a = json_array();
-        for (int i = 0; i < p->n; i++) json_array_append_new(a, json_integer(p->window[i]));
+        for (int i = 0; i < (hy ? p->n - p->group + 1 : p->n); i++) json_array_append_new(a, json_integer(p->window[i]));
         json_object_set_new(o, "windows", a);
         json_object_set_new(o, "trips", json_integer(p->trips));
     }
@@ -53,6 +60,14 @@ static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
     json_object_set_new(o, "network_ms", json_real(p->comm_ms));
     json_object_set_new(o, "blocked_ms", json_real(p->blocked_ms));
     json_object_set_new(o, "messages_per_token", json_integer(p->n_messages));
+    /* what loss costs (docs/planner.md, "Loss"): in network_ms already */
+    json_object_set_new(o, "loss_ms", json_real(p->loss_ms));
+    if (p->kind == HPL_TP) json_object_set_new(o, "allreduce_loss_probability", json_real(p->p_hit));
+    if (p->lossy) {
+        json_object_set_new(o, "deadline_ms", json_real(p->deadline_ms));
+        json_object_set_new(o, "elements_lost_per_allreduce", json_real(p->elements_lost));
+        json_object_set_new(o, "lost_fraction", json_real(p->lost_fraction));
+    }
     for (int i = 0; i < p->n && p->feasible; i++) {
         const hpl_dev_cost *d = &p->dc[i];
         json_t *m = json_object();
@@ -100,7 +115,14 @@ static int plan_run(cli_opts *o) {
                 json_object_set_new(l, "b", json_integer(b));
                 json_object_set_new(l, "rtt_ms", json_real(cl->link[a][b].rtt_ms));
                 json_object_set_new(l, "gbps", json_real(cl->link[a][b].gbps));
+                json_object_set_new(l, "gbps_measured", json_real(cl->link[a][b].gbps_measured));
                 json_object_set_new(l, "estimated", json_boolean(cl->link[a][b].estimated));
+                /* datagram loss (docs/planner.md, "Loss"): pooled, a -> b, b -> a, and how many datagrams
+                   measured it (0: estimated from the links to the head) */
+                json_object_set_new(l, "loss", json_real(cl->link[a][b].loss));
+                json_object_set_new(l, "loss_ab", json_real(cl->link[a][b].loss_to));
+                json_object_set_new(l, "loss_ba", json_real(cl->link[a][b].loss_from));
+                json_object_set_new(l, "loss_samples", json_integer(cl->link[a][b].loss_samples));
                 json_array_append_new(links, l);
             }
         json_object_set_new(root, "links", links);
@@ -119,12 +141,13 @@ static int plan_run(cli_opts *o) {
             printf("links:\n");
             for (int a = 0; a < cl->n; a++)
                 for (int b = a + 1; b < cl->n; b++)
-                    printf("  %-2d <-> %-2d  rtt %7.3f ms  %7.3f GB/s%s\n", a, b, cl->link[a][b].rtt_ms, cl->link[a][b].gbps,
-                           cl->link[a][b].estimated ? "  (estimated)" : "");
+                    printf("  %-2d <-> %-2d  rtt %7.3f ms  %7.3f GB/s  loss %5.2f%%%s%s\n", a, b, cl->link[a][b].rtt_ms,
+                           cl->link[a][b].gbps, 100 * cl->link[a][b].loss, cl->link[a][b].estimated ? "  (estimated)" : "",
+                           !cl->link[a][b].estimated && !cl->link[a][b].loss_samples ? "  (loss estimated)" : "");
         }
         printf("candidates (decode ms/token; prefill of %d tokens):\n", np);
-        printf("  %-3s %-58s %10s %11s %9s %9s %9s  %s\n", "#", "plan", "ms/token", "prefill ms", "compute", "network",
-               "blocked", "per device: resident + streamed/token MiB");
+        printf("  %-3s %-58s %10s %11s %9s %9s %9s %9s  %s\n", "#", "plan", "ms/token", "prefill ms", "compute", "network",
+               "of: loss", "blocked", "per device: resident + streamed/token MiB");
         for (int i = 0; i < ch->n; i++) {
             const hpl_plan *p = &ch->cand[i];
             char desc[256];
@@ -133,8 +156,8 @@ static int plan_run(cli_opts *o) {
                 printf("%s %-3d %-58.58s does not fit: %s\n", i == ch->chosen ? "*" : " ", i, desc, p->why);
                 continue;
             }
-            printf("%s %-3d %-58.58s %10.2f %11.1f %9.2f %9.2f %9.2f  ", i == ch->chosen ? "*" : " ", i, desc,
-                   p->ms_per_token, p->prefill_ms, p->compute_ms, p->comm_ms, p->blocked_ms);
+            printf("%s %-3d %-58.58s %10.2f %11.1f %9.2f %9.2f %9.2f %9.2f  ", i == ch->chosen ? "*" : " ", i, desc,
+                   p->ms_per_token, p->prefill_ms, p->compute_ms, p->comm_ms, p->loss_ms, p->blocked_ms);
             for (int d = 0; d < p->n; d++)
                 printf("%s%d: %.0f+%.0f", d ? ", " : "", p->dc[d].dev, p->dc[d].resident_bytes / 1048576.0,
                        p->dc[d].stream_bytes / 1048576.0);
@@ -159,6 +182,8 @@ const cli_command cli_plan = {
     "Profiles this device (cached) and every worker (each measures itself; cached there), measures the\n"
     "links to the workers, then predicts, for every candidate plan — one device; tensor parallel over\n"
     "the head and each set of workers (shares by min-max); a piped-ring pipeline over them (windows\n"
-    "and trips by an ILP) — decode ms/token, prefill time and each device's memory, and names the\n"
-    "fastest. `hearth run --workers ...` without plan flags runs that plan. docs/planner.md.",
+    "and trips by an ILP); hybrid plans, whose first stage is the head and its workers of the fastest\n"
+    "links as a tensor-parallel group (the same ILP, the group as one device) — decode ms/token,\n"
+    "prefill time and each device's memory, and names the fastest. `hearth run --workers ...` without\n"
+    "plan flags runs that plan. docs/planner.md.",
     .check = plan_check, .run = plan_run};

@@ -30,6 +30,38 @@ int cli_engine_open(cli_engine *e, const cli_opts *o, bool vocab, hr_err *err) {
     return 0;
 }
 
+/* The lossy all-reduce's test hook: HEARTH_LOSSY_DROP=SEED:RATE[:DUP[:D+D+...]] makes every device (or
+   only devices D, 0 the head) drop its outgoing datagrams with probability RATE (0..1) in a pattern fixed
+   by SEED, and with DUP 1 send each of the others twice (docs/lossy.md); the planner's loss probe drops
+   its datagrams the same way, on every link (docs/planner.md, "Loss"); not in --help. Unset: all zero. */
+static int cli_lossy_drop_env(uint64_t *seed_out, uint32_t *ppm, bool *dup_out, uint64_t *devs_out, hr_err *err) {
+    *seed_out = 0;
+    *ppm = 0;
+    *dup_out = false;
+    *devs_out = 0;
+    const char *v = getenv("HEARTH_LOSSY_DROP");
+    if (!v || !*v) return 0;
+    char *end;
+    unsigned long long seed = strtoull(v, &end, 10);
+    double rate = *end == ':' ? strtod(end + 1, &end) : -1;
+    long dup = 0;
+    if (*end == ':') dup = strtol(end + 1, &end, 10);
+    uint64_t devs = 0;
+    for (char sep = *end == ':' ? '+' : 0; sep == '+' && *end; sep = *end) {
+        long d = strtol(end + 1, &end, 10);
+        if (d < 0 || d >= HC_MAX_DEVICES) break;
+        devs |= 1ull << d;
+    }
+    if (*end || !(rate >= 0 && rate <= 1) || dup < 0 || dup > 1)
+        return hr_fail(err, HR_EINVAL, "HEARTH_LOSSY_DROP: expected SEED:RATE[:DUP[:D+D+...]] (RATE 0..1, DUP 0 or 1, "
+                       "D devices, 0 the head)");
+    *dup_out = dup == 1;
+    *seed_out = seed;
+    *ppm = (uint32_t)(rate * 1e6 + 0.5);
+    *devs_out = devs;
+    return 0;
+}
+
 int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, int n_prompt, hpl_cluster *cl,
                     hpl_choice *ch, hr_err *err) {
     hpl_model pm;
@@ -39,15 +71,20 @@ int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *c
     p.self.disk_path = o->model;
     p.self.mem = o->mem;
     p.self.no_cache = o->no_cache;
+    p.self.types = hpl_model_types(&pm); /* the first profile measures only what the model uses */
     p.serial = o->profile_serial;
     p.key = o->head.key;
+    bool dup;
+    uint64_t devs;
+    if (cli_lossy_drop_env(&p.loss_drop_seed, &p.loss_drop_ppm, &dup, &devs, err)) return err->code;
     if (hpl_cluster_profile(o->head.workers, o->head.n_workers, &p, cl, err)) return err->code;
     return hpl_choose(cl, &pm, n_prompt, ch, err);
 }
 
-/* The planner's choice for o's model over h's workers becomes h's plan (h->n_workers 0: one device). */
+/* The planner's choice for o's model over h's workers becomes h's plan (h->n_workers 0: one device);
+   loss (optional): each of the plan's workers' measured datagram loss in percent, in h->workers order. */
 static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, hc_head_params *h,
-                             hr_err *err) {
+                             double *loss, hr_err *err) {
     hpl_cluster *cl = malloc(sizeof *cl);
     hpl_choice *ch = malloc(sizeof *ch);
     cli_opts *oo = malloc(sizeof *oo);
@@ -75,13 +112,21 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
         hpl_plan_describe(p, desc, sizeof desc);
         HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
                 p->ms_per_token, cl->profile_ms);
+        if (p->lossy)
+            HR_LOGI("plan: lossy mode (--lossy: the all-reduces' partials as UDP datagrams, %.0f ms deadline), since the "
+                    "links lose datagrams: %s", p->deadline_ms, ch->why);
         const char *all[HC_MAX_DEVICES - 1];
         memcpy(all, h->workers, sizeof all);
         h->n_workers = p->n - 1;
-        for (int i = 1; i < p->n; i++) h->workers[i - 1] = all[p->dev[i] - 1];
+        for (int i = 1; i < p->n; i++) {
+            h->workers[i - 1] = all[p->dev[i] - 1];
+            if (loss) loss[i - 1] = cl->link[0][p->dev[i]].loss * 100;
+        }
         h->pp = false;
-        h->n_shares = h->n_windows = 0;
+        h->n_shares = h->n_windows = h->n_stages = 0;
         h->shares_auto = false;
+        h->lossy = p->lossy; /* the lossy all-reduce (docs/lossy.md): star, UDP partials with a deadline */
+        if (p->lossy) h->allreduce = HC_ALLREDUCE_STAR;
         if (p->kind == HPL_TP) {
             h->n_shares = p->n;
             memcpy(h->shares, p->share, sizeof p->share[0] * (size_t)p->n);
@@ -89,6 +134,16 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
             h->pp = true;
             h->n_windows = p->n;
             memcpy(h->layer_windows, p->window, sizeof p->window[0] * (size_t)p->n);
+        } else if (p->kind == HPL_HYBRID) {
+            /* the workers are in the plan's order: the head's group first, then a stage each */
+            h->pp = true;
+            h->n_stages = p->n - p->group + 1;
+            h->stage_devs[0] = p->group;
+            for (int s = 1; s < h->n_stages; s++) h->stage_devs[s] = 1;
+            h->n_shares = p->group;
+            memcpy(h->shares, p->share, sizeof p->share[0] * (size_t)p->group);
+            h->n_windows = h->n_stages;
+            memcpy(h->layer_windows, p->window, sizeof p->window[0] * (size_t)h->n_stages);
         }
     }
     free(cl);
@@ -105,7 +160,7 @@ static int cli_engine_replan(void *user, hc_head_params *p, hr_err *err) {
     int64_t until = hr_time_ns() + 5000 * 1000000LL;
     for (;;) {
         hc_head_params q = *p;
-        int rc = cli_engine_choose(e->o, e->m, &e->cp, &q, err);
+        int rc = cli_engine_choose(e->o, e->m, &e->cp, &q, NULL, err);
         if (!rc) {
             *p = q;
             return 0;
@@ -116,22 +171,83 @@ static int cli_engine_replan(void *user, hc_head_params *p, hr_err *err) {
     }
 }
 
-/* The lossy all-reduce's test hook: HEARTH_LOSSY_DROP=SEED:RATE[:DUP] makes every device drop its
-   outgoing datagrams with probability RATE (0..1) in a pattern fixed by SEED, and with DUP 1 send
-   each of the others twice (docs/lossy.md); not in --help. */
+/* The lossy all-reduce's test hook: the head's share of it (the workers get it in LOAD_PLAN) */
 static int cli_lossy_drop(hc_head_params *hp, hr_err *err) {
-    const char *v = getenv("HEARTH_LOSSY_DROP");
-    if (!v || !*v) return 0;
-    char *end;
-    unsigned long long seed = strtoull(v, &end, 10);
-    double rate = *end == ':' ? strtod(end + 1, &end) : -1;
-    long dup = 0;
-    if (*end == ':') dup = strtol(end + 1, &end, 10);
-    if (*end || !(rate >= 0 && rate <= 1) || dup < 0 || dup > 1)
-        return hr_fail(err, HR_EINVAL, "HEARTH_LOSSY_DROP: expected SEED:RATE[:DUP] (RATE 0..1, DUP 0 or 1)");
-    hp->lossy_dup = dup == 1;
-    hp->lossy_drop_seed = seed;
-    hp->lossy_drop_ppm = (uint32_t)(rate * 1e6 + 0.5);
+    bool dup;
+    if (cli_lossy_drop_env(&hp->lossy_drop_seed, &hp->lossy_drop_ppm, &dup, &hp->lossy_drop_devices, err))
+        return err->code;
+    hp->lossy_dup = dup;
+    return 0;
+}
+
+int cli_importance_load(const hm_model *m, const char *path, hpl_importance *imp, hr_err *err) {
+    const hm_hparams *hp = &m->hp;
+    hc_plan one;
+    const double w = 1;
+    int rc = hc_plan_make(m, &w, 1, &one, err);
+    if (rc || (rc = hpl_importance_read(imp, path, err))) return rc;
+    int32_t ga = hp->n_head_kv / one.att_group, gf = hp->n_ff / one.ff_group;
+    if (imp->model[0] && hp->name[0] && strcmp(imp->model, hp->name))
+        rc = hr_fail(err, HR_EINVAL, "'%s' was measured on the model '%s', not on '%s'", path, imp->model, hp->name);
+    else if (imp->n_layer != hp->n_layer || imp->n_embd != hp->n_embd || imp->att_kv != one.att_group ||
+             imp->ff != one.ff_group || imp->n_groups[0] != ga || imp->n_groups[1] != gf)
+        rc = hr_fail(err, HR_EINVAL, "'%s' has %d layers of width %d, %d attention groups of %d KV heads and %d FFN "
+                     "groups of %d neurons; this model %d layers of width %d, %d of %d and %d of %d", path, imp->n_layer,
+                     imp->n_embd, imp->n_groups[0], imp->att_kv, imp->n_groups[1], imp->ff, hp->n_layer, hp->n_embd, ga,
+                     one.att_group, gf, one.ff_group);
+    if (rc) hpl_importance_free(imp);
+    return rc;
+}
+
+/* hc_place_fn: HALO's Algorithm 3 per layer over the importance file, with the links' loss from
+   --link-loss (by worker address, so that a re-plan over fewer workers keeps each one's), then every
+   device's groups in a row, in device order, which is the order the plan's ranges follow */
+static int cli_engine_place(void *user, const hc_plan *plan, const char *const *names, hc_order *ord, hr_err *err) {
+    const cli_engine *e = user;
+    const cli_opts *o = e->o;
+    const int n = plan->n_devices;
+    double loss[HC_MAX_DEVICES] = {0};
+    for (int d = 1; d < n; d++)
+        for (int i = 0; i < o->head.n_workers && o->n_link_loss; i++)
+            if (!strcmp(names[d], o->head.workers[i])) loss[d] = o->link_loss[o->n_link_loss == 1 ? 0 : i] / 100;
+    if (e->imp.att_kv != plan->att_group || e->imp.ff != plan->ff_group)
+        return hr_fail(err, HR_EINVAL, "the importance file's groups (%d KV heads, %d neurons) are not the plan's (%d, %d)",
+                       e->imp.att_kv, e->imp.ff, plan->att_group, plan->ff_group);
+    int32_t *assign = malloc(sizeof *assign * (size_t)HR_MAX(ord->n_groups[0], ord->n_groups[1]));
+    if (!assign) return hr_fail(err, HR_ENOMEM, "out of memory");
+    int rc = 0;
+    for (int b = 0; b < 2 && !rc; b++) {
+        const int32_t G = ord->n_groups[b], size = b ? plan->ff_group : plan->att_group;
+        int32_t count[HC_MAX_DEVICES];
+        for (int d = 0; d < n; d++)
+            count[d] = b ? (plan->dev[d].ff_end - plan->dev[d].ff_begin) / size
+                         : (plan->dev[d].kv_end - plan->dev[d].kv_begin) / size;
+        for (int il = 0; il < ord->n_layer && !rc; il++) {
+            if ((rc = hpl_place_groups(e->imp.imp[b] + (size_t)il * G, G, loss, count, n, assign, err))) break;
+            int32_t *row = ord->order[b] + (size_t)il * G, k = 0;
+            for (int d = 0; d < n; d++)
+                for (int32_t g = 0; g < G; g++)
+                    if (assign[g] == d) row[k++] = g;
+        }
+    }
+    free(assign);
+    return rc;
+}
+
+/* --importance and --link-loss: what they apply to, the file read and checked, the placement set
+   (before the planner, whose choice may then leave it unused: one device, a pipeline) */
+static int cli_engine_importance(cli_engine *e, cli_opts *o, hr_err *err) {
+    if (o->n_link_loss && !o->importance) return hr_fail(err, HR_EINVAL, "--link-loss is for --importance's placement");
+    if (!o->importance || o->n_sim_loss) return 0;   /* the simulation's (cmd-perplexity.c) */
+    if (!o->head.n_workers)
+        return hr_fail(err, HR_EINVAL, "--importance places unit groups on --workers (tensor parallelism)");
+    /* --link-loss is in --workers order, before the planner leaves any out */
+    if (o->n_link_loss > 1 && o->n_link_loss != o->head.n_workers)
+        return hr_fail(err, HR_EINVAL, "--link-loss has %d values for %d workers", o->n_link_loss, o->head.n_workers);
+    if (o->head.pp) HR_LOGW("--importance: a pipeline computes whole layers; the placement of unit groups is not used");
+    if (cli_importance_load(e->m, o->importance, &e->imp, err)) return err->code;
+    o->head.place = cli_engine_place;
+    o->head.place_user = e;
     return 0;
 }
 
@@ -139,8 +255,16 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
                      hr_err *err) {
     e->o = o;
     e->cp = *cp;
+    if (cli_engine_importance(e, o, err)) return err->code;
     bool planner = o->head.n_workers && !o->plan_given && !o->head.pp;
-    if (planner && cli_engine_choose(o, e->m, cp, &o->head, err)) return err->code;
+    /* --importance without --link-loss: the placement takes the loss the planner's probe measured */
+    const bool probed = planner && o->importance && !o->n_link_loss && !o->n_sim_loss;
+    if (planner && cli_engine_choose(o, e->m, cp, &o->head, probed ? o->link_loss : NULL, err)) return err->code;
+    if (probed) {
+        o->n_link_loss = o->head.n_workers;
+        for (int i = 0; i < o->n_link_loss; i++)
+            HR_LOGI("placement: worker %s loses %.2f%% of datagrams (measured)", o->head.workers[i], o->link_loss[i]);
+    }
     if (o->head.lossy && !o->head.n_workers) return hr_fail(err, HR_EINVAL, "--lossy needs --workers");
     if (o->head.lossy && cli_lossy_drop(&o->head, err)) return err->code;
     if (o->head.n_workers) {
@@ -165,7 +289,7 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
        what a one-position context needs beside its single position */
     hm_ctx_params one = *cp;
     one.n_ctx = 1;
-    int32_t n_ctx = cp->n_ctx > 0 ? cp->n_ctx : HR_MIN(e->m->hp.n_ctx_train, 4096); /* hm_ctx_create's default */
+    int32_t n_ctx = hm_ctx_resolve_n_ctx(&e->m->hp, cp->n_ctx);
     if (managed ? hmem_setup_kv(e->m, &sh, o->model, &o->mem, ctx_bytes, hm_ctx_bytes_estimate(&e->m->hp, &one), n_ctx,
                                 &e->mm, err)
                 : hmem_check_ctx(ctx_bytes, err))
@@ -196,6 +320,7 @@ int32_t cli_engine_n_ctx(const cli_engine *e) { return e->tp ? hc_head_n_ctx(e->
 void cli_engine_close(cli_engine *e) {
     hm_ctx_free(e->c);
     hm_groups_free(e->groups);
+    hpl_importance_free(&e->imp);
     hmem_free(e->mm);
     hc_head_free(e->tp);
     ht_vocab_free(e->voc);

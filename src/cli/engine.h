@@ -17,6 +17,7 @@ typedef struct cli_engine {
     hc_head  *tp;     /* or the head of a cluster (--workers) */
     hm_groups *groups;/* set before cli_engine_start (one device only): its probe sees every block
                          (calibration, loss simulation; model.h) */
+    hpl_importance imp; /* --importance with --workers: the placement of unit groups (docs/lossy.md) */
     /* the planner again when a worker leaves (the planner's plan: no plan flags) */
     const cli_opts *o;
     hm_ctx_params   cp;
@@ -29,6 +30,9 @@ int  cli_engine_open(cli_engine *e, const cli_opts *o, bool vocab, hr_err *err);
    and the context for cp — or, with --workers, the cluster's head (o->head; progress may be NULL). */
 int  cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool managed, hc_progress_fn progress,
                       hr_err *err);
+/* Reads an importance file (`hearth calibrate`) and checks it against the model m: its name, layers,
+   width, group sizes and counts (those of tensor parallelism's plan). */
+int  cli_importance_load(const hm_model *m, const char *path, hpl_importance *imp, hr_err *err);
 /* The planner for o's --workers: profiles the cluster (this device from its cache when it can) and
    costs every candidate plan for the model m run with cp. cl and ch are filled (ch->chosen -1 with
    ch->why when nothing fits). */

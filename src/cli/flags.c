@@ -138,13 +138,22 @@ static int fn_tokens(cli_opts *o, const cli_flag *f, const char *v, char *why, s
     }
 }
 
-static int fn_sim_loss(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
-    int n = cli_parse_numbers(v, o->sim_loss, HC_MAX_DEVICES - 1, why, cap);
+/* P,...: percentages per worker (one value: every worker) */
+static int cli_percent_list(const char *v, double *out, int *n_out, char *why, size_t cap) {
+    int n = cli_parse_numbers(v, out, HC_MAX_DEVICES - 1, why, cap);
     if (n < 0) return -1;
     for (int i = 0; i < n; i++)
-        if (o->sim_loss[i] > 100) { snprintf(why, cap, "percentages in [0, 100]"); return -1; }
-    o->n_sim_loss = n;
+        if (out[i] > 100) { snprintf(why, cap, "percentages in [0, 100]"); return -1; }
+    *n_out = n;
     return 0;
+}
+
+static int fn_sim_loss(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    return cli_percent_list(v, o->sim_loss, &o->n_sim_loss, why, cap);
+}
+
+static int fn_link_loss(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    return cli_percent_list(v, o->link_loss, &o->n_link_loss, why, cap);
 }
 
 static int fn_sim_placement(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
@@ -236,6 +245,40 @@ static int fn_windows(cli_opts *o, const cli_flag *f, const char *v, char *why, 
     return 0;
 }
 
+/* --stages 0+1,2,3: the pipeline's stages as groups of devices (0 the head, i the i-th worker), which go
+   round the ring in the order --workers gives them; a hybrid plan (docs/pipeline.md, "Hybrid plans") */
+static int fn_stages(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
+    o->plan_given = true;
+    o->head.pp = true;
+    int n = 0, next = 0;
+    for (const char *p = v;; p++) {
+        if (n == HC_MAX_DEVICES) { snprintf(why, cap, "more than %d stages", HC_MAX_DEVICES); return -1; }
+        int devs = 0;
+        for (;; p++) {
+            char *end;
+            if (*p < '0' || *p > '9') {
+                snprintf(why, cap, "stages of device numbers joined by +, separated by commas");
+                return -1;
+            }
+            long d = strtol(p, &end, 10);
+            if (d != next) {
+                snprintf(why, cap, "device %ld where device %d comes next: every device once, in the ring's order "
+                         "(0 the head, then the workers as --workers lists them)", d, next);
+                return -1;
+            }
+            next++, devs++;
+            p = end;
+            if (*p != '+') break;
+        }
+        o->head.stage_devs[n++] = devs;
+        if (!*p) break;
+        if (*p != ',') { snprintf(why, cap, "stages of device numbers joined by +, separated by commas"); return -1; }
+    }
+    if (n < 2) { snprintf(why, cap, "a pipeline has at least two stages"); return -1; }
+    o->head.n_stages = n;
+    return 0;
+}
+
 static int fn_allreduce(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
     o->plan_given = true; /* an all-reduce is tensor parallelism */
     if (!strcmp(v, "star")) o->head.allreduce = HC_ALLREDUCE_STAR;
@@ -313,7 +356,9 @@ static const cli_flag flags[] = {
     {CLI_PERPLEXITY, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
     {CLI_PERPLEXITY, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL, "with --workers: a pipeline"},
     {CLI_PERPLEXITY, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
-     "with --pp: window sizes in layers per device, head first"},
+     "with --pp: window sizes in layers per device (per stage with --stages), head\nfirst"},
+    {CLI_PERPLEXITY, "--stages", "D+D,D,...", F_FN, 0, 0, 0, fn_stages,
+     "a pipeline whose stages are these groups of devices, as `hearth run --stages`"},
     {CLI_PERPLEXITY, "--sim-loss", "P,...", F_FN, 0, 0, 0, fn_sim_loss,
      "simulate tensor parallelism over lossy links: each worker loses P percent of\n"
      "its all-reduce datagrams (one value: every worker; a list: worker by worker)"},
@@ -330,7 +375,8 @@ static const cli_flag flags[] = {
     {CLI_PERPLEXITY, "--sim-rank", "K", F_LONG, AT(sim_rank), 1, 1 << 20, NULL,
      "rank of --sim-placement lowrank's predictor (default n_embd/8)"},
     {CLI_PERPLEXITY, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
-     "importance file from `hearth calibrate` (for --sim-placement importance)"},
+     "importance file from `hearth calibrate`: --sim-placement importance's, or\n"
+     "with --workers the runtime's placement of unit groups (as for run)"},
     {CLI_PERPLEXITY, "--sim-packet", "N", F_LONG, AT(sim_packet), 1, 1 << 20, NULL,
      "elements of a partial per datagram (default 350: 1400 bytes of F32)"},
     {CLI_PERPLEXITY, "--sim-seed", "N", F_LONG, AT(sim_seed), 0, 1L << 40, NULL,
@@ -429,20 +475,36 @@ static const cli_flag flags[] = {
     {CLI_PLAN, "--workers", "H:P,...|auto", F_FN, 0, 0, 0, fn_workers,
      "the `hearth worker`s the plan may use (auto: those found on the LAN)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
-     "tensor parallel with these shares, head first (equal; auto: measured\nmatvec speed)"},
+     "tensor parallel with these shares, head first (equal; auto: measured\n"
+     "matvec speed); with --stages: of the groups' devices"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
-    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--lossy", NULL, F_FN, 0, 0, 0, fn_lossy,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--lossy", NULL, F_FN, 0, 0, 0, fn_lossy,
      "tensor parallel, star all-reduce: the workers' partial sums of each decoding\n"
      "step go over UDP and the head merges what arrived by --lossy-deadline; what\n"
      "is lost counts as zero (HALO; for lossy Wi-Fi, docs/lossy.md)"},
-    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--lossy-deadline", "MS", F_INT, AT(head.lossy_deadline_ms), 1, 60000, NULL,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--lossy-deadline", "MS", F_INT, AT(head.lossy_deadline_ms), 1, 60000, NULL,
      "with --lossy: how long the head waits for the partials of an all-reduce\n(default 10)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
+     "tensor parallel: place each layer's unit groups by this importance file\n"
+     "(`hearth calibrate`): the least important on the lossiest links, the\n"
+     "shares unchanged (HALO's Alg. 3; docs/lossy.md)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--link-loss", "P,...", F_FN, 0, 0, 0, fn_link_loss,
+     "with --importance: the workers' packet loss in percent, in --workers order\n"
+     "(one value: every worker), which orders them for the placement; default:\n"
+     "what the planner's loss probe measured when it chose the plan, else 0"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
      "with --workers: a pipeline (whole layers per device) instead of tensor\nparallelism"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
      "with --pp: window sizes in layers per device, head first, dealt round the\n"
      "ring until all layers are placed (2,3,2: several rounds per token;\n"
-     "default: one round, layers split evenly)"},
+     "default: one round, layers split evenly); with --stages one per stage"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--stages", "D+D,D,...", F_FN, 0, 0, 0, fn_stages,
+     "a hybrid plan (implies --pp): the pipeline's stages as groups of devices,\n"
+     "0 the head and i the i-th worker, every device once in ring order (0+1,2+3:\n"
+     "the head and worker 1 run the first stage's layers tensor parallel, each\n"
+     "its --tp-shares weight of every layer, workers 2 and 3 the second stage's;\n"
+     "--tp-shares then has one weight per device of a group, --layer-windows one\n"
+     "size per stage; docs/pipeline.md)"},
     {CLI_SERVE, "--pp-micro", "M", F_INT, AT(head.pp_micro), 1, HC_MAX_MICRO, NULL,
      "in a pipeline: each step's sequences go round the ring as up to M\n"
      "micro-batches, so that the stages compute at once (default 1: one pass;\n"
@@ -805,7 +867,8 @@ int cli_check_model(const cli_command *c, const cli_opts *o) {
 int cli_check_cluster(const cli_command *c, const cli_opts *o) {
     const hc_head_params *h = &o->head;
     if (h->n_workers || o->workers_auto) return 0;
-    const char *f = h->pp ? "--pp" : h->n_windows ? "--layer-windows" : h->n_shares || h->shares_auto ? "--tp-shares"
+    const char *f = h->n_stages ? "--stages" : h->pp ? "--pp" : h->n_windows ? "--layer-windows"
+                  : h->n_shares || h->shares_auto ? "--tp-shares"
                   : h->timings ? "--timings" : h->pp_micro > 1 ? "--pp-micro" : h->no_recover ? "--no-recover"
                   : o->worker_timeout > 0 ? "--worker-timeout" : NULL;
     return f ? cli_usage_error(c, "%s needs --workers", f) : 0;

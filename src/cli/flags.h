@@ -81,6 +81,8 @@ typedef struct cli_opts {
     const char *importance;          /* --importance FILE (hearth calibrate's) */
     double      sim_loss[HC_MAX_DEVICES]; /* --sim-loss, percent per worker (one value: every worker) */
     int         n_sim_loss;          /* 0: no simulation */
+    double      link_loss[HC_MAX_DEVICES]; /* --link-loss, percent per worker (one value: every worker) */
+    int         n_link_loss;         /* 0: every link 0 */
     long        sim_devices, sim_packet, sim_seed, sim_rank;
     int         sim_placement;       /* enum cli_sim_placement */
     const char *pos[3];              /* positional arguments */

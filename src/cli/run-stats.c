@@ -176,6 +176,7 @@ int run_stats_write(const run_stats *rs, const char *path, double prompt_ms, dou
         json_object_set_new(o, "room_bytes", json_integer((json_int_t)l->room_bytes));
         json_object_set_new(o, "resident_peak_bytes", json_integer((json_int_t)l->resident_peak));
         json_object_set_new(o, "pressure", json_real(l->pressure));
+        json_object_set_new(o, "mem_replans", json_integer(l->mem_replans));
         json_object_set_new(o, "disk_read_bytes_per_token",
                             disk_known && gen_tokens ? json_real((double)disk / (double)gen_tokens) : json_null());
         json_object_set_new(o, "weights_wait_ms_per_token", json_real(gen_tokens ? wait * 1e-6 / (double)gen_tokens : 0));

@@ -310,7 +310,9 @@ static int hc_lossy_worker_result(hc_ar *a, float *x, int n, int E) {
     uint8_t buf[HN_DGRAM_MAX_BYTES + 8] __attribute__((aligned(8)));
     for (;;) {
         long len;
-        while ((len = hn_udp_recv(l->udp, buf, HN_DGRAM_MAX_BYTES)) != 0) {
+        /* no further than this sum: a head that merged without this worker (late: descheduled, a CPU
+           quota) may have sent the next sums already, which the next all-reduces take from the socket */
+        while (left && (len = hn_udp_recv(l->udp, buf, HN_DGRAM_MAX_BYTES)) != 0) {
             hn_dgram g;
             size_t idx;
             if (!hc_lossy_check(a, l, 0, HN_DGRAM_RESULT, buf, len, cnt, &g, &idx)) continue;
@@ -336,7 +338,10 @@ static int hc_lossy_worker_result(hc_ar *a, float *x, int n, int E) {
         struct pollfd pf[2] = {{.fd = hn_udp_fd(l->udp), .events = POLLIN},
                                {.fd = hn_conn_fd(a->conn[0]), .events = POLLIN}};
         struct timespec ts = {.tv_sec = wake / 1000000000, .tv_nsec = wake % 1000000000};
-        if (ppoll(pf, 2, &ts, NULL) > 0 && pf[1].revents) return hc_lossy_tcp(a, 0, a->conn[0], &a->rx[0], n, HN_MSG_RESULT);
+        /* the datagrams first: a worker that was descheduled here may find the sum and, behind it, the
+           head's next FORWARD (it went on without this worker's next partials) */
+        if (ppoll(pf, 2, &ts, NULL) > 0 && pf[1].revents && !pf[0].revents)
+            return hc_lossy_tcp(a, 0, a->conn[0], &a->rx[0], n, HN_MSG_RESULT);
     }
     a->wait_ns += hr_time_ns() - t0;
     return 0;

@@ -40,16 +40,22 @@ typedef struct hc_slice {
     const hm_tensor *src;
     int      cut;              /* enum hc_cut */
     int64_t  a, b;             /* rows or columns [a, b) */
+    const int32_t *perm;       /* NULL, or the layer's group order (hc_order): [a, b) are then positions in
+                                  it, and position i holds the model's rows/columns of group perm[i / grp] */
+    int64_t  grp;              /* rows or columns per group (with perm) */
 } hc_slice;
 
 /* The slices a device with share s of the layers marked in `layers` (NULL: all) holds, in slice-file
    order (unhashed); head: also token_embd, output_norm and output (unless tied), which only the
-   head's own slice file holds. *out is malloc'd. */
-int  hc_slices_make(const hm_model *m, const hc_share *s, const uint8_t *layers, bool head, hc_slice **out, int *n,
-                    hr_err *err);
+   head's own slice file holds. ord (NULL: none): the placement the share's ranges index into. *out is
+   malloc'd. */
+int  hc_slices_make(const hm_model *m, const hc_share *s, const hc_order *ord, const uint8_t *layers, bool head,
+                    hc_slice **out, int *n, hr_err *err);
+/* Whether hc_slice_bytes gathers the slice's bytes into tmp (column slices, permuted slices). */
+bool hc_slice_gathers(const hc_slice *s);
 void hc_slices_hash(hc_slice *s, int n);
 /* The slice's bytes [off, off + len) in file layout: a pointer into the mapping when they are
-   contiguous there (rows, whole tensors), else gathered into tmp (column slices). */
+   contiguous there (rows, whole tensors), else gathered into tmp (hc_slice_gathers). */
 const void *hc_slice_bytes(const hc_slice *s, uint64_t off, size_t len, void *tmp);
 /* The cache file name of a share: model hash + units + directory. */
 uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *s, int n);

@@ -1,8 +1,9 @@
 /*
  * cluster — the head and worker runtimes that run one model on several devices, by tensor
  * parallelism (every device computes every layer over its share of KV heads and FFN neurons; an
- * all-reduce sums the partial outputs after each block) or by a piped-ring pipeline (every device
- * computes whole layers, in windows dealt round the ring of devices). Prefix: hc_.
+ * all-reduce sums the partial outputs after each block), by a piped-ring pipeline (every device
+ * computes whole layers, in windows dealt round the ring of devices), or by both: a hybrid pipeline
+ * whose stages are groups that split their layers by units. Prefix: hc_.
  *
  * The head (device 0) is the process the user runs: it alone holds the GGUF, the tokenizer, the
  * embedding, the output head and the sampler, and computes a share too. Workers (`hearth worker`)
@@ -30,6 +31,8 @@
 typedef struct hc_share {
     int32_t kv_begin, kv_end;   /* attention units (KV heads) */
     int32_t ff_begin, ff_end;   /* FFN neurons */
+    uint64_t placement;         /* 0: the ranges are the model's units; else the hash of the per-layer group
+                                   orders they index into (hc_order: importance-aware placement) */
 } hc_share;
 
 typedef struct hc_plan {
@@ -39,6 +42,22 @@ typedef struct hc_plan {
     double   weight[HC_MAX_DEVICES];     /* normalised to sum 1 */
     hc_share dev[HC_MAX_DEVICES];
 } hc_plan;
+
+/* An importance-aware placement (docs/lossy.md, "Placement in the runtime"): per layer, the order of its
+   attention groups (plan.att_group KV heads each) and FFN groups (plan.ff_group neurons) that the
+   shares' ranges index into, so that every device's groups, wherever they lie in the model, are one
+   range. order[b][il * n_groups[b] + j] = the model's group at position j of layer il (b 0: attention,
+   1: FFN); a permutation of 0..n_groups[b]-1 in every layer. A block's output is a sum over its units,
+   so the order changes nothing but which device computes which unit. */
+typedef struct hc_order {
+    int32_t  n_layer, n_groups[2];
+    int32_t *order[2];
+    uint64_t hash;              /* of both orders: the shares' placement, in the slice files' key */
+} hc_order;
+/* Orders the groups of a tensor-parallel plan (whose ranges are then read as positions in the order):
+   names[d] is device d ("head", then the worker addresses). Fills order->order[b] (allocated by the
+   caller, n_layer x n_groups[b]); 0, or a negative code with err. */
+typedef int (*hc_place_fn)(void *user, const hc_plan *plan, const char *const *names, hc_order *order, hr_err *err);
 
 /* Deals the model's units to n devices in proportion to weights (docs/tensor-parallel.md, "The plan"). */
 int hc_plan_make(const hm_model *m, const double *weights, int n, hc_plan *out, hr_err *err);
@@ -89,6 +108,24 @@ int  hc_probe_expect(hc_probe_conn *pc, int want, hn_msg *m, int timeout_ms, hr_
 int  hc_probe_link(hc_probe_conn *pc, int n_pings, uint32_t bytes, int timeout_ms, double *rtt_ms, double *gbps,
                    hr_err *err);
 void hc_probe_close(hc_probe_conn *pc, bool bye);   /* BYE when asked; frees everything */
+/* Datagram loss (LOSS_PROBE): the worker sends `count` probe datagrams to a UDP socket of ours, paced
+   interval_us apart, and we echo each; from what arrived each way: up (worker -> head), down (head ->
+   worker) and the pooled loss (lost / tried, both directions). drop_*: the test hook, on both sides. */
+typedef struct hc_loss_params {
+    uint32_t count, interval_us, elems, wait_ms;
+    uint64_t drop_seed;
+    uint32_t drop_ppm;
+} hc_loss_params;
+typedef struct hc_loss_result {
+    uint32_t count, received, echoed;   /* sent by the worker (asked), arrived here, echoes that arrived there */
+    uint32_t foreign, duplicate;        /* datagrams here that were not this probe's, or seen already */
+    double   up, down, loss;            /* fractions */
+} hc_loss_result;
+int  hc_probe_loss(hc_probe_conn *pc, const hc_loss_params *lp, int timeout_ms, hc_loss_result *out, hr_err *err);
+/* The worker's side of LOSS_PROBE over its head connection: sends the burst (sealed when the session is),
+   only to the head's address, counts the echoes; the answer's key/values in kv (vals holds their text). */
+int  hc_loss_probe_answer(hn_conn *head, const hn_loss_probe *rq, uint16_t device, hn_kv *kv, char vals[3][24],
+                          uint32_t *n_kv, hr_err *err);
 
 /* ---- head ------------------------------------------------------------------------------------------ */
 enum hc_allreduce { HC_ALLREDUCE_STAR = 0, HC_ALLREDUCE_RING = 1 };
@@ -124,7 +161,16 @@ typedef struct hc_head_params {
                                 many micro-batches (whole sequences each; 0, 1: one pass), at most
                                 HC_MAX_MICRO, and only batches of at most HC_MICRO_MAX_BYTES of hidden
                                 states (docs/pipeline.md) */
-    int   layer_windows[HC_MAX_DEVICES];          /* window sizes in layers, head first */
+    int   layer_windows[HC_MAX_DEVICES];          /* window sizes in layers, head first (hybrid: one per stage) */
+    /* hybrid (with pp; docs/pipeline.md, "Hybrid plans"): the pipeline's stages are groups of
+       consecutive devices, head first: stage s has stage_devs[s] devices. A group runs its stage's
+       windows together by tensor parallelism — each device its share of every layer's units (n_shares
+       weights, one per device of a group, in device order; 0: equal) with a star all-reduce around
+       its first device, the leader (the head, or the worker that the previous stage hands the hidden
+       state to, which passes it to its members) — and layer_windows has one size per stage. n_stages
+       0: one device per stage (a plain pipeline). */
+    int   n_stages;
+    int   stage_devs[HC_MAX_DEVICES];
     /* tensor parallel, star: the lossy all-reduce (HALO; docs/lossy.md) — the workers' partials of
        a decoding step travel as UDP datagrams and the head merges what arrived by the deadline */
     bool     lossy;
@@ -132,6 +178,9 @@ typedef struct hc_head_params {
     uint64_t lossy_drop_seed;                     /* test hook (HEARTH_LOSSY_DROP): every device drops */
     uint32_t lossy_drop_ppm;                      /* its outgoing datagrams with this probability (ppm) */
     bool     lossy_dup;                           /* test hook: and sends each of the others twice */
+    uint64_t lossy_drop_devices;                  /* test hook: only the devices of these bits (0: all) */
+    /* tensor parallel: importance-aware placement of unit groups (docs/lossy.md); NULL: contiguous */
+    hc_place_fn place;       void *place_user;
     /* tensor parallel: the head's share, a slice file in its cache (docs/tensor-parallel.md) */
     const char  *cache_dir;  /* NULL: hc_default_cache_dir() */
     bool         use_mmap;   /* run it from the file mapping (mem.h: hmem_load_weights) */
@@ -211,6 +260,7 @@ typedef struct hc_dev_stats {
     uint64_t room_bytes;        /* what its loader may hold of them at once */
     int64_t  disk_read_bytes;   /* read from storage since the previous stats (-1 unknown) */
     int64_t  weights_wait_ns;   /* compute blocked waiting for weights */
+    int64_t  mem_replans;       /* residency plans made again as the KV cache grew (hmem_stats.n_replans) */
     double   pressure;          /* prima.cpp: drop of MemAvailable since the start / MemTotal */
     /* per kind of block (attention, FFN), since the manager started (cumulative): blocks computed, time
        in them, loads by the loader and its time (TPI-LLM Prop. 3-4: t_attn, t_ffn, tau_attn, tau_ffn) */
@@ -245,9 +295,10 @@ typedef struct hc_kv_text {
 } hc_kv_text;
 /* Describes this device into out (src/plan's profiler; cached by it): n_threads the worker's threads,
    disk_dir where its weights live (its slice cache), mem the budget it was started with; fresh: measure
-   again rather than read the cache (PROFILE_REQ with HN_PROFILE_DEVICE | HN_PROFILE_BENCH). */
+   again rather than read the cache (PROFILE_REQ with HN_PROFILE_DEVICE | HN_PROFILE_BENCH); types: the
+   weight types the head's model uses (hn_profile_req.types; 0: the profiler's standard set). */
 typedef int (*hc_profile_fn)(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh,
-                             hc_kv_text *out, hr_err *err);
+                             uint32_t types, hc_kv_text *out, hr_err *err);
 
 typedef struct hc_worker_params {
     const char *listen;      /* "ADDR:PORT" (port 0 = ephemeral) */

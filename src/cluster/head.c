@@ -19,8 +19,14 @@ struct hc_core {
     const hm_model *m;
     hc_head_params p;
     hc_plan    plan;
-    hc_pp_plan pp;                         /* --pp: the windows */
+    hc_order   order;                      /* importance-aware placement (order[0] NULL: none) */
+    hc_pp_plan pp;                         /* --pp: the windows, per stage (the head's first) */
     int        k;                          /* devices, the head included */
+    int        group;                      /* --pp: devices of the head's stage, the head and workers 1..group-1
+                                              (a hybrid plan's tensor-parallel group; 1: the head alone) */
+    int        n_stages;                   /* --pp: stages (a plain pipeline: one per device) */
+    uint8_t    stage[HC_MAX_DEVICES];      /* --pp: device -> its stage */
+    uint8_t    first[HC_MAX_DEVICES];      /* --pp: stage -> its first device (a group's leader) */
     char       names[HC_MAX_DEVICES][80];  /* "head", then the worker addresses as given */
     const char *name_ptr[HC_MAX_DEVICES];
     hn_conn   *conn[HC_MAX_DEVICES];       /* [1..k): the workers */
@@ -67,6 +73,21 @@ hc_head_params hc_head_default_params(void) {
                         .lossy_deadline_ms = 10};
     return p;
 }
+
+/* a pipeline's stage of device d, and its size */
+static int hc_stage_of(const hc_core *h, int d) { return h->stage[d]; }
+static int hc_stage_size(const hc_core *h, int st) {
+    return (st + 1 < h->n_stages ? h->first[st + 1] : h->k) - h->first[st];
+}
+
+
+/* the lossy test hook: whether device d drops (and duplicates) its datagrams */
+static bool hc_drops(const hc_head_params *p, int d) {
+    return !p->lossy_drop_devices || (d < 64 && (p->lossy_drop_devices >> d & 1));
+}
+
+/* the placement the shares' ranges index into, or NULL (contiguous) */
+static const hc_order *hc_core_order(const hc_core *h) { return h->order.order[0] ? &h->order : NULL; }
 
 static int hc_dev_fail(hc_core *h, int d, int rc, const char *msg, hr_err *err) {
     h->failed = true;
@@ -183,7 +204,7 @@ static int hc_profile_all(hc_core *h, double *w, int n_threads, hr_err *err) {
     return 0;
 }
 
-typedef struct hc_kvbuf { hn_kv kv[HN_MAX_KV]; char val[HN_MAX_KV][80]; uint32_t n; } hc_kvbuf;
+typedef struct hc_kvbuf { hn_kv kv[HN_MAX_KV]; char val[HN_MAX_KV][HN_MAX_VALUE]; uint32_t n; } hc_kvbuf;
 static void hc_kv(hc_kvbuf *b, const char *k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void hc_kv(hc_kvbuf *b, const char *k, const char *fmt, ...) {
     HR_ASSERT(b->n < HN_MAX_KV);
@@ -215,8 +236,12 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     uint64_t *hv = NULL;
     bool *missing = NULL;
     uint8_t layers[HC_PP_MAX_LAYERS];
-    if (h->p.pp) hc_pp_layers(&h->pp, d, layers);
-    if ((rc = hc_slices_make(m, sh, h->p.pp ? layers : NULL, false, &sl, &ns, err))) return rc;
+    /* a hybrid plan's group: its leader (the head, or a worker that is a stage of the ring) and its
+       members, which run their shares of the stage's layers when the leader tells them to */
+    const int st = h->p.pp ? hc_stage_of(h, d) : 0, gs = h->p.pp ? hc_stage_size(h, st) : 1;
+    const bool member = h->p.pp && d != h->first[st], leader = h->p.pp && !member && gs > 1;
+    if (h->p.pp) hc_pp_layers(&h->pp, st, layers);
+    if ((rc = hc_slices_make(m, sh, hc_core_order(h), h->p.pp ? layers : NULL, false, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
     units = malloc((size_t)hp->n_layer * 2 * sizeof *units);
     hv = malloc((size_t)ns * sizeof *hv);
@@ -224,7 +249,8 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     if (!units || !hv || !missing) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
     int gqa = hp->n_head / hp->n_head_kv;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (h->p.pp) {
+        if (gs > 1 && !layers[il]) continue;
+        if (h->p.pp && gs == 1) {
             /* a pipeline stage: whole layers */
             if (layers[il]) units[nu++] = (hn_unit){(uint32_t)il, HN_UNIT_LAYER, 0, 1};
             continue;
@@ -242,16 +268,36 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
     hc_kv(&kb, "allreduce", "%d", h->p.allreduce);
     hc_kv(&kb, "timeout_ms", "%d", h->p.timeout_ms);
     hc_kv(&kb, "n_slices", "%d", ns);
-    hc_kv(&kb, "ring_prev_worker", "%d", d > 1);
-    hc_kv(&kb, "ring_next", "%s", d + 1 < h->k ? h->names[d + 1] : "");
-    hc_kv(&kb, "ring_token", "%016llx", (unsigned long long)token);
-    hc_kv(&kb, "pp", "%d", h->p.pp);
+    /* the ring (a ring all-reduce, or the pipeline's stages after the head's) starts after the head's
+       group and links the stages' leaders; a member all-reduces with its leader only, over the
+       head's session connection or one its worker leader opens (that group's own token) */
+    const int nx = h->p.pp ? (st + 1 < h->n_stages ? h->first[st + 1] : 0) : (d + 1) % h->k;
+    hc_kv(&kb, "ring_prev_worker", "%d", member ? st > 0 : h->p.pp ? st > 1 : d > 1);
+    hc_kv(&kb, "ring_next", "%s", !member && nx ? h->names[nx] : "");
+    hc_kv(&kb, "ring_token", "%016llx", (unsigned long long)(member ? token ^ (uint64_t)st << 48 : token));
+    hc_kv(&kb, "pp", "%d", h->p.pp && !member);
+    if (member || leader) {
+        hc_kv(&kb, "tp_group", "%d", gs);
+        hc_kv(&kb, "group_index", "%d", d - h->first[st]);
+    }
+    if (leader) { /* the members it connects to, with the group's token */
+        char list[HN_MAX_VALUE] = "";
+        for (int i = d + 1; i < d + gs; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i > d + 1 ? "," : "", h->names[i]);
+        if (strlen(list) + 1 >= sizeof list) {
+            rc = hr_fail(err, HR_ERANGE, "stage %d: its members' addresses are too long", st);
+            goto done;
+        }
+        hc_kv(&kb, "group_members", "%s", list);
+        hc_kv(&kb, "group_token", "%016llx", (unsigned long long)(token ^ (uint64_t)st << 48));
+    }
+    if (sh->placement) hc_kv(&kb, "placement", "%016llx", (unsigned long long)sh->placement);
     if (h->p.lossy) {
         hc_kv(&kb, "lossy_port", "%u", (unsigned)hn_udp_port(h->ll[d].udp));
         hc_kv(&kb, "lossy_session", "%016llx", (unsigned long long)h->ar.session);
         hc_kv(&kb, "lossy_max_tokens", "%d", h->ar.lossy_max_tokens);
         hc_kv(&kb, "lossy_deadline_ms", "%d", h->p.lossy_deadline_ms);
-        if (h->p.lossy_drop_ppm || h->p.lossy_dup)
+        if ((h->p.lossy_drop_ppm || h->p.lossy_dup) && hc_drops(&h->p, d))
             hc_kv(&kb, "lossy_drop", "%016llx:%u:%d", (unsigned long long)h->p.lossy_drop_seed, h->p.lossy_drop_ppm,
                   h->p.lossy_dup);
     }
@@ -326,8 +372,9 @@ static uint64_t hc_total_slice_bytes(const hc_core *h) {
         hc_slice *sl;
         int ns;
         uint8_t layers[HC_PP_MAX_LAYERS];
-        if (h->p.pp) hc_pp_layers(&h->pp, d, layers);
-        if (hc_slices_make(h->m, &h->plan.dev[d], h->p.pp ? layers : NULL, false, &sl, &ns, NULL)) continue;
+        if (h->p.pp) hc_pp_layers(&h->pp, hc_stage_of(h, d), layers);
+        if (hc_slices_make(h->m, &h->plan.dev[d], hc_core_order(h), h->p.pp ? layers : NULL, false, &sl, &ns, NULL))
+            continue;
         for (int i = 0; i < ns; i++) t += sl[i].size;
         free(sl);
     }
@@ -335,6 +382,43 @@ static uint64_t hc_total_slice_bytes(const hc_core *h) {
 }
 
 /* ---- the two plans ---- */
+
+/* importance-aware placement: the caller orders every layer's groups (hc_place_fn); checked to be
+   permutations, hashed, and the hash marks every share (the slice files' key) */
+static int hc_place(hc_core *h, hr_err *err) {
+    const hm_hparams *hp = &h->m->hp;
+    hc_order *o = &h->order;
+    if (h->p.share_views) return hr_fail(err, HR_EINVAL, "a placement of unit groups needs the head's slice file");
+    o->n_layer = hp->n_layer;
+    o->n_groups[0] = hp->n_head_kv / h->plan.att_group;
+    o->n_groups[1] = hp->n_ff / h->plan.ff_group;
+    uint8_t *seen = NULL;
+    int rc = 0;
+    for (int b = 0; b < 2; b++)
+        if (!(o->order[b] = malloc((size_t)o->n_layer * (size_t)o->n_groups[b] * sizeof(int32_t))))
+            return hr_fail(err, HR_ENOMEM, "out of memory");
+    if ((rc = h->p.place(h->p.place_user, &h->plan, h->name_ptr, o, err))) return rc;
+    if (!(seen = malloc((size_t)HR_MAX(o->n_groups[0], o->n_groups[1])))) return hr_fail(err, HR_ENOMEM, "out of memory");
+    hr_hasher hs;
+    hr_hasher_init(&hs, 0x706c616365ULL);
+    for (int b = 0; b < 2 && !rc; b++)
+        for (int il = 0; il < o->n_layer && !rc; il++) {
+            const int32_t *v = o->order[b] + (size_t)il * o->n_groups[b];
+            memset(seen, 0, (size_t)o->n_groups[b]);
+            for (int32_t j = 0; j < o->n_groups[b] && !rc; j++) {
+                if (v[j] < 0 || v[j] >= o->n_groups[b] || seen[v[j]]++)
+                    rc = hr_fail(err, HR_EINVAL, "layer %d's placement of %s groups is not a permutation", il,
+                                 b ? "FFN" : "attention");
+            }
+            hr_hasher_update(&hs, v, (size_t)o->n_groups[b] * sizeof *v);
+        }
+    free(seen);
+    if (rc) return rc;
+    o->hash = hr_hasher_final(&hs) | 1;   /* never 0, which means no placement */
+    for (int d = 0; d < h->k; d++) h->plan.dev[d].placement = o->hash;
+    HR_LOGI("tp: unit groups placed by importance (placement %016llx)", (unsigned long long)o->hash);
+    return 0;
+}
 
 /* tensor parallel: shares (given, equal or measured) -> unit ranges */
 static int hc_tp_setup(hc_core *h, int n_threads, hr_err *err) {
@@ -359,36 +443,114 @@ static int hc_tp_setup(hc_core *h, int n_threads, hr_err *err) {
                 "takes %.3f of the layers", 100 * frac, w[0]);
     }
     if (hc_plan_make(m, w, h->k, &h->plan, err)) return err ? err->code : HR_EINVAL;
+    if (p->place && hc_place(h, err)) return err ? err->code : HR_EINVAL;
     for (int d = 0; d < h->k; d++) {
         const hc_share *s = &h->plan.dev[d];
-        HR_LOGI("tp: device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)", d, h->names[d],
-                h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end);
+        HR_LOGI("tp: device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)%s", d, h->names[d],
+                h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end,
+                s->placement ? " of each layer's placement order" : "");
     }
     return 0;
 }
 
-/* pipeline: window sizes -> every device's windows; every device computes whole layers */
+/* hybrid: the stages (p->n_stages, p->stage_devs) -> h->stage, h->first, h->group, and every group's TP
+   shares in h->plan (--tp-shares: one weight per device of a group, in device order) */
+static int hc_stages_setup(hc_core *h, hr_err *err) {
+    const hc_head_params *p = &h->p;
+    if (p->n_stages < 2 || p->n_stages > HC_MAX_DEVICES)
+        return hr_fail(err, HR_EINVAL, "a hybrid plan needs at least two stages (%d given)", p->n_stages);
+    int sum = 0, in_groups = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        if (p->stage_devs[s] < 1 || p->stage_devs[s] > h->k)
+            return hr_fail(err, HR_EINVAL, "stage %d has %d devices", s, p->stage_devs[s]);
+        sum += p->stage_devs[s];
+        in_groups += p->stage_devs[s] > 1 ? p->stage_devs[s] : 0;
+    }
+    if (sum != h->k)
+        return hr_fail(err, HR_EINVAL, "the stages hold %d devices, the cluster has %d (the head and %d workers)", sum,
+                       h->k, h->k - 1);
+    if (p->shares_auto) return hr_fail(err, HR_EINVAL, "--tp-shares auto is not for a hybrid plan: give the weights");
+    if (p->n_shares && !in_groups)
+        return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism: no stage is a group");
+    if (p->n_shares && p->n_shares != in_groups)
+        return hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for the %d devices of the stages' groups",
+                       p->n_shares, in_groups);
+    if (in_groups && p->allreduce != HC_ALLREDUCE_STAR)
+        return hr_fail(err, HR_EUNSUPPORTED, "a hybrid plan's groups all-reduce by star (not --allreduce ring)");
+    h->n_stages = p->n_stages;
+    h->group = p->stage_devs[0];
+    h->plan.n_devices = h->k;
+    for (int s = 0, d = 0, wi = 0; s < p->n_stages; s++) {
+        const int n = p->stage_devs[s];
+        h->first[s] = (uint8_t)d;
+        for (int i = 0; i < n; i++) h->stage[d + i] = (uint8_t)s;
+        if (n > 1) {
+            double w[HC_MAX_DEVICES];
+            hc_plan gp;
+            for (int i = 0; i < n; i++) w[i] = p->n_shares ? p->shares[wi + i] : 1;
+            if (hc_plan_make(h->m, w, n, &gp, err)) return err ? err->code : HR_EINVAL;
+            h->plan.att_group = gp.att_group, h->plan.ff_group = gp.ff_group;
+            memcpy(&h->plan.dev[d], gp.dev, sizeof gp.dev[0] * (size_t)n);
+            memcpy(&h->plan.weight[d], gp.weight, sizeof gp.weight[0] * (size_t)n);
+            wi += n;
+        } else h->plan.dev[d] = (hc_share){0, h->m->hp.n_head_kv, 0, h->m->hp.n_ff, 0};
+        d += n;
+    }
+    return 0;
+}
+
+/* pipeline: window sizes -> every stage's windows; every stage computes whole layers — one device, or
+   (hybrid) a group, each of its devices a share of every one of them */
 static int hc_pp_setup(hc_core *h, hr_err *err) {
     const hc_head_params *p = &h->p;
     const hm_hparams *hp = &h->m->hp;
-    if (p->n_shares || p->shares_auto) return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism, not --pp");
-    if (p->n_windows && p->n_windows != h->k)
+    h->group = 1;
+    if (p->n_stages) {
+        if (hc_stages_setup(h, err)) return err ? err->code : HR_EINVAL;
+    } else if (p->n_shares || p->shares_auto)
+        return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism, not --pp");
+    else {
+        h->n_stages = h->k;
+        h->plan.n_devices = h->k;
+        for (int d = 0; d < h->k; d++) {
+            h->stage[d] = h->first[d] = (uint8_t)d;
+            h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff, 0};
+        }
+    }
+    const int ns = h->n_stages;
+    if (p->n_windows && p->n_windows != ns) {
+        if (p->n_stages)
+            return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d stages", p->n_windows, ns);
         return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d devices (the head and %d workers)",
                        p->n_windows, h->k, h->k - 1);
-    if (hc_pp_plan_make(hp->n_layer, p->n_windows ? p->layer_windows : NULL, h->k, &h->pp, err))
-        return err ? err->code : HR_EINVAL;
-    h->plan.n_devices = h->k;
-    for (int d = 0; d < h->k; d++) {
-        h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+    }
+    for (int st = 0; st < ns && p->n_windows; st++)
+        if (hc_stage_size(h, st) > 1 && p->layer_windows[st] == 0)
+            return hr_fail(err, HR_EINVAL, "%s group gets no layers (window size 0): leave the group out",
+                           st ? "a worker's" : "the head's");
+    hr_err e = {0};
+    if (hc_pp_plan_make(hp->n_layer, p->n_windows ? p->layer_windows : NULL, ns, &h->pp, &e))  /* its messages */
+        return hr_fail(err, e.code, "%s%s", p->n_stages ? "stages: " : "", e.msg);              /* count stages */
+    for (int st = 0; st < ns; st++) {
         char buf[512];
         size_t len = 0;
-        for (int i = 0; i < h->pp.n_win[d] && len < sizeof buf - 32; i++) {
-            const hm_window *x = &h->pp.win[d][i];
+        for (int i = 0; i < h->pp.n_win[st] && len < sizeof buf - 32; i++) {
+            const hm_window *x = &h->pp.win[st][i];
             len += (size_t)snprintf(buf + len, sizeof buf - len, "%s", i ? ", " : "");
             if (x->begin == x->end) len += (size_t)snprintf(buf + len, sizeof buf - len, x->begin ? "output" : "embedding");
             else len += (size_t)snprintf(buf + len, sizeof buf - len, "%d-%d", x->begin, x->end - 1);
         }
-        HR_LOGI("pp: device %d (%s): layers %s", d, h->names[d], buf);
+        const int f = h->first[st], n = hc_stage_size(h, st);
+        if (!p->n_stages) HR_LOGI("pp: device %d (%s): layers %s", st, h->names[st], buf);
+        else if (n == 1) HR_LOGI("pp: stage %d, device %d (%s): layers %s", st, f, h->names[f], buf);
+        else {
+            HR_LOGI("pp: stage %d (devices %d-%d, tensor parallel): layers %s", st, f, f + n - 1, buf);
+            for (int d = f; d < f + n; d++) {
+                const hc_share *s = &h->plan.dev[d];
+                HR_LOGI("pp: stage %d, device %d (%s): share %.3f: KV heads [%d, %d), FFN neurons [%d, %d)", st, d,
+                        h->names[d], h->plan.weight[d], s->kv_begin, s->kv_end, s->ff_begin, s->ff_end);
+            }
+        }
     }
     HR_LOGI("pp: %d windows per token, %d trip%s round the ring", h->pp.n_steps, h->pp.n_rounds,
             h->pp.n_rounds == 1 ? "" : "s");
@@ -418,13 +580,13 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
         if (strlen(h->p.cache_dir) >= sizeof cache) return hr_fail(err, HR_ERANGE, "cache path too long");
         snprintf(cache, sizeof cache, "%s", h->p.cache_dir);
     } else if ((rc = hc_default_cache_dir(cache, sizeof cache, err))) return rc;
-    if ((rc = hc_slices_make(h->m, sh, NULL, true, &sl, &ns, err))) return rc;
+    if ((rc = hc_slices_make(h->m, sh, hc_core_order(h), NULL, true, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
     uint64_t key = hc_slice_key(model_hash, sh, sl, ns), bytes = 0, max = 0;
     if ((rc = hc_slice_path(cache, model_hash, key, dir, sizeof dir, h->slice_path, sizeof h->slice_path, err))) goto done;
     for (int i = 0; i < ns; i++) {
         bytes += sl[i].size;
-        if (sl[i].cut == HC_CUT_COLS) max = HR_MAX(max, sl[i].size);
+        if (hc_slice_gathers(&sl[i])) max = HR_MAX(max, sl[i].size);
     }
     hr_err e = {0};
     hc_slice_meta mt = {.hp = &h->m->hp, .share = *sh, .model_hash = model_hash, .head = true};
@@ -472,6 +634,7 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (!h) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
     h->m = m;
     h->p = *p;
+    h->group = 1;
     h->timeout_auto = h->p.timeout_ms <= 0;
     if (h->timeout_auto) h->p.timeout_ms = HC_SETUP_DEADLINE_MS;
     if (h->p.bench_ms <= 0) h->p.bench_ms = 300;
@@ -492,7 +655,7 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         snprintf(h->names[0], sizeof h->names[0], "head");
         h->name_ptr[0] = h->names[0];
         h->plan = (hc_plan){.n_devices = 1, .att_group = 1, .ff_group = 1, .weight = {1}};
-        h->plan.dev[0] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff};
+        h->plan.dev[0] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff, 0};
         HR_LOGI("head: alone, the whole model from its mapping");
     } else if (hc_connect_all(h, err)) goto err;
 
@@ -502,8 +665,8 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         /* planned above */
     } else if (p->pp) {
         if (hc_pp_setup(h, err)) goto err;
-    } else if (p->n_windows) {
-        hr_fail(err, HR_EINVAL, "--layer-windows needs --pp");
+    } else if (p->n_windows || p->n_stages) {
+        hr_fail(err, HR_EINVAL, "%s needs --pp", p->n_windows ? "--layer-windows" : "a plan of stages");
         goto err;
     } else if (hc_tp_setup(h, cp.n_threads, err)) goto err;
 
@@ -512,10 +675,12 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     int32_t fwd_max = (int32_t)(HC_FORWARD_MAX_BYTES / ((size_t)hp->n_embd * 4 + 8)); /* + pos, seq */
     if (cp.n_batch <= 0) cp.n_batch = 512;
     cp.n_batch = HR_MIN(cp.n_batch, fwd_max);
-    h->ar = (hc_ar){.mode = p->allreduce, .k = h->k, .me = 0, .conn = h->conn, .rx = h->rx, .names = h->name_ptr,
+    h->ar = (hc_ar){.mode = p->allreduce, .k = p->pp ? h->group : h->k, .me = 0, .conn = h->conn, .rx = h->rx,
+                    .names = h->name_ptr,
                     .hook = &h->hook, .timeout_ms = h->p.timeout_ms, .lossy = p->lossy,
                     .lossy_deadline_ms = h->p.lossy_deadline_ms, .drop_seed = p->lossy_drop_seed,
-                    .drop_ppm = p->lossy_drop_ppm, .dup = p->lossy_dup, .ll = h->ll, .n_layer = hp->n_layer};
+                    .drop_ppm = hc_drops(p, 0) ? p->lossy_drop_ppm : 0, .dup = hc_drops(p, 0) && p->lossy_dup,
+                    .ll = h->ll, .n_layer = hp->n_layer};
     if (p->lossy) h->ar.session = hc_random64(m);
     if (p->allreduce == HC_ALLREDUCE_RING && !p->pp) {
         h->ar.next = h->conn[1];
@@ -545,19 +710,26 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (p->pp) {
         sh.n_windows = h->pp.n_win[0];
         memcpy(sh.windows, h->pp.win[0], sizeof sh.windows);
-    } else if (!alone) {
+    }
+    if ((p->pp && h->group > 1) || (!p->pp && !alone)) {  /* a hybrid plan's head all-reduces in its group */
         sh.sync = hc_ar_sync;
         sh.sync_user = &h->ar;
     }
     /* as on one device: the head's share of the KV cache must fit before any of it is committed */
     if (hmem_check_ctx(hm_ctx_bytes_for_shard(hp, &sh, &cp), err)) goto err;
+    /* as on one device, the plan follows the KV cache's use (hc_core_eval says how many positions);
+       with several sequences the whole cache counts from the start */
+    hm_ctx_params one = cp;
+    one.n_ctx = 1;
+    const uint64_t ctx_all = hm_ctx_bytes_for_shard(hp, &sh, &cp), ctx_one = hm_ctx_bytes_for_shard(hp, &sh, &one);
+    const int32_t kv_n_ctx = cp.n_seq <= 1 ? hm_ctx_resolve_n_ctx(hp, cp.n_ctx) : 0;
     if (own) {
         /* as a worker: a manager over the slice file, and the weights loaded and packed when they fit */
-        if (hmem_setup(h->sm, &sh, h->slice_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err) ||
+        if (hmem_setup_kv(h->sm, &sh, h->slice_path, &p->mem, ctx_all, ctx_one, kv_n_ctx, &h->mem, err) ||
             hmem_load_weights(h->mem, h->sm, &sh, p->use_mmap, p->no_repack, err))
             goto err;
     } else if (p->model_path && (p->pp || p->mem.given || alone) &&
-               hmem_setup(m, &sh, p->model_path, &p->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &h->mem, err)) {
+               hmem_setup_kv(m, &sh, p->model_path, &p->mem, ctx_all, ctx_one, kv_n_ctx, &h->mem, err)) {
         /* views of the model (tests): only when asked for — wo and w_down are column slices the
            manager handles whole (hm_block_ranges); a pipeline stage's blocks are all its own */
         goto err;
@@ -703,6 +875,41 @@ static int hc_pp_wait(hc_core *h, int nb, int32_t after, hn_msg *m, hr_err *err)
     return 0;
 }
 
+/* Runs the head's part of a pass over b (its hidden state in b->embd, positions pos) with the devices
+   that share its layers: w < 0, tensor parallelism — every worker gets the hidden state (FORWARD of
+   [0, L)) and runs its share of every layer; else the head's window w of a pipeline — in a hybrid plan
+   with the members of its group, each of which gets the window's layers [begin, end) to run its share
+   of. The all-reduces after each block join the shares. */
+static int hc_head_run(hc_core *h, int w, const hm_batch *b, const int32_t *pos, hr_err *err) {
+    int32_t lb = 0, le = h->m->hp.n_layer;
+    int nd = h->k;
+    if (w >= 0) lb = h->pp.win[0][w].begin, le = h->pp.win[0][w].end, nd = h->group;
+    int64_t t0 = hr_time_ns();
+    if (lb < le) {
+        hn_msg f = {.type = HN_MSG_FORWARD};
+        f.u.forward = (hn_forward){.layer_begin = (uint32_t)lb, .layer_end = (uint32_t)le, .stage = HN_STAGE_BLOCK,
+                                   .n_tokens = (uint32_t)b->n, .n_embd = (uint32_t)h->m->hp.n_embd, .pos = pos,
+                                   .seq = b->seq, .data = b->embd};
+        for (int d = 1; d < nd; d++) {
+            int rc = hc_hsend(h, d, &f, h->ar.timeout_ms, err);
+            if (rc) return rc;
+        }
+    }
+    memset(&h->ar.err, 0, sizeof h->ar.err);
+    h->ar.err_dev = -1;
+    h->ar.mark = hr_time_ns();
+    h->ar.send_ns += h->ar.mark - t0;
+    hr_err e = {0};
+    int rc = w < 0 ? hm_eval(h->ctx, b, &e) : hm_eval_window(h->ctx, w, b, &e);
+    h->ar.compute_ns += hr_time_ns() - h->ar.mark;
+    if (rc) {
+        h->failed = true;
+        if (h->ar.err.msg[0] && h->ar.err_dev > 0) h->fail_dev = h->ar.err_dev;
+        return hr_fail(err, rc, "%s", h->ar.err.msg[0] ? h->ar.err.msg : e.msg);
+    }
+    return 0;
+}
+
 /* ---- pipeline micro-batches ------------------------------------------------------------------------
    A batch of several sequences is split by sequence into micro-batches that follow each other round
    the ring, so that while one is on a worker the head and the other workers compute the others
@@ -728,13 +935,11 @@ static int hc_mb_advance(hc_core *h, hc_mb *mb, hr_err *err) {
     for (;;) {
         int64_t t1 = hr_time_ns();
         if (mb->w < nw && h->pp.win[0][mb->w].begin == mb->layer) {
-            hr_err e = {0};
             const bool last = mb->w == nw - 1;
             const hm_batch b = {.embd = mb->x, .n = mb->n, .pos_of = mb->pos, .seq = mb->seq, .out = mb->out,
                                 .logits = last ? mb->lg : NULL, .embd_out = h->y};
-            int rc = hm_eval_window(h->ctx, mb->w, &b, &e);
-            h->ar.compute_ns += hr_time_ns() - t1;
-            if (rc) { h->failed = true; return hr_fail(err, rc, "%s", e.msg); }
+            int rc = hc_head_run(h, mb->w, &b, mb->pos, err);
+            if (rc) return rc;
             if (last) { mb->done = true; return 0; }
             mb->layer = h->pp.win[0][mb->w++].end;
             memcpy(mb->x, h->y, (size_t)mb->n * hp->n_embd * sizeof(float));
@@ -748,7 +953,7 @@ static int hc_mb_advance(hc_core *h, hc_mb *mb, hr_err *err) {
         f.u.forward = (hn_forward){.layer_begin = (uint32_t)mb->layer, .layer_end = (uint32_t)hp->n_layer,
                                    .stage = HN_STAGE_BLOCK, .n_tokens = (uint32_t)mb->n, .n_embd = (uint32_t)hp->n_embd,
                                    .pos = mb->pos, .seq = mb->seq, .data = mb->x};
-        int rc = hc_hsend(h, 1, &f, h->ar.timeout_ms, err);
+        int rc = hc_hsend(h, h->group, &f, h->ar.timeout_ms, err);
         h->ar.send_ns += hr_time_ns() - t1;
         return rc;
     }
@@ -849,15 +1054,11 @@ static int hc_pp_batch(hc_core *h, const hm_batch *pb, hr_err *err) {
         int rc;
         int64_t t1 = hr_time_ns();
         if (w < nw && h->pp.win[0][w].begin == layer) {
-            hr_err e = {0};
             hm_batch b = *pb;
             b.embd = h->x, b.embd_out = h->y;
             if (w != nw - 1) b.logits = NULL;
-            rc = hm_eval_window(h->ctx, w, &b, &e);
-            int64_t t2 = hr_time_ns();
-            h->ar.compute_ns += t2 - t1;
-            t1 = t2;
-            if (rc) { h->failed = true; return hr_fail(err, rc, "%s", e.msg); }
+            if ((rc = hc_head_run(h, w, &b, h->pos, err))) return rc;
+            t1 = hr_time_ns();
             if (w == nw - 1) return 0;   /* the head's last window ends the pass with the output head */
             layer = h->pp.win[0][w++].end;
             float *t = h->x; h->x = h->y; h->y = t;
@@ -867,7 +1068,7 @@ static int hc_pp_batch(hc_core *h, const hm_batch *pb, hr_err *err) {
         f.u.forward = (hn_forward){.layer_begin = (uint32_t)layer, .layer_end = (uint32_t)hp->n_layer,
                                    .stage = HN_STAGE_BLOCK, .n_tokens = (uint32_t)nb, .n_embd = (uint32_t)hp->n_embd,
                                    .pos = h->pos, .seq = pb->seq, .data = h->x};
-        if ((rc = hc_hsend(h, 1, &f, h->ar.timeout_ms, err))) return rc;
+        if ((rc = hc_hsend(h, h->group, &f, h->ar.timeout_ms, err))) return rc;
         int64_t t2 = hr_time_ns();
         h->ar.send_ns += t2 - t1;
         hn_msg m;
@@ -886,7 +1087,6 @@ static int hc_pp_batch(hc_core *h, const hm_batch *pb, hr_err *err) {
    h->pos (what FORWARD carries), b the head's hm_batch over them (seq: h->sq or NULL). */
 static int hc_pass(hc_core *h, const hm_batch *b, hr_err *err) {
     const hm_hparams *hp = &h->m->hp;
-    int64_t t1 = hr_time_ns();
     if (h->p.pp && h->p.pp_micro > 1 && b->seq &&
         (uint64_t)b->n * hp->n_embd * sizeof(float) <= HC_MICRO_MAX_BYTES) {
         /* micro-batches: as many as asked for, at most one per sequence */
@@ -899,26 +1099,7 @@ static int hc_pass(hc_core *h, const hm_batch *b, hr_err *err) {
         if (n_mb > 1) return hc_pp_micro(h, b, n_mb, err);
     }
     if (h->p.pp) return hc_pp_batch(h, b, err);
-    hn_msg f = {.type = HN_MSG_FORWARD};
-    f.u.forward = (hn_forward){.layer_begin = 0, .layer_end = (uint32_t)hp->n_layer, .stage = HN_STAGE_BLOCK,
-                               .n_tokens = (uint32_t)b->n, .n_embd = (uint32_t)hp->n_embd, .pos = h->pos,
-                               .seq = b->seq, .data = h->x};
-    int rc;
-    for (int d = 1; d < h->k; d++)
-        if ((rc = hc_hsend(h, d, &f, h->ar.timeout_ms, err))) return rc;
-    memset(&h->ar.err, 0, sizeof h->ar.err);
-    h->ar.err_dev = -1;
-    h->ar.mark = hr_time_ns();
-    h->ar.send_ns += h->ar.mark - t1;
-    hr_err e = {0};
-    rc = hm_eval(h->ctx, b, &e);
-    h->ar.compute_ns += hr_time_ns() - h->ar.mark;
-    if (rc) {
-        h->failed = true;
-        if (h->ar.err.msg[0] && h->ar.err_dev > 0) h->fail_dev = h->ar.err_dev;
-        return hr_fail(err, rc, "%s", h->ar.err.msg[0] ? h->ar.err.msg : e.msg);
-    }
-    return 0;
+    return hc_head_run(h, -1, b, h->pos, err);
 }
 
 /* after a pass of n tokens that took ns: a decode step's time, as a slowly decaying maximum (one quick
@@ -952,6 +1133,7 @@ int hc_core_eval(hc_core *h, const int32_t *tokens, int n, int32_t pos0, float *
         for (int i = 0; i < nb; i++) h->pos[i] = p0 + i;
         float *lg = all_logits ? logits + (size_t)off * hp->n_vocab : (off + nb == n ? logits : NULL);
         const hm_batch b = {.embd = h->x, .n = nb, .pos = p0, .logits = lg, .all_logits = all_logits};
+        if (h->mem && (rc = hmem_set_positions(h->mem, p0 + nb, err))) return rc;
         int64_t t0 = hr_time_ns();
         if ((rc = hc_pass(h, &b, err))) return rc;
         hc_step_done(h, nb, hr_time_ns() - t0);
@@ -973,6 +1155,9 @@ int hc_core_eval_batch(hc_core *h, const hm_batch *b, hr_err *err) {
     if (b->seq) memcpy(h->sq, b->seq, sizeof *h->sq * (size_t)b->n);
     const hm_batch pb = {.embd = h->x, .n = b->n, .pos = b->pos, .pos_of = h->pos, .seq = b->seq ? h->sq : NULL,
                          .logits = b->logits, .all_logits = b->all_logits, .out = b->out};
+    int32_t top = 0;
+    for (int i = 0; i < b->n; i++) top = HR_MAX(top, h->pos[i] + 1);
+    if (h->mem && (rc = hmem_set_positions(h->mem, top, err))) return rc;
     int64_t t0 = hr_time_ns();
     if ((rc = hc_pass(h, &pb, err))) return rc;
     hc_step_done(h, b->n, hr_time_ns() - t0);
@@ -1039,6 +1224,7 @@ void hc_dev_stats_mem(hc_dev_stats *s, hmem *mm) {
     s->room_bytes = pl->mode == HMEM_STREAM ? pl->room_bytes : 0;
     s->disk_read_bytes = ms.disk_read_bytes;
     s->weights_wait_ns = ms.wait_ns;
+    s->mem_replans = ms.n_replans;
     s->pressure = ms.pressure;
     for (int k = 0; k < 2; k++) {
         s->blk_n[k] = ms.kind[k].n_begin;
@@ -1104,6 +1290,7 @@ int hc_core_stats(hc_core *h, hc_dev_stats *out, int cap, hr_err *err) {
         w->room_bytes = (uint64_t)hc_kv_i64(p, "room_bytes");
         w->disk_read_bytes = hc_kv_i64(p, "disk_read_bytes");
         w->weights_wait_ns = hc_kv_i64(p, "weights_wait_ns");
+        w->mem_replans = hc_kv_i64(p, "mem_replans");
         w->pressure = (double)hc_kv_i64(p, "pressure_ppm") * 1e-6;
         w->sum_hash = hc_kv_num(p, "sum_hash", 16);
         w->dg_sent = (uint64_t)hc_kv_i64(p, "dg_sent");
@@ -1223,6 +1410,8 @@ void hc_core_free(hc_core *h) {
     gguf_close(h->sg);
     hr_free_aligned(h->x);
     hr_free_aligned(h->y);
+    free(h->order.order[0]);
+    free(h->order.order[1]);
     free(h->pos);
     free(h->sq);
     free(h);

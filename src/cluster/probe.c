@@ -1,9 +1,13 @@
 /* cluster/probe: a link's RTT and throughput, measured over a session with a worker — by the planner
    (head <-> worker) and by a worker the planner asks (LINK_PROBE: worker <-> worker); see cluster.h */
+#define _GNU_SOURCE /* ppoll */
 #include "cluster-impl.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/random.h>
 
 static int hc_probe_send(hc_probe_conn *pc, hn_msg *m, int timeout_ms, hr_err *err) {
     m->seq = ++pc->seq;
@@ -80,5 +84,160 @@ int hc_probe_link(hc_probe_conn *pc, int n_pings, uint32_t bytes, int timeout_ms
     free(data);
     if (rc) return rc;
     *gbps = bytes / (HR_MAX(ms, 1e-3) * 1e6);
+    return 0;
+}
+
+/* ---- datagram loss (LOSS_PROBE; docs/planner.md, "Loss") ------------------------------------------------ */
+
+/* the test hook's drop decision for probe datagram idx (HEARTH_LOSSY_DROP: a fixed pattern per seed) */
+static bool hc_probe_drop(uint64_t seed, uint32_t ppm, uint64_t idx) {
+    if (!ppm) return false;
+    uint64_t z = seed ^ idx * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return z % 1000000u < ppm;
+}
+
+/* a probe datagram of session `session` and number seq < count, or false (anything else is dropped) */
+static bool hc_probe_dgram(const uint8_t *buf, long len, hn_dgram_crypt *x, uint64_t session, uint32_t count, uint32_t *seq) {
+    hn_dgram g;
+    if (len <= 0 || hn_dgram_decode(buf, (size_t)len, x, &g, NULL, 0)) return false;
+    if (g.kind != HN_DGRAM_PROBE || g.session != session || g.seq >= count) return false;
+    *seq = g.seq;
+    return true;
+}
+
+static size_t hc_probe_encode(hn_dgram_crypt *x, uint64_t session, uint32_t seq, uint16_t device, uint32_t elems,
+                              uint8_t *out) {
+    static const float zeros[HN_DGRAM_MAX_ELEMS] = {0};
+    hn_dgram g = {.kind = HN_DGRAM_PROBE, .session = session, .seq = seq, .device = device,
+                  .total = elems, .offset = 0, .n = elems, .data = zeros};
+    return hn_dgram_encode(&g, x, out, HN_DGRAM_MAX_BYTES);
+}
+
+int hc_probe_loss(hc_probe_conn *pc, const hc_loss_params *lp, int timeout_ms, hc_loss_result *out, hr_err *err) {
+    memset(out, 0, sizeof *out);
+    uint32_t count = (uint32_t)HR_MAX(1, HR_MIN(lp->count, HN_MAX_LOSS_PROBE));
+    hn_dgram_crypt x;
+    if (hn_dgram_crypt_init(&x, pc->conn, err)) return err->code;
+    hn_udp *u = hn_udp_open(pc->conn, err);
+    uint8_t *seen = calloc(count, 1);
+    if (!u || !seen) {
+        hn_udp_close(u);
+        free(seen);
+        hn_dgram_crypt_wipe(&x);
+        return u ? hr_fail(err, HR_ENOMEM, "out of memory") : err->code;
+    }
+    hn_udp_expect_peer(u, pc->conn); /* only the worker's address is echoed */
+    uint64_t session = 0; /* tells this probe's datagrams from anything else on the port */
+    if (getrandom(&session, sizeof session, 0) != (ssize_t)sizeof session)
+        session = (uint64_t)hr_time_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(uintptr_t)seen;
+    hn_msg m = {.type = HN_MSG_LOSS_PROBE};
+    m.u.loss_probe = (hn_loss_probe){.session = session, .drop_seed = lp->drop_seed, .port = hn_udp_port(u),
+                                     .count = count, .interval_us = lp->interval_us, .elems = lp->elems,
+                                     .wait_ms = lp->wait_ms, .drop_ppm = lp->drop_ppm};
+    int rc = hc_probe_request(pc, &m, 0, timeout_ms, err);
+    /* echo every probe datagram until the worker's answer starts to arrive on the connection (nothing
+       else comes there meanwhile, and frames are read exactly: readable means the answer) */
+    int64_t until = hr_time_ns() + ((int64_t)count * lp->interval_us / 1000 + lp->wait_ms + timeout_ms) * 1000000;
+    uint8_t buf[HN_DGRAM_MAX_BYTES + 8], echo[HN_DGRAM_MAX_BYTES];
+    while (!rc) {
+        struct pollfd pf[2] = {{.fd = hn_udp_fd(u), .events = POLLIN}, {.fd = hn_conn_fd(pc->conn), .events = POLLIN}};
+        int64_t left = until - hr_time_ns();
+        if (left <= 0) { rc = hr_fail(err, HR_ETIMEDOUT, "no answer to LOSS_PROBE"); break; }
+        if (poll(pf, 2, (int)HR_MIN(left / 1000000 + 1, 100)) < 0 && errno != EINTR) {
+            rc = hr_fail(err, HR_ENET, "poll: %s", strerror(errno));
+            break;
+        }
+        long len;
+        while ((len = hn_udp_recv(u, buf, HN_DGRAM_MAX_BYTES)) != 0) {
+            uint32_t seq;
+            if (!hc_probe_dgram(buf, len, &x, session, count, &seq)) { out->foreign++; continue; }
+            if (seen[seq]) { out->duplicate++; continue; }
+            seen[seq] = 1;
+            out->received++;
+            hn_udp_reply_to_last(u);
+            size_t n = hc_probe_encode(&x, session, seq, 0, lp->elems, echo);
+            if (hc_probe_drop(lp->drop_seed, lp->drop_ppm, (uint64_t)seq + (1ull << 32))) continue;
+            if (n) hn_udp_send(u, echo, n);
+        }
+        if (pf[1].revents) break;
+    }
+    if (!rc) rc = hc_probe_expect(pc, HN_MSG_PROFILE, &m, timeout_ms, err);
+    if (!rc) {
+        double sent = -1, echoed = -1;
+        for (uint32_t i = 0; i < m.u.profile.n_kv; i++) {
+            char k[HN_MAX_KEY + 1], v[HN_MAX_VALUE + 1];
+            hn_str_copy(k, sizeof k, m.u.profile.kv[i].key);
+            hn_str_copy(v, sizeof v, m.u.profile.kv[i].value);
+            if (!strcmp(k, "sent")) sent = atof(v);
+            else if (!strcmp(k, "echoed")) echoed = atof(v);
+        }
+        if (!(sent >= 0 && sent <= count && echoed >= 0 && echoed <= out->received))
+            rc = hr_fail(err, HR_EPROTO, "LOSS_PROBE answered without sent and echoed (or with impossible ones)");
+        else {
+            out->count = count;
+            out->echoed = (uint32_t)echoed;
+            /* up: what the worker meant to send and did not arrive; down: what the head echoed and did not */
+            out->up = 1.0 - (double)out->received / count;
+            out->down = out->received ? 1.0 - echoed / out->received : 0;
+            out->loss = (double)(count - out->echoed) / (double)(count + out->received);
+        }
+    }
+    hn_udp_close(u);
+    free(seen);
+    hn_dgram_crypt_wipe(&x);
+    return rc;
+}
+
+int hc_loss_probe_answer(hn_conn *head, const hn_loss_probe *rq, uint16_t device, hn_kv *kv, char vals[3][24],
+                         uint32_t *n_kv, hr_err *err) {
+    hn_dgram_crypt x;
+    if (hn_dgram_crypt_init(&x, head, err)) return err->code;
+    hn_udp *u = hn_udp_open(head, err);
+    uint8_t *seen = calloc(rq->count, 1);
+    int rc = 0;
+    if (!u || !seen) rc = u ? hr_fail(err, HR_ENOMEM, "out of memory") : err->code;
+    /* only to its own head: the connection's peer address, at the port it names */
+    if (!rc) rc = hn_udp_connect(u, head, (uint16_t)rq->port, err);
+    uint32_t sent = 0, echoed = 0, dropped = 0;
+    uint8_t out[HN_DGRAM_MAX_BYTES], buf[HN_DGRAM_MAX_BYTES + 8];
+    int64_t t0 = hr_time_ns(), step = (int64_t)rq->interval_us * 1000;
+    int64_t end = t0 + step * rq->count + (int64_t)rq->wait_ms * 1000000;
+    for (uint32_t i = 0; !rc;) {
+        int64_t now = hr_time_ns();
+        while (i < rq->count && now >= t0 + step * i) {
+            size_t n = hc_probe_encode(&x, rq->session, i, device, rq->elems, out);
+            if (hc_probe_drop(rq->drop_seed, rq->drop_ppm, i)) dropped++;
+            else if (n && !hn_udp_send(u, out, n)) sent++;
+            i++;
+        }
+        long len;
+        while ((len = hn_udp_recv(u, buf, HN_DGRAM_MAX_BYTES)) != 0) {
+            uint32_t seq;
+            if (hc_probe_dgram(buf, len, &x, rq->session, rq->count, &seq) && !seen[seq]) {
+                seen[seq] = 1;
+                echoed++;
+            }
+        }
+        if (i == rq->count && (now >= end || echoed == sent)) break;
+        /* sleep until the next send (or the end), or an echo: never spin, a device may have a quarter core */
+        int64_t next = i < rq->count ? t0 + step * i : end, wait = HR_MAX(0, HR_MIN(next - hr_time_ns(), 50000000));
+        struct pollfd pf = {.fd = hn_udp_fd(u), .events = POLLIN};
+        struct timespec ts = {0, (long)wait};
+        ppoll(&pf, 1, &ts, NULL);
+    }
+    hn_udp_close(u);
+    free(seen);
+    hn_dgram_crypt_wipe(&x);
+    if (rc) return rc;
+    snprintf(vals[0], 24, "%u", sent);
+    snprintf(vals[1], 24, "%u", echoed);
+    snprintf(vals[2], 24, "%u", dropped);
+    kv[0] = (hn_kv){hn_cstr("sent"), hn_cstr(vals[0])};
+    kv[1] = (hn_kv){hn_cstr("echoed"), hn_cstr(vals[1])};
+    kv[2] = (hn_kv){hn_cstr("dropped"), hn_cstr(vals[2])};
+    *n_kv = 3;
     return 0;
 }

@@ -92,10 +92,54 @@ lost:
 
 /* ---- plans over the workers that remain ---- */
 
+/* window sizes kept[0..n) of a plan whose sizes summed to sum: scaled so that a round places as many
+   layers as before, each non-zero one at least one layer (none kept: one even round) */
+static void hc_windows_scale(hc_head_params *p, int n, int sum, int kept) {
+    p->n_windows = kept > 0 ? n : 0;
+    for (int d = 0; d < n && kept > 0; d++)
+        if (p->layer_windows[d] > 0) p->layer_windows[d] = HR_MAX(1, (int)((double)p->layer_windows[d] * sum / kept + 0.5));
+}
+
+/* A hybrid plan without the devices that left: every group keeps the members that remain (with their
+   shares; a group reduced to one device is a plain stage), a stage none of whose devices remains is
+   dropped. Only the head's stage left: tensor parallelism over it; no group left: a plain pipeline. */
+static void hc_stages_without(const hc_head *H, hc_head_params *p) {
+    const hc_head_params *o = &H->orig;
+    int ns = 0, sum = 0, kept = 0, nsh = 0, groups = 0;
+    for (int s = 0, d = 0, wi = 0; s < o->n_stages; s++) {
+        const int n = o->stage_devs[s];
+        int left = 0;
+        double w[HC_MAX_DEVICES];
+        for (int i = d; i < d + n; i++)
+            if (i == 0 || !H->gone[i - 1]) w[left++] = n > 1 && o->n_shares ? o->shares[wi + i - d] : 1;
+        if (o->n_windows) sum += o->layer_windows[s];
+        if (left > 0) {
+            if (o->n_windows) kept += (p->layer_windows[ns] = o->layer_windows[s]);
+            p->stage_devs[ns++] = left;
+        }
+        if (left > 1) {
+            groups++;
+            memcpy(p->shares + nsh, w, sizeof w[0] * (size_t)left);
+            nsh += left;
+        }
+        wi += n > 1 ? n : 0;
+        d += n;
+    }
+    p->n_stages = ns;
+    p->n_shares = o->n_shares ? nsh : 0;
+    if (o->n_windows) hc_windows_scale(p, ns, sum, kept);
+    if (ns == 1) p->pp = false, p->n_stages = p->n_windows = 0;
+    else if (!groups) p->n_stages = p->n_shares = 0;
+}
+
 /* The given plan without the devices that left: shares and windows of the others (windows scaled so
    that a round places as many layers as before; each keeps at least one layer). */
 static void hc_plan_without(const hc_head *H, hc_head_params *p) {
     const hc_head_params *o = &H->orig;
+    if (o->pp && o->n_stages) {
+        hc_stages_without(H, p);
+        return;
+    }
     int k = 1;
     if (o->n_shares) p->shares[0] = o->shares[0];
     if (o->n_windows) p->layer_windows[0] = o->layer_windows[0];
@@ -113,13 +157,7 @@ static void hc_plan_without(const hc_head *H, hc_head_params *p) {
         for (int d = 0; d < k; d++) s += p->shares[d];
         if (!(s > 0)) p->n_shares = 0;   /* only devices with no share remain: equal shares */
     }
-    if (o->n_windows) {
-        p->n_windows = k;
-        if (kept <= 0) p->n_windows = 0; /* one even round */
-        for (int d = 0; d < k && kept > 0; d++)
-            if (p->layer_windows[d] > 0)
-                p->layer_windows[d] = HR_MAX(1, (int)((double)p->layer_windows[d] * sum / kept + 0.5));
-    }
+    if (o->n_windows) hc_windows_scale(p, k, sum, kept);
 }
 
 /* the parameters of the next incarnation: the workers that remain, in the given order, and a plan */

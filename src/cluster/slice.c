@@ -54,11 +54,23 @@ static hc_slice *hc_slist_add(hc_slist *l, const hm_tensor *t, int cut, int64_t 
     return s;
 }
 
-int hc_slices_make(const hm_model *m, const hc_share *sh, const uint8_t *layers, bool head, hc_slice **out,
-                   int *n_out, hr_err *err) {
+/* the slice just added takes positions [a, b) of the layer's group order, grp rows/columns a group */
+static void hc_slist_perm(hc_slist *l, const int32_t *perm, int64_t grp) {
+    if (l->oom || !perm) return;
+    l->v[l->n - 1].perm = perm;
+    l->v[l->n - 1].grp = grp;
+}
+
+int hc_slices_make(const hm_model *m, const hc_share *sh, const hc_order *ord, const uint8_t *layers, bool head,
+                   hc_slice **out, int *n_out, hr_err *err) {
     const hm_hparams *hp = &m->hp;
     hc_slist l = {0};
     int64_t hd = hp->head_dim, unit = (int64_t)(hp->n_head / hp->n_head_kv) * hd;
+    /* with a placement: KV heads and neurons per group, from the group counts */
+    int64_t ga = ord ? hp->n_head_kv / ord->n_groups[0] : 0, gf = ord ? hp->n_ff / ord->n_groups[1] : 0;
+    if (ord && (ord->n_layer != hp->n_layer || ga * ord->n_groups[0] != hp->n_head_kv || gf * ord->n_groups[1] != hp->n_ff))
+        return hr_fail(err, HR_EINVAL, "a placement of %d layers, %d + %d groups does not fit this model", ord->n_layer,
+                       ord->n_groups[0], ord->n_groups[1]);
     int64_t q0 = sh->kv_begin * unit, q1 = sh->kv_end * unit, k0 = sh->kv_begin * hd, k1 = sh->kv_end * hd;
     bool att = sh->kv_end > sh->kv_begin, ffn = sh->ff_end > sh->ff_begin;
     if (head) hc_slist_add(&l, &m->tok_embd, HC_CUT_WHOLE, 0, 0, "token_embd.weight", -1, 2);
@@ -66,28 +78,40 @@ int hc_slices_make(const hm_model *m, const hc_share *sh, const uint8_t *layers,
     for (int il = 0; il < hp->n_layer; il++) {
         if (layers && !layers[il]) continue;
         const hm_layer *L = &m->layers[il];
+        const int32_t *pa = ord ? ord->order[0] + (size_t)il * ord->n_groups[0] : NULL;
+        const int32_t *pf = ord ? ord->order[1] + (size_t)il * ord->n_groups[1] : NULL;
         hc_slist_add(&l, &L->attn_norm, HC_CUT_WHOLE, 0, 0, "attn_norm.weight", il, 1);
         if (att) {
             hc_slist_add(&l, &L->wq, HC_CUT_ROWS, q0, q1, "attn_q.weight", il, 2);
+            hc_slist_perm(&l, pa, ga * unit);
             hc_slist_add(&l, &L->wk, HC_CUT_ROWS, k0, k1, "attn_k.weight", il, 2);
+            hc_slist_perm(&l, pa, ga * hd);
             hc_slist_add(&l, &L->wv, HC_CUT_ROWS, k0, k1, "attn_v.weight", il, 2);
+            hc_slist_perm(&l, pa, ga * hd);
             if (L->bq.data) {
                 /* a bias is one row: its slice is a column range */
                 hc_slist_add(&l, &L->bq, HC_CUT_COLS, q0, q1, "attn_q.bias", il, 1);
+                hc_slist_perm(&l, pa, ga * unit);
                 hc_slist_add(&l, &L->bk, HC_CUT_COLS, k0, k1, "attn_k.bias", il, 1);
+                hc_slist_perm(&l, pa, ga * hd);
                 hc_slist_add(&l, &L->bv, HC_CUT_COLS, k0, k1, "attn_v.bias", il, 1);
+                hc_slist_perm(&l, pa, ga * hd);
             }
             if (L->q_norm.data) {
                 hc_slist_add(&l, &L->q_norm, HC_CUT_WHOLE, 0, 0, "attn_q_norm.weight", il, 1);
                 hc_slist_add(&l, &L->k_norm, HC_CUT_WHOLE, 0, 0, "attn_k_norm.weight", il, 1);
             }
             hc_slist_add(&l, &L->wo, HC_CUT_COLS, q0, q1, "attn_output.weight", il, 2);
+            hc_slist_perm(&l, pa, ga * unit);
         }
         hc_slist_add(&l, &L->ffn_norm, HC_CUT_WHOLE, 0, 0, "ffn_norm.weight", il, 1);
         if (ffn) {
             hc_slist_add(&l, &L->w_gate, HC_CUT_ROWS, sh->ff_begin, sh->ff_end, "ffn_gate.weight", il, 2);
+            hc_slist_perm(&l, pf, gf);
             hc_slist_add(&l, &L->w_up, HC_CUT_ROWS, sh->ff_begin, sh->ff_end, "ffn_up.weight", il, 2);
+            hc_slist_perm(&l, pf, gf);
             hc_slist_add(&l, &L->w_down, HC_CUT_COLS, sh->ff_begin, sh->ff_end, "ffn_down.weight", il, 2);
+            hc_slist_perm(&l, pf, gf);
         }
     }
     if (head) {
@@ -101,7 +125,7 @@ int hc_slices_make(const hm_model *m, const hc_share *sh, const uint8_t *layers,
     for (int i = 0; i < l.n; i++) {
         const hc_slice *s = &l.v[i];
         const hq_traits *tr = hq_get_traits(s->type);
-        if (s->cut == HC_CUT_COLS && (s->a % tr->blck_size || s->b % tr->blck_size)) {
+        if (s->cut == HC_CUT_COLS && (s->a % tr->blck_size || s->b % tr->blck_size || (s->perm && s->grp % tr->blck_size))) {
             free(l.v);
             return hr_fail(err, HR_EINVAL, "%s: columns [%lld, %lld) are not on %s block boundaries", s->name,
                            (long long)s->a, (long long)s->b, tr->name);
@@ -112,21 +136,43 @@ int hc_slices_make(const hm_model *m, const hc_share *sh, const uint8_t *layers,
     return 0;
 }
 
+bool hc_slice_gathers(const hc_slice *s) { return s->cut == HC_CUT_COLS || (s->cut == HC_CUT_ROWS && s->perm); }
+
+/* the model's row (HC_CUT_ROWS) or column (HC_CUT_COLS) of the slice's i-th one */
+static int64_t hc_slice_src(const hc_slice *s, int64_t i) {
+    int64_t at = s->a + i;
+    return s->perm ? (int64_t)s->perm[at / s->grp] * s->grp + at % s->grp : at;
+}
+
 const void *hc_slice_bytes(const hc_slice *s, uint64_t off, size_t len, void *tmp) {
     const hm_tensor *t = s->src;
     const uint8_t *base = t->map; /* the file's bytes, whatever layout the model loaded them in */
     if (s->cut == HC_CUT_WHOLE) return base + off;
-    if (s->cut == HC_CUT_ROWS) return base + (size_t)s->a * t->row_bytes + off;
-    const hq_traits *tr = hq_get_traits(t->type);
-    size_t seg = (size_t)((s->b - s->a) / tr->blck_size) * tr->type_size;
-    size_t col0 = (size_t)(s->a / tr->blck_size) * tr->type_size;
     uint8_t *d = tmp;
     size_t done = 0;
+    if (s->cut == HC_CUT_ROWS) {
+        if (!s->perm) return base + (size_t)s->a * t->row_bytes + off;
+        /* a placement's rows: whole rows of the model's, a group's lying together */
+        while (done < len) {
+            uint64_t at = off + done;
+            size_t r = (size_t)(at / t->row_bytes), in = (size_t)(at % t->row_bytes);
+            size_t take = HR_MIN(t->row_bytes - in, len - done);
+            memcpy(d + done, base + (size_t)hc_slice_src(s, (int64_t)r) * t->row_bytes + in, take);
+            done += take;
+        }
+        return tmp;
+    }
+    /* columns: in every row, one run of whole blocks (a range), or one per group (a placement) */
+    const hq_traits *tr = hq_get_traits(t->type);
+    size_t seg = (size_t)((s->b - s->a) / tr->blck_size) * tr->type_size;
+    size_t run = s->perm ? (size_t)(s->grp / tr->blck_size) * tr->type_size : seg;
+    int64_t run_cols = s->perm ? s->grp : s->b - s->a;
     while (done < len) {
         uint64_t at = off + done;
-        size_t r = (size_t)(at / seg), in = (size_t)(at % seg);
-        size_t take = HR_MIN(seg - in, len - done);
-        memcpy(d + done, base + r * t->row_bytes + col0 + in, take);
+        size_t r = (size_t)(at / seg), in = (size_t)(at % seg), j = in / run, in_run = in % run;
+        size_t col0 = (size_t)(hc_slice_src(s, (int64_t)j * run_cols) / tr->blck_size) * tr->type_size;
+        size_t take = HR_MIN(run - in_run, len - done);
+        memcpy(d + done, base + r * t->row_bytes + col0 + in_run, take);
         done += take;
     }
     return tmp;
@@ -135,20 +181,35 @@ const void *hc_slice_bytes(const hc_slice *s, uint64_t off, size_t len, void *tm
 void hc_slices_hash(hc_slice *v, int n) {
     for (int i = 0; i < n; i++) {
         hc_slice *s = &v[i];
-        if (s->cut != HC_CUT_COLS) {
+        if (!hc_slice_gathers(s)) {
             s->hash = hr_hash64(hc_slice_bytes(s, 0, (size_t)s->size, NULL), (size_t)s->size, 0);
             continue;
         }
-        /* column slice: one segment per row, streamed through the hasher */
-        const hm_tensor *t = s->src;
-        const hq_traits *tr = hq_get_traits(t->type);
-        size_t seg = (size_t)((s->b - s->a) / tr->blck_size) * tr->type_size;
-        size_t col0 = (size_t)(s->a / tr->blck_size) * tr->type_size;
+        if (!s->perm) {
+            /* a column range: one segment per row, streamed through the hasher without a copy */
+            const hm_tensor *t = s->src;
+            const hq_traits *tr = hq_get_traits(t->type);
+            size_t seg = (size_t)((s->b - s->a) / tr->blck_size) * tr->type_size;
+            size_t col0 = (size_t)(s->a / tr->blck_size) * tr->type_size;
+            hr_hasher h;
+            hr_hasher_init(&h, 0);
+            for (int64_t r = 0; r < t->ne1; r++)
+                hr_hasher_update(&h, (const uint8_t *)t->map + (size_t)r * t->row_bytes + col0, seg);
+            s->hash = hr_hasher_final(&h);
+            continue;
+        }
+        /* a placement's: gathered a row at a time and streamed through the hasher (the one-shot value) */
+        size_t row = (size_t)(s->size / (uint64_t)s->ne[1]);
+        uint8_t *tmp = malloc(HR_MAX(row, 1));
         hr_hasher h;
         hr_hasher_init(&h, 0);
-        for (int64_t r = 0; r < t->ne1; r++)
-            hr_hasher_update(&h, (const uint8_t *)t->map + (size_t)r * t->row_bytes + col0, seg);
+        if (!tmp) { /* cannot happen for a row of a mapped tensor; a wrong hash only costs a resend */
+            s->hash = 0;
+            continue;
+        }
+        for (int64_t r = 0; r < s->ne[1]; r++) hr_hasher_update(&h, hc_slice_bytes(s, (uint64_t)r * row, row, tmp), row);
         s->hash = hr_hasher_final(&h);
+        free(tmp);
     }
 }
 
@@ -164,6 +225,7 @@ uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *v
     hc_put64(b, &k, (uint64_t)(uint32_t)sh->kv_begin << 32 | (uint32_t)sh->kv_end);
     hc_put64(b, &k, (uint64_t)(uint32_t)sh->ff_begin << 32 | (uint32_t)sh->ff_end);
     hc_put64(b, &k, (uint64_t)n);
+    if (sh->placement) hc_put64(b, &k, sh->placement);   /* a contiguous share's key is unchanged */
     hr_hasher_update(&h, b, k);
     for (int i = 0; i < n; i++) {
         const hc_slice *s = &v[i];
@@ -203,6 +265,7 @@ static int hc_slice_meta_put(gguf_writer *gw, const hc_slice_meta *mt, const uin
     rc |= gguf_writer_set_u32(gw, "hearth.slice.kv_begin", (uint32_t)sh->kv_begin);
     rc |= gguf_writer_set_u32(gw, "hearth.slice.ff_begin", (uint32_t)sh->ff_begin);
     rc |= gguf_writer_set_u64(gw, "hearth.slice.model_hash", mt->model_hash);
+    if (sh->placement) rc |= gguf_writer_set_arr(gw, "hearth.slice.placement", GGUF_VT_UINT64, &sh->placement, 1);
     rc |= gguf_writer_set_arr(gw, "hearth.slice.hashes", GGUF_VT_UINT64, hashes, (uint64_t)n);
     if (mt->head) rc |= gguf_writer_set_bool(gw, "hearth.slice.head", true);
     if (mt->layers) {
@@ -445,6 +508,14 @@ bool hc_slice_file_matches(const gguf_ctx *g, const hm_model *m, const hc_slice_
     if (!gguf_get_u32(g, "hearth.slice.kv_begin", &kb) || kb != (uint32_t)mt->share.kv_begin ||
         !gguf_get_u32(g, "hearth.slice.ff_begin", &fb) || fb != (uint32_t)mt->share.ff_begin)
         return snprintf(why, cap, "its share's place differs"), false;
+    uint64_t placement = 0, np;   /* an array of one u64 (a u64 value has no getter) */
+    int pt;
+    const void *pv;
+    if (gguf_find_key(g, "hearth.slice.placement") >= 0) {
+        if (gguf_get_arr(g, "hearth.slice.placement", &pt, &np, &pv) && pt == GGUF_VT_UINT64 && np == 1) memcpy(&placement, pv, 8);
+        else placement = ~(uint64_t)0;
+    }
+    if (placement != mt->share.placement) return snprintf(why, cap, "its share's placement of unit groups differs"), false;
     bool layers_ok = !mt->layers ? !m->has_layer : m->has_layer && !memcmp(m->has_layer, mt->layers, (size_t)m->hp.n_layer);
     if (!m->is_slice || !layers_ok || m->slice_head != mt->head ||
         m->slice_n_head_kv != mt->share.kv_end - mt->share.kv_begin || m->slice_n_ff != mt->share.ff_end - mt->share.ff_begin)

@@ -1,6 +1,7 @@
 /* cluster/worker: `hearth worker` — serves one head at a time: receives its weight slices into the
    slice cache, loads them as a model, and runs forward passes over them: its share of every layer
-   (tensor parallel) or its windows of whole layers (pipeline) (see cluster.h) */
+   (tensor parallel), its windows of whole layers (pipeline), or its share of its stage's layers (a
+   hybrid plan's group, as its leader or a member) (see cluster.h) */
 #define _GNU_SOURCE
 #include "cluster-impl.h"
 
@@ -118,7 +119,14 @@ typedef struct hc_session {
     int        mode, timeout_ms;
     char       ring_next[256];
     bool       pp;               /* a pipeline stage: whole layers, hidden states passed on */
-    uint8_t   *layers;           /* pipeline: [n_layer] the layers this worker runs */
+    bool       stage_tp;         /* a member of a tensor-parallel group in a hybrid plan: its share of the group's
+                                    layers, window by window as its leader (the head or a worker) sends them */
+    bool       lead;             /* the leader of a group (a pipeline stage): its members run each window with it */
+    int        tp_group;         /* devices of the all-reduce (a hybrid plan's group; else all) */
+    int        group_index;      /* this device's place in it (0: the leader, the star's centre) */
+    char       group_members[HN_MAX_VALUE + 1]; /* a leader: its members' addresses, comma-separated */
+    uint64_t   group_token;      /* a leader: what its connections to them say (HELLO "ring <token>") */
+    uint8_t   *layers;           /* pipeline, hybrid: [n_layer] the layers this worker runs (NULL: all) */
     int        n_layers;
     bool       ring_prev_worker;
     uint64_t   ring_token;
@@ -141,8 +149,9 @@ typedef struct hc_session {
     uint32_t   drop_ppm;
     bool       drop_dup;
     int        lossy_max_tokens, lossy_deadline_ms;
-    hn_conn   *ar_conn[1];
-    hn_frame   ar_rx[1];
+    hn_conn   *ar_conn[HC_MAX_DEVICES]; /* the all-reduce's links: [0] the centre (a worker), or a leader's
+                                        [1..tp_group) members (connections it opened) */
+    hn_frame   ar_rx[HC_MAX_DEVICES];
     char       names[HC_MAX_DEVICES][260];
     const char *name_ptr[HC_MAX_DEVICES];
     hn_conn   *ring_next_conn, *ring_prev_conn;
@@ -163,7 +172,8 @@ static void hc_session_free(hc_session *s) {
     gguf_close(s->g);
     free(s->dir);
     hn_frame_free(&s->rx);
-    hn_frame_free(&s->ar_rx[0]);
+    for (int i = 0; i < HC_MAX_DEVICES; i++) hn_frame_free(&s->ar_rx[i]);
+    for (int i = 1; s->lead && i < s->tp_group; i++) hn_conn_close(s->ar_conn[i]);
     hn_frame_free(&s->ar.ring_rx);
     hn_udp_close(s->ll.udp);
     hn_dgram_crypt_wipe(&s->ll.crypt);
@@ -300,7 +310,8 @@ static int hc_recv_idle(hc_session *s, hn_msg *m, bool *from_prev, hr_err *err) 
             return hr_fail(err, HR_ETIMEDOUT, "no message for %d ms while setting up", s->w->setup_ms);
         struct pollfd p[2] = {{.fd = hn_conn_fd(s->head), .events = POLLIN}};
         int np = 1;
-        if (s->pp && s->ring_prev_conn) p[np++] = (struct pollfd){.fd = hn_conn_fd(s->ring_prev_conn), .events = POLLIN};
+        if ((s->pp || s->stage_tp) && s->ring_prev_conn)  /* the previous stage, or a member's leader */
+            p[np++] = (struct pollfd){.fd = hn_conn_fd(s->ring_prev_conn), .events = POLLIN};
         /* what the head (or the previous stage) already sent comes first: a head that says BYE
            and reconnects at once must not be told it is busy with itself */
         int r = poll(p, (nfds_t)np, 0);
@@ -343,7 +354,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         if (!(dev = calloc(1, sizeof *dev))) return hc_bad(s, req->seq, HR_ENOMEM, "out of memory");
         hr_err e = {0};
         if (s->w->profile(s->w->profile_user, s->w->n_threads, s->w->cache, &s->w->mem,
-                          req->u.profile_req.flags & HN_PROFILE_BENCH, dev, &e)) {
+                          req->u.profile_req.flags & HN_PROFILE_BENCH, req->u.profile_req.types, dev, &e)) {
             free(dev);
             return hc_bad(s, req->seq, e.code, "device profile failed: %s", e.msg);
         }
@@ -355,7 +366,8 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         hn_conn_get_stats(s->head, &st);
         if (s->ring_next_conn) hn_conn_get_stats(s->ring_next_conn, &nx);
         if (s->ring_prev_conn) hn_conn_get_stats(s->ring_prev_conn, &pv);
-        uint64_t sent = st.bytes_sent - s->base_stats.bytes_sent + nx.bytes_sent - s->base_next.bytes_sent;
+        uint64_t sent = st.bytes_sent - s->base_stats.bytes_sent + nx.bytes_sent - s->base_next.bytes_sent +
+                        pv.bytes_sent - s->base_prev.bytes_sent;   /* a group member's partial sums */
         uint64_t recv = st.bytes_received - s->base_stats.bytes_received + pv.bytes_received - s->base_prev.bytes_received;
         KV("evals", "%" PRId64, s->evals);
         KV("tokens", "%" PRId64, s->tokens);
@@ -364,7 +376,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
         KV("send_ns", "%" PRId64, s->ar.send_ns);
         KV("bytes_sent", "%" PRIu64, sent);
         KV("bytes_received", "%" PRIu64, recv);
-        KV("n_layers", "%d", s->pp ? s->n_layers : s->hp.n_layer);
+        KV("n_layers", "%d", s->layers ? s->n_layers : s->hp.n_layer);
         KV("sum_hash", "%016llx", (unsigned long long)s->ar.sum_hash);
         if (s->ll.udp) {
             KV("dg_sent", "%" PRIu64, s->ll.sent);
@@ -385,6 +397,7 @@ static int hc_handle_profile(hc_session *s, const hn_msg *req) {
             KV("room_bytes", "%" PRIu64, pl->mode == HMEM_STREAM ? pl->room_bytes : 0);
             KV("disk_read_bytes", "%" PRId64, ms.disk_read_bytes);
             KV("weights_wait_ns", "%" PRId64, ms.wait_ns);
+            KV("mem_replans", "%" PRId64, ms.n_replans);
             KV("pressure_ppm", "%.0f", ms.pressure * 1e6);
             for (int k = 0; k < 2; k++) {
                 const hmem_block_stats *b = &ms.kind[k];
@@ -424,6 +437,22 @@ static int hc_handle_probe(hc_session *s, const hn_msg *req) {
     free(zeros);
     if (rc) HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
     return rc ? e.code : 0;
+}
+
+/* LOSS_PROBE: the planner measures this link's datagram loss (docs/planner.md, "Loss"): a burst of
+   probe datagrams to the head's own address (bounded by the decoder), the echoes counted */
+static int hc_handle_loss_probe(hc_session *s, const hn_msg *req) {
+    hn_msg r = {.type = HN_MSG_PROFILE, .seq = req->seq};
+    char vals[3][24];
+    hr_err e = {0};
+    if (hc_loss_probe_answer(s->head, &req->u.loss_probe, 1, r.u.profile.kv, vals, &r.u.profile.n_kv, &e))
+        return hc_bad(s, req->seq, e.code, "LOSS_PROBE: %s", e.msg);
+    e = (hr_err){0};
+    if (hn_msg_send(s->head, &r, hn_deadline_ms(HC_SETUP_TIMEOUT_MS), &e)) {
+        HR_LOGW("worker: head %s: %s", s->head_name, e.msg);
+        return e.code;
+    }
+    return 0;
 }
 
 /* LINK_PROBE: the planner asks this worker to measure its link to another worker (which must answer
@@ -484,22 +513,30 @@ static int hc_parse_layers(hc_session *s, const hn_load_plan *p, uint32_t seq) {
         return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: %d windows of layers (at most %d per device)", runs,
                       HM_MAX_WINDOWS);
     s->n_layers = (int)p->n_units;
-    s->share = (hc_share){0, s->hp.n_head_kv, 0, s->hp.n_ff};
+    s->share = (hc_share){0, s->hp.n_head_kv, 0, s->hp.n_ff, 0};
     return 0;
 }
 
 /* tensor-parallel units: the same attention heads and FFN rows in every layer (one share per device
-   for now) */
+   for now) — of every layer, or (a member of the head's group in a hybrid plan) of the head's layers,
+   ascending */
 static int hc_parse_share(hc_session *s, const hn_load_plan *p, uint32_t seq) {
     int64_t gqa = s->hp.n_head / s->hp.n_head_kv;
-    if (p->n_units != 2 * (uint32_t)s->hp.n_layer)
-        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %u units for %d layers (expected 2 per layer)", p->n_units,
-                      s->hp.n_layer);
+    const uint32_t L = (uint32_t)s->hp.n_layer;
+    const bool part = s->stage_tp || s->lead; /* a hybrid plan's group: some layers */
+    if (part ? p->n_units < 2 || p->n_units > 2 * L || p->n_units % 2 : p->n_units != 2 * L)
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: %u units for %d layers (expected 2 per layer%s)", p->n_units,
+                      s->hp.n_layer, part ? " of the group's stage" : "");
+    if (part && !(s->layers = calloc(L, 1))) return hc_bad(s, seq, HR_ENOMEM, "out of memory");
+    int runs = 0;
     for (uint32_t i = 0; i < p->n_units; i++) {
         const hn_unit *u = &p->units[i];
         bool att = u->kind == HN_UNIT_ATTN_HEADS;
-        if (u->layer != i / 2 || u->kind != (i % 2 ? HN_UNIT_FFN_ROWS : HN_UNIT_ATTN_HEADS))
-            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: unit %u is not layer %u's %s", i, i / 2,
+        /* the layer of a pair: all of them in order, or any ascending ones of a hybrid group's member */
+        uint32_t want = part ? (i % 2 ? p->units[i - 1].layer : u->layer) : i / 2;
+        if (u->layer != want || u->layer >= L || u->kind != (i % 2 ? HN_UNIT_FFN_ROWS : HN_UNIT_ATTN_HEADS) ||
+            (part && i >= 2 && i % 2 == 0 && u->layer <= p->units[i - 2].layer))
+            return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: unit %u is not layer %u's %s", i, want,
                           i % 2 ? "FFN rows" : "attention heads");
         if (att && (u->begin % gqa || u->end % gqa || u->end > (uint32_t)s->hp.n_head))
             return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: attention heads [%u, %u) do not cover whole KV groups",
@@ -511,7 +548,15 @@ static int hc_parse_share(hc_session *s, const hn_load_plan *p, uint32_t seq) {
         if (i >= 2 && memcmp(&sh, &s->share, sizeof sh))
             return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: shares that differ between layers are not supported");
         s->share = sh;
+        if (part && att) {
+            runs += i == 0 || u->layer != p->units[i - 2].layer + 1;
+            s->layers[u->layer] = 1;
+            s->n_layers++;
+        }
     }
+    if (runs > HM_MAX_WINDOWS)
+        return hc_bad(s, seq, HR_EUNSUPPORTED, "LOAD_PLAN: %d windows of layers (at most %d per device)", runs,
+                      HM_MAX_WINDOWS);
     return 0;
 }
 
@@ -551,6 +596,27 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
     if ((v = hc_param(p, "pp")) && (!hc_parse_u64(*v, &x, 10) || x > 1))
         return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'pp'");
     s->pp = v && x == 1;
+    /* hybrid: a group of tp_group devices, this one at group_index — 0 the leader (a worker that is a
+       pipeline stage; it connects to its members), else a member (it all-reduces with its leader only:
+       the head over the session connection, or a worker over the connection that one opens) */
+    s->tp_group = (int)s->n_dev;
+    s->group_index = (int)s->index;
+    if ((v = hc_param(p, "tp_group"))) {
+        const hn_str *gi = hc_param(p, "group_index");
+        uint64_t y;
+        if (!hc_parse_u64(*v, &x, 10) || x < 2 || x > s->n_dev || !gi || !hc_parse_u64(*gi, &y, 10) || y >= x ||
+            (y == 0) != s->pp || s->mode)
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'tp_group' or 'group_index'");
+        s->tp_group = (int)x, s->group_index = (int)y;
+        s->stage_tp = y > 0, s->lead = y == 0;
+    }
+    if (s->lead) {
+        if (!(v = hc_param(p, "group_members")) || !(v = hc_param(p, "group_token")) ||
+            !hc_parse_u64(*v, &s->group_token, 16))
+            return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: a group's leader without 'group_members' or 'group_token'");
+        hr_escape(s->group_members, sizeof s->group_members, hc_param(p, "group_members")->s,
+                  hc_param(p, "group_members")->n);
+    }
     if (s->kv_type != HQ_TYPE_F16 && s->kv_type != HQ_TYPE_F32) return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad kv_type");
     if ((v = hc_param(p, "ring_next"))) hr_escape(s->ring_next, sizeof s->ring_next, v->s, v->n);
     if ((v = hc_param(p, "ring_token")) && !hc_parse_u64(*v, &s->ring_token, 16))
@@ -581,7 +647,12 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
             s->drop_dup = dup == 1;
         }
     }
-    return s->pp ? hc_parse_layers(s, p, seq) : hc_parse_share(s, p, seq);
+    int rc = s->pp && !s->lead ? hc_parse_layers(s, p, seq) : hc_parse_share(s, p, seq);
+    /* importance-aware placement: the worker's ranges are positions in orders only the head knows;
+       their hash keeps the slice files of different placements apart (docs/lossy.md) */
+    if (!rc && (v = hc_param(p, "placement")) && (!hc_parse_u64(*v, &s->share.placement, 16) || !s->share.placement || s->pp))
+        return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'placement'");
+    return rc;
 }
 
 static bool hc_name_ok(const char *n) {
@@ -777,7 +848,7 @@ static int hc_write_slices(hc_session *s, const hc_index *x, const bool *have) {
     for (int i = 0; i < s->n_dir; i++) if (!have[i]) max = HR_MAX(max, s->dir[i].size);
     hc_fill f = {.s = s, .x = x, .have = have, .buf = max ? malloc((size_t)max) : NULL};
     if (max && !f.buf) return hc_bad(s, 0, HR_ENOMEM, "out of memory for the slice file");
-    hc_slice_meta mt = {.hp = &s->hp, .share = s->share, .model_hash = s->model_hash, .layers = s->pp ? s->layers : NULL};
+    hc_slice_meta mt = {.hp = &s->hp, .share = s->share, .model_hash = s->model_hash, .layers = s->layers};
     hr_err e = {0};
     int rc = hc_slice_file_write(s->path, &mt, s->dir, s->n_dir, hc_fill_src, &f, &e);
     if (rc && !f.reported) rc = hc_bad(s, 0, rc, "%s", e.msg);
@@ -935,7 +1006,7 @@ static int hc_open_slices(hc_session *s, bool complete) {
         unlink(s->path);
         return hc_bad(s, 0, e.code ? e.code : HR_EFORMAT, "slice file %s: %s (removed it; run again)", s->path, e.msg);
     }
-    hc_slice_meta mt = {.hp = &s->hp, .share = s->share, .model_hash = s->model_hash, .layers = s->pp ? s->layers : NULL};
+    hc_slice_meta mt = {.hp = &s->hp, .share = s->share, .model_hash = s->model_hash, .layers = s->layers};
     if (!hc_slice_file_matches(s->g, s->m, &mt, s->dir, s->n_dir, why, sizeof why)) {
         unlink(s->path);
         return hc_bad(s, 0, HR_EFORMAT, "slice file %s does not hold the planned share: %s (removed it; run again)",
@@ -945,11 +1016,37 @@ static int hc_open_slices(hc_session *s, bool complete) {
     return 0;
 }
 
+/* A group's leader: connects to its members (HELLO "ring <group token>"), the all-reduce's links
+   [1..tp_group). */
+static int hc_group_connect(hc_session *s) {
+    char list[sizeof s->group_members], *save = NULL;
+    snprintf(list, sizeof list, "%s", s->group_members);
+    int n = 1;
+    for (char *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save), n++) {
+        if (n >= s->tp_group) break;
+        hr_err e = {0};
+        if (!(s->ar_conn[n] = hn_connect_secure(a, hc_key(s->w), hn_deadline_ms(10000), &e)))
+            return hc_bad(s, 0, e.code, "group member %s: %s", a, e.msg);
+        char dev[32];
+        snprintf(dev, sizeof dev, "ring %016llx", (unsigned long long)s->group_token);
+        hn_msg h = {.type = HN_MSG_HELLO};
+        h.u.hello = (hn_hello){.version_min = HN_PROTO_VERSION, .version_max = HN_PROTO_VERSION,
+                               .caps = HN_CAP_F32_ACT, .device = hn_cstr(dev)};
+        if (hn_msg_send(s->ar_conn[n], &h, hn_deadline_ms(10000), &e))
+            return hc_bad(s, 0, e.code, "group member %s: %s", a, e.msg);
+        snprintf(s->names[n], sizeof s->names[n], "%s", a);
+    }
+    if (n != s->tp_group)
+        return hc_bad(s, 0, HR_EPROTO, "LOAD_PLAN: 'group_members' names %d devices for a group of %d", n - 1,
+                      s->tp_group);
+    return 0;
+}
+
 /* The all-reduce over the head, and the ring links to the neighbours (a ring all-reduce, or a
    pipeline, which passes hidden states over them). */
 static int hc_link(hc_session *s) {
     int rc;
-    s->ar = (hc_ar){.mode = s->mode, .k = (int)s->n_dev, .me = (int)s->index, .timeout_ms = s->timeout_ms,
+    s->ar = (hc_ar){.mode = s->mode, .k = s->tp_group, .me = s->group_index, .timeout_ms = s->timeout_ms,
                     .n_layer = s->hp.n_layer};
     s->ar_conn[0] = s->head;
     s->ar.conn = s->ar_conn;
@@ -973,9 +1070,19 @@ static int hc_link(hc_session *s) {
         s->ar.lossy_deadline_ms = s->lossy_deadline_ms;
         s->ar.ll = &s->ll;
     }
-    if (s->mode != HC_ALLREDUCE_RING && !s->pp) return 0;
+    /* links: a ring all-reduce's, a pipeline stage's, or a worker-led group member's to its leader */
+    if (s->mode != HC_ALLREDUCE_RING && !s->pp && !(s->stage_tp && s->ring_prev_worker)) return 0;
     if ((rc = hc_ring_setup(s))) return rc;
-    int nx = (int)(s->index + 1) % (int)s->n_dev, pv = (int)s->index - 1;
+    if (s->stage_tp) { /* a member of a worker's group: the leader connected, the star's centre */
+        s->ar_conn[0] = s->ring_prev_conn;
+        snprintf(s->names[0], sizeof s->names[0], "%s", hn_conn_peer(s->ring_prev_conn));
+        return 0;
+    }
+    if (s->lead && (rc = hc_group_connect(s))) return rc;
+    /* the ring's first worker (worker 1, or the first stage after a hybrid plan's group) hears from the
+       head; a pipeline's neighbours are the stages' leaders, wherever the plan put them */
+    int nx = (int)(s->index + 1) % (int)s->n_dev, pv = s->ring_prev_worker ? (int)s->index - 1 : 0;
+    if (s->pp) nx = s->ring_next_conn ? nx : 0;
     s->ar.next_dev = nx;
     s->ar.prev_dev = pv;
     s->ar.next = s->ring_next_conn ? s->ring_next_conn : s->head;
@@ -999,11 +1106,17 @@ static int hc_create_context(hc_session *s) {
     cp.n_threads = s->w->n_threads;
     cp.kv_type = s->kv_type;
     hm_shard sh = hm_shard_full(s->m);   /* a pipeline stage: its windows */
-    if (!s->pp) {
+    if (!s->pp || s->lead) {
         sh.sync = hc_ar_sync;
         sh.sync_user = &s->ar;
     }
-    if (hmem_setup(s->m, &sh, s->path, &s->w->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp), &s->mem, &e))
+    /* the plan follows the KV cache's use, as on one device (docs/memory.md, "The KV cache grows into
+       the budget"): each FORWARD says how many positions are in use. With several sequences the cache
+       fills per sequence, so the whole of it counts from the start, as before */
+    hm_ctx_params one = cp;
+    one.n_ctx = 1;
+    if (hmem_setup_kv(s->m, &sh, s->path, &s->w->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp),
+                      hm_ctx_bytes_for_shard(hp, &sh, &one), s->n_seq == 1 ? s->n_ctx : 0, &s->mem, &e))
         return hc_bad(s, 0, e.code, "%s", e.msg);
     if (s->mem) {
         char line[512];
@@ -1013,7 +1126,7 @@ static int hc_create_context(hc_session *s) {
     if (hmem_load_weights(s->mem, s->m, &sh, s->w->use_mmap, s->w->no_repack, &e)) return hc_bad(s, 0, e.code, "%s", e.msg);
     if (!(s->ctx = hm_ctx_create(s->m, &sh, &cp, &e))) return hc_bad(s, 0, e.code, "%s", e.msg);
     memcpy(s->win, sh.windows, sizeof s->win);
-    if (s->pp && !(s->pp_out = hr_alloc_aligned((size_t)s->n_batch * hp->n_embd * sizeof(float), 64)))
+    if ((s->pp || s->stage_tp) && !(s->pp_out = hr_alloc_aligned((size_t)s->n_batch * hp->n_embd * sizeof(float), 64)))
         return hc_bad(s, 0, HR_ENOMEM, "out of memory");
     return 0;
 }
@@ -1044,8 +1157,8 @@ static int hc_check_mem(hc_session *s, uint32_t seq) {
     cp.n_seq = s->n_seq;
     cp.n_batch = s->n_batch;
     cp.kv_type = s->kv_type;
-    hm_shard sh = {.layer_end = s->pp ? s->n_layers : s->hp.n_layer, .kv_begin = 0, .kv_end = -1};
-    if (!s->pp) {
+    hm_shard sh = {.layer_end = s->layers ? s->n_layers : s->hp.n_layer, .kv_begin = 0, .kv_end = -1};
+    if (!s->pp || s->lead) {
         sh.kv_begin = s->share.kv_begin;
         sh.kv_end = s->share.kv_end;
     }
@@ -1071,8 +1184,8 @@ static int hc_handle_load(hc_session *s, const hn_msg *plan) {
 static int hc_check_forward(hc_session *s, const hn_msg *m) {
     const hn_forward *f = &m->u.forward;
     const hm_hparams *hp = &s->m->hp;
-    if ((!s->pp && f->layer_begin != 0) || f->layer_begin >= (uint32_t)hp->n_layer ||
-        f->layer_end != (uint32_t)hp->n_layer || f->stage != HN_STAGE_BLOCK || f->n_embd != (uint32_t)hp->n_embd ||
+    if ((!s->pp && !s->stage_tp && f->layer_begin != 0) || f->layer_begin >= (uint32_t)hp->n_layer ||
+        (f->layer_end != (uint32_t)hp->n_layer && !s->stage_tp) || f->stage != HN_STAGE_BLOCK || f->n_embd != (uint32_t)hp->n_embd ||
         f->n_tokens < 1 || f->n_tokens > (uint32_t)s->n_batch)
         return hc_bad(s, m->seq, HR_EPROTO, "FORWARD of layers %u..%u, %u x %u does not fit this session (%d layers, "
                       "n_embd %d, batch %d)", f->layer_begin, f->layer_end, f->n_tokens, f->n_embd, hp->n_layer,
@@ -1083,22 +1196,44 @@ static int hc_check_forward(hc_session *s, const hn_msg *m) {
     return 0;
 }
 
+/* Tells the residency manager how many positions the FORWARD fills (it re-plans when the KV cache
+   grows past what its plan left room for). Between evals, as hmem_set_positions wants. */
+static int hc_mem_positions(hc_session *s, const hn_msg *m) {
+    const hn_forward *f = &m->u.forward;
+    int32_t top = 0;
+    for (uint32_t i = 0; i < f->n_tokens; i++) top = HR_MAX(top, f->pos[i] + 1);
+    hr_err e = {0};
+    if (s->mem && hmem_set_positions(s->mem, top, &e)) return hc_bad(s, m->seq, e.code, "%s", e.msg);
+    return 0;
+}
+
 static int hc_handle_forward(hc_session *s, const hn_msg *m) {
     const hn_forward *f = &m->u.forward;
     int rc = hc_check_forward(s, m);
-    if (rc) return rc;
+    if (rc || (rc = hc_mem_positions(s, m))) return rc;
     hr_err e = {0};
+    /* a member of a hybrid plan's group: the head's window that FORWARD names, [begin, end) */
+    int w = -1;
+    for (int i = 0; s->stage_tp && i < hm_ctx_n_windows(s->ctx); i++)
+        if (s->win[i].begin == (int32_t)f->layer_begin && s->win[i].end == (int32_t)f->layer_end) w = i;
+    if (s->stage_tp && w < 0)
+        return hc_bad(s, m->seq, HR_EPROTO, "FORWARD of layers %u..%u, which are no window of this worker",
+                      f->layer_begin, f->layer_end);
     memset(&s->ar.err, 0, sizeof s->ar.err);
     s->ar.mark = hr_time_ns();
-    rc = hm_eval(s->ctx, &(hm_batch){.embd = f->data, .n = (int32_t)f->n_tokens, .pos_of = f->pos, .seq = f->seq}, &e);
+    const hm_batch b = {.embd = f->data, .n = (int32_t)f->n_tokens, .pos_of = f->pos, .seq = f->seq,
+                        .embd_out = s->pp_out};
+    rc = s->stage_tp ? hm_eval_window(s->ctx, w, &b, &e) : hm_eval(s->ctx, &b, &e);
     s->ar.compute_ns += hr_time_ns() - s->ar.mark;
     if (rc) {
         /* the all-reduce's own message says which peer failed */
         const char *why = s->ar.err.msg[0] ? s->ar.err.msg : e.msg;
         return hc_bad(s, m->seq, rc, "forward pass failed: %s", why);
     }
-    s->evals++;
-    s->tokens += f->n_tokens;
+    if (w <= 0) { /* once per pass */
+        s->evals++;
+        s->tokens += f->n_tokens;
+    }
     return 0;
 }
 
@@ -1108,19 +1243,33 @@ static int hc_pp_forward(hc_session *s, const hn_msg *m) {
     const hn_forward *f = &m->u.forward;
     const hm_hparams *hp = &s->m->hp;
     int rc = hc_check_forward(s, m);
-    if (rc) return rc;
+    if (rc || (rc = hc_mem_positions(s, m))) return rc;
     int w = -1, nw = hm_ctx_n_windows(s->ctx);
     for (int i = 0; i < nw; i++)
         if (s->win[i].begin == (int32_t)f->layer_begin) w = i;
     if (w < 0) return hc_bad(s, m->seq, HR_EPROTO, "FORWARD at layer %u, where no window of this worker begins", f->layer_begin);
     hr_err e = {0};
     int64_t t0 = hr_time_ns();
+    if (s->lead) { /* a group's leader: its members run the window with it */
+        hn_msg g = *m;
+        g.u.forward.layer_begin = (uint32_t)s->win[w].begin;
+        g.u.forward.layer_end = (uint32_t)s->win[w].end;
+        for (int i = 1; i < s->tp_group; i++) {
+            g.seq = m->seq;
+            if (hn_msg_send(s->ar_conn[i], &g, hn_deadline_ms(s->timeout_ms + 20 * (int64_t)f->n_tokens), &e))
+                return hc_bad(s, m->seq, e.code, "group member %s: %s", s->names[i], e.msg);
+        }
+        memset(&s->ar.err, 0, sizeof s->ar.err);
+        s->ar.send_ns += hr_time_ns() - t0;
+        t0 = hr_time_ns();
+    }
+    s->ar.mark = t0;
     const hm_batch b = {.embd = f->data, .n = (int32_t)f->n_tokens, .pos_of = f->pos, .seq = f->seq,
                         .embd_out = s->pp_out};
     rc = hm_eval_window(s->ctx, w, &b, &e);
     int64_t t1 = hr_time_ns();
-    s->ar.compute_ns += t1 - t0;
-    if (rc) return hc_bad(s, m->seq, rc, "forward pass failed: %s", e.msg);
+    s->ar.compute_ns += t1 - s->ar.mark;
+    if (rc) return hc_bad(s, m->seq, rc, "forward pass failed: %s", s->ar.err.msg[0] ? s->ar.err.msg : e.msg);
     hn_msg o = {.type = HN_MSG_FORWARD, .seq = m->seq};
     o.u.forward = (hn_forward){.layer_begin = (uint32_t)s->win[w].end, .layer_end = (uint32_t)hp->n_layer,
                                .stage = HN_STAGE_BLOCK, .n_tokens = f->n_tokens, .n_embd = f->n_embd, .pos = f->pos,
@@ -1199,12 +1348,17 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
         case HN_MSG_LINK_PROBE:
             rc = s->planned ? hc_bad(s, m.seq, HR_EPROTO, "LINK_PROBE after LOAD_PLAN") : hc_handle_link_probe(s, &m);
             break;
+        case HN_MSG_LOSS_PROBE:
+            rc = s->planned ? hc_bad(s, m.seq, HR_EPROTO, "LOSS_PROBE after LOAD_PLAN") : hc_handle_loss_probe(s, &m);
+            break;
         case HN_MSG_LOAD_PLAN:
             rc = s->planned ? hc_bad(s, m.seq, HR_EUNSUPPORTED, "a second LOAD_PLAN in one session") : hc_handle_load(s, &m);
             break;
         case HN_MSG_FORWARD:
             if (!s->planned) rc = hc_bad(s, m.seq, HR_EPROTO, "FORWARD before LOAD_PLAN");
-            else if (s->pp && (from_prev || s->index == 1)) rc = hc_pp_forward(s, &m);
+            else if (s->pp && (from_prev || !s->ring_prev_worker)) rc = hc_pp_forward(s, &m);
+            else if (s->stage_tp && from_prev != (s->ring_prev_conn != NULL))
+                rc = hc_bad(s, m.seq, HR_EPROTO, "FORWARD from another device than this group's leader");
             else if (s->pp) rc = hc_bad(s, m.seq, HR_EPROTO, "FORWARD from the head to a pipeline stage after the first");
             else rc = hc_handle_forward(s, &m);
             break;

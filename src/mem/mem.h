@@ -65,7 +65,8 @@ typedef enum hmem_pin {
     HMEM_PIN_NONE = 2,    /* stream every block */
     HMEM_PIN_RUN = 3,     /* the default: one run of blocks from the first on, so what streams is one
                              stretch of the file, which the kernel reads fastest (docs/memory.md:
-                             14-40% fewer ms/token than SPREAD at 50% of a 1B model) */
+                             14-40% fewer ms/token than SPREAD at 50% of a 1B model); replaced by the
+                             best pins (hmem_pin_best) where those stream clearly fewer bytes */
     HMEM_PIN_COUNT
 } hmem_pin;
 
@@ -122,6 +123,19 @@ int32_t hmem_plan_positions(const hmem_params *p, int32_t n_pos);
    every block pinned (AUTO) if they fit beside that much of the cache, else hmem_plan_make's. */
 int hmem_plan_at(const uint64_t *bytes, const uint8_t *kinds, int n, const hmem_params *p, uint64_t budget,
                  int32_t n_pos, bool *pinned, hmem_plan *out, hr_err *err);
+
+/* The pins that stream the fewest bytes (LIME's offload allocator, lime.txt §IV, under the cost model of
+   docs/memory.md "Pins"): pinned[] maximising the pinned bytes subject to pinned + the w largest
+   streamed blocks <= avail. Exact: blocks of one size form a class, and a branch and bound over the
+   number pinned per class (largest first; the smallest class takes the most that fit) finds the
+   optimum; of a class the first blocks in execution order are pinned. -1 (nothing written) when the
+   sizes are so varied that the search would pass 2^20 nodes, or out of memory. */
+int hmem_pin_best(const uint64_t *bytes, int n, int w, uint64_t avail, bool *pinned, uint64_t *pinned_bytes);
+/* The same over k classes of count[c] blocks of size[c] bytes: pin[c] of each pinned. */
+int hmem_pin_best_classes(const uint64_t *size, const int *count, int k, int w, uint64_t avail, int *pin,
+                          uint64_t *pinned_bytes);
+/* RUN gives way to hmem_pin_best when that streams more than 1/HMEM_PIN_BEST_GAIN fewer bytes */
+#define HMEM_PIN_BEST_GAIN 32
 
 /* The residency plan for n blocks of the given byte sizes and kinds (enum hm_block) in execution
    order, under budget (resolved, > 0): KEEP when everything fits (or mode is KEEP), else STREAM with

@@ -42,6 +42,100 @@ static bool is_candidate(hmem_pin pin, uint8_t kind) {
     return pin == HMEM_PIN_SPREAD || pin == HMEM_PIN_RUN || (pin == HMEM_PIN_FFN && kind == HM_BLOCK_FFN);
 }
 
+/* ---- the pins that stream the fewest bytes (LIME's allocator, lime.txt §IV) ----------------------------- */
+
+typedef struct pin_search {
+    const uint64_t *size;
+    const int      *count, *ord;   /* ord: the classes by size, largest first */
+    int             k, w;
+    uint64_t        avail, best_bytes;
+    const uint64_t *rest;          /* rest[i]: bytes of the classes ord[i..] */
+    int            *cur, *best;
+    bool            found;
+    int64_t         visits;
+} pin_search;
+
+#define HMEM_PIN_SEARCH_MAX (1 << 20)   /* nodes; beyond it the search gives up (the caller keeps RUN) */
+
+/* Class ord[i] on, with `pinned` bytes pinned so far and the window holding `slots` fewer than w of
+   the largest streamed blocks (`win` bytes). Classes come largest first, so a streamed block enters
+   the window exactly when fewer than w larger ones stream; the window only grows, so a partial choice
+   over the room is dead. */
+static void pin_rec(pin_search *s, int i, uint64_t pinned, int slots, uint64_t win) {
+    if (++s->visits > HMEM_PIN_SEARCH_MAX) return;
+    if (s->found && pinned + s->rest[i] <= s->best_bytes) return; /* cannot beat the best */
+    if (i == s->k) {
+        s->found = true;
+        s->best_bytes = pinned;
+        memcpy(s->best, s->cur, sizeof *s->cur * (size_t)s->k);
+        return;
+    }
+    const int c = s->ord[i], cnt = s->count[c];
+    const uint64_t sz = s->size[c];
+    for (int np = cnt; np >= 0; np--) {
+        int take = HR_MIN(cnt - np, slots);
+        uint64_t nb = pinned + (uint64_t)np * sz, nw = win + (uint64_t)take * sz;
+        if (nb > s->avail || nw > s->avail - nb) continue; /* fewer pins free room: try them */
+        s->cur[c] = np;
+        pin_rec(s, i + 1, nb, slots - take, nw);
+        /* the smallest class: pinning one more never grows the window, so the most that fit is best */
+        if (i == s->k - 1) break;
+    }
+}
+
+int hmem_pin_best_classes(const uint64_t *size, const int *count, int k, int w, uint64_t avail, int *pin,
+                          uint64_t *pinned_bytes) {
+    if (k < 1 || w < 1) return -1;
+    int *ord = malloc((size_t)k * sizeof *ord), *cur = calloc((size_t)k, sizeof *cur);
+    uint64_t *rest = malloc((size_t)(k + 1) * sizeof *rest);
+    int rc = -1;
+    if (ord && cur && rest) {
+        for (int i = 0; i < k; i++) ord[i] = i;
+        for (int i = 1; i < k; i++) /* insertion sort: a handful of classes */
+            for (int j = i; j > 0 && size[ord[j]] > size[ord[j - 1]]; j--) { int t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t; }
+        rest[k] = 0;
+        for (int i = k - 1; i >= 0; i--) rest[i] = rest[i + 1] + (uint64_t)count[ord[i]] * size[ord[i]];
+        pin_search s = {.size = size, .count = count, .ord = ord, .k = k, .w = w, .avail = avail, .rest = rest,
+                        .cur = cur, .best = pin};
+        pin_rec(&s, 0, 0, w, 0);
+        if (s.found && s.visits <= HMEM_PIN_SEARCH_MAX) {
+            *pinned_bytes = s.best_bytes;
+            rc = 0;
+        }
+    }
+    free(ord);
+    free(cur);
+    free(rest);
+    return rc;
+}
+
+int hmem_pin_best(const uint64_t *bytes, int n, int w, uint64_t avail, bool *pinned, uint64_t *pinned_bytes) {
+    /* blocks of one size are one class: which of them are pinned changes nothing in the cost */
+    uint64_t *size = calloc((size_t)n, sizeof *size);
+    int *count = calloc((size_t)n, sizeof *count), *cls = malloc((size_t)n * sizeof *cls), *pin = calloc((size_t)n, sizeof *pin);
+    int k = 0, rc = -1;
+    if (size && count && cls && pin) {
+        for (int i = 0; i < n; i++) {
+            int c = 0;
+            while (c < k && size[c] != bytes[i]) c++;
+            if (c == k) size[k++] = bytes[i];
+            count[c]++;
+            cls[i] = c;
+        }
+        rc = hmem_pin_best_classes(size, count, k, w, avail, pin, pinned_bytes);
+        /* the first blocks of each class in execution order: pins stay together, as RUN's do */
+        for (int i = 0; !rc && i < n; i++) {
+            pinned[i] = pin[cls[i]] > 0;
+            if (pinned[i]) pin[cls[i]]--;
+        }
+    }
+    free(size);
+    free(count);
+    free(cls);
+    free(pin);
+    return rc;
+}
+
 int hmem_plan_make(const uint64_t *bytes, const uint8_t *kinds, int n, const hmem_params *p, uint64_t budget,
                    bool *pinned, hmem_plan *out, hr_err *err) {
     if (!bytes || !kinds || !p || !pinned || !out || n < 1)
@@ -115,6 +209,22 @@ int hmem_plan_make(const uint64_t *bytes, const uint8_t *kinds, int n, const hme
                 }
         if (!any) break;
     }
+    if (p->pin == HMEM_PIN_RUN && p->mode == HMEM_AUTO) { /* forced STREAM is an ablation: RUN as it was */
+        /* RUN walks in order and pins what fits, which can leave a large block (the output head) to the
+           window and pin less than the budget allows. The best pins (hmem_pin_best) replace it when
+           they stream clearly fewer bytes: a few percent do not pay for breaking the one stretch RUN
+           streams (docs/memory.md, "Pins") */
+        bool *best = malloc((size_t)n * sizeof *best);
+        uint64_t best_bytes = 0;
+        if (best && !hmem_pin_best(bytes, n, w, avail, best, &best_bytes) &&
+            best_bytes > pinned_bytes + (total - pinned_bytes) / HMEM_PIN_BEST_GAIN) {
+            memcpy(pinned, best, sizeof *best * (size_t)n);
+            pinned_bytes = best_bytes;
+            n_pinned = 0;
+            for (int i = 0; i < n; i++) n_pinned += pinned[i];
+        }
+        free(best);
+    }
     out->window_bytes = window_room(bytes, pinned, n, w, tmp);
     free(tmp);
     out->n_pinned = n_pinned;
@@ -150,8 +260,7 @@ int hmem_plan_at(const uint64_t *bytes, const uint8_t *kinds, int n, const hmem_
     if (rc || out->mode != HMEM_STREAM || !adapts(p)) return rc;
     int32_t pos = hmem_plan_positions(p, n_pos);
     hmem_params q = *p;
-    q.ctx_bytes = hmem_ctx_bytes_at(p, pos);
-    q.mode = HMEM_STREAM;
+    q.ctx_bytes = hmem_ctx_bytes_at(p, pos);  /* AUTO streams below unless everything fits (the branch first) */
     if (p->mode == HMEM_AUTO && out->weight_bytes <= budget - q.ctx_bytes) {
         /* everything fits beside the cache in use: all pinned, nothing streams until the cache grows */
         for (int i = 0; i < n; i++) pinned[i] = true;

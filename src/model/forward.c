@@ -23,7 +23,7 @@ hm_ctx_params hm_ctx_default_params(void) {
     return p;
 }
 
-static int32_t hm_resolve_n_ctx(const hm_hparams *hp, int32_t n_ctx) {
+int32_t hm_ctx_resolve_n_ctx(const hm_hparams *hp, int32_t n_ctx) {
     if (n_ctx > 0) return n_ctx;
     return HR_MIN(hp->n_ctx_train, 4096);
 }
@@ -88,7 +88,7 @@ static int64_t hm_max_dim(const hm_hparams *hp) {
 }
 
 static uint64_t hm_ctx_bytes_need(const hm_hparams *hp, int64_t n_layers, int64_t n_kv, const hm_ctx_params *p) {
-    int32_t n_ctx = hm_resolve_n_ctx(hp, p->n_ctx);
+    int32_t n_ctx = hm_ctx_resolve_n_ctx(hp, p->n_ctx);
     int64_t B = p->n_batch > 0 ? p->n_batch : 512, n_seq = p->n_seq > 0 ? p->n_seq : 1;
     uint64_t kv = 2ull * (uint64_t)n_layers * hm_kv_layer_bytes(hp, n_ctx, p->kv_type) / (uint64_t)hp->n_head_kv *
                   (uint64_t)n_kv * (uint64_t)n_seq;
@@ -145,7 +145,7 @@ hm_ctx *hm_ctx_create(const hm_model *m, const hm_shard *shard, const hm_ctx_par
     if (hm_shard_validate(m, shard, err)) goto err;
     if (c->p.n_batch <= 0) c->p.n_batch = 512;
     if (c->p.n_threads <= 0) c->p.n_threads = hr_physical_cores();
-    c->n_ctx = hm_resolve_n_ctx(hp, c->p.n_ctx);
+    c->n_ctx = hm_ctx_resolve_n_ctx(hp, c->p.n_ctx);
     if (c->n_ctx < 1 || c->n_ctx > (1 << 24)) { hr_fail(err, HR_EINVAL, "context length %d out of range", c->n_ctx); goto err; }
     c->p.n_ctx = c->n_ctx;
     if (c->p.n_batch > c->n_ctx) c->p.n_batch = c->n_ctx;

@@ -228,6 +228,8 @@ void    hm_ctx_free(hm_ctx *c);
 uint64_t hm_ctx_bytes(const hm_ctx *c);
 /* memory a context of these parameters needs, without creating it (every layer's KV cache) */
 uint64_t hm_ctx_bytes_estimate(const hm_hparams *hp, const hm_ctx_params *p);
+/* the positions a ctx made with hm_ctx_params.n_ctx = n_ctx holds (0: the default, min(n_ctx_train, 4096)) */
+int32_t hm_ctx_resolve_n_ctx(const hm_hparams *hp, int32_t n_ctx);
 /* the same for a shard: the KV cache of its layers only */
 uint64_t hm_ctx_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const hm_ctx_params *p);
 

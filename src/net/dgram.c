@@ -25,7 +25,7 @@ size_t hn_dgram_encode(const hn_dgram *d, hn_dgram_crypt *x, uint8_t *out, size_
     const bool seal = x && x->on;
     size_t body = (size_t)d->n * 4, len = HN_DGRAM_HEADER + body + (seal ? HN_DGRAM_SEAL_OVERHEAD : 0);
     if (!hn_dgram_ok(d->total, d->offset, d->n, hn_dgram_max_elems(x)) || !d->data || len > cap ||
-        d->kind < HN_DGRAM_PARTIAL || d->kind > HN_DGRAM_NACK || (d->flags & ~HN_DGRAM_REPEAT) ||
+        d->kind < HN_DGRAM_PARTIAL || d->kind > HN_DGRAM_PROBE || (d->flags & ~HN_DGRAM_REPEAT) ||
         (seal && x->next >= HN_REKEY_MESSAGES))   /* a counter is never reused under one key */
         return 0;
     put32(out, HN_DGRAM_MAGIC);
@@ -99,7 +99,7 @@ int hn_dgram_decode(const uint8_t *p, size_t len, hn_dgram_crypt *x, hn_dgram *o
     if (get16(p + 4) != (seal ? HN_DGRAM_VERSION_SEALED : HN_DGRAM_VERSION))
         return hn_dgram_bad(why, why_cap, "version %u", get16(p + 4));
     uint16_t kind = get16(p + 6);
-    if (kind < HN_DGRAM_PARTIAL || kind > HN_DGRAM_NACK) return hn_dgram_bad(why, why_cap, "kind %u", kind);
+    if (kind < HN_DGRAM_PARTIAL || kind > HN_DGRAM_PROBE) return hn_dgram_bad(why, why_cap, "kind %u", kind);
     uint16_t flags = get16(p + 22);
     if (flags & ~HN_DGRAM_REPEAT) return hn_dgram_bad(why, why_cap, "flags %#x", flags);
     uint32_t total = get32(p + 24), offset = get32(p + 28), n = get32(p + 32);

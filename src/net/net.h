@@ -58,7 +58,8 @@ enum hn_msg_type {
     HN_MSG_PROBE       = 17, /* link measurement: either side sends data, the other answers PROBE */
     HN_MSG_LINK_PROBE  = 18, /* head -> worker: measure your link to another worker (answer: PROFILE) */
     HN_MSG_KV_COPY     = 19,
-    HN_MSG_COUNT       = 20,
+    HN_MSG_LOSS_PROBE  = 20, /* head -> worker: send a burst of probe datagrams, count the echoes (answer: PROFILE) */
+    HN_MSG_COUNT       = 21,
 };
 
 /* capability bits in HELLO / HELLO_ACK (append only) */
@@ -189,7 +190,14 @@ typedef struct hn_hello_ack {
 } hn_hello_ack;
 
 typedef struct hn_error    { int32_t code; hn_str message; } hn_error;
-typedef struct hn_profile_req { uint32_t flags, bench_ms; } hn_profile_req;
+typedef struct hn_profile_req {
+    uint32_t flags;
+    union {                  /* one u32 on the wire */
+        uint32_t bench_ms;   /* HN_PROFILE_BENCH alone: the matvec benchmark's time */
+        uint32_t types;      /* HN_PROFILE_DEVICE: the weight types to measure, bit (1 << hq type id); 0: the
+                                profiler's standard set (a worker from before ignores it and measures that) */
+    };
+} hn_profile_req;
 typedef struct hn_profile  { uint32_t n_kv; hn_kv kv[HN_MAX_KV]; } hn_profile;
 
 typedef struct hn_load_plan {
@@ -244,6 +252,20 @@ typedef struct hn_probe { uint32_t reply_bytes; uint32_t n; const uint8_t *data;
    trips, one PROBE of probe_bytes (<= HN_MAX_PROBE); the answer is PROFILE "rtt_ms", "gbps". */
 #define HN_MAX_PINGS 64
 typedef struct hn_link_probe { hn_str addr; uint32_t n_pings, probe_bytes; } hn_link_probe;
+/* The planner measures the datagram loss of its link (docs/planner.md, "Loss"): the worker sends `count`
+   probe datagrams (kind HN_DGRAM_PROBE, session, seq 0..count-1, `elems` elements; sealed when the
+   session is) to its own head's address at UDP port `port`, one every interval_us, and counts the ones
+   the head echoes back until wait_ms after its last; answer PROFILE "sent", "echoed", "dropped". Bounded
+   by the decoder: count <= HN_MAX_LOSS_PROBE, count x interval_us <= HN_MAX_LOSS_PROBE_US, wait_ms <=
+   HN_MAX_LOSS_WAIT_MS, elems <= HN_DGRAM_MAX_ELEMS_SEALED. drop_ppm / drop_seed: the test hook
+   (HEARTH_LOSSY_DROP), the worker drops that share of its probes before sending. */
+#define HN_MAX_LOSS_PROBE    4096
+#define HN_MAX_LOSS_PROBE_US 2000000u
+#define HN_MAX_LOSS_WAIT_MS  1000
+typedef struct hn_loss_probe {
+    uint64_t session, drop_seed;
+    uint32_t port, count, interval_us, elems, wait_ms, drop_ppm;
+} hn_loss_probe;
 /* positions [0, n) of sequence src's KV cache copied into sequence dst (hm_kv_seq_copy), no reply */
 typedef struct hn_kv_copy { uint32_t src, dst, n; } hn_kv_copy;
 typedef struct hn_bye   { int32_t code; hn_str reason; } hn_bye;
@@ -271,6 +293,7 @@ typedef struct hn_msg {
         hn_bye         bye;
         hn_probe       probe;
         hn_link_probe  link_probe;
+        hn_loss_probe  loss_probe;
     } u;
 } hn_msg;
 
@@ -568,7 +591,8 @@ bool hn_replay_accept(hn_replay *w, uint64_t counter);
 #define HN_DGRAM_MAGIC         0x47445248u
 #define HN_DGRAM_VERSION       1
 #define HN_DGRAM_VERSION_SEALED 2
-enum hn_dgram_kind { HN_DGRAM_PARTIAL = 1, HN_DGRAM_RESULT = 2, HN_DGRAM_NACK = 3 };
+enum hn_dgram_kind { HN_DGRAM_PARTIAL = 1, HN_DGRAM_RESULT = 2, HN_DGRAM_NACK = 3,
+                     HN_DGRAM_PROBE = 4 /* the planner's loss probe (LOSS_PROBE), never part of an all-reduce */ };
 #define HN_DGRAM_REPEAT        1u /* flags: a second copy (of a burst's last datagram) */
 #define HN_DGRAM_HEADER        36
 #define HN_DGRAM_MAX_BYTES     1400

@@ -36,6 +36,7 @@ static const msg_info msg_table[HN_MSG_COUNT] = {
     [HN_MSG_PROBE]       = { "PROBE",       HN_MAX_PROBE + 64 },
     [HN_MSG_LINK_PROBE]  = { "LINK_PROBE",  512 },
     [HN_MSG_KV_COPY]     = { "KV_COPY",     256 },
+    [HN_MSG_LOSS_PROBE]  = { "LOSS_PROBE",  256 },
 };
 
 static bool type_known(int type) { return type > 0 && type < HN_MSG_COUNT; }
@@ -352,6 +353,19 @@ static bool msg_ok(const hn_msg *m, why *w) {
         if (l->addr.n == 0) return bad(w, "addr", "empty");
         return str_ok(l->addr, HN_MAX_NAME, "addr", w);
     }
+    case HN_MSG_LOSS_PROBE: {
+        const hn_loss_probe *l = &m->u.loss_probe;
+        if (l->port < 1 || l->port > 65535) return bad(w, "port", "%u is not a port", l->port);
+        if (l->count < 1 || l->count > HN_MAX_LOSS_PROBE) return bad(w, "count", "%u is not in 1..%u", l->count, HN_MAX_LOSS_PROBE);
+        if ((uint64_t)l->count * l->interval_us > HN_MAX_LOSS_PROBE_US)
+            return bad(w, "interval_us", "%u datagrams every %u us take longer than %u us", l->count, l->interval_us,
+                       HN_MAX_LOSS_PROBE_US);
+        if (l->elems < 1 || l->elems > HN_DGRAM_MAX_ELEMS_SEALED)
+            return bad(w, "elems", "%u is not in 1..%u", l->elems, (unsigned)HN_DGRAM_MAX_ELEMS_SEALED);
+        if (l->wait_ms > HN_MAX_LOSS_WAIT_MS) return bad(w, "wait_ms", "%u exceeds %u", l->wait_ms, HN_MAX_LOSS_WAIT_MS);
+        if (l->drop_ppm > 1000000) return bad(w, "drop_ppm", "%u exceeds 1000000", l->drop_ppm);
+        return true;
+    }
     case HN_MSG_FORWARD: {
         const hn_forward *f = &m->u.forward;
         if (f->layer_begin > f->layer_end)
@@ -529,6 +543,18 @@ int hn_msg_encode(const hn_msg *m, hn_buf *b, hn_iov *tail, hr_err *err) {
         hn_buf_put_u32(b, m->u.link_probe.n_pings);
         hn_buf_put_u32(b, m->u.link_probe.probe_bytes);
         break;
+    case HN_MSG_LOSS_PROBE: {
+        const hn_loss_probe *l = &m->u.loss_probe;
+        hn_buf_put_u64(b, l->session);
+        hn_buf_put_u64(b, l->drop_seed);
+        hn_buf_put_u32(b, l->port);
+        hn_buf_put_u32(b, l->count);
+        hn_buf_put_u32(b, l->interval_us);
+        hn_buf_put_u32(b, l->elems);
+        hn_buf_put_u32(b, l->wait_ms);
+        hn_buf_put_u32(b, l->drop_ppm);
+        break;
+    }
     }
     if (b->oom) return hr_fail(err, HR_ENOMEM, "%s: out of memory encoding the payload", hn_msg_name(m->type));
     uint32_t max = msg_table[m->type].max_payload;
@@ -705,6 +731,18 @@ int hn_msg_decode(int type, uint32_t seq, const void *payload, size_t len, hn_ms
         m->u.link_probe.n_pings = hn_rd_u32(r, "n_pings");
         m->u.link_probe.probe_bytes = hn_rd_u32(r, "probe_bytes");
         break;
+    case HN_MSG_LOSS_PROBE: {
+        hn_loss_probe *l = &m->u.loss_probe;
+        l->session = hn_rd_u64(r, "session");
+        l->drop_seed = hn_rd_u64(r, "drop_seed");
+        l->port = hn_rd_u32(r, "port");
+        l->count = hn_rd_u32(r, "count");
+        l->interval_us = hn_rd_u32(r, "interval_us");
+        l->elems = hn_rd_u32(r, "elems");
+        l->wait_ms = hn_rd_u32(r, "wait_ms");
+        l->drop_ppm = hn_rd_u32(r, "drop_ppm");
+        break;
+    }
     }
     why w = { 0 };
     if (!r->failed && !msg_ok(m, &w)) hn_rd_reject(r, w.field, "%s", w.reason);

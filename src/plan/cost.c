@@ -11,8 +11,8 @@
 #define HPL_DISK_UNKNOWN_GBPS 0.1   /* a device whose disk could not be measured: assume a slow one */
 
 const char *hpl_kind_name(int kind) {
-    static const char *names[] = {"single", "tp", "pp"};
-    return kind >= 0 && kind < 3 ? names[kind] : "?";
+    static const char *names[] = {"single", "tp", "pp", "hybrid"};
+    return kind >= 0 && kind < 4 ? names[kind] : "?";
 }
 
 /* ---- the model -------------------------------------------------------------------------------------- */
@@ -53,6 +53,8 @@ int hpl_model_from(const hm_model *mod, const hm_ctx_params *cp, hpl_model *m, h
             hpl_add_bytes(m, ffn[i]->type, b / hp->n_layer);
         }
         m->layer_bytes += (a + f) / hp->n_layer;
+        m->attn_bytes += a / hp->n_layer;
+        m->ffn_bytes += f / hp->n_layer;
         m->block_max_bytes = HR_MAX(m->block_max_bytes, HR_MAX(a, f));
     }
     m->out_type = mod->output.type;
@@ -64,6 +66,15 @@ int hpl_model_from(const hm_model *mod, const hm_ctx_params *cp, hpl_model *m, h
     double total = (double)hm_ctx_bytes_estimate(hp, cp);
     m->scratch_bytes = HR_MAX(0, total - m->kv_bytes_per_layer * hp->n_layer);
     return 0;
+}
+
+uint32_t hpl_model_types(const hpl_model *m) {
+    uint32_t mask = 0;
+    /* the norms' F32 (and absent tensors) weigh nothing: costed at another type's rate (hpl_speed) */
+    for (int i = 0; i < m->n_types; i++)
+        if (m->type[i] >= 0 && m->type[i] < 32 && m->layer_bytes_of[i] > 0.01 * m->layer_bytes) mask |= 1u << m->type[i];
+    if (m->out_type >= 0 && m->out_type < 32) mask |= 1u << m->out_type;
+    return mask;
 }
 
 /* ---- per-device figures ------------------------------------------------------------------------------- */
@@ -93,13 +104,34 @@ static double hpl_disk_ms_per_byte(const hpl_device *d) {
 /* Memory of one device holding `weights` bytes of layers (plus `fixed` bytes the head keeps: the
    output head, one block of its own), kv bytes of KV cache and the scratch: what stays resident and
    what streams. The residency manager's rules (src/mem): everything kept when it fits the budget;
-   else room for two of the largest blocks stays free for the stream and the rest of the budget pins
-   weights. A default budget that cannot hold the KV cache, the scratch and the largest block means
+   else room for the two largest streamed blocks stays free for the stream and the rest of the budget
+   pins weights, the blocks chosen as the manager chooses them (hpl_pinned_bytes). A default budget that cannot hold the KV cache, the scratch and the largest block means
    no manager (src/mem/setup.c): plain mmap, where the kernel keeps what fits the device's memory and
    a token's pass over more than that misses every page (LRU over a cycle); a budget given that
    cannot hold them is an error. */
+/* What the residency manager pins (src/mem, hmem_pin_best: LIME's allocator) of a device holding
+   `weights` bytes of layers, each a fraction x of the model's (TP shares), and `fixed` bytes of output
+   head, beside the window of the two largest streamed blocks (one when two do not fit), in avail bytes.
+   The manager keeps its RUN pins where they come within 1/32 of these. */
+static double hpl_pinned_bytes(const hpl_model *m, double weights, double fixed, double x, double avail) {
+    double per = x * m->layer_bytes;
+    int n = per > 0 ? (int)lround(weights / per) : 0;
+    uint64_t size[3] = {(uint64_t)(x * m->attn_bytes), (uint64_t)(x * m->ffn_bytes), (uint64_t)fixed}, pinned = 0;
+    int count[3] = {n, n, fixed > 0}, pin[3], k = fixed > 0 ? 3 : 2;
+    uint64_t big = HR_MAX(size[0], size[1]), two = fixed > 0 ? (uint64_t)fixed + big : 2 * big;
+    if (n == 0) two = (uint64_t)fixed;
+    int w = (double)two <= avail ? 2 : 1;
+    if (n + count[2] > 0 && !hmem_pin_best_classes(size, count, k, w, (uint64_t)HR_MAX(avail, 0), pin, &pinned)) {
+        bool every = true; /* every block pinned: all of it (the sizes above are rounded down to bytes) */
+        for (int i = 0; i < k; i++) every = every && pin[i] == count[i];
+        return every ? weights + fixed : (double)pinned;
+    }
+    return HR_MAX(0, avail - HR_MIN(2 * HR_MAX(big, fixed), avail)); /* the search gave up: the room, less two blocks */
+}
+
 static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, double fixed, double kv,
                        double block, hpl_dev_cost *dc, char *why, size_t cap) {
+    const double x = m->block_max_bytes > 0 ? block / m->block_max_bytes : 1; /* TP: the share */
     dc->kv_bytes = kv;
     dc->scratch_bytes = m->scratch_bytes;
     dc->budget = (double)d->budget;
@@ -130,8 +162,7 @@ static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, 
                  block / 1048576);
         return false;
     }
-    double room = HR_MIN(2 * block, avail);
-    dc->resident_bytes = avail - room;
+    dc->resident_bytes = hpl_pinned_bytes(m, weights, fixed, x, avail);
     dc->stream_bytes = all - dc->resident_bytes;
     dc->mem_bytes = dc->budget;
     return true;
@@ -244,46 +275,121 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     double pf = layers_pf + p->head_extra_ms + nb * (fwd_pf + 2.0 * m->n_layer * ar_pf);
     p->prefill_ms = pf + HR_MAX(0, nb * stream - pf);
     p->feasible = true;
+    hpl_loss_tp(c, m, n_prompt, p); /* what lost packets cost (loss.c) */
     return 0;
 }
 
+/* A hybrid plan's first stage: the head's group dev[0..g) runs the stage's L0 layers tensor parallel
+   (each member its share of them, as hpl_tp_dev; the slowest member sets the stage's time), and the
+   group's messages: a FORWARD to every member per non-empty window of the head, a star all-reduce after
+   every block (docs/planner.md, "Hybrid plans"). *t: compute, *tb: blocked on disk, *t_pf: prefill. */
+static bool hpl_group_cost(const hpl_cluster *c, const hpl_model *m, const hc_pp_plan *pl, int g, int n_prompt,
+                           hpl_plan *p, double *t, double *tb, double *t_pf, double *comm, double *comm_pf,
+                           double *loss, double *loss_pf) {
+    hpl_model ms = *m;
+    ms.n_layer = 0;
+    int nwin = 0;
+    for (int w = 0; w < pl->n_win[0]; w++) {
+        ms.n_layer += pl->win[0][w].end - pl->win[0][w].begin;
+        nwin += pl->win[0][w].end > pl->win[0][w].begin;
+    }
+    if (ms.n_layer == 0) {
+        snprintf(p->why, sizeof p->why, "the head's group gets no layers");
+        return false;
+    }
+    hpl_plan pg = *p;
+    pg.n = g;
+    const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
+    const int per = HR_MIN(n_prompt, m->n_batch);
+    double rtt = 0, up = 0, up_pf = 0, worst = 0;
+    *t = *t_pf = 0;
+    for (int i = 0; i < g; i++) {
+        bool ok;
+        worst = HR_MAX(worst, hpl_tp_dev(c, &ms, &pg, i, p->share[i], &p->dc[i], &ok, p->why, sizeof p->why));
+        if (!ok) return false;
+        p->dc[i].window = p->window[0];
+        *t = HR_MAX(*t, p->dc[i].compute_ms);
+        *t_pf = HR_MAX(*t_pf, hpl_layers_ms(&c->dev[p->dev[i]], m, ms.n_layer, p->share[i], n_prompt));
+        if (i == 0) continue;
+        const hpl_link *l = hpl_link_of(c, 0, p->dev[i]);
+        double gbps = l->gbps > 0 ? l->gbps : 0.1;
+        rtt = HR_MAX(rtt, l->rtt_ms);   /* the latencies overlap, the bytes all pass the head's link */
+        up += B / (gbps * 1e6);
+        up_pf += B * per / (gbps * 1e6);
+        /* TCP's recoveries of lost segments (loss.c): the member's FORWARDs and its two all-reduces a layer */
+        const int d = p->dev[i];
+        *loss += nwin * hpl_tcp_recovery_ms(c, 0, d, B) +
+                 2.0 * ms.n_layer * (hpl_tcp_recovery_ms(c, d, 0, B) + hpl_tcp_recovery_ms(c, 0, d, B));
+        *loss_pf += nwin * hpl_tcp_recovery_ms(c, 0, d, B * per) +
+                    2.0 * ms.n_layer * (hpl_tcp_recovery_ms(c, d, 0, B * per) + hpl_tcp_recovery_ms(c, 0, d, B * per));
+    }
+    *tb = worst - *t;
+    *comm += nwin * (rtt / 2 + up) + 2.0 * ms.n_layer * (rtt + 2 * up);
+    *comm_pf += nwin * (rtt / 2 + up_pf) + 2.0 * ms.n_layer * (rtt + 2 * up_pf);
+    p->n_messages += (g - 1) * (nwin + 4 * ms.n_layer);
+    return true;
+}
+
+/* A piped ring (PP), or a hybrid plan: the same ring whose first stage is the head's group dev[0..g);
+   stage s > 0 runs on dev[g - 1 + s] (g = 1: every device a stage). */
 static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
+    const int g = p->kind == HPL_HYBRID ? p->group : 1, ns = p->n - g + 1;
+    if (g < 1 || ns < 2) {
+        snprintf(p->why, sizeof p->why, "a group of %d of the %d devices leaves no stage after it", g, p->n);
+        return 0;
+    }
     hc_pp_plan pl;
     hr_err e = {0};
-    if (hc_pp_plan_make(m->n_layer, p->window, p->n, &pl, &e)) {
+    if (hc_pp_plan_make(m->n_layer, p->window, ns, &pl, &e)) {
         snprintf(p->why, sizeof p->why, "windows: %.200s", e.msg);
         return 0;
     }
     p->trips = HR_MAX(1, pl.n_rounds);
+    int di[HPL_MAX_DEVICES];   /* stage -> index into p->dev */
+    for (int st = 0; st < ns; st++) di[st] = st ? g - 1 + st : 0;
     const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
     int nb = (n_prompt + m->n_batch - 1) / m->n_batch, per = HR_MIN(n_prompt, m->n_batch);
     /* the hand-offs of a pass: from the head round the ring, a window at a time, back to the head */
-    double comm = 0, comm_pf = 0;
+    double comm = 0, comm_pf = 0, loss = 0, loss_pf = 0;   /* loss: TCP's recoveries (loss.c) */
     int at = 0, hops = 0;
     for (int s = 0; s <= pl.n_steps; s++) {
         int to = s < pl.n_steps ? pl.step_dev[s] : 0;
         if (to == at) continue;
         if (to < at && at != 0) { /* round the ring's end: back through the head */
-            comm += hpl_hop_ms(c, p->dev[at], 0, B);
-            comm_pf += hpl_hop_ms(c, p->dev[at], 0, B * per);
+            comm += hpl_hop_ms(c, p->dev[di[at]], 0, B);
+            comm_pf += hpl_hop_ms(c, p->dev[di[at]], 0, B * per);
+            loss += hpl_tcp_recovery_ms(c, p->dev[di[at]], 0, B);
+            loss_pf += hpl_tcp_recovery_ms(c, p->dev[di[at]], 0, B * per);
             hops++;
             at = 0;
             if (to == 0) continue;
         }
-        comm += hpl_hop_ms(c, p->dev[at], p->dev[to], B);
-        comm_pf += hpl_hop_ms(c, p->dev[at], p->dev[to], B * per);
+        comm += hpl_hop_ms(c, p->dev[di[at]], p->dev[di[to]], B);
+        comm_pf += hpl_hop_ms(c, p->dev[di[at]], p->dev[di[to]], B * per);
+        loss += hpl_tcp_recovery_ms(c, p->dev[di[at]], p->dev[di[to]], B);
+        loss_pf += hpl_tcp_recovery_ms(c, p->dev[di[at]], p->dev[di[to]], B * per);
         hops++;
         at = to;
     }
+    p->n_messages = hops;
     p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
-    double sum_c = 0, sum_pf = 0;
-    for (int i = 0; i < p->n; i++) {
+    double sum_c = 0, sum_pf = 0, blocked = 0, blocked_pf = 0;
+    if (g > 1) {
+        double t, tb, t_pf;
+        if (!hpl_group_cost(c, m, &pl, g, n_prompt, p, &t, &tb, &t_pf, &comm, &comm_pf, &loss, &loss_pf)) return 0;
+        p->dc[0].compute_ms += p->head_extra_ms;
+        sum_c += t + p->head_extra_ms;
+        sum_pf += t_pf + p->head_extra_ms;
+        blocked += tb;
+    }
+    for (int st = g > 1 ? 1 : 0; st < ns; st++) {
+        const int i = di[st];
         hpl_dev_cost *dc = &p->dc[i];
         const hpl_device *d = &c->dev[p->dev[i]];
         memset(dc, 0, sizeof *dc);
         dc->dev = p->dev[i];
-        dc->window = p->window[i];
-        for (int w = 0; w < pl.n_win[i]; w++) dc->layers += pl.win[i][w].end - pl.win[i][w].begin;
+        dc->window = p->window[st];
+        for (int w = 0; w < pl.n_win[st]; w++) dc->layers += pl.win[st][w].end - pl.win[st][w].begin;
         if (!hpl_memory(d, m, dc->layers * m->layer_bytes, i == 0 ? m->out_bytes : 0, dc->layers * m->kv_bytes_per_layer,
                         m->block_max_bytes, dc, p->why, sizeof p->why))
             return 0;
@@ -293,24 +399,26 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         sum_pf += hpl_layers_ms(d, m, dc->layers, 1, n_prompt) + (i == 0 ? p->head_extra_ms : 0);
     }
     /* TPI-LLM Prop. 4 / prima.cpp: a device's loader reads while it computes and, up to the room it
-       has for each window, while the rest of the ring computes; what is left blocks */
-    double blocked = 0, blocked_pf = 0;
-    for (int i = 0; i < p->n; i++) {
-        hpl_dev_cost *dc = &p->dc[i];
+       has for each window, while the rest of the ring computes; what is left blocks (a group's members
+       stream as tensor-parallel devices do, counted above) */
+    for (int st = g > 1 ? 1 : 0; st < ns; st++) {
+        hpl_dev_cost *dc = &p->dc[di[st]];
         if (dc->stream_bytes <= 0) continue;
-        const hpl_device *d = &c->dev[p->dev[i]];
+        const hpl_device *d = &c->dev[p->dev[di[st]]];
         double idle = sum_c - dc->compute_ms + comm;
-        double room_ms = pl.n_win[i] * HR_MIN(2 * m->block_max_bytes, dc->stream_bytes) * hpl_disk_ms_per_byte(d);
+        double room_ms = pl.n_win[st] * HR_MIN(2 * m->block_max_bytes, dc->stream_bytes) * hpl_disk_ms_per_byte(d);
         double hidden = HR_MIN(idle, room_ms);
         dc->blocked_ms = hpl_blocked(dc, hidden);
         blocked += dc->blocked_ms;
         double own_pf = hpl_layers_ms(d, m, dc->layers, 1, n_prompt);
         blocked_pf += HR_MAX(0, dc->stream_ms - own_pf - HR_MIN(sum_pf - own_pf + comm_pf, room_ms));
     }
+    comm += loss;
+    comm_pf += loss_pf;
+    p->loss_ms = loss;
     p->compute_ms = sum_c;
     p->comm_ms = comm;
     p->blocked_ms = blocked;
-    p->n_messages = hops;
     p->ms_per_token = sum_c + comm + blocked;
     p->prefill_ms = nb * (sum_pf + comm_pf + blocked_pf) - (nb - 1) * p->head_extra_ms;
     p->feasible = true;
@@ -323,6 +431,7 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
     p->why[0] = 0;
     p->ms_per_token = p->prefill_ms = INFINITY;
     p->compute_ms = p->comm_ms = p->blocked_ms = p->head_extra_ms = 0;
+    p->loss_ms = p->p_hit = p->elements_lost = p->lost_fraction = 0;
     p->n_messages = 0;
     memset(p->dc, 0, sizeof p->dc);
     if (n_prompt < 1) n_prompt = 1;
@@ -332,8 +441,13 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
     case HPL_SINGLE: rc = p->n == 1 ? hpl_cost_single(c, m, n_prompt, p) : hr_fail(err, HR_EINVAL, "single: one device"); break;
     case HPL_TP: rc = p->n >= 2 ? hpl_cost_tp(c, m, n_prompt, p) : hr_fail(err, HR_EINVAL, "tp: two devices or more"); break;
     case HPL_PP: rc = p->n >= 2 ? hpl_cost_pp(c, m, n_prompt, p, err) : hr_fail(err, HR_EINVAL, "pp: two devices or more"); break;
+    case HPL_HYBRID:
+        rc = p->n >= 3 && p->group >= 2 && p->group < p->n ? hpl_cost_pp(c, m, n_prompt, p, err)
+           : hr_fail(err, HR_EINVAL, "hybrid: a group of two devices or more and a stage after it");
+        break;
     default: rc = hr_fail(err, HR_EINVAL, "plan kind %d", p->kind);
     }
+    if (!rc && p->lossy && p->kind != HPL_TP) rc = hr_fail(err, HR_EINVAL, "the lossy all-reduce is tensor parallelism's");
     if (!p->feasible) p->ms_per_token = p->prefill_ms = INFINITY;
     return rc;
 }
@@ -341,15 +455,20 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
 void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap) {
     size_t n = 0;
     if (p->kind == HPL_SINGLE) { snprintf(buf, cap, "single device (the head)"); return; }
-    n += (size_t)snprintf(buf + n, cap - n, "%s over %d devices (", hpl_kind_name(p->kind), p->n);
-    for (int i = 0; i < p->n && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%d", i ? "," : "", p->dev[i]);
-    if (n < cap && p->kind == HPL_TP) {
+    const bool hy = p->kind == HPL_HYBRID;
+    n += (size_t)snprintf(buf + n, cap - n, "%s%s over %d devices (", hpl_kind_name(p->kind),
+                          p->lossy ? " (lossy)" : "", p->n);
+    for (int i = 0; i < p->n && n < cap; i++)  /* hybrid: the stages, "0+1,2,3" */
+        n += (size_t)snprintf(buf + n, cap - n, "%s%d", !i ? "" : hy && i < p->group ? "+" : ",", p->dev[i]);
+    if (n < cap && (p->kind == HPL_TP || hy)) {
         n += (size_t)snprintf(buf + n, cap - n, "), shares ");
-        for (int i = 0; i < p->n && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%.3f", i ? "," : "", p->share[i]);
-    } else if (n < cap) {
-        n += (size_t)snprintf(buf + n, cap - n, "), windows ");
-        for (int i = 0; i < p->n && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%d", i ? "," : "", p->window[i]);
+        for (int i = 0; i < (hy ? p->group : p->n) && n < cap; i++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%.3f", i ? "," : "", p->share[i]);
+    }
+    if (n < cap && p->kind != HPL_TP) {
+        n += (size_t)snprintf(buf + n, cap - n, "%swindows ", hy ? ", " : "), ");
+        for (int i = 0; i < (hy ? p->n - p->group + 1 : p->n) && n < cap; i++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%d", i ? "," : "", p->window[i]);
         if (n < cap) snprintf(buf + n, cap - n, ", %d trip%s", p->trips, p->trips == 1 ? "" : "s");
     }
 }

@@ -10,7 +10,8 @@
 
 hpl_cluster_params hpl_cluster_default_params(void) {
     return (hpl_cluster_params){.self = hpl_profile_default_params(), .timeout_ms = 20000, .n_pings = 9,
-                                .probe_bytes = 4u << 20, .peer_links = true};
+                                .probe_bytes = 4u << 20, .peer_links = true, .loss_count = HPL_LOSS_COUNT,
+                                .loss_interval_us = HPL_LOSS_INTERVAL_US};
 }
 
 static int hpl_peer_fail(int i, const char *addr, const hr_err *e, hr_err *err) {
@@ -40,8 +41,24 @@ static bool hpl_peer_link(hc_probe_conn *pc, const char *b_addr, const hpl_clust
         hr_fail(e, HR_EPROTO, "an answer without rtt_ms and gbps");
         return false;
     }
-    *out = (hpl_link){rtt, gbps, false};
+    *out = (hpl_link){.rtt_ms = rtt, .gbps = gbps};
     return true;
+}
+
+/* the link's datagram loss (LOSS_PROBE), both ways; the worker waits for the echoes a few RTTs */
+static int hpl_link_loss(hc_probe_conn *pc, const hpl_cluster_params *p, hpl_link *l, hr_err *e) {
+    hc_loss_params lp = {.count = (uint32_t)HR_MIN(p->loss_count, HN_MAX_LOSS_PROBE),
+                         .interval_us = (uint32_t)HR_MAX(0, p->loss_interval_us), .elems = HPL_LOSS_ELEMS,
+                         .wait_ms = (uint32_t)HR_MIN(HN_MAX_LOSS_WAIT_MS, HR_MAX(30, 4 * l->rtt_ms)),
+                         .drop_seed = p->loss_drop_seed, .drop_ppm = p->loss_drop_ppm};
+    if ((uint64_t)lp.count * lp.interval_us > HN_MAX_LOSS_PROBE_US) lp.interval_us = HN_MAX_LOSS_PROBE_US / lp.count;
+    hc_loss_result r;
+    if (hc_probe_loss(pc, &lp, p->timeout_ms, &r, e)) return e->code;
+    l->loss = r.loss;
+    l->loss_to = r.down;   /* head -> worker */
+    l->loss_from = r.up;
+    l->loss_samples = (int)(r.count + r.received);
+    return 0;
 }
 
 int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_params *p, hpl_cluster *out, hr_err *err) {
@@ -66,6 +83,7 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
         /* every worker measures itself while the head does (or, serial, one after the other) */
         hn_msg m = {.type = HN_MSG_PROFILE_REQ};
         m.u.profile_req.flags = HN_PROFILE_DEVICE | (p->self.no_cache ? HN_PROFILE_BENCH : 0);
+        m.u.profile_req.types = p->self.types;
         if (hc_probe_request(&w[i], &m, p->serial ? HN_MSG_PROFILE : 0, p->timeout_ms, &e) ||
             (p->serial && hpl_device_from_kv(&m.u.profile, &out->dev[i], &e)))
             rc = hpl_peer_fail(out->failed = i, workers[i - 1], &e, err);
@@ -81,7 +99,15 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
         hpl_link *l = &out->link[0][i];
         if (hc_probe_link(&w[i], p->n_pings, p->probe_bytes, p->timeout_ms, &l->rtt_ms, &l->gbps, &e))
             rc = hpl_peer_fail(out->failed = i, workers[i - 1], &e, err);
+        else if (p->loss_count > 0 && hpl_link_loss(&w[i], p, l, &e)) {
+            /* a measurement, not the plan's premise: a worker that cannot (an older one refuses the
+               message) leaves the loss unknown, taken as none, and the profile goes on */
+            HR_LOGW("plan: the datagram loss of the link to worker %d at %s: %s; taken as none", i, workers[i - 1], e.msg);
+            e = (hr_err){0};
+        }
         out->link[i][0] = *l;
+        out->link[i][0].loss_to = l->loss_from; /* the link seen from the worker's end */
+        out->link[i][0].loss_from = l->loss_to;
     }
     for (int i = 1; i <= nw; i++) hc_probe_close(&w[i], !rc); /* the workers are free again */
     /* worker <-> worker: first an estimate — a household's devices meet at one switch or access point,
@@ -91,7 +117,11 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
         for (int b = 1; b <= nw; b++)
             if (a != b)
                 out->link[a][b] = (hpl_link){(out->link[0][a].rtt_ms + out->link[0][b].rtt_ms) / 2,
-                                             HR_MIN(out->link[0][a].gbps, out->link[0][b].gbps), true};
+                                             HR_MIN(out->link[0][a].gbps, out->link[0][b].gbps), true,
+                                             /* both paths cross the same access point: the mean */
+                                             (out->link[0][a].loss + out->link[0][b].loss) / 2,
+                                             (out->link[0][a].loss_from + out->link[0][b].loss_to) / 2,
+                                             (out->link[0][b].loss_from + out->link[0][a].loss_to) / 2, 0, 0};
     for (int a = 1; a < nw && !rc && p->peer_links; a++) {
         hc_probe_conn pc;
         e = (hr_err){0};
@@ -103,12 +133,22 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
         for (int b = a + 1; b <= nw; b++) {
             hpl_link l;
             e = (hr_err){0};
-            if (hpl_peer_link(&pc, workers[b - 1], p, &l, &e)) out->link[a][b] = out->link[b][a] = l;
+            if (hpl_peer_link(&pc, workers[b - 1], p, &l, &e)) {
+                /* RTT and throughput measured; the loss stays the estimate (no datagrams between workers) */
+                l.loss = out->link[a][b].loss;
+                l.loss_to = out->link[a][b].loss_to;
+                l.loss_from = out->link[a][b].loss_from;
+                out->link[a][b] = l;
+                out->link[b][a] = l;
+                out->link[b][a].loss_to = l.loss_from;
+                out->link[b][a].loss_from = l.loss_to;
+            }
             else HR_LOGW("plan: the link from worker %d to worker %d: %s; estimated", a, b, e.msg);
             if (e.code && e.code != HR_ENET) break; /* the session itself failed */
         }
         hc_probe_close(&pc, true);
     }
+    if (!rc) hpl_links_unlimit(out); /* a TCP probe over a lossy link measured TCP's loss-limited rate (loss.c) */
     out->profile_ms = (double)(hr_time_ns() - t0) / 1e6;
     return rc;
 }

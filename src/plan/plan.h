@@ -13,8 +13,9 @@
  *   latency model, TPI-LLM Prop. 4 for the streaming the prefetch hides, messages x RTT + bytes /
  *   throughput per link).
  * - Solvers: TP shares by HALO's min-max (minimise the slowest device's time, memory-aware); pipeline
- *   windows and trip count by a Halda-style ILP per trip count (GLPK). Hybrid plans are not candidates
- *   (no runtime for them yet).
+ *   windows and trip count by a Halda-style ILP per trip count (GLPK); hybrid plans (a pipeline whose
+ *   first stage is the head's tensor-parallel group) by the same ILP with the group as one virtual
+ *   device, and min-max shares inside the group.
  *
  * Library code: no printing to stdout; errors as negative HR_E* codes in an hr_err.
  * docs/planner.md explains the measurements, the formulas and the solvers.
@@ -29,6 +30,12 @@
 
 #define HPL_MAX_TYPES   10   /* weight types a profile holds speeds for */
 #define HPL_MAX_DEVICES 16   /* devices a plan considers (the head and up to 15 workers) */
+/* the loss probe's defaults (docs/planner.md, "Loss"): 400 datagrams each way resolve 1% (8 +- 3 lost)
+   in 0.1 s of sending plus a few RTTs of waiting per link; small datagrams, so that the probe itself
+   does not congest a slow link */
+#define HPL_LOSS_COUNT       400
+#define HPL_LOSS_INTERVAL_US 250
+#define HPL_LOSS_ELEMS       64
 
 /* ---- device profile -------------------------------------------------------------------------------- */
 typedef struct hpl_type_speed {
@@ -62,7 +69,10 @@ typedef struct hpl_profile_params {
     const char *disk_path;    /* a file or folder on the disk the weights are read from (NULL: the cache folder) */
     const char *cache_path;   /* the cache file; NULL: $XDG_CACHE_HOME/hearth/profile.json (or ~/.cache/...) */
     bool        no_cache;     /* measure again (the result is still written) */
-    int         bench_ms;     /* per measurement (default 60) */
+    int         bench_ms;     /* per measurement (default 90: three runs of 30 ms at most) */
+    uint32_t    types;        /* the weight types to measure, bit (1 << hq type id): the model's
+                                 (hpl_model_types); 0: the standard set (F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+                                 Types the cache holds are not measured again (unless no_cache) */
     hmem_request mem;         /* the memory flags the device runs with (its budget) */
 } hpl_profile_params;
 hpl_profile_params hpl_profile_default_params(void);
@@ -82,7 +92,7 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *out, hr_err *err);
 char *hpl_device_json(const hpl_device *d);
 
 /* The worker's hook (hc_worker_params.profile): hpl_profile_self with the defaults, as key/values. */
-int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh,
+int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh, uint32_t types,
                        hc_kv_text *out, hr_err *err);
 
 /* CPU quota of this process's cgroup in cores (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / period), the
@@ -96,6 +106,12 @@ typedef struct hpl_link {
     double gbps;          /* throughput, 1e9 bytes/s */
     bool   estimated;     /* not measured (a worker <-> worker link a worker could not measure: from the two
                              devices' links to the head) */
+    double loss;          /* datagram loss rate, 0..1, both directions pooled (LOSS_PROBE; docs/planner.md, "Loss") */
+    double loss_to, loss_from; /* link[a][b]: of datagrams a -> b, and b -> a */
+    int    loss_samples;  /* datagrams that measured it (both directions); 0: not measured (worker <-> worker:
+                             estimated from the two devices' links to the head; or no probe) */
+    double gbps_measured; /* what the throughput probe measured; gbps is more where that was TCP's loss-limited
+                             rate (hpl_links_unlimit) */
 } hpl_link;
 
 typedef struct hpl_cluster {
@@ -116,6 +132,10 @@ typedef struct hpl_cluster_params {
     bool serial;               /* the devices measure themselves one after another, not at once: for
                                   "devices" that share a machine's cores (tools/testbed) */
     const hn_key *key;         /* the cluster key (docs/security.md); NULL: plaintext */
+    int loss_count;            /* loss probe datagrams per head <-> worker link (default 400; 0: no probe) */
+    int loss_interval_us;      /* their pacing (default 250: 0.1 s a link) */
+    uint64_t loss_drop_seed;   /* test hook (HEARTH_LOSSY_DROP): the probes are dropped with this rate too */
+    uint32_t loss_drop_ppm;
 } hpl_cluster_params;
 hpl_cluster_params hpl_cluster_default_params(void);
 
@@ -134,6 +154,7 @@ typedef struct hpl_model {
     double   layer_bytes_of[HPL_MAX_TYPES];  /* per layer (average), bytes of each type */
     double   layer_bytes;                    /* per layer, all types */
     double   block_max_bytes;                /* the largest block (attention or FFN half of a layer) */
+    double   attn_bytes, ffn_bytes;          /* per layer (average): its attention and FFN blocks */
     int      out_type;
     double   out_bytes;                      /* output norm + head */
     double   embd_bytes;                     /* token_embd (not read whole per token; counted in memory only
@@ -144,10 +165,12 @@ typedef struct hpl_model {
 
 /* From a loaded model (weights not needed) and the context the run will use. */
 int hpl_model_from(const hm_model *m, const hm_ctx_params *cp, hpl_model *out, hr_err *err);
+/* The weight types the model's layers and output head use, as hpl_profile_params.types. */
+uint32_t hpl_model_types(const hpl_model *m);
 
 /* ---- plans and their cost ----------------------------------------------------------------------------- */
-enum hpl_kind { HPL_SINGLE = 0, HPL_TP = 1, HPL_PP = 2 };
-const char *hpl_kind_name(int kind);   /* "single", "tp", "pp" */
+enum hpl_kind { HPL_SINGLE = 0, HPL_TP = 1, HPL_PP = 2, HPL_HYBRID = 3 };
+const char *hpl_kind_name(int kind);   /* "single", "tp", "pp", "hybrid" */
 
 typedef struct hpl_dev_cost {
     int    dev;              /* index in the cluster */
@@ -170,9 +193,11 @@ typedef struct hpl_plan {
     int    kind;                        /* enum hpl_kind */
     int    n;                           /* devices used */
     int    dev[HPL_MAX_DEVICES];        /* their cluster indices, the head (0) first */
-    double share[HPL_MAX_DEVICES];      /* TP */
-    int    window[HPL_MAX_DEVICES];     /* PP */
-    int    trips;                       /* PP: trips round the ring */
+    double share[HPL_MAX_DEVICES];      /* TP; hybrid: of the head's group, share[0..group) */
+    int    window[HPL_MAX_DEVICES];     /* PP; hybrid: one per stage, window[0..n - group + 1) */
+    int    trips;                       /* PP, hybrid: trips round the ring */
+    int    group;                       /* hybrid: dev[0..group) are the head's stage, a tensor-parallel
+                                           group (cluster/cluster.h, n_stages); every later device a stage */
     /* predictions */
     bool   feasible;
     char   why[256];                    /* when not feasible: what is missing */
@@ -180,6 +205,15 @@ typedef struct hpl_plan {
     double compute_ms, comm_ms, blocked_ms, head_extra_ms;  /* its parts */
     double prefill_ms;                  /* for hpl_cost's n_prompt tokens */
     int    n_messages;                  /* per token, on the network */
+    /* lossy links (issue 28; docs/planner.md, "Loss"): lossy is TP with the lossy all-reduce (`--lossy`,
+       UDP partials with a deadline); the figures are per token and in comm_ms already */
+    bool   lossy;
+    double deadline_ms;                 /* lossy: the head's deadline (0: HPL_LOSSY_DEADLINE_MS) */
+    double loss_ms;                     /* expected time lost to loss: TCP's recoveries; lossy: layer 0's and the
+                                           hops' TCP recoveries, the way back's NACK round trips, deadline waits */
+    double p_hit;                       /* TP: probability that an all-reduce over TCP meets a lost segment */
+    double elements_lost;               /* lossy: expected elements lost per all-reduce (of (n-1) x n_embd) */
+    double lost_fraction;               /* lossy: elements_lost / ((n-1) x n_embd) */
     hpl_dev_cost dc[HPL_MAX_DEVICES];
 } hpl_plan;
 
@@ -206,17 +240,43 @@ int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, in
 double hpl_pp_objective(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, int trips);
 /* Every trip count; the best by hpl_cost. */
 int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err);
+/* Hybrid (p->kind HPL_HYBRID, p->dev, p->group set): for every trip count, the windows of the pipeline
+   ILP with the head's group as one virtual device (its members' speeds, budgets and disks summed, each
+   layer's two all-reduces inside the group added to its time per layer), then min-max shares inside
+   the group for its layers; the best by hpl_cost. Infeasible (why) when nothing fits. */
+int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err);
 
-#define HPL_MAX_CANDIDATES 128
+#define HPL_MAX_CANDIDATES 192
 typedef struct hpl_choice {
     int      n;
     hpl_plan cand[HPL_MAX_CANDIDATES];
     int      chosen;                 /* index of the fastest feasible candidate; -1 when none is */
-    char     why[512];               /* the deciding numbers, or what is missing */
+    char     why[768];               /* the deciding numbers, or what is missing */
 } hpl_choice;
-/* Every candidate (one device; TP and PP over the head plus each subset of the workers, or prefixes
-   of them by speed for many workers), costed; the fastest feasible one chosen. */
+/* Every candidate (one device; TP, PP and hybrid over the head plus each subset of the workers, or
+   prefixes of them by speed for many workers — hybrid: the head's group the head and the g-1 workers of
+   the subset with the fastest links to it, for every g that leaves a stage after it), costed; the
+   fastest feasible one chosen. */
 int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choice *out, hr_err *err);
+
+/* ---- loss (loss.c; docs/planner.md, "Loss") ------------------------------------------------------------- */
+#define HPL_LOSSY_DEADLINE_MS 10.0   /* the lossy all-reduce's default deadline (HALO's) */
+#define HPL_LOSSY_MARGIN      0.05   /* lossy TP is chosen only when this much faster than the best exact plan:
+                                        it costs quality */
+/* TCP's expected recovery time (ms) for one message of `bytes` sent a -> b at the link's loss: a lost
+   segment with later ones behind it is recovered in about an RTT (SACK / fast retransmit); a lost tail
+   waits for the tail-loss probe or the retransmission timeout (Linux: 200 ms at least) */
+double hpl_tcp_recovery_ms(const hpl_cluster *c, int a, int b, double bytes);
+/* Adds the expected cost of loss to a costed TP plan (reliable or lossy): p->loss_ms (in comm_ms and
+   ms_per_token; prompts' recoveries in prefill_ms), p_hit, elements_lost, lost_fraction */
+void hpl_loss_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p);
+/* A bulk TCP transfer over a lossy link runs at TCP's loss-limited rate (Mathis et al.: about
+   1.22 MSS / (RTT sqrt(p))), not the link's: where the throughput probe measured less than 3 times that
+   bound, the link's gbps becomes the best measured among the links that were not so limited (a
+   household's links meet at one access point), since the all-reduce's and the pipeline's messages are
+   too small to be held to that rate and their losses are costed apart (hpl_tcp_recovery_ms). Keeps
+   every measured figure in gbps_measured. Called by hpl_cluster_profile. */
+void hpl_links_unlimit(hpl_cluster *c);
 
 /* One line naming a plan: "tp over 3 devices, shares 0.40,0.30,0.30" */
 void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap);

@@ -179,12 +179,14 @@ static void hpl_bench_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* the best rate of three runs of ms/3 each: a device shares its cores with whatever else runs there,
-   and the best of short runs is the closest to what the kernels do when hearth has the cores (the
-   minimum time, as benchmarks report) */
+/* The best rate of up to three runs of ms/3 each: a device shares its cores with whatever else runs
+   there, and the best of short runs is the closest to what the kernels do when hearth has the cores
+   (the minimum time, as benchmarks report). Two runs within HPL_AGREE of each other end it: a third
+   would seldom beat them by more (the first profile of a cluster is the planner's cost, issue 26). */
+#define HPL_AGREE 0.03
 static double hpl_run_for(hr_pool *pool, hr_pool_fn fn, void *arg, int ms, double bytes_per_pass) {
     hr_pool_run(pool, fn, arg); /* warm-up */
-    double best = 0;
+    double best = 0, prev = 0;
     for (int rep = 0; rep < 3; rep++) {
         int64_t t0 = hr_time_ns(), t1 = t0, budget = (int64_t)ms * 1000000 / 3;
         int64_t passes = 0;
@@ -193,7 +195,10 @@ static double hpl_run_for(hr_pool *pool, hr_pool_fn fn, void *arg, int ms, doubl
             passes++;
             t1 = hr_time_ns();
         }
-        best = HR_MAX(best, (double)passes * bytes_per_pass / (double)(t1 - t0));
+        double r = (double)passes * bytes_per_pass / (double)(t1 - t0);
+        best = HR_MAX(best, r);
+        if (rep > 0 && fabs(r - prev) <= HPL_AGREE * HR_MAX(r, prev)) break;
+        prev = r;
     }
     return best;
 }
@@ -201,6 +206,7 @@ static double hpl_run_for(hr_pool *pool, hr_pool_fn fn, void *arg, int ms, doubl
 /* matvec and matmul speed of one weight type with the kernels the engine runs (packed when the type
    packs, as loaded weights are) */
 static int hpl_bench_type(hr_pool *pool, int type, int ms, hpl_type_speed *out, hr_err *err) {
+    const int64_t t0 = hr_time_ns();
     const hq_traits *tr = hq_get_traits(type), *vt = tr ? hq_get_traits(tr->vec_dot_type) : NULL;
     if (!tr || !vt) return hr_fail(err, HR_EUNSUPPORTED, "profile: type %d", type);
     const int64_t cols = HPL_BENCH_COLS;
@@ -224,10 +230,11 @@ static int hpl_bench_type(hr_pool *pool, int type, int ms, hpl_type_speed *out, 
     if (type == HQ_TYPE_F32) memcpy(src, f, bx);
     else tr->from_float_ref(f, src, cols);
     for (int i = 1; i < HQ_BAND; i++) memcpy(src + (size_t)i * bx, src, bx);
-    for (int64_t b = 0; b < rows; b += HQ_BAND) {
-        if (packed) tr->pack(w + (size_t)b * bx, src, bx, cols, HQ_BAND);
-        else memcpy(w + (size_t)b * bx, src, (size_t)HQ_BAND * bx);
-    }
+    /* every band is the same band: packed once, then copied (packing the whole matrix took 50-300 ms
+       a type on a loaded core) */
+    if (packed) tr->pack(w, src, bx, cols, HQ_BAND);
+    else memcpy(w, src, (size_t)HQ_BAND * bx);
+    for (int64_t b = HQ_BAND; b < rows; b += HQ_BAND) memcpy(w + (size_t)b * bx, w, (size_t)HQ_BAND * bx);
     if (tr->vec_dot_type == HQ_TYPE_F32) memcpy(vq, f, vrow);
     else vt->from_float(f, vq, cols);
     for (int j = 0; j < HPL_MATMUL_ROWS; j++) {
@@ -237,9 +244,16 @@ static int hpl_bench_type(hr_pool *pool, int type, int ms, hpl_type_speed *out, 
     hpl_bench b = {tr, packed ? tr->gemm_packed : tr->gemm, w, bx, by, rows, cols, y, 1, s};
     const double bytes = (double)rows * (double)bx;
     out->type = type;
+    int64_t t1 = hr_time_ns();
     out->matvec_gbps = hpl_run_for(pool, hpl_bench_worker, &b, ms, bytes);
+    int64_t t2 = hr_time_ns();
+    /* prefill: compute-bound (each weight byte serves 32 rows), so a quarter of the matrix gives the same
+       rate in a quarter of the time of a pass — which, at 1 thread, is longer than a run */
     b.nc = HPL_MATMUL_ROWS;
-    out->matmul_gbps = hpl_run_for(pool, hpl_bench_worker, &b, ms, bytes * HPL_MATMUL_ROWS);
+    b.rows = HR_MAX(HQ_BAND, rows / 4 / HQ_BAND * HQ_BAND);
+    out->matmul_gbps = hpl_run_for(pool, hpl_bench_worker, &b, ms, (double)b.rows * (double)bx * HPL_MATMUL_ROWS);
+    HR_LOGD("profile: %s setup %.0f ms, matvec %.0f ms, matmul %.0f ms", hq_type_name(type), (t1 - t0) / 1e6, (t2 - t1) / 1e6,
+            (hr_time_ns() - t2) / 1e6);
 done:
     hr_free_aligned(w);
     hr_free_aligned(src);
@@ -443,22 +457,42 @@ int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err) 
     else if (hpl_default_cache_file(file, sizeof file, err)) return err->code;
     hpl_mkdirs_for(file); /* before the key: it names the disk the folder is on */
     if (hpl_profile_key(out->n_threads, p->disk_path ? p->disk_path : file, key, sizeof key, err)) return err->code;
-    if (!p->no_cache && hpl_cache_get(file, key, out)) {
+    /* the types asked for (the model's) that the cache does not hold yet: a profile made for one model
+       measures another model's other types when that model comes */
+    uint32_t want = 0, have = 0;
+    for (size_t i = 0; i < HR_ARRAY_LEN(hpl_std_types); i++) want |= 1u << hpl_std_types[i];
+    if (p->types) want = p->types;
+    hpl_device old;
+    memset(&old, 0, sizeof old);
+    bool cached = hpl_cache_get(file, key, &old);
+    for (int i = 0; cached && i < old.n_types; i++)
+        if (old.ts[i].type < 32) have |= 1u << old.ts[i].type;
+    if (!p->no_cache && cached && !(want & ~have)) {
+        hpl_cache_get(file, key, out);
         out->cached = true;
         out->profile_ms = (double)(hr_time_ns() - t0) / 1e6;
         return 0;
     }
+    uint32_t todo = p->no_cache || !cached ? want : want & ~have;
     int ms = p->bench_ms > 0 ? p->bench_ms : 60;
     hr_pool *pool = hr_pool_create(out->n_threads, err);
     if (!pool) return err->code;
     int rc = 0;
     out->n_types = 0;
-    for (size_t i = 0; i < HR_ARRAY_LEN(hpl_std_types) && !rc; i++)
-        if (!(rc = hpl_bench_type(pool, hpl_std_types[i], ms, &out->ts[out->n_types], err))) out->n_types++;
-    if (!rc) out->mem_bw_gbps = hpl_bench_membw(pool, ms);
+    for (int t = 0; t < 32 && !rc; t++)
+        if ((todo >> t & 1) && hq_type_valid(t) && out->n_types < HPL_MAX_TYPES && /* a head's mask: weights only */
+            !(rc = hpl_bench_type(pool, t, ms, &out->ts[out->n_types], err)))
+            out->n_types++;
+    /* the cache's other types stay (measured on this device, under this key) */
+    for (int i = 0; cached && i < old.n_types && out->n_types < HPL_MAX_TYPES; i++)
+        if (old.ts[i].type >= 32 || !(todo >> old.ts[i].type & 1)) out->ts[out->n_types++] = old.ts[i];
+    bool again = p->no_cache || !cached;
+    if (!rc) out->mem_bw_gbps = again ? hpl_bench_membw(pool, ms) : old.mem_bw_gbps;
     hr_pool_free(pool);
     if (rc) return rc;
-    out->disk_gbps = hpl_bench_disk(p->disk_path ? p->disk_path : file);
+    int64_t td = hr_time_ns();
+    out->disk_gbps = again ? hpl_bench_disk(p->disk_path ? p->disk_path : file) : old.disk_gbps;
+    HR_LOGD("profile: kernels %.0f ms, disk %.0f ms", (td - t0) / 1e6, (hr_time_ns() - td) / 1e6);
     hpl_cache_put(file, key, out);
     out->profile_ms = (double)(hr_time_ns() - t0) / 1e6;
     return 0;
@@ -564,10 +598,11 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *d, hr_err *err) {
     return 0;
 }
 
-int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh,
+int hpl_worker_profile(void *user, int n_threads, const char *disk_dir, const hmem_request *mem, bool fresh, uint32_t types,
                        hc_kv_text *out, hr_err *err) {
     hpl_profile_params p = hpl_profile_default_params();
     p.no_cache = fresh;
+    p.types = types;
     p.n_threads = n_threads;
     p.disk_path = disk_dir;
     if (mem) p.mem = *mem;

@@ -217,7 +217,110 @@ int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_pla
     return 0;
 }
 
+/* ---- hybrid: the pipeline ILP with the head's group as one virtual device ------------------------------- */
+
+/* The cluster the ILP of hybrid plan p sees (pv: its plan over it): device 0 is the head's group
+   dev[0..g) as one device — per weight type the members' speeds summed (min-max shares make them finish
+   together), slowed by the two all-reduces inside the group that every layer costs; their budgets and
+   disks summed — and device s > 0 is stage s, dev[g - 1 + s], with its links. */
+static void hpl_group_cluster(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, hpl_cluster *v, hpl_plan *pv) {
+    const int g = p->group, ns = p->n - g + 1;
+    int map[HPL_MAX_DEVICES];
+    memset(v, 0, sizeof *v);
+    memset(pv, 0, sizeof *pv);
+    v->n = pv->n = ns;
+    pv->kind = HPL_PP;
+    for (int s = 0; s < ns; s++) {
+        map[s] = s ? p->dev[g - 1 + s] : 0;
+        pv->dev[s] = s;
+        v->dev[s] = c->dev[map[s]];
+    }
+    for (int a = 0; a < ns; a++)
+        for (int b = 0; b < ns; b++) v->link[a][b] = c->link[map[a]][map[b]];
+    hpl_device *d = &v->dev[0];
+    const double B = m->n_embd * 4.0 + 64;
+    double rtt = 0, up = 0, per_layer = 0;
+    d->budget = 0;
+    d->disk_gbps = 0;
+    d->n_types = m->n_types;
+    for (int t = 0; t < m->n_types; t++) d->ts[t] = (hpl_type_speed){.type = m->type[t]};
+    for (int i = 0; i < g; i++) {
+        const hpl_device *x = &c->dev[p->dev[i]];
+        for (int t = 0; t < m->n_types; t++) {
+            d->ts[t].matvec_gbps += hpl_speed(x, m->type[t], false);
+            d->ts[t].matmul_gbps += hpl_speed(x, m->type[t], true);
+        }
+        d->budget += x->budget;
+        d->disk_gbps += x->disk_gbps > 0 ? x->disk_gbps : 0.1;
+        if (i == 0) continue;
+        const hpl_link *l = &c->link[0][p->dev[i]];
+        rtt = HR_MAX(rtt, l->rtt_ms);
+        up += B / ((l->gbps > 0 ? l->gbps : 0.1) * 1e6);
+    }
+    for (int t = 0; t < m->n_types; t++) per_layer += m->layer_bytes_of[t] / (d->ts[t].matvec_gbps * 1e6);
+    const double f = per_layer > 0 ? per_layer / (per_layer + 2 * (rtt + 2 * up)) : 1;
+    for (int t = 0; t < m->n_types; t++) d->ts[t].matvec_gbps *= f;
+}
+
+int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
+    const int g = p->group, ns = p->n - g + 1;
+    if (p->kind != HPL_HYBRID || g < 2 || ns < 2) return hr_fail(err, HR_EINVAL, "hybrid: a group and a stage after it");
+    hpl_cluster *v = malloc(sizeof *v);
+    if (!v) return hr_fail(err, HR_ENOMEM, "out of memory");
+    hpl_plan pv, best = *p;
+    best.feasible = false;
+    char why[256] = "";
+    hpl_group_cluster(c, m, p, v, &pv);
+    int rc = 0, max_trips = HR_MIN(m->n_layer, HM_MAX_WINDOWS - 1);
+    for (int k = 1; k <= max_trips && !rc; k++) {
+        hpl_plan t = pv, h = *p;
+        hc_pp_plan pl;
+        hr_err e = {0};
+        if (hpl_solve_pp_trips(v, m, &t, k, NULL, &e) || hc_pp_plan_make(m->n_layer, t.window, ns, &pl, &e)) {
+            if (!why[0]) snprintf(why, sizeof why, "%.250s", e.msg);
+            continue;
+        }
+        memcpy(h.window, t.window, sizeof h.window[0] * (size_t)ns);
+        /* the group's shares: min-max over the layers of its stage */
+        hpl_model ms = *m;
+        ms.n_layer = 0;
+        for (int w = 0; w < pl.n_win[0]; w++) ms.n_layer += pl.win[0][w].end - pl.win[0][w].begin;
+        hpl_plan tg = *p;
+        tg.kind = HPL_TP;
+        tg.n = g;
+        if (ms.n_layer == 0 || hpl_solve_tp(c, &ms, &tg, &e))
+            for (int i = 0; i < g; i++) tg.share[i] = 1.0 / g;
+        memcpy(h.share, tg.share, sizeof h.share[0] * (size_t)g);
+        if ((rc = hpl_cost(c, m, n_prompt, &h, err))) break;
+        if (!h.feasible && !why[0]) snprintf(why, sizeof why, "%s", h.why);
+        if (h.feasible && (!best.feasible || h.ms_per_token < best.ms_per_token)) best = h;
+    }
+    free(v);
+    if (rc) return rc;
+    *p = best;
+    if (!best.feasible) {
+        snprintf(p->why, sizeof p->why, "%s", why[0] ? why : "no window set fits");
+        p->ms_per_token = p->prefill_ms = INFINITY;
+    }
+    return 0;
+}
+
 /* ---- all candidates --------------------------------------------------------------------------------------- */
+
+#define HPL_MAX_GROUP 4   /* devices in the head's group of a hybrid candidate */
+
+/* the lossy twin of the TP candidate just added (the same shares; loss.c costs what it waits for and
+   what it loses): a candidate beside it whatever the links' loss, so that `hearth plan` shows both */
+static int hpl_add_lossy(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choice *out, hr_err *err) {
+    if (out->n >= HPL_MAX_CANDIDATES) return 0;
+    hpl_plan *p = &out->cand[out->n];
+    *p = out->cand[out->n - 1];
+    p->lossy = true;
+    p->deadline_ms = HPL_LOSSY_DEADLINE_MS;
+    if (p->feasible && hpl_cost(c, m, n_prompt, p, err)) return err->code;
+    out->n++;
+    return 0;
+}
 
 static int hpl_add_candidates(const hpl_cluster *c, const hpl_model *m, int n_prompt, const int *sub, int ns,
                               hpl_choice *out, hr_err *err) {
@@ -240,8 +343,67 @@ static int hpl_add_candidates(const hpl_cluster *c, const hpl_model *m, int n_pr
             } else if (hpl_cost(c, m, n_prompt, p, err)) return err->code;
         } else if (hpl_solve_pp(c, m, n_prompt, p, err)) return err->code;
         out->n++;
+        if (kind == HPL_TP && hpl_add_lossy(c, m, n_prompt, out, err)) return err->code;
+    }
+    /* hybrid: the head's group is the head and the g-1 workers with the fastest links to it (an
+       all-reduce's cost), at most HPL_MAX_GROUP devices; the others, in their order, a stage each */
+    int order[HPL_MAX_DEVICES];
+    const double B = m->n_embd * 4.0;
+    for (int i = 0; i < ns; i++) order[i] = sub[i];
+    for (int i = 0; i < ns; i++)
+        for (int j = i + 1; j < ns; j++) {
+            const hpl_link *a = &c->link[0][order[i]], *b = &c->link[0][order[j]];
+            if (b->rtt_ms + 2 * B / (HR_MAX(b->gbps, 0.1) * 1e6) < a->rtt_ms + 2 * B / (HR_MAX(a->gbps, 0.1) * 1e6)) {
+                int t = order[i]; order[i] = order[j]; order[j] = t;
+            }
+        }
+    for (int g = 2; g <= ns && g <= HPL_MAX_GROUP && out->n < HPL_MAX_CANDIDATES; g++) {
+        hpl_plan *p = &out->cand[out->n];
+        memset(p, 0, sizeof *p);
+        p->kind = HPL_HYBRID;
+        p->n = ns + 1;
+        p->group = g;
+        bool in[HPL_MAX_DEVICES] = {0};
+        for (int i = 0; i < g - 1; i++) in[p->dev[1 + i] = order[i]] = true;
+        for (int i = 0, k = g; i < ns; i++)
+            if (!in[sub[i]]) p->dev[k++] = sub[i];
+        if (hpl_solve_hybrid(c, m, n_prompt, p, err)) return err->code;
+        out->n++;
     }
     return 0;
+}
+
+/* the fastest feasible candidate and the next; a lossy one (it loses elements) only when it is
+   HPL_LOSSY_MARGIN faster than the fastest exact one */
+static void hpl_rank(const hpl_choice *out, int *best, int *second) {
+    int exact = -1, lossy = -1;
+    for (int i = 0; i < out->n; i++) {
+        const hpl_plan *p = &out->cand[i];
+        int *slot = p->lossy ? &lossy : &exact;
+        if (p->feasible && (*slot < 0 || p->ms_per_token < out->cand[*slot].ms_per_token)) *slot = i;
+    }
+    bool take_lossy = lossy >= 0 && (exact < 0 || out->cand[lossy].ms_per_token < (1 - HPL_LOSSY_MARGIN) *
+                                                                                 out->cand[exact].ms_per_token);
+    *best = take_lossy ? lossy : exact;
+    *second = -1;
+    for (int i = 0; i < out->n; i++)
+        if (i != *best && out->cand[i].feasible &&
+            (*second < 0 || out->cand[i].ms_per_token < out->cand[*second].ms_per_token))
+            *second = i;
+}
+
+/* the loss part of a plan's "why" (closes the parenthesis): what loss costs it, and what it loses */
+static int hpl_why_loss(const hpl_plan *p, const hpl_model *m, char *buf, size_t cap) {
+    int n = 0;
+    if (p->lossy)
+        n = snprintf(buf, cap, ", of which loss %.2f; loses %.1f of %d elements per all-reduce, %.2f%%", p->loss_ms,
+                     p->elements_lost, (p->n - 1) * m->n_embd, 100 * p->lost_fraction);
+    else if (p->loss_ms > 0)
+        n = snprintf(buf, cap, ", of which TCP's recoveries of lost segments %.2f", p->loss_ms);
+    if (n >= 0 && (size_t)n < cap && p->kind == HPL_TP && !p->lossy && p->p_hit > 0)
+        n += snprintf(buf + n, cap - (size_t)n, "; %.0f%% of its all-reduces meet a loss", 100 * p->p_hit);
+    if (n >= 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, ")");
+    return n < 0 ? 0 : (int)HR_MIN((size_t)n, cap - 1);
 }
 
 static double hpl_dev_speed(const hpl_device *d) { return hpl_speed(d, 8 /* Q8_0 */, false); }
@@ -282,11 +444,7 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
         }
     }
     int best = -1, second = -1;
-    for (int i = 0; i < out->n; i++) {
-        if (!out->cand[i].feasible) continue;
-        if (best < 0 || out->cand[i].ms_per_token < out->cand[best].ms_per_token) { second = best; best = i; }
-        else if (second < 0 || out->cand[i].ms_per_token < out->cand[second].ms_per_token) second = i;
-    }
+    hpl_rank(out, &best, &second);
     out->chosen = best;
     if (best < 0) {
         double need = m->kv_bytes_per_layer * m->n_layer, have = 0;
@@ -302,12 +460,23 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
     char a[160], b[160];
     const hpl_plan *B = &out->cand[best];
     hpl_plan_describe(B, a, sizeof a);
-    int n = snprintf(out->why, sizeof out->why, "%s: %.2f ms/token (compute %.2f, network %.2f, blocked on disk %.2f)",
+    int n = snprintf(out->why, sizeof out->why, "%s: %.2f ms/token (compute %.2f, network %.2f, blocked on disk %.2f",
                      a, B->ms_per_token, B->compute_ms, B->comm_ms, B->blocked_ms);
+    n += hpl_why_loss(B, m, out->why + n, sizeof out->why - (size_t)n);
     if (second >= 0 && n > 0 && (size_t)n < sizeof out->why) {
-        hpl_plan_describe(&out->cand[second], b, sizeof b);
-        snprintf(out->why + n, sizeof out->why - (size_t)n, "; next best %s: %.2f ms/token (%+.0f%%)", b,
-                 out->cand[second].ms_per_token, 100.0 * (out->cand[second].ms_per_token / B->ms_per_token - 1));
+        const hpl_plan *S = &out->cand[second];
+        hpl_plan_describe(S, b, sizeof b);
+        n += snprintf(out->why + n, sizeof out->why - (size_t)n, "; next best %s: %.2f ms/token (%+.0f%%", b,
+                      S->ms_per_token, 100.0 * (S->ms_per_token / B->ms_per_token - 1));
+        if (n > 0 && (size_t)n < sizeof out->why) n += hpl_why_loss(S, m, out->why + n, sizeof out->why - (size_t)n);
+        if (S->lossy && !B->lossy && S->ms_per_token < B->ms_per_token && (size_t)n < sizeof out->why)
+            n += snprintf(out->why + n, sizeof out->why - (size_t)n, "; lossy TP is taken only when %.0f%% faster than "
+                          "the best exact plan", 100 * HPL_LOSSY_MARGIN);
     }
+    double worst = 0;
+    for (int a = 0; a < c->n; a++)
+        for (int b = 0; b < c->n; b++) worst = HR_MAX(worst, c->link[a][b].loss);
+    if (worst > 0 && n > 0 && (size_t)n < sizeof out->why)
+        snprintf(out->why + n, sizeof out->why - (size_t)n, "; links lose up to %.1f%% of datagrams", 100 * worst);
     return 0;
 }
