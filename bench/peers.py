@@ -67,9 +67,9 @@ def profile_mem(profile):
     return mem, default
 
 
-def timed(cmd, timeout):
+def timed(cmd, timeout, cwd=None):
     t = time.time()
-    r = tp.sh(cmd, timeout=timeout, stdin=subprocess.DEVNULL)
+    r = tp.sh(cmd, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
     return r, time.time() - t
 
 
@@ -128,13 +128,13 @@ class Runner:
                 lf = open(os.path.join(a.work, f"prima-d{r}.log"), "w")
                 logs.append(lf)
                 procs.append(subprocess.Popen(self.bed.cmd(f"d{r}", argv), stdout=lf, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL))
+                                              stdin=subprocess.DEVNULL, cwd=a.work))  # its fio test file
             time.sleep(2)
             argv = [a.prima_cg, str(self.mem.get("d0", self.mem_default)), cli, "-m", self.model, "-c", str(a.ctx),
                     "-n", str(tokens), "-p", a.prompt, "--temp", "0", "--ignore-eos", "--world", str(self.n),
                     "--rank", "0", "--master", self.addrs[0], "--next", self.addrs[1], "-t", "1", "--prefetch"]
             argv += [] if lw == "auto" else ["-lw", lw]
-            r, wall = timed(self.bed.cmd("d0", argv), 3600)
+            r, wall = timed(self.bed.cmd("d0", argv), 3600, cwd=a.work)
             out = r.stdout + r.stderr
             with open(os.path.join(a.work, "prima-d0.log"), "w") as f:
                 f.write(out)
@@ -175,7 +175,7 @@ class Runner:
             argv += ["-ts", kv["ts"]]
         r, wall = timed(self.bed.cmd("d0", argv), 3600)
         if r.returncode:
-            raise RuntimeError("llama-bench: " + r.stderr[-1500:])
+            raise RuntimeError(f"llama-bench (rc {r.returncode}): " + (r.stdout + r.stderr)[-1500:])
         j = json.loads(r.stdout)[0]
         return {"runs_ms": [1000.0 / x for x in j["samples_ts"]], "wall_s": wall}
 
