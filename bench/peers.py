@@ -7,7 +7,7 @@ the same emulated devices (head d0, the others workers), decode tokens/s of each
         [--prima-dir /work/peers/prima.cpp --prima-cg /work/peers/prima-cg.sh]
         [--prima auto] [--prima 4,12,12,4] ...                               # prima.cpp -lw (auto = its solver)
         [--llama-bin /work/peers/llama.cpp/build/bin]
-        [--llama "ngl=20,ts=3/14/3"] ...                                     # llama.cpp RPC (-ngl, -ts)
+        [--llama "ngl=20,ts=3/14/3[,dev=3/1/2]"] ...                         # llama.cpp RPC (-ngl, -ts, order)
         [--tokens 8] [--repeats 3] [--ctx 256] [--instance pr] [--out bench/reports/peers-PROFILE]
 
 Peers are built outside the repository (docs/benchmarks.md, "Issue 26: prima.cpp"); this script only
@@ -168,7 +168,9 @@ class Runner:
     def llama(self, spec, tokens, reps):
         a = self.args
         kv = dict(x.split("=", 1) for x in spec.split(",") if x)
-        rpc = ",".join(f"{x}:{RPC_PORT}" for x in self.addrs[1:])
+        # dev=3/1/2: the RPC devices' order (llama.cpp puts the output head on the last one)
+        devs = [int(x) for x in kv["dev"].split("/")] if "dev" in kv else range(1, self.n)
+        rpc = ",".join(f"{self.addrs[d]}:{RPC_PORT}" for d in devs)
         argv = [os.path.join(a.llama_bin, "llama-bench"), "-m", self.model, "--rpc", rpc, "-p", "0",
                 "-n", str(tokens), "-r", str(reps), "-t", "1", "-o", "json", "-ngl", kv.get("ngl", "99")]
         if "ts" in kv:
@@ -265,7 +267,7 @@ def main():
     ap.add_argument("--prima", action="append", dest="configs", type=lambda s: ("prima", s),
                     help="-lw windows, or 'auto' (repeatable)")
     ap.add_argument("--llama", action="append", dest="configs", type=lambda s: ("llama", s),
-                    help="'ngl=N,ts=A/B/C' (repeatable)")
+                    help="'ngl=N,ts=A/B/C[,dev=3/1/2]' (repeatable)")
     ap.add_argument("--prima-dir", default="/work/peers/prima.cpp")
     ap.add_argument("--prima-cg", default="/work/peers/prima-cg.sh")
     ap.add_argument("--llama-bin", default="/work/peers/llama.cpp/build/bin")
