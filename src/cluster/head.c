@@ -191,13 +191,7 @@ static int hc_profile_all(hc_core *h, double *w, int n_threads, hr_err *err) {
     for (int d = 1; d < h->k; d++) {
         hn_msg m;
         if (hc_expect(h, d, HN_MSG_PROFILE, &m, h->p.timeout_ms + 10 * (int64_t)h->p.bench_ms, err)) return err->code;
-        w[d] = -1;
-        for (uint32_t i = 0; i < m.u.profile.n_kv; i++)
-            if (hn_str_eq(m.u.profile.kv[i].key, "matvec_gbps")) {
-                char b[64];
-                hn_str_copy(b, sizeof b, m.u.profile.kv[i].value);
-                w[d] = strtod(b, NULL);
-            }
+        w[d] = hn_profile_num(&m.u.profile, "matvec_gbps", -1);
         if (!(w[d] > 0)) return hc_dev_fail(h, d, HR_EPROTO, "PROFILE without a matvec_gbps figure", err);
     }
     for (int d = 0; d < h->k; d++) HR_LOGI("tp: device %d (%s): matvec %.2f GB/s", d, h->names[d], w[d]);
@@ -1202,13 +1196,9 @@ double hc_core_step_ms(const hc_core *h) { return h->step_ms; }
 
 /* a PROFILE value by key as a number in base `base` (0 when absent) */
 static uint64_t hc_kv_num(const hn_profile *p, const char *key, int base) {
-    for (uint32_t i = 0; i < p->n_kv; i++)
-        if (hn_str_eq(p->kv[i].key, key)) {
-            char b[40];
-            hn_str_copy(b, sizeof b, p->kv[i].value);
-            return base == 10 ? (uint64_t)strtoll(b, NULL, 10) : strtoull(b, NULL, base);
-        }
-    return 0;
+    char b[40];
+    if (!hn_profile_get(p, key, b, sizeof b)) return 0;
+    return base == 10 ? (uint64_t)strtoll(b, NULL, 10) : strtoull(b, NULL, base);
 }
 static int64_t hc_kv_i64(const hn_profile *p, const char *key) { return (int64_t)hc_kv_num(p, key, 10); }
 

@@ -166,14 +166,7 @@ int hc_probe_loss(hc_probe_conn *pc, const hc_loss_params *lp, int timeout_ms, h
     }
     if (!rc) rc = hc_probe_expect(pc, HN_MSG_PROFILE, &m, timeout_ms, err);
     if (!rc) {
-        double sent = -1, echoed = -1;
-        for (uint32_t i = 0; i < m.u.profile.n_kv; i++) {
-            char k[HN_MAX_KEY + 1], v[HN_MAX_VALUE + 1];
-            hn_str_copy(k, sizeof k, m.u.profile.kv[i].key);
-            hn_str_copy(v, sizeof v, m.u.profile.kv[i].value);
-            if (!strcmp(k, "sent")) sent = atof(v);
-            else if (!strcmp(k, "echoed")) echoed = atof(v);
-        }
+        const double sent = hn_profile_num(&m.u.profile, "sent", -1), echoed = hn_profile_num(&m.u.profile, "echoed", -1);
         if (!(sent >= 0 && sent <= count && echoed >= 0 && echoed <= out->received))
             rc = hr_fail(err, HR_EPROTO, "LOSS_PROBE answered without sent and echoed (or with impossible ones)");
         else {

@@ -199,6 +199,9 @@ typedef struct hn_profile_req {
     };
 } hn_profile_req;
 typedef struct hn_profile  { uint32_t n_kv; hn_kv kv[HN_MAX_KV]; } hn_profile;
+/* A PROFILE's value for key (the last one, as a number or as NUL-terminated text); absent: `absent` / false */
+double hn_profile_num(const hn_profile *p, const char *key, double absent);
+bool   hn_profile_get(const hn_profile *p, const char *key, char *out, size_t cap);
 
 typedef struct hn_load_plan {
     uint64_t       model_hash;

@@ -258,6 +258,21 @@ bool hn_str_eq(hn_str s, const char *cstr) {
     return n == s.n && (n == 0 || memcmp(s.s, cstr, n) == 0);
 }
 
+bool hn_profile_get(const hn_profile *p, const char *key, char *out, size_t cap) {
+    bool found = false;
+    for (uint32_t i = 0; i < p->n_kv; i++)
+        if (hn_str_eq(p->kv[i].key, key)) {
+            hn_str_copy(out, cap, p->kv[i].value);
+            found = true;
+        }
+    return found;
+}
+
+double hn_profile_num(const hn_profile *p, const char *key, double absent) {
+    char v[HN_MAX_VALUE + 1];
+    return hn_profile_get(p, key, v, sizeof v) ? strtod(v, NULL) : absent;
+}
+
 /* ---- message validity, shared by encoder and decoder ----
    The reader checks structure (lengths against what remains); this checks what the fields mean
    together. Returning the field and reason lets both sides word the error the same way. */

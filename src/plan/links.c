@@ -24,19 +24,12 @@ static bool hpl_peer_link(hc_probe_conn *pc, const char *b_addr, const hpl_clust
     hn_msg m = {.type = HN_MSG_LINK_PROBE};
     m.u.link_probe = (hn_link_probe){hn_cstr(b_addr), (uint32_t)HR_MAX(1, HR_MIN(p->n_pings, HN_MAX_PINGS)), p->probe_bytes};
     if (hc_probe_request(pc, &m, HN_MSG_PROFILE, p->timeout_ms, e)) return false;
-    double rtt = -1, gbps = -1;
-    for (uint32_t i = 0; i < m.u.profile.n_kv; i++) {
-        char k[HN_MAX_KEY + 1], v[HN_MAX_VALUE + 1];
-        hn_str_copy(k, sizeof k, m.u.profile.kv[i].key);
-        hn_str_copy(v, sizeof v, m.u.profile.kv[i].value);
-        if (!strcmp(k, "rtt_ms")) rtt = atof(v);
-        else if (!strcmp(k, "gbps")) gbps = atof(v);
-        else if (!strcmp(k, "error")) {
-            char esc[HN_MAX_VALUE * 4 + 1];
-            hr_fail(e, HR_ENET, "%s", hr_escape(esc, sizeof esc, v, strlen(v)));
-            return false;
-        }
+    char v[HN_MAX_VALUE + 1], esc[HN_MAX_VALUE * 4 + 1];
+    if (hn_profile_get(&m.u.profile, "error", v, sizeof v)) {
+        hr_fail(e, HR_ENET, "%s", hr_escape(esc, sizeof esc, v, strlen(v)));
+        return false;
     }
+    const double rtt = hn_profile_num(&m.u.profile, "rtt_ms", -1), gbps = hn_profile_num(&m.u.profile, "gbps", -1);
     if (!(rtt > 0 && rtt < 1e6 && gbps > 0 && gbps < 1e6)) {
         hr_fail(e, HR_EPROTO, "an answer without rtt_ms and gbps");
         return false;
