@@ -186,20 +186,12 @@ def predict_hand(run, bin_, model, ctx, addrs, plans, calls=3):
     return times
 
 
-def trim_cache(path, max_bytes):
-    """the head's own slices (`hearth run` has no --cache-max): all removed once they pass max_bytes; the
-    head cuts its share from the GGUF again when it needs it (before generation: not in the figure)"""
-    files = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
-    if sum(os.path.getsize(f) for f in files) > max_bytes:
-        for f in files:
-            os.unlink(f)
-
-
 def run_argv(bin_, model, args, plan, addrs, n_tokens):
     argv = [bin_, "run", "-m", model, "-p", args.prompt, "--temp", "0", "--ignore-eos", "-t", "1",
             "-c", str(args.ctx), "-n", str(n_tokens)]
     if plan["kind"] != "single":
-        argv += ["--workers", ",".join(addrs[d] for d in plan["devices"][1:])]
+        # the head's own slice cache under the workers' bound (its default would be twice the model)
+        argv += ["--workers", ",".join(addrs[d] for d in plan["devices"][1:]), "--cache-max", args.cache_max]
     return argv + plan["flags"]
 
 
@@ -264,7 +256,6 @@ def measure(args):
                     continue
                 cmd = run_argv(bin_, model, args, p, addrs, 2 if rnd == 0 else args.tokens)
                 p["command"] = " ".join(run_argv(bin_, model, args, p, addrs, args.tokens))
-                trim_cache(head_cache, 2 << 30)
                 drop_cache(model)
                 load = os.getloadavg()[0]
                 r = tp.sh(bed.cmd("d0", env + cmd), timeout=1800)
@@ -423,7 +414,7 @@ def write_svg(res, path):
 def main():
     ap = planner_args("sweep", __doc__, 9, 3)
     ap.add_argument("--plans", help="JSON list of extra hand-written plans (hybrids: see above)")
-    ap.add_argument("--cache-max", default="1500M", help="each worker's slice cache bound (the least recently used "
+    ap.add_argument("--cache-max", default="1500M", help="each worker's and the head's slice cache bound (the least recently used "
                     "slices are sent again: slower, the same figures)")
     ap.add_argument("--keep-caches", action="store_true", help="leave the devices' slice caches in --work")
     ap.add_argument("--report", metavar="RESULTS_JSON", help="re-render report.md and sweep.svg beside it")

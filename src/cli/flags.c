@@ -539,6 +539,12 @@ static const cli_flag flags[] = {
      "of its own; a slice file is never written into the disk's last 5%, at\n"
      "most 1 GiB: old ones are removed first, and if that is not enough the\n"
      "head is told)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--cache-max", "SIZE", F_FN, 0, 0, 0, fn_cache_max,
+     "with --workers: most the head's slice cache (--cache) may take, as a\n"
+     "worker's --cache-max: beyond it the least recently used slice files are\n"
+     "removed, never one in use (default: twice the model file, or half of what\n"
+     "the disk has free for the cache if that is less; and never the disk's\n"
+     "last 5%, at most 1 GiB)"},
     {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL,
      "name shown to heads (default: worker) and in announcements (default: the\nhost name)"},
     {CLI_WORKER, "--sessions", "N", F_LONG, AT(sessions), 1, 1 << 30, NULL,
@@ -870,7 +876,7 @@ int cli_check_cluster(const cli_command *c, const cli_opts *o) {
     const char *f = h->n_stages ? "--stages" : h->pp ? "--pp" : h->n_windows ? "--layer-windows"
                   : h->n_shares || h->shares_auto ? "--tp-shares"
                   : h->timings ? "--timings" : h->pp_micro > 1 ? "--pp-micro" : h->no_recover ? "--no-recover"
-                  : o->worker_timeout > 0 ? "--worker-timeout" : NULL;
+                  : o->worker_timeout > 0 ? "--worker-timeout" : o->cache_max ? "--cache-max" : NULL;
     return f ? cli_usage_error(c, "%s needs --workers", f) : 0;
 }
 

@@ -183,6 +183,8 @@ typedef struct hc_head_params {
     hc_place_fn place;       void *place_user;
     /* tensor parallel: the head's share, a slice file in its cache (docs/tensor-parallel.md) */
     const char  *cache_dir;  /* NULL: hc_default_cache_dir() */
+    uint64_t     cache_max;  /* bytes the head's slice cache may take, least recently used evicted beyond, as
+                                a worker's --cache-max (0: hc_cache_default_max) */
     bool         use_mmap;   /* run it from the file mapping (mem.h: hmem_load_weights) */
     bool         no_repack;  /* load it in the file's layout */
     bool         share_views;/* tests: compute on views of the model's mapping instead (no slice file) */

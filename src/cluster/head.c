@@ -37,6 +37,7 @@ struct hc_core {
     gguf_ctx  *sg;
     hm_model  *sm;
     uint64_t   slice_written;              /* bytes written into it by this head (0: reused) */
+    int        slice_hold;                 /* a shared flock on it while the head runs (hc_cache_hold; -1: none) */
     const hm_model *run;                   /* what the head computes with: sm, or m (pipeline, views) */
     hm_ctx    *ctx;
     hmem      *mem;                        /* the head's residency manager, or NULL */
@@ -517,6 +518,8 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
         if ((h->sg = gguf_open(h->slice_path, &e)) && (h->sm = hm_model_load(h->sg, &e)) &&
             (bad = hc_slice_file_check(h->sg, sl, ns)) < 0 && hc_slice_file_matches(h->sg, h->sm, &mt, sl, ns, why, sizeof why)) {
             HR_LOGI("tp: head: its share (%.1f MiB) from %s", bytes / 1048576.0, h->slice_path);
+            hc_cache_touch(h->slice_path);   /* a use: the least recently used files are evicted first */
+            h->slice_hold = hc_cache_hold(h->slice_path);
             goto done;
         }
         if (bad >= 0) snprintf(why, sizeof why, "'%s' differs", sl[bad].name);
@@ -527,6 +530,19 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
         h->sg = NULL;
         unlink(h->slice_path);
     }
+    /* the cache's bound, as a worker's (--cache-max; by default twice the model, at most half the disk's room) */
+    const uint64_t cap = h->p.cache_max ? h->p.cache_max : hc_cache_default_max(cache, gguf_file_size(h->m->gguf));
+    const char *self = h->slice_path;
+    uint64_t evicted = 0;
+    if ((rc = hc_cache_make_room(cache, hc_slice_file_bytes(sl, ns), cap, &self, 1, &evicted, &e))) {
+        rc = hr_fail(err, rc, "the head's slice file (its share; --cache DIR puts it elsewhere): %s%s", e.msg,
+                     h->p.cache_max ? "" : " — the head's default bound, twice the model file or half of what its "
+                     "disk has free (--cache-max SIZE sets another)");
+        goto done;
+    }
+    if (evicted)
+        HR_LOGI("tp: head: evicted %.1f MiB of least recently used slice files to stay under %.1f MiB",
+                evicted / 1048576.0, cap / 1048576.0);
     int64_t t0 = hr_time_ns();
     if (max && !(buf = malloc((size_t)max))) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
     if ((rc = hc_slice_file_write(h->slice_path, &mt, sl, ns, hc_own_bytes, &(hc_own_src){sl, buf}, &e))) {
@@ -536,6 +552,7 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
     h->slice_written = bytes;
     HR_LOGI("tp: head: wrote its share (%.1f MiB) to %s in %.2f s", bytes / 1048576.0, h->slice_path,
             (hr_time_ns() - t0) * 1e-9);
+    h->slice_hold = hc_cache_hold(h->slice_path);
     if (!(h->sg = gguf_open(h->slice_path, &e)) || !(h->sm = hm_model_load(h->sg, &e)))
         rc = hr_fail(err, e.code, "%s: %s", h->slice_path, e.msg);
     else if (!hc_slice_file_matches(h->sg, h->sm, &mt, sl, ns, why, sizeof why))
@@ -556,6 +573,7 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     h->m = m;
     h->p = *p;
     h->group = 1;
+    h->slice_hold = -1;
     h->timeout_auto = h->p.timeout_ms <= 0;
     if (h->timeout_auto) h->p.timeout_ms = HC_SETUP_DEADLINE_MS;
     if (h->p.bench_ms <= 0) h->p.bench_ms = 300;
@@ -1322,6 +1340,7 @@ void hc_core_free(hc_core *h) {
     hmem_free(h->mem);
     hm_model_free(h->sm);
     gguf_close(h->sg);
+    if (h->slice_hold >= 0) close(h->slice_hold);   /* the slice file may be evicted from now on */
     hr_free_aligned(h->x);
     hr_free_aligned(h->y);
     free(h->order.order[0]);

@@ -523,7 +523,8 @@ int hpl_plan_given(const hpl_cluster *c, const hpl_model *pm, const hm_model *m,
                 /* given, else hc_pp_plan_make's default: one round, each stage's layers one window */
                 if (hp->n_windows) out->window[s] = hp->layer_windows[s];
                 else
-                    for (int w = 0; w < l->pp.n_win[s]; w++) out->window[s] += l->pp.win[s][w].end - l->pp.win[s][w].begin;
+                    for (int w = 0; w < l->pp.n_win[s]; w++)
+                        out->window[s] += l->pp.win[s][w].end - l->pp.win[s][w].begin;
             }
         }
         rc = hpl_cost(c, pm, n_prompt, out, err);
