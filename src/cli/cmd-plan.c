@@ -32,9 +32,13 @@ static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
     json_object_set_new(o, "kind", json_string(hpl_kind_name(p->kind)));
     for (int i = 0; i < p->n; i++) json_array_append_new(devs, json_integer(p->dev[i]));
     json_object_set_new(o, "devices", devs);
-    /* hybrid: shares of the head's group (its first `group` devices), windows per stage */
+    /* hybrid: the group's stage and size (its devices devices[group_stage..group_stage + group), with
+       their shares), windows per stage */
     const bool hy = p->kind == HPL_HYBRID;
-    if (hy) json_object_set_new(o, "group", json_integer(p->group));
+    if (hy) {
+        json_object_set_new(o, "group", json_integer(p->group));
+        json_object_set_new(o, "group_stage", json_integer(p->gstage));
+    }
     if (p->kind == HPL_TP) /* the lossy all-reduce is TP with a flag, not a kind of its own */
         json_object_set_new(o, "lossy", json_boolean(p->lossy));
     if (p->kind == HPL_TP || hy) {
