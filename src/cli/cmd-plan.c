@@ -186,8 +186,9 @@ const cli_command cli_plan = {
     "Profiles this device (cached) and every worker (each measures itself; cached there), measures the\n"
     "links to the workers, then predicts, for every candidate plan — one device; tensor parallel over\n"
     "the head and each set of workers (shares by min-max); a piped-ring pipeline over them (windows\n"
-    "and trips by an ILP); hybrid plans, whose first stage is the head and its workers of the fastest\n"
-    "links as a tensor-parallel group (the same ILP, the group as one device) — decode ms/token,\n"
+    "and trips by an ILP); hybrid plans, one of whose stages is a tensor-parallel group — the head and\n"
+    "its workers of the fastest links, or the two workers with the fastest link between them (the same\n"
+    "ILP, the group as one device) — decode ms/token,\n"
     "prefill time and each device's memory, and names the fastest. `hearth run --workers ...` without\n"
     "plan flags runs that plan. docs/planner.md.",
     .check = plan_check, .run = plan_run};
