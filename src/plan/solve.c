@@ -278,7 +278,14 @@ int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl
     if (p->kind != HPL_HYBRID || g < 2 || ns < 2 || gs < 0 || gs >= ns)
         return hr_fail(err, HR_EINVAL, "hybrid: a group at one of the stages, and another stage");
     hpl_cluster *v = malloc(sizeof *v);
-    if (!v) return hr_fail(err, HR_ENOMEM, "out of memory");
+    /* the group's shares depend only on how many layers it gets, which many trip counts share: solved
+       once per count (the min-max is most of a hybrid candidate's time) */
+    struct { bool done; double x[HPL_MAX_DEVICES]; } *memo = calloc((size_t)m->n_layer + 1, sizeof *memo);
+    if (!v || !memo) {
+        free(v);
+        free(memo);
+        return hr_fail(err, HR_ENOMEM, "out of memory");
+    }
     hpl_plan pv, best = *p;
     best.feasible = false;
     char why[256] = "";
@@ -301,14 +308,20 @@ int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl
         tg.kind = HPL_TP;
         tg.n = g;
         memcpy(tg.dev, p->dev + gs, sizeof tg.dev[0] * (size_t)g);
-        if (ms.n_layer == 0 || hpl_solve_tp(c, &ms, &tg, &e))
-            for (int i = 0; i < g; i++) tg.share[i] = 1.0 / g;
-        memcpy(h.share, tg.share, sizeof h.share[0] * (size_t)g);
+        const int nl = HR_MAX(0, HR_MIN(ms.n_layer, m->n_layer));
+        if (!memo[nl].done) {
+            if (ms.n_layer == 0 || hpl_solve_tp(c, &ms, &tg, &e))
+                for (int i = 0; i < g; i++) tg.share[i] = 1.0 / g;
+            memcpy(memo[nl].x, tg.share, sizeof tg.share[0] * (size_t)g);
+            memo[nl].done = true;
+        }
+        memcpy(h.share, memo[nl].x, sizeof h.share[0] * (size_t)g);
         if ((rc = hpl_cost(c, m, n_prompt, &h, err))) break;
         if (!h.feasible && !why[0]) snprintf(why, sizeof why, "%s", h.why);
         if (h.feasible && (!best.feasible || h.ms_per_token < best.ms_per_token)) best = h;
     }
     free(v);
+    free(memo);
     if (rc) return rc;
     *p = best;
     if (!best.feasible) {
