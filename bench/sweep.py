@@ -7,7 +7,11 @@ plans, on a testbed profile (issue 26): per scenario
      --layer-windows sets, trip counts; --plans FILE adds more, e.g. hybrids with --stages; the
      planner's hybrid candidates run as bench/plan.py runs them) is run with `hearth run` and its
      decode ms/token measured;
-  3. report.md: predicted vs measured for the candidates (median and largest absolute error), the
+  3. the planner's prediction for every hand-written plan: `hearth plan --json` with its flags over its
+     devices (from the profiles cached in step 1; the median of 3 calls, each measuring the links again;
+     docs/planner.md, "A given plan");
+  4. report.md: predicted vs measured for the candidates and, apart, the hand-written plans (median and
+     largest absolute error), the
      chosen plan's measured ms/token over the best of the whole sweep, and sweep.svg: every plan's
      measured ms/token (min-max whiskers, the prediction where there is one), the chosen plan marked.
 
@@ -138,20 +142,56 @@ def cand_plan(i, c, chosen):
     return e
 
 
-def trim_cache(path, max_bytes):
-    """the head's own slices (`hearth run` has no --cache-max): all removed once they pass max_bytes; the
-    head cuts its share from the GGUF again when it needs it (before generation: not in the figure)"""
-    files = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
-    if sum(os.path.getsize(f) for f in files) > max_bytes:
-        for f in files:
-            os.unlink(f)
+def predict_hand(run, bin_, model, ctx, addrs, plans, calls=3):
+    """the planner's prediction for every hand-written plan: `hearth plan --json` over its devices' workers
+    with its flags (docs/planner.md, "A given plan"), from the profile caches the first call filled. Each
+    call measures the links again, which on a loaded machine now and then gives one slow RTT or a burst of
+    loss (on this dev machine's loopback: 0.01-0.03 ms most calls, 4-6 ms now and then, once 3.6% loss, a
+    126 ms prediction): the median of `calls` calls. run(argv) ->
+    CompletedProcess. Sets predicted_ms_per_token (None where the plan does not fit or is refused:
+    predict_error says why), given_split (compute / network / blocked ms of the median call), predict_runs
+    and predict_s (seconds per call); returns the seconds of every call."""
+    times = []
+    for h in plans:
+        if len(h["devices"]) < 2:   # one device: no workers, so no plan flags to cost
+            continue
+        argv = [bin_, "plan", "-m", model, "--workers", ",".join(addrs[d] for d in h["devices"][1:]), "-t", "1",
+                "-c", str(ctx), "--json"] + h["flags"]
+        given = []
+        for _ in range(calls):
+            t0 = time.time()
+            r = run(argv)
+            times.append(time.time() - t0)
+            try:
+                given.append(json.loads(r.stdout)["given_plan"])
+            except (ValueError, KeyError):
+                h["predict_error"] = r.stderr.strip()[-400:] or "no given_plan in hearth plan's output"
+                break
+        h["predict_s"] = times[-1]
+        h["predicted_ms_per_token"] = None
+        if len(given) < calls:
+            log(f"{h['label']}: no prediction ({h['predict_error'][-200:]})")
+            continue
+        if not all(g["feasible"] for g in given):
+            h["predict_error"] = "does not fit: " + next(g.get("why", "") for g in given if not g["feasible"])
+            log(f"{h['label']}: no prediction ({h['predict_error'][-200:]})")
+            continue
+        given.sort(key=lambda g: g["predicted_ms_per_token"])
+        g = given[len(given) // 2]
+        h["predict_runs"] = [x["predicted_ms_per_token"] for x in given]
+        h["predicted_ms_per_token"] = g["predicted_ms_per_token"]
+        h["given_split"] = [g["compute_ms"], g["network_ms"], g["blocked_ms"]]
+        log(f"{h['label']}: predicted {g['predicted_ms_per_token']:.1f} ms/token (of "
+            + ", ".join(f"{x:.1f}" for x in h["predict_runs"]) + f"; {h['predict_s']:.2f} s a call)")
+    return times
 
 
 def run_argv(bin_, model, args, plan, addrs, n_tokens):
     argv = [bin_, "run", "-m", model, "-p", args.prompt, "--temp", "0", "--ignore-eos", "-t", "1",
             "-c", str(args.ctx), "-n", str(n_tokens)]
     if plan["kind"] != "single":
-        argv += ["--workers", ",".join(addrs[d] for d in plan["devices"][1:])]
+        # the head's own slice cache under the workers' bound (its default would be twice the model)
+        argv += ["--workers", ",".join(addrs[d] for d in plan["devices"][1:]), "--cache-max", args.cache_max]
     return argv + plan["flags"]
 
 
@@ -199,6 +239,15 @@ def measure(args):
             seen.add(key)
             plans.append(dict(h, hand=True))
         res["plans"] = plans
+        # the planner's prediction for the hand-written plans too (d0's profile from the cache the first call
+        # wrote under head_cache, the workers' from theirs)
+        times = predict_hand(lambda a: tp.sh(bed.cmd("d0", env + a), timeout=300), bin_, model, args.ctx, addrs,
+                             [p for p in plans if p.get("hand")])
+        res["hand_predict_s"] = times
+        if times and max(times) > 1:
+            log(f"hearth plan for a hand-written plan took up to {max(times):.1f} s (the profile caches should make it "
+                "well under 1 s)")
+        tp.save(res, args.out)
         for rnd in range(args.repeats + 1):
             # even rounds run the plans in reverse: the machine's load drifts within a round (home4's first
             # run: 7-8 when the candidates ran, 4 for the hand-written plans after them)
@@ -207,7 +256,6 @@ def measure(args):
                     continue
                 cmd = run_argv(bin_, model, args, p, addrs, 2 if rnd == 0 else args.tokens)
                 p["command"] = " ".join(run_argv(bin_, model, args, p, addrs, args.tokens))
-                trim_cache(head_cache, 2 << 30)
                 drop_cache(model)
                 load = os.getloadavg()[0]
                 r = tp.sh(bed.cmd("d0", env + cmd), timeout=1800)
@@ -240,12 +288,13 @@ def measure(args):
 def stats(res):
     """the issue's figures: errors over the measured candidates, the chosen plan over the best"""
     meas = [p for p in res["plans"] if p.get("measured_ms_per_token")]
-    errs = [abs(p["predicted_ms_per_token"] - p["measured_ms_per_token"]) / p["measured_ms_per_token"] * 100
-            for p in meas if p.get("predicted_ms_per_token")]
+    err = lambda p: abs(p["predicted_ms_per_token"] - p["measured_ms_per_token"]) / p["measured_ms_per_token"] * 100  # noqa: E731
+    errs = [err(p) for p in meas if p.get("predicted_ms_per_token") and not p.get("hand")]
+    errs_hand = [err(p) for p in meas if p.get("predicted_ms_per_token") and p.get("hand")]
     best = min(meas, key=lambda p: p["measured_ms_per_token"]) if meas else None
     chosen = next((p for p in meas if p.get("chosen")), None)
     loads = [x for p in meas for x in p.get("loadavg", [])]
-    return {"errs": errs, "best": best, "chosen": chosen, "n_hand": sum(1 for p in meas if p.get("hand")),
+    return {"errs": errs, "errs_hand": errs_hand, "best": best, "chosen": chosen, "n_hand": sum(1 for p in meas if p.get("hand")),
             "n_cand": sum(1 for p in meas if "candidate" in p), "loads": loads,
             "ratio": chosen["measured_ms_per_token"] / best["measured_ms_per_token"] if chosen and best else None}
 
@@ -285,12 +334,20 @@ def report(res, path):
              else "failed: " + p.get("error", "not run").replace("\n", " ").replace("|", "/")[-160:])
         b = "**" if p.get("chosen") else ""
         c = cands.get(p.get("candidate"))
-        split = f" ({c['compute_ms']:.0f} / {c['network_ms']:.0f} / {c['blocked_ms']:.0f})" if c else ""
+        sp = [c["compute_ms"], c["network_ms"], c["blocked_ms"]] if c else p.get("given_split")
+        split = f" ({sp[0]:.0f} / {sp[1]:.0f} / {sp[2]:.0f})" if sp and pred else ""
+        if pred is None and p.get("predict_error"):
+            split = " (" + p["predict_error"].replace("\n", " ").replace("|", "/")[:120] + ")"
         L.append(f"| {b}{short_label(p, info['n_layer'])}{b} | {src} | {'–' if pred is None else f'{pred:.1f}'}{split} | {m} | {err} |")
     L.append("")
     if s["errs"]:
         L.append(f"Prediction error over {len(s['errs'])} measured candidates: median {statistics.median(s['errs']):.0f}%, "
                  f"largest {max(s['errs']):.0f}% (goal: median ≤ 15%, none > 35%).")
+    if s["errs_hand"]:
+        t = res.get("hand_predict_s") or [0]
+        L.append(f"Prediction error over {len(s['errs_hand'])} measured hand-written plans (`hearth plan --json` with "
+                 f"their flags, {statistics.median(t):.2f} s per call, at most {max(t):.2f} s): median "
+                 f"{statistics.median(s['errs_hand']):.0f}%, largest {max(s['errs_hand']):.0f}%.")
     if s["ratio"]:
         L.append(f"Chosen plan ({short_label(s['chosen'], info['n_layer'])}) measured {s['chosen']['measured_ms_per_token']:.1f} ms/token; "
                  f"best of the sweep ({s['n_cand']} candidates + {s['n_hand']} hand-written plans): "
@@ -357,7 +414,7 @@ def write_svg(res, path):
 def main():
     ap = planner_args("sweep", __doc__, 9, 3)
     ap.add_argument("--plans", help="JSON list of extra hand-written plans (hybrids: see above)")
-    ap.add_argument("--cache-max", default="1500M", help="each worker's slice cache bound (the least recently used "
+    ap.add_argument("--cache-max", default="1500M", help="each worker's and the head's slice cache bound (the least recently used "
                     "slices are sent again: slower, the same figures)")
     ap.add_argument("--keep-caches", action="store_true", help="leave the devices' slice caches in --work")
     ap.add_argument("--report", metavar="RESULTS_JSON", help="re-render report.md and sweep.svg beside it")

@@ -1,7 +1,9 @@
 // modules: base
 /* test-base: the thread pool's streaming read (hr_pool_read, the roofline of hearth bench
  * --roofline): every byte of every span read once, whatever the spans' lengths and alignment and
- * however many threads split them; hr_escape, which makes a peer's text safe to print. */
+ * however many threads split them; hr_escape, which makes a peer's text safe to print; hr_median;
+ * hr_cache_evict (the profiler's, src/plan: evicting leaves the bytes as they were, odd ends included);
+ * hr_cpu_time_ns moves with work done. */
 #include "test.h"
 
 #include "base/pool.h"
@@ -58,9 +60,38 @@ static void test_escape(void) {
     CHECK(small[0] == 0);
 }
 
+static void test_median_evict_cpu(void) {
+    double v[] = {5, 1, 4, 2, 3}, w[] = {2, 1}, one[] = {7};
+    CHECK(hr_median(v, 5) == 3 && v[0] == 1 && v[4] == 5); /* sorted in place */
+    CHECK(hr_median(w, 2) == 2);                          /* the upper of two */
+    CHECK(hr_median(one, 1) == 7 && hr_median(one, 0) == 0);
+    size_t n = (1u << 20) + 37;
+    uint8_t *buf = malloc(n);
+    CHECK(buf != NULL);
+    if (!buf) return;
+    uint64_t want = 0;
+    for (size_t i = 0; i < n; i++) want += buf[i] = (uint8_t)(i * 131 + 7);
+    bool done = hr_cache_evict(buf + 3, n - 3); /* unaligned start, odd length */
+#if defined(__x86_64__) || defined(__aarch64__)
+    CHECK(done);
+#else
+    (void)done;
+#endif
+    uint64_t got = 0;
+    for (size_t i = 0; i < n; i++) got += buf[i];
+    CHECK(got == want);
+    int64_t c0 = hr_cpu_time_ns();
+    volatile uint64_t spin = 0;
+    int64_t t0 = hr_time_ns();
+    while (hr_cpu_time_ns() - c0 < 2000000 && hr_time_ns() - t0 < 10000000000LL) spin++; /* a loaded machine: wait */
+    CHECKF(hr_cpu_time_ns() - c0 >= 2000000, "10 s of spinning counted %.1f ms of CPU", (hr_cpu_time_ns() - c0) / 1e6);
+    free(buf);
+}
+
 int main(void) {
     hr_init();
     test_pool_read();
     test_escape();
+    test_median_evict_cpu();
     return test_summary();
 }

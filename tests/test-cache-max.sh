@@ -4,6 +4,9 @@
 #   recently used), the cache stays under the bound, and every run gives the one-device text; the
 #   first plan again re-sends its share.
 # - `--cache-max` below one share: the head fails with the worker's reason, and no file is left.
+# - The head's own slice cache (`run --cache-max`): a bound that holds one share evicts the older one;
+#   a bound below its share is a clear error and leaves nothing; the default stays within twice the model
+#   file; --cache-max without --workers is a usage error.
 # - A cache on a small tmpfs that is nearly full (root only; skipped otherwise): the head fails
 #   saying there is no room on the disk, no half-written file is left, and once there is room again
 #   the same worker serves the plan.
@@ -47,6 +50,34 @@ fi
 [[ -z "$(files "$TMP/c2" | grep '\.gguf')" ]] && ok || bad "files left in the cache: $(files "$TMP/c2")"
 stop_worker 2
 
+# ---- the head's own slice cache (run --cache DIR --cache-max SIZE): the same bound --------------------
+# stories260K: the head's share is 0.5-0.9 MiB for these shares; 1200K holds one of them, never two
+start_worker 4
+hfiles() { files "$TMP/hc" | grep -c '\.gguf$'; }
+check_same "$M" "$(workers 4)" --tp-shares 1,1 --cache "$TMP/hc" --cache-max 1200K
+check_same "$M" "$(workers 4)" --tp-shares 1,3 --cache "$TMP/hc" --cache-max 1200K
+[[ $(hfiles) -eq 1 && $(bytes "$TMP/hc") -le $((1200 * 1024)) ]] && ok ||
+    bad "the head's cache holds $(hfiles) files, $(bytes "$TMP/hc") bytes, over 1200K"
+grep -q "slice cache: evicted $TMP/hc/" "$TMP/cl.err" && grep -q "tp: head: evicted" "$TMP/cl.err" && ok ||
+    bad "the head did not log the eviction: $(grep -i evict "$TMP/cl.err")"
+# a bound below the head's share: a clear error, nothing written
+if run -m "$M" --workers "$(workers 4)" --tp-shares 1,2 --cache "$TMP/hc2" --cache-max 100K > /dev/null 2> "$TMP/e.err"; then
+    bad "a head share over --cache-max was accepted"
+else
+    grep -q "the head's slice file .*more than the cache may hold (--cache-max 100.0 KiB)$" "$TMP/e.err" && ok ||
+        bad "no clear error for a head share over --cache-max: $(tail -2 "$TMP/e.err")"
+fi
+[[ -z "$(files "$TMP/hc2" | grep '\.gguf')" ]] && ok || bad "files left in the head's cache: $(files "$TMP/hc2")"
+# the default bound: twice the model file (the disk here has far more room); five shares of 0.5-0.9 MiB
+# would take more than that, so the oldest go
+for s in 1,1 1,3 3,1 2,1 1,2; do check_same "$M" "$(workers 4)" --tp-shares $s --cache "$TMP/hc3"; done
+model_bytes=$(stat -c %s "$M")
+[[ $(bytes "$TMP/hc3") -le $((2 * model_bytes)) && $(files "$TMP/hc3" | grep -c '\.gguf$') -ge 2 ]] && ok ||
+    bad "the head's default bound: $(bytes "$TMP/hc3") bytes in $(files "$TMP/hc3" | wc -l) files, model $model_bytes"
+"$BIN" run -m "$M" -p hi -n 1 --cache-max 1M > /dev/null 2> "$TMP/u.err"
+[[ $? -eq 2 ]] && grep -q -- "--cache-max needs --workers" "$TMP/u.err" && ok || bad "run --cache-max without --workers"
+stop_worker 4
+
 # a nearly full disk: a 4 MiB tmpfs (0.2 MiB margin) with 3.5 MiB taken
 mkdir -p "$TMP/small"
 if [[ $(id -u) -eq 0 ]] && mount -t tmpfs -o size=4m tmpfs "$TMP/small" 2> /dev/null; then
@@ -64,8 +95,16 @@ if [[ $(id -u) -eq 0 ]] && mount -t tmpfs -o size=4m tmpfs "$TMP/small" 2> /dev/
             bad "no clear error for a full disk: $(tail -2 "$TMP/d.err")"
     fi
     [[ "$(files "$TMP/small/c")" == "" ]] && ok || bad "a full disk left files: $(files "$TMP/small/c")"
+    # the head's cache on that disk, default bound: half of (0.5 MiB free - 0.2 MiB margin), below its share
+    if run -m "$M" --workers "$(workers 3)" --tp-shares 1,2 --cache "$TMP/small/hc" > /dev/null 2> "$TMP/d.err"; then
+        bad "a head share over half the disk's room was accepted"
+    else
+        grep -q "the head's slice file .*more than the cache may hold .*the head's default bound" "$TMP/d.err" && ok ||
+            bad "no clear error for the head's default bound on a full disk: $(tail -2 "$TMP/d.err")"
+    fi
     rm "$TMP/small/filler"
     check_same "$M" "$(workers 3)" --tp-shares equal
+    check_same "$M" "$(workers 3)" --tp-shares 1,2 --cache "$TMP/small/hc"
     stop_worker 3
     umount "$TMP/small"
 else

@@ -120,6 +120,88 @@ then ok; else bad "keyed loss probe: $(tail -2 "$TMP/plan-key.err")"; fi
 "$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 1)" -t 1 > "$TMP/plan.txt" 2>&1 || bad "plan (text) failed"
 if grep -q "^chosen: " "$TMP/plan.txt" && grep -q "single device" "$TMP/plan.txt"; then ok; else bad "plan text: $(cat "$TMP/plan.txt")"; fi
 
+# ---- a given plan (docs/planner.md, "A given plan") ----------------------------------------------------------
+# the planner's own candidates over all three devices, given back as `hearth run`'s flags: in the same
+# call (the same measured cluster) the given plan's prediction must equal that candidate's, an
+# independent check that the flags are read into the plan the candidate describes
+M=$S/stories260K.gguf
+: > "$TMP/twins"
+"$BIN" plan -m "$M" --workers "$(workers 1 2)" -t 1 --json > "$TMP/g0.json" 2> "$TMP/g0.err" || bad "plan: $(tail -2 "$TMP/g0.err")"
+python3 - "$TMP/g0.json" > "$TMP/given.txt" << 'PY'
+import json, sys
+for c in json.load(open(sys.argv[1]))["candidates"]:
+    if c["devices"] != [0, 1, 2] or not c["feasible"]: continue
+    num = lambda xs: ",".join(repr(x) for x in xs)
+    if c["kind"] == "tp": print(("--lossy " if c["lossy"] else "") + "--tp-shares " + num(c["shares"]))
+    elif c["kind"] == "pp": print("--pp --layer-windows " + num(c["windows"]))
+    elif c["kind"] == "hybrid":   # devices[group_stage..group_stage + group) are the group, the rest a stage each
+        s, g = c["group_stage"], c["group"]
+        stages = [[d] for d in range(s)] + [list(range(s, s + g))] + [[d] for d in range(s + g, 3)]
+        print("--stages %s --tp-shares %s --layer-windows %s" % (",".join("+".join(map(str, x)) for x in stages),
+                                                                   num(c["shares"]), num(c["windows"])))
+PY
+[[ $(grep -c -- '--tp-shares' "$TMP/given.txt") -ge 2 && $(grep -c -- '--pp' "$TMP/given.txt") -ge 1 ]] || \
+    bad "not enough candidates over 3 devices to give back: $(cat "$TMP/given.txt")"
+while read -r flags; do
+    # shellcheck disable=SC2086
+    if "$BIN" plan -m "$M" --workers "$(workers 1 2)" -t 1 --json $flags > "$TMP/g.json" 2> "$TMP/g.err" &&
+        python3 - "$TMP/g.json" $flags >> "$TMP/twins" << 'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+g = j["given_plan"]
+assert g["source"] == "user" and g["given"] and g["feasible"], g
+same = lambda a, b: len(a) == len(b) and all(abs(x - y) <= 1e-9 * max(1, abs(x)) for x, y in zip(a, b))
+# the plan costed is the one the flags give: their shares (normalised) and windows
+flags = sys.argv[2:]
+if "--tp-shares" in flags:
+    w = [float(x) for x in flags[flags.index("--tp-shares") + 1].split(",")]
+    assert same(g["shares"], [x / sum(w) for x in w]), (flags, g)
+if "--layer-windows" in flags:
+    assert g["windows"] == [int(x) for x in flags[flags.index("--layer-windows") + 1].split(",")], (flags, g)
+assert g["lossy" if g["kind"] == "tp" else "kind"] == ("--lossy" in flags if g["kind"] == "tp" else g["kind"])
+keys = ("shares", "windows", "lossy", "group", "group_stage")
+match = [c for c in j["candidates"] if c["kind"] == g["kind"] and c["devices"] == g["devices"] and c["feasible"] and
+         all(same(c[k], g[k]) if isinstance(g.get(k), list) else c.get(k) == g.get(k) for k in keys)]
+# the candidates come from this call's measurements: the ILP may choose other windows than in the first
+# call, so a pipeline without its twin here is not a failure (min-max shares depend on the cached
+# profiles only: a TP plan has its twin); a twin must agree
+assert match or g["kind"] != "tp", g
+for c in match:
+    assert abs(c["predicted_ms_per_token"] - g["predicted_ms_per_token"]) <= 1e-9 * c["predicted_ms_per_token"], (c, g)
+    assert abs(c["predicted_prefill_ms"] - g["predicted_prefill_ms"]) <= 1e-9 * c["predicted_prefill_ms"], (c, g)
+ch = j["candidates"][j["chosen"]]
+assert abs(g["ratio_to_chosen"] - g["predicted_ms_per_token"] / ch["predicted_ms_per_token"]) < 1e-9, g
+print(len(match))
+PY
+    then ok; else bad "given plan $flags: $(tail -2 "$TMP/g.err") $(head -c 400 "$TMP/g.json")"; fi
+done < "$TMP/given.txt"
+# the check above is not empty: most given plans found their twin (the TP ones always: min-max shares
+# depend on the cached profiles only)
+if [[ $(( $(paste -sd+ "$TMP/twins") )) -ge 2 ]]; then ok; else bad "given plans without a twin: $(cat "$TMP/twins")"; fi
+# the text table: a row marked g and the comparison line
+"$BIN" plan -m "$M" --workers "$(workers 1 2)" -t 1 --tp-shares 1,2,1 > "$TMP/g.txt" 2>&1
+if grep -q "^g -   tp over 3 devices (0,1,2), shares 0.250,0.500,0.250" "$TMP/g.txt" &&
+    grep -q "^given (g): .* ms/token predicted, .*x the chosen plan's" "$TMP/g.txt"; then ok
+else bad "plan --tp-shares (text): $(tail -4 "$TMP/g.txt")"; fi
+# bad plan flags: the errors `hearth run` gives, word for word, and a failure
+for flags in "--tp-shares 1,2" "--layer-windows 2,2,1" "--stages 0,1" "--pp --layer-windows 5,0,0" "--pp --tp-shares 1,1,1" \
+             "--stages 0+1,2 --tp-shares 1,1,1" "--lossy --pp"; do
+    # shellcheck disable=SC2086
+    "$BIN" plan -m "$M" --workers "$(workers 1 2)" -t 1 $flags > /dev/null 2> "$TMP/gb.err"
+    rc=$?
+    # shellcheck disable=SC2086
+    "$BIN" run -m "$M" --workers "$(workers 1 2)" -t 1 -n 1 -p hi $flags > /dev/null 2> "$TMP/rb.err"
+    want=$(grep '^hearth run: ' "$TMP/rb.err" | sed 's/^hearth run: //')
+    if [[ $rc -ne 0 && -n $want ]] && grep -qxF "hearth plan: $want" "$TMP/gb.err"; then ok
+    else bad "plan $flags: rc $rc, '$(cat "$TMP/gb.err")', run said '$want'"; fi
+done
+# a given plan that does not fit its devices' memory: shown, and a failure naming it
+"$BIN" plan -m "$M" --workers "$(workers 1 2)" -t 1 --pp --layer-windows 3,1,1 --mem-budget 1M > "$TMP/gm.txt" 2> "$TMP/gm.err"
+if [[ $? -ne 0 ]] && grep -q "hearth plan: the given plan does not fit: head .*budget 1 MiB" "$TMP/gm.err"; then ok
+else bad "plan with a given plan that does not fit: $(cat "$TMP/gm.err")"; fi
+"$BIN" plan -m "$M" --tp-shares 1,1 > /dev/null 2> "$TMP/u.err"
+if [[ $? -eq 2 ]] && grep -q -- "--tp-shares needs --workers" "$TMP/u.err"; then ok; else bad "plan --tp-shares without --workers"; fi
+
 # --no-cache: every device measures again (the workers too; here one after the other)
 "$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 1)" -t 1 --no-cache --profile-serial --json > "$TMP/plan2.json" 2> /dev/null || bad "plan --no-cache"
 if python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['devices']; assert not d[0]['cached'] and not d[1]['cached']" \

@@ -11,6 +11,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 static const char *const hr_err_names[HR_ERR_COUNT] = {
     "ok", "invalid argument", "I/O error", "out of memory", "malformed input", "unsupported",
@@ -86,6 +89,61 @@ int64_t hr_time_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int hr_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double hr_median(double *v, int n) {
+    if (n < 1) return 0;
+    qsort(v, (size_t)n, sizeof v[0], hr_cmp_double);
+    return v[n / 2];
+}
+
+int64_t hr_cpu_time_ns(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts)) return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+/* clflushopt where the CPU has it (CPUID.7.0:EBX bit 23): unordered, ~50x faster than clflush, whose
+   serialised flushes took 90 ms for 32 MiB in a VM here */
+__attribute__((target("clflushopt"))) static void hr_evict_opt(const char *c, const char *e) {
+    for (; c < e; c += 64) __builtin_ia32_clflushopt(c);
+    __builtin_ia32_sfence();
+}
+#endif
+
+bool hr_cache_evict(const void *p, size_t n) {
+#if defined(__x86_64__) || defined(__i386__)
+    static int opt = -1;
+    if (opt < 0) {
+        unsigned a, b = 0, c, d;
+        opt = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 23 & 1);
+    }
+    const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63), *e = (const char *)p + n;
+    if (opt) hr_evict_opt(c, e);
+    else {
+        for (; c < e; c += 64) __builtin_ia32_clflush(c);
+        __builtin_ia32_mfence();
+    }
+    return true;
+#elif defined(__aarch64__)
+    uint64_t ctr;
+    __asm__ __volatile__("mrs %0, ctr_el0" : "=r"(ctr));
+    const uintptr_t line = (uintptr_t)4 << ((ctr >> 16) & 0xf); /* DminLine: log2 of words */
+    for (uintptr_t c = (uintptr_t)p & ~(line - 1), e = (uintptr_t)p + n; c < e; c += line)
+        __asm__ __volatile__("dc civac, %0" : : "r"(c) : "memory");
+    __asm__ __volatile__("dsb ish" : : : "memory");
+    return true;
+#else
+    (void)p;
+    (void)n;
+    return false;
+#endif
 }
 
 void *hr_alloc_aligned(size_t size, size_t align) {

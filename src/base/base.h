@@ -70,11 +70,15 @@ void hr_abort(const char *file, int line, const char *expr) __attribute__((noret
 /* ---- time ---------------------------------------------------------------------------------------- */
 int64_t hr_time_ns(void);          /* monotonic */
 static inline double hr_time_s(void) { return (double)hr_time_ns() * 1e-9; }
+int64_t hr_cpu_time_ns(void);      /* CPU time of the whole process (all threads): excludes CFS throttling */
 
 /* ---- memory -------------------------------------------------------------------------------------- */
 void *hr_alloc_aligned(size_t size, size_t align); /* zeroed; NULL on failure; free with hr_free_aligned */
 void  hr_free_aligned(void *p);
 int   hr_physical_cores(void);     /* cores (not SMT threads) usable by this process; >= 1 */
+/* writes back and evicts [p, p+n) from every cache level (clflush on x86, dc civac on arm64), so the
+   next read comes from memory; false where the architecture has no such instruction (nothing done) */
+bool  hr_cache_evict(const void *p, size_t n);
 
 /* ---- half precision ------------------------------------------------------------------------------ */
 typedef uint16_t hr_fp16;  /* IEEE binary16 bits */
@@ -121,6 +125,7 @@ void hr_init(void);
 #define HR_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define HR_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define HR_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+double hr_median(double *v, int n); /* sorts v[0..n) in place; the middle value (upper of two); 0 when n < 1 */
 static inline size_t hr_pad(size_t x, size_t n) { return (x + n - 1) / n * n; }
 
 /* Parses sizes like "300M", "1.5G", "4096" (bytes; K/M/G/T are powers of 1024). -1 on error. */

@@ -225,6 +225,31 @@ static int ppl_sim_setup(ppl_run *r, cli_opts *o, hr_err *err) {
 
 /* ---- the command ---------------------------------------------------------------------------------------- */
 
+/* --workers --lossy: what the lossy all-reduce lost over the run, the counters `hearth run` gives with
+   --timings and --stats-json (docs/lossy.md): a summary line on stdout beside the figures, run's table
+   of every device on stderr. Only one-token passes all-reduce by datagrams (-b 1 makes every pass one). */
+static int ppl_lossy_report(cli_engine *e, hr_err *err) {
+    hc_dev_stats st[HC_MAX_DEVICES];
+    int n = hc_head_stats(e->tp, st, HC_MAX_DEVICES, err);
+    if (n < 0) return n;
+    unsigned long long sent = 0, dropped = 0, received = 0, lost = 0, late = 0;
+    for (int i = 1; i < n; i++) {
+        sent += st[i].dg_sent;
+        dropped += st[i].dg_hook_dropped + st[i].dg_send_fail;
+        received += st[i].dg_received;
+        lost += st[i].dg_lost;
+        late += st[i].dg_late;
+    }
+    printf("lossy: %llu all-reduces merged from datagrams; the workers sent %llu datagrams (%llu dropped before "
+           "the wire), the head received %llu, lost %llu (%.2f%%), %llu late; %llu elements lost (at most %llu in one)\n",
+           (unsigned long long)st[0].lossy_syncs, sent, dropped, received, lost, sent ? 100.0 * (double)lost / (double)sent : 0.0,
+           late, (unsigned long long)st[0].elems_lost, (unsigned long long)st[0].elems_lost_max);
+    static char buf[16384];
+    hc_format_stats(st, n, buf, sizeof buf);
+    fprintf(stderr, "\nper device, over the run:\n%s", buf);
+    return 0;
+}
+
 static int ppl_main(ppl_run *r, cli_opts *o, hr_err *err) {
     cli_engine *e = &r->e;
     const bool compare = o->kld, sim = o->n_sim_loss > 0;
@@ -310,6 +335,7 @@ static int ppl_main(ppl_run *r, cli_opts *o, hr_err *err) {
                c.packets ? 100.0 * (double)c.lost / (double)c.packets : 0.0, (unsigned long long)c.elems_lost,
                (unsigned long long)c.elems);
     }
+    if (e->tp && o->head.lossy && (rc = ppl_lossy_report(e, err))) return rc;
     if (r->writing) {
         r->writing = false;
         if ((rc = hr_outfile_commit(&r->kld_out, err))) return rc;

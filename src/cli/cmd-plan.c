@@ -90,11 +90,28 @@ static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
     return o;
 }
 
+/* one row of the candidates' table: mark ("*" the chosen, "g" the given plan), its number, its figures */
+static void plan_print_row(const hpl_plan *p, const char *mark, const char *num) {
+    char desc[256];
+    hpl_plan_describe(p, desc, sizeof desc);
+    if (!p->feasible) {
+        printf("%s %-3s %-58.58s does not fit: %s\n", mark, num, desc, p->why);
+        return;
+    }
+    printf("%s %-3s %-58.58s %10.2f %11.1f %9.2f %9.2f %9.2f %9.2f  ", mark, num, desc, p->ms_per_token, p->prefill_ms,
+           p->compute_ms, p->comm_ms, p->loss_ms, p->blocked_ms);
+    for (int d = 0; d < p->n; d++)
+        printf("%s%d: %.0f+%.0f", d ? ", " : "", p->dc[d].dev, p->dc[d].resident_bytes / 1048576.0,
+               p->dc[d].stream_bytes / 1048576.0);
+    printf("\n");
+}
+
 static int plan_run(cli_opts *o) {
     hr_err err = {0};
     cli_engine e;
     hpl_cluster *cl = malloc(sizeof *cl);
     hpl_choice *ch = malloc(sizeof *ch);
+    hpl_plan *given = NULL;   /* the plan flags' plan (`hearth run`'s reading of them), costed */
     int rc = 1;
     if (!cl || !ch) { fprintf(stderr, "hearth plan: out of memory\n"); goto done; }
     if (cli_engine_open(&e, o, false, &err)) { fprintf(stderr, "hearth plan: %s\n", err.msg); goto done; }
@@ -104,6 +121,15 @@ static int plan_run(cli_opts *o) {
         fprintf(stderr, "hearth plan: %s\n", err.msg);
         cli_engine_close(&e);
         goto done;
+    }
+    if (o->plan_given || o->head.pp) {
+        hpl_model pm;
+        if (!(given = malloc(sizeof *given))) hr_fail(&err, HR_ENOMEM, "out of memory");
+        if (!given || hpl_model_from(e.m, &cp, &pm, &err) || hpl_plan_given(cl, &pm, e.m, &o->head, np, given, &err)) {
+            fprintf(stderr, "hearth plan: %s\n", err.msg);
+            cli_engine_close(&e);
+            goto done;
+        }
     }
     cli_engine_close(&e);
     if (o->json) {
@@ -134,6 +160,14 @@ static int plan_run(cli_opts *o) {
         json_object_set_new(root, "candidates", cands);
         json_object_set_new(root, "chosen", ch->chosen >= 0 ? json_integer(ch->chosen) : json_null());
         json_object_set_new(root, "why", json_string(ch->why));
+        if (given) { /* docs/planner.md, "A given plan" */
+            json_t *g = plan_json_cand(given, np);
+            json_object_set_new(g, "source", json_string("user"));
+            json_object_set_new(g, "given", json_true());
+            json_object_set_new(g, "ratio_to_chosen", ch->chosen >= 0 && given->feasible
+                                    ? json_real(given->ms_per_token / ch->cand[ch->chosen].ms_per_token) : json_null());
+            json_object_set_new(root, "given_plan", g);
+        }
         char *s = json_dumps(root, JSON_INDENT(1));
         if (s) puts(s);
         free(s);
@@ -153,36 +187,45 @@ static int plan_run(cli_opts *o) {
         printf("  %-3s %-58s %10s %11s %9s %9s %9s %9s  %s\n", "#", "plan", "ms/token", "prefill ms", "compute", "network",
                "of: loss", "blocked", "per device: resident + streamed/token MiB");
         for (int i = 0; i < ch->n; i++) {
-            const hpl_plan *p = &ch->cand[i];
-            char desc[256];
-            hpl_plan_describe(p, desc, sizeof desc);
-            if (!p->feasible) {
-                printf("%s %-3d %-58.58s does not fit: %s\n", i == ch->chosen ? "*" : " ", i, desc, p->why);
-                continue;
-            }
-            printf("%s %-3d %-58.58s %10.2f %11.1f %9.2f %9.2f %9.2f %9.2f  ", i == ch->chosen ? "*" : " ", i, desc,
-                   p->ms_per_token, p->prefill_ms, p->compute_ms, p->comm_ms, p->loss_ms, p->blocked_ms);
-            for (int d = 0; d < p->n; d++)
-                printf("%s%d: %.0f+%.0f", d ? ", " : "", p->dc[d].dev, p->dc[d].resident_bytes / 1048576.0,
-                       p->dc[d].stream_bytes / 1048576.0);
-            printf("\n");
+            char num[16];
+            snprintf(num, sizeof num, "%d", i);
+            plan_print_row(&ch->cand[i], i == ch->chosen ? "*" : " ", num);
         }
+        if (given) plan_print_row(given, "g", "-");
         if (ch->chosen >= 0) printf("chosen: %d: %s\n", ch->chosen, ch->why);
         else printf("%s\n", ch->why);
+        if (given) {
+            char desc[256];
+            hpl_plan_describe(given, desc, sizeof desc);
+            if (!given->feasible) printf("given (g): %s: does not fit: %s\n", desc, given->why);
+            else if (ch->chosen >= 0)
+                printf("given (g): %s: %.2f ms/token predicted, %.2fx the chosen plan's %.2f\n", desc,
+                       given->ms_per_token, given->ms_per_token / ch->cand[ch->chosen].ms_per_token,
+                       ch->cand[ch->chosen].ms_per_token);
+            else printf("given (g): %s: %.2f ms/token predicted\n", desc, given->ms_per_token);
+        }
     }
     rc = ch->chosen >= 0 ? 0 : 1;
     if (rc && o->json) fprintf(stderr, "hearth plan: %s\n", ch->why);
+    if (given && !given->feasible) { /* as `hearth run` would fail: the plan cannot run */
+        fprintf(stderr, "hearth plan: the given plan does not fit: %s\n", given->why);
+        rc = 1;
+    }
 done:
+    free(given);
     free(cl);
     free(ch);
     return rc;
 }
 
-static int plan_check(const cli_command *c, cli_opts *o) { return cli_check_model(c, o); }
+static int plan_check(const cli_command *c, cli_opts *o) {
+    int rc = cli_check_model(c, o);
+    return rc ? rc : cli_check_cluster(c, o);
+}
 
 const cli_command cli_plan = {
     "plan", CLI_PLAN, "measure the devices and links, predict every plan, choose one",
-    "-m MODEL [--workers H:P,...] [-c CTX] [--json]",
+    "-m MODEL [--workers H:P,...] [-c CTX] [--json] [--tp-shares W,... | --pp [--layer-windows N,...] | --stages ...]",
     "Profiles this device (cached) and every worker (each measures itself; cached there), measures the\n"
     "links to the workers, then predicts, for every candidate plan — one device; tensor parallel over\n"
     "the head and each set of workers (shares by min-max); a piped-ring pipeline over them (windows\n"
@@ -190,5 +233,7 @@ const cli_command cli_plan = {
     "its workers of the fastest links, or the two workers with the fastest link between them (the same\n"
     "ILP, the group as one device) — decode ms/token,\n"
     "prefill time and each device's memory, and names the fastest. `hearth run --workers ...` without\n"
-    "plan flags runs that plan. docs/planner.md.",
+    "plan flags runs that plan. With plan flags (--tp-shares, --pp, --layer-windows, --stages, --lossy),\n"
+    "the plan they give, read and checked as `hearth run` reads them, is costed too: a row marked g,\n"
+    "\"given_plan\" in the JSON, and its predicted ms/token against the chosen plan's. docs/planner.md.",
     .check = plan_check, .run = plan_run};

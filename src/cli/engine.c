@@ -314,6 +314,7 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
         o->head.model_path = o->model;
         o->head.mem = o->mem;
         o->head.cache_dir = o->cache_dir;
+        o->head.cache_max = o->cache_max;
         o->head.use_mmap = o->use_mmap;
         o->head.no_repack = o->no_repack;
         o->head.progress = progress;

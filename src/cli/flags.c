@@ -474,15 +474,15 @@ static const cli_flag flags[] = {
      "docs/discovery.md)"},
     {CLI_PLAN, "--workers", "H:P,...|auto", F_FN, 0, 0, 0, fn_workers,
      "the `hearth worker`s the plan may use (auto: those found on the LAN)"},
-    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN, "--tp-shares", "auto|equal|W,...", F_FN, 0, 0, 0, fn_shares,
      "tensor parallel with these shares, head first (equal; auto: measured\n"
      "matvec speed); with --stages: of the groups' devices"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--allreduce", "star|ring", F_FN, 0, 0, 0, fn_allreduce, "all-reduce algorithm (default star)"},
-    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--lossy", NULL, F_FN, 0, 0, 0, fn_lossy,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_PERPLEXITY, "--lossy", NULL, F_FN, 0, 0, 0, fn_lossy,
      "tensor parallel, star all-reduce: the workers' partial sums of each decoding\n"
      "step go over UDP and the head merges what arrived by --lossy-deadline; what\n"
      "is lost counts as zero (HALO; for lossy Wi-Fi, docs/lossy.md)"},
-    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--lossy-deadline", "MS", F_INT, AT(head.lossy_deadline_ms), 1, 60000, NULL,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_PERPLEXITY, "--lossy-deadline", "MS", F_INT, AT(head.lossy_deadline_ms), 1, 60000, NULL,
      "with --lossy: how long the head waits for the partials of an all-reduce\n(default 10)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
      "tensor parallel: place each layer's unit groups by this importance file\n"
@@ -492,13 +492,13 @@ static const cli_flag flags[] = {
      "with --importance: the workers' packet loss in percent, in --workers order\n"
      "(one value: every worker), which orders them for the placement; default:\n"
      "what the planner's loss probe measured when it chose the plan, else 0"},
-    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN, "--pp", NULL, F_ON, AT(head.pp), 0, 0, NULL,
      "with --workers: a pipeline (whole layers per device) instead of tensor\nparallelism"},
-    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN, "--layer-windows", "N,...", F_FN, 0, 0, 0, fn_windows,
      "with --pp: window sizes in layers per device, head first, dealt round the\n"
      "ring until all layers are placed (2,3,2: several rounds per token;\n"
      "default: one round, layers split evenly); with --stages one per stage"},
-    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--stages", "D+D,D,...", F_FN, 0, 0, 0, fn_stages,
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN, "--stages", "D+D,D,...", F_FN, 0, 0, 0, fn_stages,
      "a hybrid plan (implies --pp): the pipeline's stages as groups of devices,\n"
      "0 the head and i the i-th worker, every device once in ring order (0+1,2+3:\n"
      "the head and worker 1 run the first stage's layers tensor parallel, each\n"
@@ -539,6 +539,12 @@ static const cli_flag flags[] = {
      "of its own; a slice file is never written into the disk's last 5%, at\n"
      "most 1 GiB: old ones are removed first, and if that is not enough the\n"
      "head is told)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--cache-max", "SIZE", F_FN, 0, 0, 0, fn_cache_max,
+     "with --workers: most the head's slice cache (--cache) may take, as a\n"
+     "worker's --cache-max: beyond it the least recently used slice files are\n"
+     "removed, never one in use (default: twice the model file, or half of what\n"
+     "the disk has free for the cache if that is less; and never the disk's\n"
+     "last 5%, at most 1 GiB)"},
     {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL,
      "name shown to heads (default: worker) and in announcements (default: the\nhost name)"},
     {CLI_WORKER, "--sessions", "N", F_LONG, AT(sessions), 1, 1 << 30, NULL,
@@ -870,7 +876,7 @@ int cli_check_cluster(const cli_command *c, const cli_opts *o) {
     const char *f = h->n_stages ? "--stages" : h->pp ? "--pp" : h->n_windows ? "--layer-windows"
                   : h->n_shares || h->shares_auto ? "--tp-shares"
                   : h->timings ? "--timings" : h->pp_micro > 1 ? "--pp-micro" : h->no_recover ? "--no-recover"
-                  : o->worker_timeout > 0 ? "--worker-timeout" : NULL;
+                  : o->worker_timeout > 0 ? "--worker-timeout" : o->cache_max ? "--cache-max" : NULL;
     return f ? cli_usage_error(c, "%s needs --workers", f) : 0;
 }
 

@@ -50,7 +50,7 @@ typedef struct cli_opts {
     int         n_tokens;
     bool        use_mmap, no_repack; /* how the weights are held */
     hmem_request mem;                /* --mem-budget, --window, --no-prefetch */
-    uint64_t    cache_max;           /* worker --cache-max (0: not given) */
+    uint64_t    cache_max;           /* --cache-max: a worker's, or the head's slice cache (0: not given) */
     double      mem_pct;             /* bench --mem-budget N%: percent of the weights (0: not given) */
     int         pin;                 /* bench --pin: enum hmem_pin */
     hc_head_params head;             /* --workers and the cluster flags */

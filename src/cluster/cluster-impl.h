@@ -92,6 +92,10 @@ int      hc_disk_room(const char *dir, uint64_t need, hr_err *err);
    be NULL): bytes removed. */
 int      hc_cache_make_room(const char *cache, uint64_t need, uint64_t max_bytes, const char *const *keep, int n_keep,
                             uint64_t *evicted, hr_err *err);
+/* The head's slice cache bound when --cache-max is not given (docs/model.md, "The slice cache's bound"):
+   twice the model's file, or half of what the cache's disk can give it (its free space beyond the margin
+   plus the cache's own files) when that is less. */
+uint64_t hc_cache_default_max(const char *cache, uint64_t model_bytes);
 /* Marks a cached file in use by this session (a shared flock on the returned fd, -1 if it cannot be
    opened or is being evicted); close the fd to let it go. */
 int      hc_cache_hold(const char *path);

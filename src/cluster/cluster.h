@@ -183,6 +183,8 @@ typedef struct hc_head_params {
     hc_place_fn place;       void *place_user;
     /* tensor parallel: the head's share, a slice file in its cache (docs/tensor-parallel.md) */
     const char  *cache_dir;  /* NULL: hc_default_cache_dir() */
+    uint64_t     cache_max;  /* bytes the head's slice cache may take, least recently used evicted beyond, as
+                                a worker's --cache-max (0: hc_cache_default_max) */
     bool         use_mmap;   /* run it from the file mapping (mem.h: hmem_load_weights) */
     bool         no_repack;  /* load it in the file's layout */
     bool         share_views;/* tests: compute on views of the model's mapping instead (no slice file) */
@@ -200,6 +202,25 @@ typedef struct hc_head_params {
     hc_replan_fn replan;     void *replan_user;        /* NULL: the given plan without the missing devices */
 } hc_head_params;
 hc_head_params hc_head_default_params(void);
+
+/* The layout a head's plan flags (pp, n_shares / shares_auto, n_windows, n_stages, lossy) describe over k
+   devices, the head and k-1 workers: tensor parallelism's unit ranges, or a pipeline's stages (a hybrid
+   plan's groups with their ranges) and windows. hc_head_create takes its plan from here, and so does
+   `hearth plan`, which costs a given plan without running it: the same checks, the same messages.
+   speed[k]: the devices' matvec speeds for --tp-shares auto (NULL: shares_auto is an error). */
+typedef struct hc_layout {
+    int        k;
+    hc_plan    plan;                       /* every device's units (a pipeline's single stages: all) */
+    hc_pp_plan pp;                         /* pp: the windows, per stage */
+    int        group;                      /* pp: devices of the head's stage (1: the head alone) */
+    int        n_stages;                   /* pp: stages */
+    uint8_t    stage[HC_MAX_DEVICES];      /* pp: device -> its stage */
+    uint8_t    first[HC_MAX_DEVICES];      /* pp: stage -> its first device */
+    double     head_frac;                  /* tp, shares from speeds: the output head's part of a token's reads */
+} hc_layout;
+int hc_layout_make(const hm_model *m, const hc_head_params *p, int k, const double *speed, hc_layout *out, hr_err *err);
+/* devices of stage st */
+int hc_layout_stage_size(const hc_layout *l, int st);
 
 /* The head: one incarnation of the cluster at a time (head.c), and what rebuilds it when a worker
    leaves (recover.c): it keeps every sequence's tokens as the passes wrote them into the caches, and

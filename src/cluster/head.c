@@ -37,6 +37,7 @@ struct hc_core {
     gguf_ctx  *sg;
     hm_model  *sm;
     uint64_t   slice_written;              /* bytes written into it by this head (0: reused) */
+    int        slice_hold;                 /* a shared flock on it while the head runs (hc_cache_hold; -1: none) */
     const hm_model *run;                   /* what the head computes with: sm, or m (pipeline, views) */
     hm_ctx    *ctx;
     hmem      *mem;                        /* the head's residency manager, or NULL */
@@ -414,29 +415,29 @@ static int hc_place(hc_core *h, hr_err *err) {
     return 0;
 }
 
+/* the layout of the plan flags (hc_layout_make, checked before connecting unless the shares come from the
+   devices' measured speeds) -> the head's plan, stages and windows */
+static void hc_layout_take(hc_core *h, const hc_layout *l) {
+    h->plan = l->plan;
+    h->pp = l->pp;
+    h->group = l->group;
+    h->n_stages = l->n_stages;
+    memcpy(h->stage, l->stage, sizeof h->stage);
+    memcpy(h->first, l->first, sizeof h->first);
+}
+
 /* tensor parallel: shares (given, equal or measured) -> unit ranges */
-static int hc_tp_setup(hc_core *h, int n_threads, hr_err *err) {
+static int hc_tp_setup(hc_core *h, hc_layout *l, int n_threads, hr_err *err) {
     const hc_head_params *p = &h->p;
-    const hm_model *m = h->m;
-    double w[HC_MAX_DEVICES];
-    bool explicit_shares = p->n_shares > 0;
-    if (p->shares_auto) { if (hc_profile_all(h, w, n_threads, err)) return err ? err->code : HR_ENET; }
-    else if (!explicit_shares) for (int d = 0; d < h->k; d++) w[d] = 1;
-    else {
-        if (p->n_shares != h->k)
-            return hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for %d devices (the head and %d workers)",
-                           p->n_shares, h->k, h->k - 1);
-        memcpy(w, p->shares, (size_t)h->k * sizeof *w);
+    if (p->shares_auto) {
+        double w[HC_MAX_DEVICES];
+        if (hc_profile_all(h, w, n_threads, err)) return err ? err->code : HR_ENET;
+        if (hc_layout_make(h->m, p, h->k, w, l, err)) return err ? err->code : HR_EINVAL;
     }
-    if (!explicit_shares) {
-        /* speeds -> shares: the head also runs the output head */
-        double speed[HC_MAX_DEVICES], frac;
-        memcpy(speed, w, sizeof speed);
-        if (hc_plan_balance(m, speed, h->k, w, &frac, err)) return err ? err->code : HR_EINVAL;
+    hc_layout_take(h, l);
+    if (!p->n_shares)
         HR_LOGI("tp: the output head is %.0f%% of a token's weight reads and runs on the head only: the head "
-                "takes %.3f of the layers", 100 * frac, w[0]);
-    }
-    if (hc_plan_make(m, w, h->k, &h->plan, err)) return err ? err->code : HR_EINVAL;
+                "takes %.3f of the layers", 100 * l->head_frac, h->plan.weight[0]);
     if (p->place && hc_place(h, err)) return err ? err->code : HR_EINVAL;
     for (int d = 0; d < h->k; d++) {
         const hc_share *s = &h->plan.dev[d];
@@ -447,84 +448,11 @@ static int hc_tp_setup(hc_core *h, int n_threads, hr_err *err) {
     return 0;
 }
 
-/* hybrid: the stages (p->n_stages, p->stage_devs) -> h->stage, h->first, h->group, and every group's TP
-   shares in h->plan (--tp-shares: one weight per device of a group, in device order) */
-static int hc_stages_setup(hc_core *h, hr_err *err) {
+/* pipeline: every stage's windows (a hybrid plan's groups: their shares of every layer), as logged */
+static void hc_pp_setup(hc_core *h, const hc_layout *l) {
     const hc_head_params *p = &h->p;
-    if (p->n_stages < 2 || p->n_stages > HC_MAX_DEVICES)
-        return hr_fail(err, HR_EINVAL, "a hybrid plan needs at least two stages (%d given)", p->n_stages);
-    int sum = 0, in_groups = 0;
-    for (int s = 0; s < p->n_stages; s++) {
-        if (p->stage_devs[s] < 1 || p->stage_devs[s] > h->k)
-            return hr_fail(err, HR_EINVAL, "stage %d has %d devices", s, p->stage_devs[s]);
-        sum += p->stage_devs[s];
-        in_groups += p->stage_devs[s] > 1 ? p->stage_devs[s] : 0;
-    }
-    if (sum != h->k)
-        return hr_fail(err, HR_EINVAL, "the stages hold %d devices, the cluster has %d (the head and %d workers)", sum,
-                       h->k, h->k - 1);
-    if (p->shares_auto) return hr_fail(err, HR_EINVAL, "--tp-shares auto is not for a hybrid plan: give the weights");
-    if (p->n_shares && !in_groups)
-        return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism: no stage is a group");
-    if (p->n_shares && p->n_shares != in_groups)
-        return hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for the %d devices of the stages' groups",
-                       p->n_shares, in_groups);
-    if (in_groups && p->allreduce != HC_ALLREDUCE_STAR)
-        return hr_fail(err, HR_EUNSUPPORTED, "a hybrid plan's groups all-reduce by star (not --allreduce ring)");
-    h->n_stages = p->n_stages;
-    h->group = p->stage_devs[0];
-    h->plan.n_devices = h->k;
-    for (int s = 0, d = 0, wi = 0; s < p->n_stages; s++) {
-        const int n = p->stage_devs[s];
-        h->first[s] = (uint8_t)d;
-        for (int i = 0; i < n; i++) h->stage[d + i] = (uint8_t)s;
-        if (n > 1) {
-            double w[HC_MAX_DEVICES];
-            hc_plan gp;
-            for (int i = 0; i < n; i++) w[i] = p->n_shares ? p->shares[wi + i] : 1;
-            if (hc_plan_make(h->m, w, n, &gp, err)) return err ? err->code : HR_EINVAL;
-            h->plan.att_group = gp.att_group, h->plan.ff_group = gp.ff_group;
-            memcpy(&h->plan.dev[d], gp.dev, sizeof gp.dev[0] * (size_t)n);
-            memcpy(&h->plan.weight[d], gp.weight, sizeof gp.weight[0] * (size_t)n);
-            wi += n;
-        } else h->plan.dev[d] = (hc_share){0, h->m->hp.n_head_kv, 0, h->m->hp.n_ff, 0};
-        d += n;
-    }
-    return 0;
-}
-
-/* pipeline: window sizes -> every stage's windows; every stage computes whole layers — one device, or
-   (hybrid) a group, each of its devices a share of every one of them */
-static int hc_pp_setup(hc_core *h, hr_err *err) {
-    const hc_head_params *p = &h->p;
-    const hm_hparams *hp = &h->m->hp;
-    h->group = 1;
-    if (p->n_stages) {
-        if (hc_stages_setup(h, err)) return err ? err->code : HR_EINVAL;
-    } else if (p->n_shares || p->shares_auto)
-        return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism, not --pp");
-    else {
-        h->n_stages = h->k;
-        h->plan.n_devices = h->k;
-        for (int d = 0; d < h->k; d++) {
-            h->stage[d] = h->first[d] = (uint8_t)d;
-            h->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff, 0};
-        }
-    }
+    hc_layout_take(h, l);
     const int ns = h->n_stages;
-    if (p->n_windows && p->n_windows != ns) {
-        if (p->n_stages)
-            return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d stages", p->n_windows, ns);
-        return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d devices (the head and %d workers)",
-                       p->n_windows, h->k, h->k - 1);
-    }
-    for (int st = 0; st < ns && p->n_windows; st++)
-        if (hc_stage_size(h, st) > 1 && p->layer_windows[st] == 0)
-            return hr_fail(err, HR_EINVAL, "%s group gets no layers (window size 0): leave the group out",
-                           st ? "a worker's" : "the head's");
-    hr_err e = {0};
-    if (hc_pp_plan_make(hp->n_layer, p->n_windows ? p->layer_windows : NULL, ns, &h->pp, &e))  /* its messages */
-        return hr_fail(err, e.code, "%s%s", p->n_stages ? "stages: " : "", e.msg);              /* count stages */
     for (int st = 0; st < ns; st++) {
         char buf[512];
         size_t len = 0;
@@ -548,7 +476,6 @@ static int hc_pp_setup(hc_core *h, hr_err *err) {
     }
     HR_LOGI("pp: %d windows per token, %d trip%s round the ring", h->pp.n_steps, h->pp.n_rounds,
             h->pp.n_rounds == 1 ? "" : "s");
-    return 0;
 }
 
 /* the head's slice file: its bytes from the model's mapping, column slices gathered into buf */
@@ -591,6 +518,8 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
         if ((h->sg = gguf_open(h->slice_path, &e)) && (h->sm = hm_model_load(h->sg, &e)) &&
             (bad = hc_slice_file_check(h->sg, sl, ns)) < 0 && hc_slice_file_matches(h->sg, h->sm, &mt, sl, ns, why, sizeof why)) {
             HR_LOGI("tp: head: its share (%.1f MiB) from %s", bytes / 1048576.0, h->slice_path);
+            hc_cache_touch(h->slice_path);   /* a use: the least recently used files are evicted first */
+            h->slice_hold = hc_cache_hold(h->slice_path);
             goto done;
         }
         if (bad >= 0) snprintf(why, sizeof why, "'%s' differs", sl[bad].name);
@@ -601,6 +530,19 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
         h->sg = NULL;
         unlink(h->slice_path);
     }
+    /* the cache's bound, as a worker's (--cache-max; by default twice the model, at most half the disk's room) */
+    const uint64_t cap = h->p.cache_max ? h->p.cache_max : hc_cache_default_max(cache, gguf_file_size(h->m->gguf));
+    const char *self = h->slice_path;
+    uint64_t evicted = 0;
+    if ((rc = hc_cache_make_room(cache, hc_slice_file_bytes(sl, ns), cap, &self, 1, &evicted, &e))) {
+        rc = hr_fail(err, rc, "the head's slice file (its share; --cache DIR puts it elsewhere): %s%s", e.msg,
+                     h->p.cache_max ? "" : " — the head's default bound, twice the model file or half of what its "
+                     "disk has free (--cache-max SIZE sets another)");
+        goto done;
+    }
+    if (evicted)
+        HR_LOGI("tp: head: evicted %.1f MiB of least recently used slice files to stay under %.1f MiB",
+                evicted / 1048576.0, cap / 1048576.0);
     int64_t t0 = hr_time_ns();
     if (max && !(buf = malloc((size_t)max))) { rc = hr_fail(err, HR_ENOMEM, "out of memory"); goto done; }
     if ((rc = hc_slice_file_write(h->slice_path, &mt, sl, ns, hc_own_bytes, &(hc_own_src){sl, buf}, &e))) {
@@ -610,6 +552,7 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
     h->slice_written = bytes;
     HR_LOGI("tp: head: wrote its share (%.1f MiB) to %s in %.2f s", bytes / 1048576.0, h->slice_path,
             (hr_time_ns() - t0) * 1e-9);
+    h->slice_hold = hc_cache_hold(h->slice_path);
     if (!(h->sg = gguf_open(h->slice_path, &e)) || !(h->sm = hm_model_load(h->sg, &e)))
         rc = hr_fail(err, e.code, "%s: %s", h->slice_path, e.msg);
     else if (!hc_slice_file_matches(h->sg, h->sm, &mt, sl, ns, why, sizeof why))
@@ -625,18 +568,19 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (failed_worker) *failed_worker = 0;
     hc_core *h = calloc(1, sizeof *h);
     uint8_t *tmp = NULL;
+    hc_layout *lay = NULL;
     if (!h) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
     h->m = m;
     h->p = *p;
     h->group = 1;
+    h->slice_hold = -1;
     h->timeout_auto = h->p.timeout_ms <= 0;
     if (h->timeout_auto) h->p.timeout_ms = HC_SETUP_DEADLINE_MS;
     if (h->p.bench_ms <= 0) h->p.bench_ms = 300;
     if (h->p.lossy_deadline_ms <= 0) h->p.lossy_deadline_ms = 10;
-    if (p->lossy && (p->pp || p->allreduce != HC_ALLREDUCE_STAR)) {
-        hr_fail(err, HR_EINVAL, "--lossy is a star all-reduce of tensor parallelism (not --pp, not --allreduce ring)");
-        goto err;
-    }
+    /* the plan flags' checks before connecting (shares from measured speeds: after, hc_tp_setup) */
+    if (!(lay = malloc(sizeof *lay))) { hr_fail(err, HR_ENOMEM, "out of memory"); goto err; }
+    if (p->n_workers && !(p->shares_auto && !p->pp) && hc_layout_make(m, p, 1 + p->n_workers, NULL, lay, err)) goto err;
     h->hook = (hc_hook){p->send_hook, p->send_hook_user};
     const hm_hparams *hp = &m->hp;
     if (m->is_slice) { hr_fail(err, HR_EINVAL, "the head needs the whole model, not a slice file"); goto err; }
@@ -657,12 +601,8 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     p = &h->p;
     if (alone) {
         /* planned above */
-    } else if (p->pp) {
-        if (hc_pp_setup(h, err)) goto err;
-    } else if (p->n_windows || p->n_stages) {
-        hr_fail(err, HR_EINVAL, "%s needs --pp", p->n_windows ? "--layer-windows" : "a plan of stages");
-        goto err;
-    } else if (hc_tp_setup(h, cp.n_threads, err)) goto err;
+    } else if (p->pp) hc_pp_setup(h, lay);
+    else if (hc_tp_setup(h, lay, cp.n_threads, err)) goto err;
 
     /* the head's own context: every layer (tensor parallel; its units) or its windows (pipeline), and
        the output head; the sync hook is the all-reduce (none in a pipeline) */
@@ -763,9 +703,11 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         HR_LOGI("tp: lossy all-reduce: session %016llx, deadline %d ms, the workers' datagrams to UDP ports %s",
                 (unsigned long long)h->ar.session, h->p.lossy_deadline_ms, ports);
     }
+    free(lay);
     return h;
 err:
     if (failed_worker) *failed_worker = h->failed ? h->fail_dev : 0;
+    free(lay);
     free(tmp);
     hc_core_free(h);
     return NULL;
@@ -1398,6 +1340,7 @@ void hc_core_free(hc_core *h) {
     hmem_free(h->mem);
     hm_model_free(h->sm);
     gguf_close(h->sg);
+    if (h->slice_hold >= 0) close(h->slice_hold);   /* the slice file may be evicted from now on */
     hr_free_aligned(h->x);
     hr_free_aligned(h->y);
     free(h->order.order[0]);

@@ -239,3 +239,127 @@ void hc_pp_layers(const hc_pp_plan *p, int d, uint8_t *mask) {
     for (int i = 0; i < p->n_win[d]; i++)
         for (int il = p->win[d][i].begin; il < p->win[d][i].end; il++) mask[il] = 1;
 }
+
+/* ---- a head's plan flags -> the layout (hc_head_create and `hearth plan`) ---------------------------- */
+int hc_layout_stage_size(const hc_layout *l, int st) {
+    return (st + 1 < l->n_stages ? l->first[st + 1] : l->k) - l->first[st];
+}
+
+/* tensor parallel: shares (given, equal or from speeds) -> unit ranges */
+static int hc_layout_tp(const hm_model *m, const hc_head_params *p, const double *speed, hc_layout *l, hr_err *err) {
+    double w[HC_MAX_DEVICES];
+    const int k = l->k;
+    if (p->shares_auto) {
+        if (!speed) return hr_fail(err, HR_EINVAL, "--tp-shares auto needs the devices' measured speeds");
+        memcpy(w, speed, (size_t)k * sizeof *w);
+    } else if (!p->n_shares) for (int d = 0; d < k; d++) w[d] = 1;
+    else {
+        if (p->n_shares != k)
+            return hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for %d devices (the head and %d workers)",
+                           p->n_shares, k, k - 1);
+        memcpy(w, p->shares, (size_t)k * sizeof *w);
+    }
+    if (!p->n_shares) {
+        /* speeds -> shares: the head also runs the output head */
+        double s[HC_MAX_DEVICES];
+        memcpy(s, w, sizeof s);
+        if (hc_plan_balance(m, s, k, w, &l->head_frac, err)) return err ? err->code : HR_EINVAL;
+    }
+    return hc_plan_make(m, w, k, &l->plan, err) ? (err ? err->code : HR_EINVAL) : 0;
+}
+
+/* hybrid: the stages (p->n_stages, p->stage_devs) -> stage, first, group, and every group's TP shares
+   (--tp-shares: one weight per device of a group, in device order) */
+static int hc_layout_stages(const hm_model *m, const hc_head_params *p, hc_layout *l, hr_err *err) {
+    const int k = l->k;
+    if (p->n_stages < 2 || p->n_stages > HC_MAX_DEVICES)
+        return hr_fail(err, HR_EINVAL, "a hybrid plan needs at least two stages (%d given)", p->n_stages);
+    int sum = 0, in_groups = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        if (p->stage_devs[s] < 1 || p->stage_devs[s] > k)
+            return hr_fail(err, HR_EINVAL, "stage %d has %d devices", s, p->stage_devs[s]);
+        sum += p->stage_devs[s];
+        in_groups += p->stage_devs[s] > 1 ? p->stage_devs[s] : 0;
+    }
+    if (sum != k)
+        return hr_fail(err, HR_EINVAL, "the stages hold %d devices, the cluster has %d (the head and %d workers)", sum,
+                       k, k - 1);
+    if (p->shares_auto) return hr_fail(err, HR_EINVAL, "--tp-shares auto is not for a hybrid plan: give the weights");
+    if (p->n_shares && !in_groups)
+        return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism: no stage is a group");
+    if (p->n_shares && p->n_shares != in_groups)
+        return hr_fail(err, HR_EINVAL, "--tp-shares has %d weights for the %d devices of the stages' groups",
+                       p->n_shares, in_groups);
+    if (in_groups && p->allreduce != HC_ALLREDUCE_STAR)
+        return hr_fail(err, HR_EUNSUPPORTED, "a hybrid plan's groups all-reduce by star (not --allreduce ring)");
+    l->n_stages = p->n_stages;
+    l->group = p->stage_devs[0];
+    l->plan.n_devices = k;
+    for (int s = 0, d = 0, wi = 0; s < p->n_stages; s++) {
+        const int n = p->stage_devs[s];
+        l->first[s] = (uint8_t)d;
+        for (int i = 0; i < n; i++) l->stage[d + i] = (uint8_t)s;
+        if (n > 1) {
+            double w[HC_MAX_DEVICES];
+            hc_plan gp;
+            for (int i = 0; i < n; i++) w[i] = p->n_shares ? p->shares[wi + i] : 1;
+            if (hc_plan_make(m, w, n, &gp, err)) return err ? err->code : HR_EINVAL;
+            l->plan.att_group = gp.att_group, l->plan.ff_group = gp.ff_group;
+            memcpy(&l->plan.dev[d], gp.dev, sizeof gp.dev[0] * (size_t)n);
+            memcpy(&l->plan.weight[d], gp.weight, sizeof gp.weight[0] * (size_t)n);
+            wi += n;
+        } else l->plan.dev[d] = (hc_share){0, m->hp.n_head_kv, 0, m->hp.n_ff, 0};
+        d += n;
+    }
+    return 0;
+}
+
+/* pipeline: window sizes -> every stage's windows; every stage computes whole layers — one device, or
+   (hybrid) a group, each of its devices a share of every one of them */
+static int hc_layout_pp(const hm_model *m, const hc_head_params *p, hc_layout *l, hr_err *err) {
+    const hm_hparams *hp = &m->hp;
+    const int k = l->k;
+    l->group = 1;
+    if (p->n_stages) {
+        if (hc_layout_stages(m, p, l, err)) return err ? err->code : HR_EINVAL;
+    } else if (p->n_shares || p->shares_auto)
+        return hr_fail(err, HR_EINVAL, "--tp-shares is for tensor parallelism, not --pp");
+    else {
+        l->n_stages = k;
+        l->plan.n_devices = k;
+        for (int d = 0; d < k; d++) {
+            l->stage[d] = l->first[d] = (uint8_t)d;
+            l->plan.dev[d] = (hc_share){0, hp->n_head_kv, 0, hp->n_ff, 0};
+        }
+    }
+    const int ns = l->n_stages;
+    if (p->n_windows && p->n_windows != ns) {
+        if (p->n_stages)
+            return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d stages", p->n_windows, ns);
+        return hr_fail(err, HR_EINVAL, "--layer-windows has %d sizes for %d devices (the head and %d workers)",
+                       p->n_windows, k, k - 1);
+    }
+    for (int st = 0; st < ns && p->n_windows; st++)
+        if (hc_layout_stage_size(l, st) > 1 && p->layer_windows[st] == 0)
+            return hr_fail(err, HR_EINVAL, "%s group gets no layers (window size 0): leave the group out",
+                           st ? "a worker's" : "the head's");
+    hr_err e = {0};
+    if (hc_pp_plan_make(hp->n_layer, p->n_windows ? p->layer_windows : NULL, ns, &l->pp, &e))  /* its messages */
+        return hr_fail(err, e.code, "%s%s", p->n_stages ? "stages: " : "", e.msg);              /* count stages */
+    return 0;
+}
+
+int hc_layout_make(const hm_model *m, const hc_head_params *p, int k, const double *speed, hc_layout *out,
+                   hr_err *err) {
+    memset(out, 0, sizeof *out);
+    out->k = k;
+    out->group = 1;
+    if (k < 2 || k > HC_MAX_DEVICES)
+        return hr_fail(err, HR_EINVAL, "%d devices: a cluster has the head and 1..%d workers", k, HC_MAX_DEVICES - 1);
+    if (p->lossy && (p->pp || p->allreduce != HC_ALLREDUCE_STAR))
+        return hr_fail(err, HR_EINVAL, "--lossy is a star all-reduce of tensor parallelism (not --pp, not --allreduce ring)");
+    if (p->pp) return hc_layout_pp(m, p, out, err);
+    if (p->n_windows || p->n_stages)
+        return hr_fail(err, HR_EINVAL, "%s needs --pp", p->n_windows ? "--layer-windows" : "a plan of stages");
+    return hc_layout_tp(m, p, speed, out, err);
+}

@@ -54,11 +54,6 @@ void hc_probe_close(hc_probe_conn *pc, bool bye) {
     memset(pc, 0, sizeof *pc);
 }
 
-static int hc_cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int hc_probe_link(hc_probe_conn *pc, int n_pings, uint32_t bytes, int timeout_ms, double *rtt_ms, double *gbps,
                   hr_err *err) {
     double t[HN_MAX_PINGS];
@@ -70,8 +65,7 @@ int hc_probe_link(hc_probe_conn *pc, int n_pings, uint32_t bytes, int timeout_ms
         if (hc_probe_request(pc, &m, HN_MSG_PROFILE, timeout_ms, err)) return err->code;
         t[k] = (double)(hr_time_ns() - t0) / 1e6;
     }
-    qsort(t, (size_t)n, sizeof t[0], hc_cmp_double);
-    *rtt_ms = t[n / 2];
+    *rtt_ms = hr_median(t, n);
     *gbps = 0;
     if (!bytes) return 0;
     uint8_t *data = calloc(1, bytes);

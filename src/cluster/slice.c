@@ -411,6 +411,18 @@ int hc_cache_make_room(const char *cache, uint64_t need, uint64_t max_bytes, con
     return 0;
 }
 
+uint64_t hc_cache_default_max(const char *cache, uint64_t model_bytes) {
+    uint64_t max = 2 * model_bytes;
+    struct statvfs st;
+    hc_cfile *v;
+    int n;
+    if (statvfs(cache, &st) || hc_cache_list(cache, &v, &n)) return max;
+    uint64_t have = (uint64_t)st.f_bavail * st.f_frsize, margin = hc_disk_margin((uint64_t)st.f_blocks * st.f_frsize);
+    for (int i = 0; i < n; i++) have += v[i].bytes;
+    free(v);
+    return HR_MIN(max, have > margin ? (have - margin) / 2 : 0);
+}
+
 int hc_slice_file_write(const char *path, const hc_slice_meta *mt, const hc_slice *dir, int n, hc_slice_src_fn src,
                         void *user, hr_err *err) {
     uint64_t *hashes = malloc((size_t)n * sizeof *hashes);

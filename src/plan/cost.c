@@ -360,8 +360,9 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     int at = 0, hops = 0;
     for (int s = 0; s <= pl.n_steps; s++) {
         int to = s < pl.n_steps ? pl.step_dev[s] : 0;
-        if (to == at) continue;
-        if (to < at && at != 0) { /* round the ring's end: back through the head */
+        /* round the ring's end, back through the head: also from a device to itself, its next window
+           being a trip later (the other devices own nothing on the way; hc_pp_plan_make) */
+        if (to <= at && at != 0) {
             comm += hpl_hop_ms(c, p->dev[di[at]], 0, B);
             comm_pf += hpl_hop_ms(c, p->dev[di[at]], 0, B * per);
             loss += hpl_tcp_recovery_ms(c, p->dev[di[at]], 0, B);
@@ -370,6 +371,7 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
             at = 0;
             if (to == 0) continue;
         }
+        if (to == at) continue; /* the head's windows, one after another */
         comm += hpl_hop_ms(c, p->dev[di[at]], p->dev[di[to]], B);
         comm_pf += hpl_hop_ms(c, p->dev[di[at]], p->dev[di[to]], B * per);
         loss += hpl_tcp_recovery_ms(c, p->dev[di[at]], p->dev[di[to]], B);

@@ -266,6 +266,15 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
 /* The fastest feasible candidate of `kind` (TP: exact, not lossy); -1 when there is none. */
 int hpl_best_of_kind(const hpl_choice *ch, int kind);
 
+/* The plan a user gave with `hearth run`'s plan flags (hp: pp, shares, windows, stages, lossy) over every
+   device of c, in c's order (the head, then the workers as --workers lists them), laid out by
+   hc_layout_make — the head's own checks and messages — and costed by hpl_cost (feasible false with why
+   when it does not fit). m: the model (its unit groups); --tp-shares auto weighs the devices by their
+   profiled matvec speed over the model's layer types. Hybrid plans: the head's group, then one device per
+   stage (what the cost model prices; HR_EUNSUPPORTED otherwise). */
+int hpl_plan_given(const hpl_cluster *c, const hpl_model *pm, const hm_model *m, const hc_head_params *hp,
+                   int n_prompt, hpl_plan *out, hr_err *err);
+
 /* ---- loss (loss.c; docs/planner.md, "Loss") ------------------------------------------------------------- */
 #define HPL_LOSSY_DEADLINE_MS 10.0   /* the lossy all-reduce's default deadline (HALO's) */
 #define HPL_LOSSY_MARGIN      0.05   /* lossy TP is chosen only when this much faster than the best exact plan:

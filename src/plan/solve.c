@@ -544,3 +544,61 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
         snprintf(out->why + n, sizeof out->why - (size_t)n, "; links lose up to %.1f%% of datagrams", 100 * worst);
     return 0;
 }
+
+/* ---- a plan the user gave ----------------------------------------------------------------------------- */
+
+/* a device's decode speed over the model's layers (bytes per ms): its matvec speed per weight type,
+   weighted by the layers' bytes of each type — what `--tp-shares auto` weighs the devices by */
+static double hpl_layers_speed(const hpl_device *d, const hpl_model *m) {
+    double ms = 0;
+    for (int t = 0; t < m->n_types; t++) ms += m->layer_bytes_of[t] / (hpl_speed(d, m->type[t], false) * 1e6);
+    return ms > 0 ? m->layer_bytes / ms : 0;
+}
+
+int hpl_plan_given(const hpl_cluster *c, const hpl_model *pm, const hm_model *m, const hc_head_params *hp,
+                   int n_prompt, hpl_plan *out, hr_err *err) {
+    memset(out, 0, sizeof *out);
+    const int k = c->n;
+    if (k < 2) return hr_fail(err, HR_EINVAL, "a given plan needs --workers");
+    double speed[HPL_MAX_DEVICES];
+    for (int d = 0; d < k; d++) speed[d] = hpl_layers_speed(&c->dev[d], pm);
+    hc_layout *l = malloc(sizeof *l);
+    if (!l) return hr_fail(err, HR_ENOMEM, "out of memory");
+    int rc = hc_layout_make(m, hp, k, speed, l, err);
+    int gs = -1, gn = 1;   /* a hybrid plan's group: its stage and size */
+    if (!rc && hp->pp && hp->n_stages) {
+        for (int s = 0; s < l->n_stages && !rc; s++) {
+            if (hc_layout_stage_size(l, s) == 1) continue;
+            if (gs >= 0)
+                rc = hr_fail(err, HR_EUNSUPPORTED, "the cost model prices hybrid plans with one group (0+1,2 or 0,1+2,3); "
+                             "stages %d and %d are groups", gs, s);
+            gs = s;
+            gn = hc_layout_stage_size(l, s);
+        }
+    }
+    if (!rc) {
+        out->n = k;
+        for (int d = 0; d < k; d++) out->dev[d] = d;
+        if (!hp->pp) {
+            out->kind = HPL_TP;
+            for (int d = 0; d < k; d++) out->share[d] = l->plan.weight[d];
+            out->lossy = hp->lossy;
+            if (hp->lossy) out->deadline_ms = hp->lossy_deadline_ms > 0 ? hp->lossy_deadline_ms : HPL_LOSSY_DEADLINE_MS;
+        } else {
+            out->kind = gn > 1 ? HPL_HYBRID : HPL_PP;
+            out->group = gn > 1 ? gn : 0;
+            out->gstage = gn > 1 ? gs : 0;
+            for (int i = 0; i < gn; i++) out->share[i] = gn > 1 ? l->plan.weight[l->first[gs] + i] : 1;
+            for (int s = 0; s < l->n_stages; s++) {
+                /* given, else hc_pp_plan_make's default: one round, each stage's layers one window */
+                if (hp->n_windows) out->window[s] = hp->layer_windows[s];
+                else
+                    for (int w = 0; w < l->pp.n_win[s]; w++)
+                        out->window[s] += l->pp.win[s][w].end - l->pp.win[s][w].begin;
+            }
+        }
+        rc = hpl_cost(c, pm, n_prompt, out, err);
+    }
+    free(l);
+    return rc;
+}
