@@ -7,7 +7,8 @@
 #   round the ring, the default windows: exactly the single-device greedy text on stories260K (5
 #   layers), the Q8_0 synth models (2 layers) and a 6-layer synth model (where tensor parallelism
 #   already gives it: test-tp.sh);
-# - the slice cache: a second identical run sends 0 weight bytes;
+# - the slice cache: a second identical run sends 0 weight bytes; a TP share of every layer and a
+#   worker-led group's share of the whole model on one worker, in turn, never lose the worker;
 # - malformed or impossible --stages and the flags beside it: a clear message and a non-zero exit;
 # - SIGKILL of a member of the head's group and of a worker's group mid-generation (--no-recover): the
 #   head exits non-zero within 5 s naming it; without --no-recover the answer goes on over the rest
@@ -64,6 +65,19 @@ run -m "$model" --workers "$(workers 3 1)" --stages 0+1,2 --layer-windows 2,1 > 
 s1=$(sent "$TMP/s1.err")
 s2=$(sent "$TMP/s2.err")
 if [[ -n "$s1" && "$s1" -gt 0 && "$s2" == 0 ]]; then ok; else bad "weight bytes sent: first run '$s1', second run '$s2' (want > 0, then 0)"; fi
+
+# a worker's share of every layer as a TP device and as a member of a worker-led group given the whole
+# model (the head's window 0) are the same tensors, but only the group's file lists its layers (the
+# worker's windows come from that list): two cache files, so that neither run finds the other's and
+# loses the worker ("does not hold the planned share"; the recovery would hide it in the text)
+run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
+for round in 1 2; do
+    for args in "$(workers 3)|--tp-shares 1,1" "$(workers 1 3)|--stages 0,1+2 --layer-windows 0,5"; do
+        check_same "$model" "${args%%|*}" ${args#*|}
+        if grep -q "warning: worker" "$TMP/cl.err"; then bad "round $round, ${args#*|}: $(grep 'warning: worker' "$TMP/cl.err")"
+        else ok; fi
+    done
+done
 
 # ---- malformed and impossible flags -------------------------------------------------------------------
 W2=$(workers 1 2)

@@ -1,6 +1,7 @@
 /* test-plan — the planner's cost model and solvers on synthetic profiles with known answers: the
    pipeline ILP against enumeration of every window set, the TP min-max shares against a brute-force
-   grid, clusters where one device, TP, PP or a hybrid must win (and one where a hybrid must not), an
+   grid, clusters where one device, TP, PP or a hybrid must win (and ones where a hybrid must not; a
+   worker-led hybrid where it must win and where it must not), an
    impossible cluster, a single-device cost computed by hand, the profile's key/values round trip and
    the cgroup cpu.max parser, the profile
    measuring only the types asked for (the rest from the cache); HALO's loss-aware placement of unit groups on the paper's own example,
@@ -188,10 +189,13 @@ static void test_hybrid(void) {
                p->n_messages, p->trips, nwin);
     }
     /* the same devices with a 5 ms link inside the pair: each layer's two all-reduces cost 10 ms, the
-       hybrid loses to the pipeline */
+       hybrid loses to the pipeline (the worker-led one too) */
     c.link[0][1] = c.link[1][0] = c.link[0][2];
     k = choose(&c, &m, &ch);
     CHECKF(k == HPL_PP, "slow links everywhere: %s", ch.why);
+    int nw = 0;
+    for (int i = 0; i < ch.n; i++) nw += ch.cand[i].kind == HPL_HYBRID && ch.cand[i].gstage > 0;
+    CHECKF(nw == 1, "%d worker-led candidates, want 1 (the pair 1+2)", nw);
     /* the search with hybrids on the largest exhaustive case: 5 workers (every subset), 32 layers */
     hpl_cluster c6 = {.n = 6};
     for (int i = 0; i < 6; i++) c6.dev[i] = dev(4 + i, 300 * MIB, 0.1);
@@ -203,9 +207,83 @@ static void test_hybrid(void) {
     for (int i = 0; i < ch.n; i++) nh += ch.cand[i].kind == HPL_HYBRID;
     printf("  hpl_choose, 6 devices, 32 layers: %d candidates (%d hybrid) in %.0f ms\n", ch.n, nh,
            (hr_time_ns() - t0) * 1e-6);
-    CHECKF(nh == 48 && ch.n <= HPL_MAX_CANDIDATES, "%d candidates, %d hybrid", ch.n, nh);
+    /* head-led: per subset of k workers, groups of 2..min(k, 4) devices (48); worker-led: one per subset of
+       two workers or more (26) */
+    CHECKF(nh == 48 + 26 && ch.n <= HPL_MAX_CANDIDATES, "%d candidates, %d hybrid", ch.n, nh);
     /* a hybrid plan's cost: a group that leaves no stage after it is refused */
     hpl_plan h = {.kind = HPL_HYBRID, .n = 3, .group = 3, .dev = {0, 1, 2}, .share = {0.5, 0.5, 0}, .window = {8, 8}};
+    hr_err err = {0};
+    CHECK(hpl_cost(&c, &m, 100, &h, &err) == HR_EINVAL);
+}
+
+/* ---- worker-led hybrid: where it must win, and where it must not ------------------------------------------ */
+static void test_hybrid_worker(void) {
+    static hpl_choice ch;
+    /* the head is slow, with little memory and 5 ms links; two workers are fast, each too small for the
+       model but not together, with a 0.02 ms link between them; slow disks. Only a group of the two
+       workers runs their layers at both speeds at once without 2L round trips to the head: every TP
+       plan and the head's groups pay 2L x 5 ms, a pipeline runs the workers' layers one after the other,
+       the head alone streams from its disk */
+    hpl_cluster c = {.n = 4};
+    c.dev[0] = dev(2, 120 * MIB, 0.05);
+    c.dev[1] = dev(4, 400 * MIB, 0.05);    /* a third worker, slow, behind the same 5 ms links */
+    c.dev[2] = dev(10, 300 * MIB, 0.05);
+    c.dev[3] = dev(10, 300 * MIB, 0.05);
+    links(&c, 5.0, 0.1);
+    c.link[2][3] = c.link[3][2] = (hpl_link){.rtt_ms = 0.02, .gbps = 1.0};
+    hpl_model m = model(16, 30 * MIB, 50 * MIB, 1 * MIB);
+    int k = choose(&c, &m, &ch);
+    const hpl_plan *p = &ch.cand[ch.chosen];
+    CHECKF(k == HPL_HYBRID && p->gstage > 0, "fast worker pair, slow head: %s", ch.why);
+    if (k == HPL_HYBRID && p->gstage > 0) {
+        /* the group is the fast pair, led by the first of them; the head a stage before it */
+        CHECKF(p->group == 2 && p->dev[0] == 0 && p->dev[p->gstage] == 2 && p->dev[p->gstage + 1] == 3, "the group: %s",
+               ch.why);
+        char desc[256];
+        hpl_plan_describe(p, desc, sizeof desc);
+        CHECKF(strstr(desc, ",2+3") != NULL, "%s", desc);
+        for (int i = 0; i < p->n; i++)
+            CHECKF(p->dc[i].dev == p->dev[i] && p->dc[i].stream_bytes == 0 && p->dc[i].mem_bytes <= p->dc[i].budget,
+                   "device %d: %g bytes streamed (%s)", p->dev[i], p->dc[i].stream_bytes, ch.why);
+        CHECKF(fabs(p->share[0] - 0.5) < 0.05 && fabs(p->share[0] + p->share[1] - 1) < 1e-9, "shares %.3f,%.3f",
+               p->share[0], p->share[1]);
+        const hpl_dev_cost *g0 = &p->dc[p->gstage], *g1 = &p->dc[p->gstage + 1];
+        CHECK(g0->layers == g1->layers && g0->layers > 0);
+        int sum = 0;
+        for (int i = 0; i < p->n; i++) sum += i == p->gstage + 1 ? 0 : p->dc[i].layers;
+        CHECKF(sum == 16, "%d layers over the stages", sum);
+        /* the group's messages: a FORWARD from its leader per window and 4 per layer, over the workers'
+           link; what else a token sends is the ring's hand-offs, at least two per trip */
+        hc_pp_plan pl;
+        const int ns = p->n - 1;
+        CHECK(hc_pp_plan_make(16, p->window, ns, &pl, NULL) == 0 && pl.n_rounds == p->trips);
+        int nwin = 0;
+        for (int w = 0; w < pl.n_win[p->gstage]; w++) nwin += pl.win[p->gstage][w].end > pl.win[p->gstage][w].begin;
+        int hops = p->n_messages - nwin - 4 * g0->layers;
+        CHECKF(hops >= 2 * p->trips && hops <= ns * p->trips + 1, "%d messages, %d trips, %d windows", p->n_messages,
+               p->trips, nwin);
+        /* faster than every other kind, and than the head's groups */
+        for (int i = 0; i < ch.n; i++)
+            if (i != ch.chosen && ch.cand[i].feasible && !ch.cand[i].lossy)
+                CHECKF(ch.cand[i].ms_per_token >= p->ms_per_token, "candidate %d (%s, stage %d) %.2f ms < %.2f ms", i,
+                       hpl_kind_name(ch.cand[i].kind), ch.cand[i].gstage, ch.cand[i].ms_per_token, p->ms_per_token);
+        /* the cost model's all-reduces run over the leader's link: the same plan with the pair's link as
+           slow as the head's costs 2 x (its layers) x ~5 ms more */
+        hpl_plan q = *p;
+        hpl_cluster c2 = c;
+        c2.link[2][3] = c2.link[3][2] = c.link[0][2];
+        hr_err err = {0};
+        CHECK(hpl_cost(&c2, &m, 128, &q, &err) == 0 && q.feasible);
+        CHECKF(q.ms_per_token - p->ms_per_token > 2 * g0->layers * 4.9, "%.2f ms, with a slow pair link %.2f ms",
+               p->ms_per_token, q.ms_per_token);
+    }
+    /* the pair's link as slow as the rest: the worker-led hybrid loses (to the pipeline) */
+    c.link[2][3] = c.link[3][2] = c.link[0][2];
+    k = choose(&c, &m, &ch);
+    CHECKF(k == HPL_PP, "slow links everywhere: %s", ch.why);
+    /* a worker-led group is a stage: a gstage beyond the last stage is refused */
+    hpl_plan h = {.kind = HPL_HYBRID, .n = 3, .group = 2, .gstage = 2, .dev = {0, 2, 3}, .share = {0.5, 0.5},
+                  .window = {8, 8}};
     hr_err err = {0};
     CHECK(hpl_cost(&c, &m, 100, &h, &err) == HR_EINVAL);
 }
@@ -470,6 +548,7 @@ int main(void) {
     test_minmax_brute();
     test_winners();
     test_hybrid();
+    test_hybrid_worker();
     test_loss();
     test_single_cost();
     test_pp_trip_hops();

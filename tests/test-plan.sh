@@ -2,6 +2,10 @@
 # The planner through the command line, on loopback (docs/planner.md):
 # - `hearth run --workers ...` without plan flags runs the planner's choice (one line names it and its
 #   prediction) and prints exactly the single-device greedy text, on stories260K and a synth model;
+# - the test hook HEARTH_PLAN_PICK (docs/planner.md): the planner's best tp, pp and hybrid candidates and
+#   a worker-led hybrid (by its index in `hearth plan --json`), which loopback's equal links never make
+#   the choice, run by `hearth run --workers` without plan flags: the same text, a log line saying the
+#   hook forced it, the stages it ran; a bad value or no candidate of the kind: a clear error;
 # - `hearth plan --json` lists the devices, every link (worker <-> worker measured by a worker),
 #   candidates of every kind (hybrid too) with predictions, and a chosen index;
 # - `hearth profile`: the second run reads the cache; another thread count measures again;
@@ -21,6 +25,35 @@ for model in "$S/stories260K.gguf" "$S/synth/synth-llama-Q8_0.gguf"; do
     if grep -q "plan: .*predicted .* ms/token" "$TMP/cl.err"; then ok; else bad "no plan line: $(tail -3 "$TMP/cl.err")"; fi
 done
 
+# ---- the test hook HEARTH_PLAN_PICK: kinds the planner does not choose on loopback, the same text -------------
+model=$S/stories260K.gguf
+run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
+for kind in tp pp hybrid; do
+    HEARTH_PLAN_PICK=$kind check_same "$model" "$(workers 1 2)"
+    if grep -q "plan: candidate [0-9]* forced by the test hook HEARTH_PLAN_PICK=$kind, not the planner's choice .*: $kind over" \
+        "$TMP/cl.err"; then ok; else bad "HEARTH_PLAN_PICK=$kind: $(grep 'plan:' "$TMP/cl.err")"; fi
+done
+# the hybrids over all three devices, head-led (0+1,2 or 0+2,1) and worker-led (0,1+2), by index
+"$BIN" plan -m "$model" --workers "$(workers 1 2)" -t 1 --json > "$TMP/pick.json" 2> "$TMP/pick.err" || bad "plan for the pick"
+for lead in head worker; do
+    idx=$(python3 -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+want = 0 if sys.argv[2] == 'head' else 1
+print([i for i, c in enumerate(j['candidates']) if c['kind'] == 'hybrid' and c['group_stage'] == want][0])" "$TMP/pick.json" $lead)
+    if [[ -z "$idx" ]]; then bad "no $lead-led hybrid candidate: $(head -c 300 "$TMP/pick.json")"; continue; fi
+    HEARTH_PLAN_PICK=$idx check_same "$model" "$(workers 1 2)"
+    if [[ $lead == head ]]; then stage="pp: stage 0 (devices 0-1, tensor parallel)"
+    else stage="pp: stage 1 (devices 1-2, tensor parallel)"; fi
+    if grep -q "plan: candidate $idx forced by the test hook HEARTH_PLAN_PICK=$idx" "$TMP/cl.err" &&
+        grep -q "$stage" "$TMP/cl.err"; then ok
+    else bad "HEARTH_PLAN_PICK=$idx ($lead-led hybrid): $(grep 'plan:\|pp: stage' "$TMP/cl.err")"; fi
+done
+HEARTH_PLAN_PICK=hybrid expect_error "HEARTH_PLAN_PICK=hybrid: no feasible hybrid candidate" --workers "$(workers 1)"
+HEARTH_PLAN_PICK=ring expect_error "HEARTH_PLAN_PICK=ring: want single, tp, pp, hybrid or a candidate's index" \
+    --workers "$(workers 1 2)"
+HEARTH_PLAN_PICK=99 expect_error "HEARTH_PLAN_PICK=99: the planner has candidates 0 to 11" --workers "$(workers 1 2)"
+
 # ---- plan --json --------------------------------------------------------------------------------------
 if "$BIN" plan -m "$S/synth/synth-llama-Q8_0.gguf" --workers "$(workers 1 2)" -t 1 -c 128 --json > "$TMP/plan.json" \
     2> "$TMP/plan.err"; then ok; else bad "hearth plan failed: $(tail -2 "$TMP/plan.err")"; fi
@@ -30,11 +63,15 @@ j = json.load(open(sys.argv[1]))
 assert len(j["devices"]) == 3, j["devices"]
 kinds = [c["kind"] for c in j["candidates"]]
 assert kinds[0] == "single" and "tp" in kinds and "pp" in kinds and "hybrid" in kinds, kinds
-# a hybrid: the head's group (its first `group` devices, with their shares) and a window per stage
-for h in (c for c in j["candidates"] if c["kind"] == "hybrid"):
+# a hybrid: its group (devices[group_stage..group_stage + group), with their shares) and a window per
+# stage; over the three devices one led by the head (0+1,2 or 0+2,1) and one by worker 1 (0,1+2)
+hy = [c for c in j["candidates"] if c["kind"] == "hybrid"]
+for h in hy:
     assert h["group"] == 2 and len(h["devices"]) == 3 and h["devices"][0] == 0, h
     assert len(h["shares"]) == 2 and len(h["windows"]) == 2 and h["trips"] >= 1, h
     assert "+" in h["plan"], h["plan"]
+assert sorted(h["group_stage"] for h in hy) == [0, 1], hy
+assert [h["plan"].split("(")[1].split(")")[0] for h in hy if h["group_stage"] == 1] == ["0,1+2"], hy
 c = j["candidates"][j["chosen"]]
 assert c["feasible"] and c["predicted_ms_per_token"] > 0 and c["predicted_prefill_ms"] > 0
 best = min(x["predicted_ms_per_token"] for x in j["candidates"] if x["feasible"])
@@ -97,9 +134,11 @@ for c in json.load(open(sys.argv[1]))["candidates"]:
     num = lambda xs: ",".join(repr(x) for x in xs)
     if c["kind"] == "tp": print(("--lossy " if c["lossy"] else "") + "--tp-shares " + num(c["shares"]))
     elif c["kind"] == "pp": print("--pp --layer-windows " + num(c["windows"]))
-    elif c["kind"] == "hybrid":
-        print("--stages %s --tp-shares %s --layer-windows %s" % ("+".join(map(str, range(c["group"]))) + "".join(
-            ",%d" % d for d in range(c["group"], 3)), num(c["shares"]), num(c["windows"])))
+    elif c["kind"] == "hybrid":   # devices[group_stage..group_stage + group) are the group, the rest a stage each
+        s, g = c["group_stage"], c["group"]
+        stages = [[d] for d in range(s)] + [list(range(s, s + g))] + [[d] for d in range(s + g, 3)]
+        print("--stages %s --tp-shares %s --layer-windows %s" % (",".join("+".join(map(str, x)) for x in stages),
+                                                                   num(c["shares"]), num(c["windows"])))
 PY
 [[ $(grep -c -- '--tp-shares' "$TMP/given.txt") -ge 2 && $(grep -c -- '--pp' "$TMP/given.txt") -ge 1 ]] || \
     bad "not enough candidates over 3 devices to give back: $(cat "$TMP/given.txt")"
@@ -120,7 +159,7 @@ if "--tp-shares" in flags:
 if "--layer-windows" in flags:
     assert g["windows"] == [int(x) for x in flags[flags.index("--layer-windows") + 1].split(",")], (flags, g)
 assert g["lossy" if g["kind"] == "tp" else "kind"] == ("--lossy" in flags if g["kind"] == "tp" else g["kind"])
-keys = ("shares", "windows", "lossy", "group")
+keys = ("shares", "windows", "lossy", "group", "group_stage")
 match = [c for c in j["candidates"] if c["kind"] == g["kind"] and c["devices"] == g["devices"] and c["feasible"] and
          all(same(c[k], g[k]) if isinstance(g.get(k), list) else c.get(k) == g.get(k) for k in keys)]
 # the candidates come from this call's measurements: the ILP may choose other windows than in the first

@@ -32,9 +32,13 @@ static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
     json_object_set_new(o, "kind", json_string(hpl_kind_name(p->kind)));
     for (int i = 0; i < p->n; i++) json_array_append_new(devs, json_integer(p->dev[i]));
     json_object_set_new(o, "devices", devs);
-    /* hybrid: shares of the head's group (its first `group` devices), windows per stage */
+    /* hybrid: the group's stage and size (its devices devices[group_stage..group_stage + group), with
+       their shares), windows per stage */
     const bool hy = p->kind == HPL_HYBRID;
-    if (hy) json_object_set_new(o, "group", json_integer(p->group));
+    if (hy) {
+        json_object_set_new(o, "group", json_integer(p->group));
+        json_object_set_new(o, "group_stage", json_integer(p->gstage));
+    }
     if (p->kind == HPL_TP) /* the lossy all-reduce is TP with a flag, not a kind of its own */
         json_object_set_new(o, "lossy", json_boolean(p->lossy));
     if (p->kind == HPL_TP || hy) {
@@ -225,8 +229,9 @@ const cli_command cli_plan = {
     "Profiles this device (cached) and every worker (each measures itself; cached there), measures the\n"
     "links to the workers, then predicts, for every candidate plan — one device; tensor parallel over\n"
     "the head and each set of workers (shares by min-max); a piped-ring pipeline over them (windows\n"
-    "and trips by an ILP); hybrid plans, whose first stage is the head and its workers of the fastest\n"
-    "links as a tensor-parallel group (the same ILP, the group as one device) — decode ms/token,\n"
+    "and trips by an ILP); hybrid plans, one of whose stages is a tensor-parallel group — the head and\n"
+    "its workers of the fastest links, or the two workers with the fastest link between them (the same\n"
+    "ILP, the group as one device) — decode ms/token,\n"
     "prefill time and each device's memory, and names the fastest. `hearth run --workers ...` without\n"
     "plan flags runs that plan. With plan flags (--tp-shares, --pp, --layer-windows, --stages, --lossy),\n"
     "the plan they give, read and checked as `hearth run` reads them, is costed too: a row marked g,\n"

@@ -81,6 +81,36 @@ int cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *c
     return hpl_choose(cl, &pm, n_prompt, ch, err);
 }
 
+/* The test hook HEARTH_PLAN_PICK (docs/planner.md, "Test hook"): run a candidate of the test's choosing
+   instead of the planner's — "single", "tp", "pp" or "hybrid" (the fastest predicted feasible candidate
+   of that kind; tp: exact, not lossy) or a candidate's index in `hearth plan --json`. On loopback every
+   link is alike, so the planner would never pick some kinds; this lets the tests run them end to end.
+   *pick: the candidate; unset or empty: ch->chosen. */
+static int cli_plan_pick(const hpl_choice *ch, const char **hook, int *pick, hr_err *err) {
+    const char *v = getenv("HEARTH_PLAN_PICK");
+    *hook = v && *v ? v : NULL;
+    *pick = ch->chosen;
+    if (!*hook) return 0;
+    char *end;
+    long idx = strtol(v, &end, 10);
+    if (end != v && !*end) {
+        if (idx < 0 || idx >= ch->n)
+            return hr_fail(err, HR_EINVAL, "HEARTH_PLAN_PICK=%s: the planner has candidates 0 to %d", v, ch->n - 1);
+        if (!ch->cand[idx].feasible)
+            return hr_fail(err, HR_EINVAL, "HEARTH_PLAN_PICK=%s: that candidate is not feasible (%s)", v,
+                           ch->cand[idx].why);
+        *pick = (int)idx;
+        return 0;
+    }
+    for (int k = HPL_SINGLE; k <= HPL_HYBRID; k++)
+        if (!strcmp(v, hpl_kind_name(k))) {
+            if ((*pick = hpl_best_of_kind(ch, k)) < 0)
+                return hr_fail(err, HR_EINVAL, "HEARTH_PLAN_PICK=%s: no feasible %s candidate on this cluster", v, v);
+            return 0;
+        }
+    return hr_fail(err, HR_EINVAL, "HEARTH_PLAN_PICK=%s: want single, tp, pp, hybrid or a candidate's index", v);
+}
+
 /* The planner's choice for o's model over h's workers becomes h's plan (h->n_workers 0: one device);
    loss (optional): each of the plan's workers' measured datagram loss in percent, in h->workers order. */
 static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, hc_head_params *h,
@@ -106,13 +136,20 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
         h->n_workers = oo->head.n_workers;
         memcpy(h->workers, oo->head.workers, sizeof h->workers);
     }
+    const char *hook = NULL;
+    int pick = -1;
+    if (!rc) rc = cli_plan_pick(ch, &hook, &pick, err);
     if (!rc) {
-        const hpl_plan *p = &ch->cand[ch->chosen];
+        const hpl_plan *p = &ch->cand[pick];
         char desc[256];
         hpl_plan_describe(p, desc, sizeof desc);
-        HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
-                p->ms_per_token, cl->profile_ms);
-        if (p->lossy)
+        if (hook)
+            HR_LOGW("plan: candidate %d forced by the test hook HEARTH_PLAN_PICK=%s, not the planner's choice (%d): "
+                    "%s: predicted %.2f ms/token", pick, hook, ch->chosen, desc, p->ms_per_token);
+        else
+            HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
+                    p->ms_per_token, cl->profile_ms);
+        if (p->lossy && !hook)
             HR_LOGI("plan: lossy mode (--lossy: the all-reduces' partials as UDP datagrams, %.0f ms deadline), since the "
                     "links lose datagrams: %s", p->deadline_ms, ch->why);
         const char *all[HC_MAX_DEVICES - 1];
@@ -135,11 +172,11 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
             h->n_windows = p->n;
             memcpy(h->layer_windows, p->window, sizeof p->window[0] * (size_t)p->n);
         } else if (p->kind == HPL_HYBRID) {
-            /* the workers are in the plan's order: the head's group first, then a stage each */
+            /* the workers are in the plan's order, the stages' devices one after the other: one device a
+               stage, but the group's at stage gstage (0: the head's) */
             h->pp = true;
             h->n_stages = p->n - p->group + 1;
-            h->stage_devs[0] = p->group;
-            for (int s = 1; s < h->n_stages; s++) h->stage_devs[s] = 1;
+            for (int s = 0; s < h->n_stages; s++) h->stage_devs[s] = s == p->gstage ? p->group : 1;
             h->n_shares = p->group;
             memcpy(h->shares, p->share, sizeof p->share[0] * (size_t)p->group);
             h->n_windows = h->n_stages;

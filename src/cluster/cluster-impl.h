@@ -57,8 +57,11 @@ void hc_slices_hash(hc_slice *s, int n);
 /* The slice's bytes [off, off + len) in file layout: a pointer into the mapping when they are
    contiguous there (rows, whole tensors), else gathered into tmp (hc_slice_gathers). */
 const void *hc_slice_bytes(const hc_slice *s, uint64_t off, size_t len, void *tmp);
-/* The cache file name of a share: model hash + units + directory. */
-uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *s, int n);
+/* The cache file name of a share: model hash + units + directory, and all_listed: the file lists every
+   layer (hearth.slice.layers: a pipeline stage or a hybrid group given the whole model), which the
+   directory alone does not tell from a tensor-parallel share of every layer, whose file lists none —
+   the worker takes its windows from the list, so one cannot serve the other. */
+uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *s, int n, bool all_listed);
 
 /* ---- slice files: CACHE/<model hash>/<slice key>.gguf ---- */
 /* dir = CACHE/<model hash> (created), path = the file of that key in it */

@@ -503,7 +503,7 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
     } else if ((rc = hc_default_cache_dir(cache, sizeof cache, err))) return rc;
     if ((rc = hc_slices_make(h->m, sh, hc_core_order(h), NULL, true, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
-    uint64_t key = hc_slice_key(model_hash, sh, sl, ns), bytes = 0, max = 0;
+    uint64_t key = hc_slice_key(model_hash, sh, sl, ns, false), bytes = 0, max = 0;  /* the head's lists no layers */
     if ((rc = hc_slice_path(cache, model_hash, key, dir, sizeof dir, h->slice_path, sizeof h->slice_path, err))) goto done;
     for (int i = 0; i < ns; i++) {
         bytes += sl[i].size;

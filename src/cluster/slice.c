@@ -217,7 +217,7 @@ static void hc_put64(uint8_t *b, size_t *n, uint64_t v) {
     for (int i = 0; i < 8; i++) b[(*n)++] = (uint8_t)(v >> (8 * i));
 }
 
-uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *v, int n) {
+uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *v, int n, bool all_listed) {
     hr_hasher h;
     hr_hasher_init(&h, model_hash);
     uint8_t b[128];
@@ -226,6 +226,7 @@ uint64_t hc_slice_key(uint64_t model_hash, const hc_share *sh, const hc_slice *v
     hc_put64(b, &k, (uint64_t)(uint32_t)sh->ff_begin << 32 | (uint32_t)sh->ff_end);
     hc_put64(b, &k, (uint64_t)n);
     if (sh->placement) hc_put64(b, &k, sh->placement);   /* a contiguous share's key is unchanged */
+    if (all_listed) hc_put64(b, &k, 0x4c41594552534c53ull);  /* every other key is unchanged */
     hr_hasher_update(&h, b, k);
     for (int i = 0; i < n; i++) {
         const hc_slice *s = &v[i];

@@ -916,7 +916,9 @@ static int hc_recv_have(hc_session *s, uint32_t *seq) {
 /* The model's cache folder (created) into model_dir, and the share's slice file in it into s->path. */
 static int hc_cache_path(hc_session *s, char *model_dir, size_t cap) {
     hr_err e = {0};
-    uint64_t key = hc_slice_key(s->model_hash, &s->share, s->dir, s->n_dir);
+    bool all = s->layers != NULL;
+    for (int il = 0; all && il < s->hp.n_layer; il++) all = s->layers[il];
+    uint64_t key = hc_slice_key(s->model_hash, &s->share, s->dir, s->n_dir, all);
     if (hc_slice_path(s->w->cache, s->model_hash, key, model_dir, cap, s->path, sizeof s->path, &e))
         return hc_bad(s, 0, e.code, "%s", e.msg);
     return 0;

@@ -219,7 +219,7 @@ static double hpl_tp_dev(const hpl_cluster *c, const hpl_model *m, const hpl_pla
     dc->dev = p->dev[i];
     dc->share = x;
     dc->layers = m->n_layer;
-    *ok = hpl_memory(d, m, x * m->layer_bytes * m->n_layer, i == 0 ? m->out_bytes : 0,
+    *ok = hpl_memory(d, m, x * m->layer_bytes * m->n_layer, p->dev[i] == 0 ? m->out_bytes : 0,
                      x * m->kv_bytes_per_layer * m->n_layer, HR_MAX(x * m->block_max_bytes, 1), dc, why, cap);
     if (!*ok) return INFINITY;
     dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, x, 0);
@@ -279,49 +279,55 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     return 0;
 }
 
-/* A hybrid plan's first stage: the head's group dev[0..g) runs the stage's L0 layers tensor parallel
+/* A hybrid plan's group stage gs: its members dev[gs..gs + g) run the stage's layers tensor parallel
    (each member its share of them, as hpl_tp_dev; the slowest member sets the stage's time), and the
-   group's messages: a FORWARD to every member per non-empty window of the head, a star all-reduce after
-   every block (docs/planner.md, "Hybrid plans"). *t: compute, *tb: blocked on disk, *t_pf: prefill. */
-static bool hpl_group_cost(const hpl_cluster *c, const hpl_model *m, const hc_pp_plan *pl, int g, int n_prompt,
+   group's messages: a FORWARD from the leader dev[gs] (the head, or the worker the previous stage hands
+   the hidden state to) to every member per non-empty window of the stage, a star all-reduce around the
+   leader after every block (docs/planner.md, "Hybrid plans"). *t: compute, *tb: blocked on disk, *t_pf:
+   prefill. */
+static bool hpl_group_cost(const hpl_cluster *c, const hpl_model *m, const hc_pp_plan *pl, int gs, int g, int n_prompt,
                            hpl_plan *p, double *t, double *tb, double *t_pf, double *comm, double *comm_pf,
                            double *loss, double *loss_pf) {
     hpl_model ms = *m;
     ms.n_layer = 0;
     int nwin = 0;
-    for (int w = 0; w < pl->n_win[0]; w++) {
-        ms.n_layer += pl->win[0][w].end - pl->win[0][w].begin;
-        nwin += pl->win[0][w].end > pl->win[0][w].begin;
+    for (int w = 0; w < pl->n_win[gs]; w++) {
+        ms.n_layer += pl->win[gs][w].end - pl->win[gs][w].begin;
+        nwin += pl->win[gs][w].end > pl->win[gs][w].begin;
     }
     if (ms.n_layer == 0) {
-        snprintf(p->why, sizeof p->why, "the head's group gets no layers");
+        if (gs) snprintf(p->why, sizeof p->why, "stage %d's group gets no layers", gs);
+        else snprintf(p->why, sizeof p->why, "the head's group gets no layers");
         return false;
     }
-    hpl_plan pg = *p;
+    hpl_plan pg = *p;   /* the group as a TP plan of its own: pg.dev[i] = dev[gs + i] */
     pg.n = g;
+    memcpy(pg.dev, p->dev + gs, sizeof pg.dev[0] * (size_t)g);
+    const int lead = p->dev[gs];
     const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
     const int per = HR_MIN(n_prompt, m->n_batch);
     double rtt = 0, up = 0, up_pf = 0, worst = 0;
     *t = *t_pf = 0;
     for (int i = 0; i < g; i++) {
         bool ok;
-        worst = HR_MAX(worst, hpl_tp_dev(c, &ms, &pg, i, p->share[i], &p->dc[i], &ok, p->why, sizeof p->why));
+        hpl_dev_cost *dc = &p->dc[gs + i];
+        worst = HR_MAX(worst, hpl_tp_dev(c, &ms, &pg, i, p->share[i], dc, &ok, p->why, sizeof p->why));
         if (!ok) return false;
-        p->dc[i].window = p->window[0];
-        *t = HR_MAX(*t, p->dc[i].compute_ms);
-        *t_pf = HR_MAX(*t_pf, hpl_layers_ms(&c->dev[p->dev[i]], m, ms.n_layer, p->share[i], n_prompt));
+        dc->window = p->window[gs];
+        *t = HR_MAX(*t, dc->compute_ms);
+        *t_pf = HR_MAX(*t_pf, hpl_layers_ms(&c->dev[pg.dev[i]], m, ms.n_layer, p->share[i], n_prompt));
         if (i == 0) continue;
-        const hpl_link *l = hpl_link_of(c, 0, p->dev[i]);
+        const int d = pg.dev[i];
+        const hpl_link *l = hpl_link_of(c, lead, d);
         double gbps = l->gbps > 0 ? l->gbps : 0.1;
-        rtt = HR_MAX(rtt, l->rtt_ms);   /* the latencies overlap, the bytes all pass the head's link */
+        rtt = HR_MAX(rtt, l->rtt_ms);   /* the latencies overlap, the bytes all pass the leader's link */
         up += B / (gbps * 1e6);
         up_pf += B * per / (gbps * 1e6);
         /* TCP's recoveries of lost segments (loss.c): the member's FORWARDs and its two all-reduces a layer */
-        const int d = p->dev[i];
-        *loss += nwin * hpl_tcp_recovery_ms(c, 0, d, B) +
-                 2.0 * ms.n_layer * (hpl_tcp_recovery_ms(c, d, 0, B) + hpl_tcp_recovery_ms(c, 0, d, B));
-        *loss_pf += nwin * hpl_tcp_recovery_ms(c, 0, d, B * per) +
-                    2.0 * ms.n_layer * (hpl_tcp_recovery_ms(c, d, 0, B * per) + hpl_tcp_recovery_ms(c, 0, d, B * per));
+        *loss += nwin * hpl_tcp_recovery_ms(c, lead, d, B) +
+                 2.0 * ms.n_layer * (hpl_tcp_recovery_ms(c, d, lead, B) + hpl_tcp_recovery_ms(c, lead, d, B));
+        *loss_pf += nwin * hpl_tcp_recovery_ms(c, lead, d, B * per) +
+                    2.0 * ms.n_layer * (hpl_tcp_recovery_ms(c, d, lead, B * per) + hpl_tcp_recovery_ms(c, lead, d, B * per));
     }
     *tb = worst - *t;
     *comm += nwin * (rtt / 2 + up) + 2.0 * ms.n_layer * (rtt + 2 * up);
@@ -330,12 +336,12 @@ static bool hpl_group_cost(const hpl_cluster *c, const hpl_model *m, const hc_pp
     return true;
 }
 
-/* A piped ring (PP), or a hybrid plan: the same ring whose first stage is the head's group dev[0..g);
-   stage s > 0 runs on dev[g - 1 + s] (g = 1: every device a stage). */
+/* A piped ring (PP), or a hybrid plan: the same ring one of whose stages, gs, is the group
+   dev[gs..gs + g); every other stage one device (g = 1: every device a stage). */
 static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
-    const int g = p->kind == HPL_HYBRID ? p->group : 1, ns = p->n - g + 1;
+    const int g = p->kind == HPL_HYBRID ? p->group : 1, ns = p->n - g + 1, gs = g > 1 ? p->gstage : 0;
     if (g < 1 || ns < 2) {
-        snprintf(p->why, sizeof p->why, "a group of %d of the %d devices leaves no stage after it", g, p->n);
+        snprintf(p->why, sizeof p->why, "a group of %d of the %d devices leaves no other stage", g, p->n);
         return 0;
     }
     hc_pp_plan pl;
@@ -346,7 +352,7 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     }
     p->trips = HR_MAX(1, pl.n_rounds);
     int di[HPL_MAX_DEVICES];   /* stage -> index into p->dev */
-    for (int st = 0; st < ns; st++) di[st] = st ? g - 1 + st : 0;
+    for (int st = 0; st < ns; st++) di[st] = st <= gs ? st : g - 1 + st;
     const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
     int nb = (n_prompt + m->n_batch - 1) / m->n_batch, per = HR_MIN(n_prompt, m->n_batch);
     /* the hand-offs of a pass: from the head round the ring, a window at a time, back to the head */
@@ -377,14 +383,15 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
     double sum_c = 0, sum_pf = 0, blocked = 0, blocked_pf = 0;
     if (g > 1) {
-        double t, tb, t_pf;
-        if (!hpl_group_cost(c, m, &pl, g, n_prompt, p, &t, &tb, &t_pf, &comm, &comm_pf, &loss, &loss_pf)) return 0;
-        p->dc[0].compute_ms += p->head_extra_ms;
-        sum_c += t + p->head_extra_ms;
-        sum_pf += t_pf + p->head_extra_ms;
+        double t, tb, t_pf, extra = gs == 0 ? p->head_extra_ms : 0;
+        if (!hpl_group_cost(c, m, &pl, gs, g, n_prompt, p, &t, &tb, &t_pf, &comm, &comm_pf, &loss, &loss_pf)) return 0;
+        p->dc[gs].compute_ms += extra;
+        sum_c += t + extra;
+        sum_pf += t_pf + extra;
         blocked += tb;
     }
-    for (int st = g > 1 ? 1 : 0; st < ns; st++) {
+    for (int st = 0; st < ns; st++) {
+        if (g > 1 && st == gs) continue;
         const int i = di[st];
         hpl_dev_cost *dc = &p->dc[i];
         const hpl_device *d = &c->dev[p->dev[i]];
@@ -403,7 +410,8 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     /* TPI-LLM Prop. 4 / prima.cpp: a device's loader reads while it computes and, up to the room it
        has for each window, while the rest of the ring computes; what is left blocks (a group's members
        stream as tensor-parallel devices do, counted above) */
-    for (int st = g > 1 ? 1 : 0; st < ns; st++) {
+    for (int st = 0; st < ns; st++) {
+        if (g > 1 && st == gs) continue;
         hpl_dev_cost *dc = &p->dc[di[st]];
         if (dc->stream_bytes <= 0) continue;
         const hpl_device *d = &c->dev[p->dev[di[st]]];
@@ -444,8 +452,9 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
     case HPL_TP: rc = p->n >= 2 ? hpl_cost_tp(c, m, n_prompt, p) : hr_fail(err, HR_EINVAL, "tp: two devices or more"); break;
     case HPL_PP: rc = p->n >= 2 ? hpl_cost_pp(c, m, n_prompt, p, err) : hr_fail(err, HR_EINVAL, "pp: two devices or more"); break;
     case HPL_HYBRID:
-        rc = p->n >= 3 && p->group >= 2 && p->group < p->n ? hpl_cost_pp(c, m, n_prompt, p, err)
-           : hr_fail(err, HR_EINVAL, "hybrid: a group of two devices or more and a stage after it");
+        rc = p->n >= 3 && p->group >= 2 && p->group < p->n && p->gstage >= 0 && p->gstage <= p->n - p->group
+           ? hpl_cost_pp(c, m, n_prompt, p, err)
+           : hr_fail(err, HR_EINVAL, "hybrid: a group of two devices or more at one of the stages, and another stage");
         break;
     default: rc = hr_fail(err, HR_EINVAL, "plan kind %d", p->kind);
     }
@@ -460,8 +469,9 @@ void hpl_plan_describe(const hpl_plan *p, char *buf, size_t cap) {
     const bool hy = p->kind == HPL_HYBRID;
     n += (size_t)snprintf(buf + n, cap - n, "%s%s over %d devices (", hpl_kind_name(p->kind),
                           p->lossy ? " (lossy)" : "", p->n);
-    for (int i = 0; i < p->n && n < cap; i++)  /* hybrid: the stages, "0+1,2,3" */
-        n += (size_t)snprintf(buf + n, cap - n, "%s%d", !i ? "" : hy && i < p->group ? "+" : ",", p->dev[i]);
+    for (int i = 0; i < p->n && n < cap; i++)  /* hybrid: the stages, "0+1,2,3" or "0,1+2,3" */
+        n += (size_t)snprintf(buf + n, cap - n, "%s%d", !i ? "" : hy && i > p->gstage && i < p->gstage + p->group ? "+" : ",",
+                              p->dev[i]);
     if (n < cap && (p->kind == HPL_TP || hy)) {
         n += (size_t)snprintf(buf + n, cap - n, "), shares ");
         for (int i = 0; i < (hy ? p->group : p->n) && n < cap; i++)

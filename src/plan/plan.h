@@ -13,9 +13,9 @@
  *   latency model, TPI-LLM Prop. 4 for the streaming the prefetch hides, messages x RTT + bytes /
  *   throughput per link).
  * - Solvers: TP shares by HALO's min-max (minimise the slowest device's time, memory-aware); pipeline
- *   windows and trip count by a Halda-style ILP per trip count (GLPK); hybrid plans (a pipeline whose
- *   first stage is the head's tensor-parallel group) by the same ILP with the group as one virtual
- *   device, and min-max shares inside the group.
+ *   windows and trip count by a Halda-style ILP per trip count (GLPK); hybrid plans (a pipeline one of
+ *   whose stages is a tensor-parallel group: the head's, or a pair of workers later in the ring) by the
+ *   same ILP with the group as one virtual device, and min-max shares inside the group.
  *
  * Library code: no printing to stdout; errors as negative HR_E* codes in an hr_err.
  * docs/planner.md explains the measurements, the formulas and the solvers.
@@ -193,11 +193,14 @@ typedef struct hpl_plan {
     int    kind;                        /* enum hpl_kind */
     int    n;                           /* devices used */
     int    dev[HPL_MAX_DEVICES];        /* their cluster indices, the head (0) first */
-    double share[HPL_MAX_DEVICES];      /* TP; hybrid: of the head's group, share[0..group) */
+    double share[HPL_MAX_DEVICES];      /* TP; hybrid: of the group's members in their order, share[0..group) */
     int    window[HPL_MAX_DEVICES];     /* PP; hybrid: one per stage, window[0..n - group + 1) */
     int    trips;                       /* PP, hybrid: trips round the ring */
-    int    group;                       /* hybrid: dev[0..group) are the head's stage, a tensor-parallel
-                                           group (cluster/cluster.h, n_stages); every later device a stage */
+    int    group;                       /* hybrid: devices of the one stage that is a tensor-parallel group
+                                           (cluster/cluster.h, n_stages); every other device a stage */
+    int    gstage;                      /* hybrid: that stage; its members are dev[gstage..gstage + group), led
+                                           by dev[gstage] (0: the head's group; > 0: a worker-led group, every
+                                           stage before it one device) */
     /* predictions */
     bool   feasible;
     char   why[256];                    /* when not feasible: what is missing */
@@ -240,10 +243,11 @@ int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, in
 double hpl_pp_objective(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, int trips);
 /* Every trip count; the best by hpl_cost. */
 int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err);
-/* Hybrid (p->kind HPL_HYBRID, p->dev, p->group set): for every trip count, the windows of the pipeline
-   ILP with the head's group as one virtual device (its members' speeds, budgets and disks summed, each
-   layer's two all-reduces inside the group added to its time per layer), then min-max shares inside
-   the group for its layers; the best by hpl_cost. Infeasible (why) when nothing fits. */
+/* Hybrid (p->kind HPL_HYBRID, p->dev, p->group, p->gstage set): for every trip count, the windows of the
+   pipeline ILP with the group as one virtual device at its stage (its members' speeds, budgets and disks
+   summed, each layer's two all-reduces inside the group, around its leader, added to its time per
+   layer), then min-max shares inside the group for its layers; the best by hpl_cost. Infeasible (why)
+   when nothing fits. */
 int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err);
 
 #define HPL_MAX_CANDIDATES 192
@@ -255,9 +259,12 @@ typedef struct hpl_choice {
 } hpl_choice;
 /* Every candidate (one device; TP, PP and hybrid over the head plus each subset of the workers, or
    prefixes of them by speed for many workers — hybrid: the head's group the head and the g-1 workers of
-   the subset with the fastest links to it, for every g that leaves a stage after it), costed; the
-   fastest feasible one chosen. */
+   the subset with the fastest links to it, for every g that leaves a stage after it; and, for a subset
+   of two workers or more, a worker-led group of the pair with the fastest link between them, the head
+   and the other workers a stage each), costed; the fastest feasible one chosen. */
 int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choice *out, hr_err *err);
+/* The fastest feasible candidate of `kind` (TP: exact, not lossy); -1 when there is none. */
+int hpl_best_of_kind(const hpl_choice *ch, int kind);
 
 /* The plan a user gave with `hearth run`'s plan flags (hp: pp, shares, windows, stages, lossy) over every
    device of c, in c's order (the head, then the workers as --workers lists them), laid out by

@@ -65,10 +65,12 @@ typedef struct hpl_ilp {
     double hide_cap[HPL_MAX_DEVICES];
     double Wl, Kl, comm, extra;
     int    Wmin, Wmax;
+    int    lo[HPL_MAX_DEVICES];    /* the smallest window: 1, the head's 0 (it may only embed and sample) */
 } hpl_ilp;
 
 static void hpl_ilp_setup(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, int k, hpl_ilp *q) {
     memset(q, 0, sizeof *q);
+    for (int i = 1; i < p->n; i++) q->lo[i] = 1;
     q->n = p->n;
     q->k = k;
     q->L = m->n_layer;
@@ -99,7 +101,7 @@ static void hpl_ilp_setup(const hpl_cluster *c, const hpl_model *m, const hpl_pl
 static double hpl_ilp_eval(const hpl_ilp *q, const int *w) {
     int W = 0;
     for (int i = 0; i < q->n; i++) {
-        if (w[i] < (i ? 1 : 0) || w[i] > q->wmax[i]) return -1;
+        if (w[i] < q->lo[i] || w[i] > q->wmax[i]) return -1;
         W += w[i];
     }
     if (W < q->Wmin || W > q->Wmax) return -1;
@@ -123,13 +125,17 @@ double hpl_pp_objective(const hpl_cluster *c, const hpl_model *m, const hpl_plan
 
 static int hpl_glp_silent(void *info, const char *s) { (void)info; (void)s; return 1; }
 
-int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, int k, double *objective, hr_err *err) {
+/* hpl_solve_pp_trips, with the head's window at least lo0 (a hybrid's head group: 1, since a group must
+   get layers) */
+static int hpl_solve_ilp(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, int k, int lo0, double *objective,
+                         hr_err *err) {
     if (p->n < 2 || k < 1) return hr_fail(err, HR_EINVAL, "pp: two devices and one trip at least");
     hpl_ilp q;
     hpl_ilp_setup(c, m, p, k, &q);
+    q.lo[0] = lo0;
     if (q.Wmin > q.Wmax) return hr_fail(err, HR_ERANGE, "pp: %d trips cannot place %d layers", k, q.L);
     for (int i = 0; i < p->n; i++)
-        if (q.wmax[i] < (i ? 1 : 0))
+        if (q.wmax[i] < q.lo[i])
             return hr_fail(err, HR_ERANGE, "pp: device %d cannot hold the KV cache of one layer per trip", p->dev[i]);
     const int n = p->n;
     /* columns: w_i (1..n), o_i (n+1..2n), h_i (2n+1..3n), b_i (3n+1..4n) */
@@ -140,8 +146,8 @@ int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, in
     for (int i = 0; i < n; i++) {
         int w = 1 + i, o = 1 + n + i, h = 1 + 2 * n + i, b = 1 + 3 * n + i;
         glp_set_col_kind(lp, w, GLP_IV);
-        glp_set_col_bnds(lp, w, GLP_DB, i ? 1 : 0, HR_MAX(i ? 1 : 0, q.wmax[i]));
-        if (q.wmax[i] == (i ? 1 : 0)) glp_set_col_bnds(lp, w, GLP_FX, q.wmax[i], q.wmax[i]);
+        glp_set_col_bnds(lp, w, GLP_DB, q.lo[i], HR_MAX(q.lo[i], q.wmax[i]));
+        if (q.wmax[i] == q.lo[i]) glp_set_col_bnds(lp, w, GLP_FX, q.wmax[i], q.wmax[i]);
         glp_set_obj_coef(lp, w, k * q.c[i]);
         glp_set_col_bnds(lp, o, GLP_LO, 0, 0);
         glp_set_col_bnds(lp, h, q.hide_cap[i] > 0 ? GLP_DB : GLP_FX, 0, q.hide_cap[i]);
@@ -193,6 +199,10 @@ int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, in
     return 0;
 }
 
+int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, int k, double *objective, hr_err *err) {
+    return hpl_solve_ilp(c, m, p, k, 0, objective, err);
+}
+
 int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
     hpl_plan best = *p;
     best.feasible = false;
@@ -217,27 +227,28 @@ int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_pla
     return 0;
 }
 
-/* ---- hybrid: the pipeline ILP with the head's group as one virtual device ------------------------------- */
+/* ---- hybrid: the pipeline ILP with the group as one virtual device ------------------------------------- */
 
-/* The cluster the ILP of hybrid plan p sees (pv: its plan over it): device 0 is the head's group
-   dev[0..g) as one device — per weight type the members' speeds summed (min-max shares make them finish
-   together), slowed by the two all-reduces inside the group that every layer costs; their budgets and
-   disks summed — and device s > 0 is stage s, dev[g - 1 + s], with its links. */
+/* The cluster the ILP of hybrid plan p sees (pv: its plan over it): device s is stage s. The group's
+   stage gs is its members dev[gs..gs + g) as one device — per weight type the members' speeds summed
+   (min-max shares make them finish together), slowed by the two all-reduces around its leader dev[gs]
+   that every layer costs; their budgets and disks summed — with the leader's links; every other stage
+   is its device, with its links (device 0 is the head, or the head's group). */
 static void hpl_group_cluster(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, hpl_cluster *v, hpl_plan *pv) {
-    const int g = p->group, ns = p->n - g + 1;
+    const int g = p->group, ns = p->n - g + 1, gs = p->gstage, lead = p->dev[gs];
     int map[HPL_MAX_DEVICES];
     memset(v, 0, sizeof *v);
     memset(pv, 0, sizeof *pv);
     v->n = pv->n = ns;
     pv->kind = HPL_PP;
     for (int s = 0; s < ns; s++) {
-        map[s] = s ? p->dev[g - 1 + s] : 0;
+        map[s] = p->dev[s <= gs ? s : g - 1 + s];
         pv->dev[s] = s;
         v->dev[s] = c->dev[map[s]];
     }
     for (int a = 0; a < ns; a++)
         for (int b = 0; b < ns; b++) v->link[a][b] = c->link[map[a]][map[b]];
-    hpl_device *d = &v->dev[0];
+    hpl_device *d = &v->dev[gs];
     const double B = m->n_embd * 4.0 + 64;
     double rtt = 0, up = 0, per_layer = 0;
     d->budget = 0;
@@ -245,7 +256,7 @@ static void hpl_group_cluster(const hpl_cluster *c, const hpl_model *m, const hp
     d->n_types = m->n_types;
     for (int t = 0; t < m->n_types; t++) d->ts[t] = (hpl_type_speed){.type = m->type[t]};
     for (int i = 0; i < g; i++) {
-        const hpl_device *x = &c->dev[p->dev[i]];
+        const hpl_device *x = &c->dev[p->dev[gs + i]];
         for (int t = 0; t < m->n_types; t++) {
             d->ts[t].matvec_gbps += hpl_speed(x, m->type[t], false);
             d->ts[t].matmul_gbps += hpl_speed(x, m->type[t], true);
@@ -253,7 +264,7 @@ static void hpl_group_cluster(const hpl_cluster *c, const hpl_model *m, const hp
         d->budget += x->budget;
         d->disk_gbps += x->disk_gbps > 0 ? x->disk_gbps : 0.1;
         if (i == 0) continue;
-        const hpl_link *l = &c->link[0][p->dev[i]];
+        const hpl_link *l = &c->link[lead][p->dev[gs + i]];
         rtt = HR_MAX(rtt, l->rtt_ms);
         up += B / ((l->gbps > 0 ? l->gbps : 0.1) * 1e6);
     }
@@ -263,10 +274,18 @@ static void hpl_group_cluster(const hpl_cluster *c, const hpl_model *m, const hp
 }
 
 int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
-    const int g = p->group, ns = p->n - g + 1;
-    if (p->kind != HPL_HYBRID || g < 2 || ns < 2) return hr_fail(err, HR_EINVAL, "hybrid: a group and a stage after it");
+    const int g = p->group, ns = p->n - g + 1, gs = p->gstage;
+    if (p->kind != HPL_HYBRID || g < 2 || ns < 2 || gs < 0 || gs >= ns)
+        return hr_fail(err, HR_EINVAL, "hybrid: a group at one of the stages, and another stage");
     hpl_cluster *v = malloc(sizeof *v);
-    if (!v) return hr_fail(err, HR_ENOMEM, "out of memory");
+    /* the group's shares depend only on how many layers it gets, which many trip counts share: solved
+       once per count (the min-max is most of a hybrid candidate's time) */
+    struct { bool done; double x[HPL_MAX_DEVICES]; } *memo = calloc((size_t)m->n_layer + 1, sizeof *memo);
+    if (!v || !memo) {
+        free(v);
+        free(memo);
+        return hr_fail(err, HR_ENOMEM, "out of memory");
+    }
     hpl_plan pv, best = *p;
     best.feasible = false;
     char why[256] = "";
@@ -276,7 +295,7 @@ int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl
         hpl_plan t = pv, h = *p;
         hc_pp_plan pl;
         hr_err e = {0};
-        if (hpl_solve_pp_trips(v, m, &t, k, NULL, &e) || hc_pp_plan_make(m->n_layer, t.window, ns, &pl, &e)) {
+        if (hpl_solve_ilp(v, m, &t, k, gs == 0, NULL, &e) || hc_pp_plan_make(m->n_layer, t.window, ns, &pl, &e)) {
             if (!why[0]) snprintf(why, sizeof why, "%.250s", e.msg);
             continue;
         }
@@ -284,18 +303,25 @@ int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl
         /* the group's shares: min-max over the layers of its stage */
         hpl_model ms = *m;
         ms.n_layer = 0;
-        for (int w = 0; w < pl.n_win[0]; w++) ms.n_layer += pl.win[0][w].end - pl.win[0][w].begin;
+        for (int w = 0; w < pl.n_win[gs]; w++) ms.n_layer += pl.win[gs][w].end - pl.win[gs][w].begin;
         hpl_plan tg = *p;
         tg.kind = HPL_TP;
         tg.n = g;
-        if (ms.n_layer == 0 || hpl_solve_tp(c, &ms, &tg, &e))
-            for (int i = 0; i < g; i++) tg.share[i] = 1.0 / g;
-        memcpy(h.share, tg.share, sizeof h.share[0] * (size_t)g);
+        memcpy(tg.dev, p->dev + gs, sizeof tg.dev[0] * (size_t)g);
+        const int nl = HR_MAX(0, HR_MIN(ms.n_layer, m->n_layer));
+        if (!memo[nl].done) {
+            if (ms.n_layer == 0 || hpl_solve_tp(c, &ms, &tg, &e))
+                for (int i = 0; i < g; i++) tg.share[i] = 1.0 / g;
+            memcpy(memo[nl].x, tg.share, sizeof tg.share[0] * (size_t)g);
+            memo[nl].done = true;
+        }
+        memcpy(h.share, memo[nl].x, sizeof h.share[0] * (size_t)g);
         if ((rc = hpl_cost(c, m, n_prompt, &h, err))) break;
         if (!h.feasible && !why[0]) snprintf(why, sizeof why, "%s", h.why);
         if (h.feasible && (!best.feasible || h.ms_per_token < best.ms_per_token)) best = h;
     }
     free(v);
+    free(memo);
     if (rc) return rc;
     *p = best;
     if (!best.feasible) {
@@ -308,6 +334,13 @@ int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl
 /* ---- all candidates --------------------------------------------------------------------------------------- */
 
 #define HPL_MAX_GROUP 4   /* devices in the head's group of a hybrid candidate */
+
+/* what a star all-reduce of one hidden state costs on the link a -> b, for ranking links: an RTT and
+   the bytes both ways */
+static double hpl_ar_rank(const hpl_cluster *c, const hpl_model *m, int a, int b) {
+    const hpl_link *l = &c->link[a][b];
+    return l->rtt_ms + 2 * m->n_embd * 4.0 / (HR_MAX(l->gbps, 0.1) * 1e6);
+}
 
 /* the lossy twin of the TP candidate just added (the same shares; loss.c costs what it waits for and
    what it loses): a candidate beside it whatever the links' loss, so that `hearth plan` shows both */
@@ -348,15 +381,12 @@ static int hpl_add_candidates(const hpl_cluster *c, const hpl_model *m, int n_pr
     /* hybrid: the head's group is the head and the g-1 workers with the fastest links to it (an
        all-reduce's cost), at most HPL_MAX_GROUP devices; the others, in their order, a stage each */
     int order[HPL_MAX_DEVICES];
-    const double B = m->n_embd * 4.0;
     for (int i = 0; i < ns; i++) order[i] = sub[i];
     for (int i = 0; i < ns; i++)
-        for (int j = i + 1; j < ns; j++) {
-            const hpl_link *a = &c->link[0][order[i]], *b = &c->link[0][order[j]];
-            if (b->rtt_ms + 2 * B / (HR_MAX(b->gbps, 0.1) * 1e6) < a->rtt_ms + 2 * B / (HR_MAX(a->gbps, 0.1) * 1e6)) {
+        for (int j = i + 1; j < ns; j++)
+            if (hpl_ar_rank(c, m, 0, order[j]) < hpl_ar_rank(c, m, 0, order[i])) {
                 int t = order[i]; order[i] = order[j]; order[j] = t;
             }
-        }
     for (int g = 2; g <= ns && g <= HPL_MAX_GROUP && out->n < HPL_MAX_CANDIDATES; g++) {
         hpl_plan *p = &out->cand[out->n];
         memset(p, 0, sizeof *p);
@@ -370,7 +400,41 @@ static int hpl_add_candidates(const hpl_cluster *c, const hpl_model *m, int n_pr
         if (hpl_solve_hybrid(c, m, n_prompt, p, err)) return err->code;
         out->n++;
     }
+    /* a worker-led group: the pair of the subset's workers with the fastest link between them (its
+       all-reduces run over that link), a stage at the place of the first of them; the head and the
+       others a stage each, in their order. One candidate per subset keeps the count bounded. */
+    if (ns >= 2 && out->n < HPL_MAX_CANDIDATES) {
+        int a = 0, b = 1;
+        for (int i = 0; i < ns; i++)
+            for (int j = i + 1; j < ns; j++)
+                if (hpl_ar_rank(c, m, sub[i], sub[j]) < hpl_ar_rank(c, m, sub[a], sub[b])) a = i, b = j;
+        hpl_plan *p = &out->cand[out->n];
+        memset(p, 0, sizeof *p);
+        p->kind = HPL_HYBRID;
+        p->n = ns + 1;
+        p->group = 2;
+        for (int i = 0, k = 1; i < ns; i++) {
+            if (i == b) continue;
+            if (i == a) {
+                p->gstage = k;
+                p->dev[k++] = sub[a];
+                p->dev[k++] = sub[b];
+            } else p->dev[k++] = sub[i];
+        }
+        if (hpl_solve_hybrid(c, m, n_prompt, p, err)) return err->code;
+        out->n++;
+    }
     return 0;
+}
+
+int hpl_best_of_kind(const hpl_choice *ch, int kind) {
+    int best = -1;
+    for (int i = 0; i < ch->n; i++) {
+        const hpl_plan *p = &ch->cand[i];
+        if (p->kind == kind && !p->lossy && p->feasible && (best < 0 || p->ms_per_token < ch->cand[best].ms_per_token))
+            best = i;
+    }
+    return best;
 }
 
 /* the fastest feasible candidate and the next; a lossy one (it loses elements) only when it is
@@ -501,11 +565,16 @@ int hpl_plan_given(const hpl_cluster *c, const hpl_model *pm, const hm_model *m,
     hc_layout *l = malloc(sizeof *l);
     if (!l) return hr_fail(err, HR_ENOMEM, "out of memory");
     int rc = hc_layout_make(m, hp, k, speed, l, err);
+    int gs = -1, gn = 1;   /* a hybrid plan's group: its stage and size */
     if (!rc && hp->pp && hp->n_stages) {
-        for (int s = 1; s < l->n_stages && !rc; s++)
-            if (hc_layout_stage_size(l, s) > 1)
-                rc = hr_fail(err, HR_EUNSUPPORTED, "the cost model prices hybrid plans whose only group is the head's "
-                             "(0+1+...,D,D,...); stage %d is a group of %d devices", s, hc_layout_stage_size(l, s));
+        for (int s = 0; s < l->n_stages && !rc; s++) {
+            if (hc_layout_stage_size(l, s) == 1) continue;
+            if (gs >= 0)
+                rc = hr_fail(err, HR_EUNSUPPORTED, "the cost model prices hybrid plans with one group (0+1,2 or 0,1+2,3); "
+                             "stages %d and %d are groups", gs, s);
+            gs = s;
+            gn = hc_layout_stage_size(l, s);
+        }
     }
     if (!rc) {
         out->n = k;
@@ -516,9 +585,10 @@ int hpl_plan_given(const hpl_cluster *c, const hpl_model *pm, const hm_model *m,
             out->lossy = hp->lossy;
             if (hp->lossy) out->deadline_ms = hp->lossy_deadline_ms > 0 ? hp->lossy_deadline_ms : HPL_LOSSY_DEADLINE_MS;
         } else {
-            out->kind = l->group > 1 ? HPL_HYBRID : HPL_PP;
-            out->group = l->group > 1 ? l->group : 0;
-            for (int d = 0; d < l->group; d++) out->share[d] = l->group > 1 ? l->plan.weight[d] : 1;
+            out->kind = gn > 1 ? HPL_HYBRID : HPL_PP;
+            out->group = gn > 1 ? gn : 0;
+            out->gstage = gn > 1 ? gs : 0;
+            for (int i = 0; i < gn; i++) out->share[i] = gn > 1 ? l->plan.weight[l->first[gs] + i] : 1;
             for (int s = 0; s < l->n_stages; s++) {
                 /* given, else hc_pp_plan_make's default: one round, each stage's layers one window */
                 if (hp->n_windows) out->window[s] = hp->layer_windows[s];
