@@ -171,8 +171,10 @@ static void test_hybrid(void) {
         for (int i = 0; i < p->n; i++)
             CHECKF(p->dc[i].stream_bytes == 0 && p->dc[i].mem_bytes <= p->dc[i].budget, "device %d: %g bytes streamed, %.3f of %.3f MiB (%s)",
                    i, p->dc[i].stream_bytes, p->dc[i].mem_bytes / MIB, p->dc[i].budget / MIB, ch.why);
-        CHECKF(fabs(p->share[0] - 0.5) < 0.05 && fabs(p->share[0] + p->share[1] - 1) < 1e-9, "shares %.3f,%.3f",
-               p->share[0], p->share[1]);
+        /* the shares: the whole of every layer, and the head, which also holds the 50 MiB output head in
+           the same budget, no more than its equal partner (the min-max keeps both off the slow disk) */
+        CHECKF(p->share[0] > 0.25 && p->share[0] <= 0.5 + 1e-9 && fabs(p->share[0] + p->share[1] - 1) < 1e-9,
+               "shares %.3f,%.3f", p->share[0], p->share[1]);
         CHECK(p->dc[0].layers == p->dc[1].layers && p->dc[0].layers + p->dc[2].layers == 16);
         /* the best pipeline is slower */
         double pp = INFINITY;
@@ -245,8 +247,10 @@ static void test_hybrid_worker(void) {
         for (int i = 0; i < p->n; i++)
             CHECKF(p->dc[i].dev == p->dev[i] && p->dc[i].stream_bytes == 0 && p->dc[i].mem_bytes <= p->dc[i].budget,
                    "device %d: %g bytes streamed (%s)", p->dev[i], p->dc[i].stream_bytes, ch.why);
-        CHECKF(fabs(p->share[0] - 0.5) < 0.05 && fabs(p->share[0] + p->share[1] - 1) < 1e-9, "shares %.3f,%.3f",
-               p->share[0], p->share[1]);
+        /* the shares: the whole of every layer, and the head, which also holds the 50 MiB output head in
+           the same budget, no more than its equal partner (the min-max keeps both off the slow disk) */
+        CHECKF(p->share[0] > 0.25 && p->share[0] <= 0.5 + 1e-9 && fabs(p->share[0] + p->share[1] - 1) < 1e-9,
+               "shares %.3f,%.3f", p->share[0], p->share[1]);
         const hpl_dev_cost *g0 = &p->dc[p->gstage], *g1 = &p->dc[p->gstage + 1];
         CHECK(g0->layers == g1->layers && g0->layers > 0);
         int sum = 0;

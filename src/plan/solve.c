@@ -203,6 +203,33 @@ int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, in
     return hpl_solve_ilp(c, m, p, k, 0, objective, err);
 }
 
+/* The ILP's streaming is prima.cpp's linear model (the bytes beyond a budget stream); the cost model
+   knows what the residency manager pins (whole blocks, LIME's allocator) and how much of a load the
+   ring's idle time hides. A local search on the cost model from the ILP's windows, one layer moved
+   from one device to another while that helps (the trips stay), closes the gap: on pair2 the ILP's
+   4-trip windows 1,3 cost 409 ms/token where 0,4 costs 287 (docs/planner.md). */
+static int hpl_pp_refine(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *t, hr_err *err) {
+    /* the stages: a hybrid's group is one; every stage keeps a layer but a pipeline's head, which may
+       pass the hidden state on (a group must have layers) */
+    const bool hy = t->kind == HPL_HYBRID;
+    const int ns = hy ? t->n - t->group + 1 : t->n;
+    for (int step = 0; step < 2 * m->n_layer; step++) {
+        hpl_plan best = *t;
+        for (int i = 0; i < ns; i++)
+            for (int j = 0; j < ns; j++) {
+                if (i == j || t->window[i] <= (i == 0 && !hy ? 0 : 1)) continue;
+                hpl_plan u = *t;
+                u.window[i]--;
+                u.window[j]++;
+                if (hpl_cost(c, m, n_prompt, &u, err)) return err->code;
+                if (u.feasible && u.trips == t->trips && u.ms_per_token < best.ms_per_token * (1 - 1e-9)) best = u;
+            }
+        if (best.ms_per_token >= t->ms_per_token) break;
+        *t = best;
+    }
+    return 0;
+}
+
 int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
     hpl_plan best = *p;
     best.feasible = false;
@@ -216,6 +243,10 @@ int hpl_solve_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_pla
             continue;
         }
         if (hpl_cost(c, m, n_prompt, &t, err)) return err->code;
+        /* refined where it could come near the best so far (the search costs n^2 plans a step) */
+        if (t.feasible && (!best.feasible || t.ms_per_token < 1.25 * best.ms_per_token) &&
+            hpl_pp_refine(c, m, n_prompt, &t, err))
+            return err->code;
         if (!t.feasible && !why[0]) snprintf(why, sizeof why, "%s", t.why);
         if (t.feasible && (!best.feasible || t.ms_per_token < best.ms_per_token)) best = t;
     }
@@ -273,6 +304,38 @@ static void hpl_group_cluster(const hpl_cluster *c, const hpl_model *m, const hp
     for (int t = 0; t < m->n_types; t++) d->ts[t].matvec_gbps *= f;
 }
 
+typedef struct { bool done; double x[HPL_MAX_DEVICES]; } hpl_share_memo;
+
+/* hybrid plan h with its windows set: the group's shares, min-max over the layers of its stage
+   (solved once per layer count: the min-max is most of a hybrid candidate's time), and its cost */
+static int hpl_group_shares(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *h, hpl_share_memo *memo,
+                            hr_err *err) {
+    const int g = h->group, ns = h->n - g + 1, gs = h->gstage;
+    hc_pp_plan pl;
+    hr_err e = {0};
+    if (hc_pp_plan_make(m->n_layer, h->window, ns, &pl, &e)) {
+        h->feasible = false;
+        snprintf(h->why, sizeof h->why, "windows: %.200s", e.msg);
+        return 0;
+    }
+    hpl_model ms = *m;
+    ms.n_layer = 0;
+    for (int w = 0; w < pl.n_win[gs]; w++) ms.n_layer += pl.win[gs][w].end - pl.win[gs][w].begin;
+    const int nl = HR_MAX(0, HR_MIN(ms.n_layer, m->n_layer));
+    if (!memo[nl].done) {
+        hpl_plan tg = *h;
+        tg.kind = HPL_TP;
+        tg.n = g;
+        memcpy(tg.dev, h->dev + gs, sizeof tg.dev[0] * (size_t)g);
+        if (ms.n_layer == 0 || hpl_solve_tp(c, &ms, &tg, &e))
+            for (int i = 0; i < g; i++) tg.share[i] = 1.0 / g;
+        memcpy(memo[nl].x, tg.share, sizeof tg.share[0] * (size_t)g);
+        memo[nl].done = true;
+    }
+    memcpy(h->share, memo[nl].x, sizeof h->share[0] * (size_t)g);
+    return hpl_cost(c, m, n_prompt, h, err);
+}
+
 int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err) {
     const int g = p->group, ns = p->n - g + 1, gs = p->gstage;
     if (p->kind != HPL_HYBRID || g < 2 || ns < 2 || gs < 0 || gs >= ns)
@@ -280,7 +343,7 @@ int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl
     hpl_cluster *v = malloc(sizeof *v);
     /* the group's shares depend only on how many layers it gets, which many trip counts share: solved
        once per count (the min-max is most of a hybrid candidate's time) */
-    struct { bool done; double x[HPL_MAX_DEVICES]; } *memo = calloc((size_t)m->n_layer + 1, sizeof *memo);
+    hpl_share_memo *memo = calloc((size_t)m->n_layer + 1, sizeof *memo);
     if (!v || !memo) {
         free(v);
         free(memo);
@@ -300,23 +363,15 @@ int hpl_solve_hybrid(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl
             continue;
         }
         memcpy(h.window, t.window, sizeof h.window[0] * (size_t)ns);
-        /* the group's shares: min-max over the layers of its stage */
-        hpl_model ms = *m;
-        ms.n_layer = 0;
-        for (int w = 0; w < pl.n_win[gs]; w++) ms.n_layer += pl.win[gs][w].end - pl.win[gs][w].begin;
-        hpl_plan tg = *p;
-        tg.kind = HPL_TP;
-        tg.n = g;
-        memcpy(tg.dev, p->dev + gs, sizeof tg.dev[0] * (size_t)g);
-        const int nl = HR_MAX(0, HR_MIN(ms.n_layer, m->n_layer));
-        if (!memo[nl].done) {
-            if (ms.n_layer == 0 || hpl_solve_tp(c, &ms, &tg, &e))
-                for (int i = 0; i < g; i++) tg.share[i] = 1.0 / g;
-            memcpy(memo[nl].x, tg.share, sizeof tg.share[0] * (size_t)g);
-            memo[nl].done = true;
+        if ((rc = hpl_group_shares(c, m, n_prompt, &h, memo, err))) break;
+        /* refined on the cost model as a pipeline's windows are, the shares then solved again for the
+           layers the group ends with (kept only if that helps) */
+        if (h.feasible && (!best.feasible || h.ms_per_token < 1.25 * best.ms_per_token)) {
+            if ((rc = hpl_pp_refine(c, m, n_prompt, &h, err))) break;
+            hpl_plan h2 = h;
+            if ((rc = hpl_group_shares(c, m, n_prompt, &h2, memo, err))) break;
+            if (h2.feasible && h2.ms_per_token < h.ms_per_token) h = h2;
         }
-        memcpy(h.share, memo[nl].x, sizeof h.share[0] * (size_t)g);
-        if ((rc = hpl_cost(c, m, n_prompt, &h, err))) break;
         if (!h.feasible && !why[0]) snprintf(why, sizeof why, "%s", h.why);
         if (h.feasible && (!best.feasible || h.ms_per_token < best.ms_per_token)) best = h;
     }
