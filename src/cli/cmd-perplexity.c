@@ -244,6 +244,11 @@ static int ppl_lossy_report(cli_engine *e, hr_err *err) {
            "the wire), the head received %llu, lost %llu (%.2f%%), %llu late; %llu elements lost (at most %llu in one)\n",
            (unsigned long long)st[0].lossy_syncs, sent, dropped, received, lost, sent ? 100.0 * (double)lost / (double)sent : 0.0,
            late, (unsigned long long)st[0].elems_lost, (unsigned long long)st[0].elems_lost_max);
+    /* every device must have continued from the same sums (docs/lossy.md): its hash of them, the head's */
+    bool agree = true;
+    for (int i = 1; i < n; i++) agree &= st[i].sum_hash == st[0].sum_hash;
+    printf("lossy: %d devices to the end; their sums %s (hash %016llx at the head)\n", n, agree ? "agree" : "DIFFER",
+           (unsigned long long)st[0].sum_hash);
     static char buf[16384];
     hc_format_stats(st, n, buf, sizeof buf);
     fprintf(stderr, "\nper device, over the run:\n%s", buf);

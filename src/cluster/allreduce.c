@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* ppoll */
 #include "cluster-impl.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,17 +89,28 @@ int hc_ar_lossy_alloc(hc_ar *a, int n_embd) {
     a->lmaxp = (a->lcap + HN_DGRAM_MAX_ELEMS_SEALED - 1) / HN_DGRAM_MAX_ELEMS_SEALED;
     a->lbuf = malloc((size_t)a->k * a->lcap * sizeof(float));
     a->got = malloc((size_t)a->k * a->lmaxp);
-    a->last = malloc(a->lcap * sizeof(float));
-    return a->lbuf && a->got && a->last ? 0 : HR_ENOMEM;
+    a->nkeep = 2 * HR_MAX(a->n_layer, 1);
+    a->keep = calloc((size_t)a->nkeep, sizeof *a->keep);
+    a->keep_seq = calloc((size_t)a->nkeep, sizeof *a->keep_seq);
+    a->keep_cnt = calloc((size_t)a->nkeep, sizeof *a->keep_cnt);
+    a->keep_cap = calloc((size_t)a->nkeep, sizeof *a->keep_cap);
+    return a->lbuf && a->got && a->keep && a->keep_seq && a->keep_cnt && a->keep_cap ? 0 : HR_ENOMEM;
 }
 
 void hc_ar_lossy_free(hc_ar *a) {
+    for (int i = 0; a->keep && i < a->nkeep; i++) free(a->keep[i]);
     free(a->lbuf);
     free(a->got);
-    free(a->last);
+    free(a->keep);
+    free(a->keep_seq);
+    free(a->keep_cnt);
+    free(a->keep_cap);
     a->lbuf = NULL;
     a->got = NULL;
-    a->last = NULL;
+    a->keep = NULL;
+    a->keep_seq = NULL;
+    a->keep_cnt = a->keep_cap = NULL;
+    a->nkeep = 0;
 }
 
 /* test hook: a pseudo-random drop decision per (seed, device, all-reduce, datagram), the same in every
@@ -155,18 +167,22 @@ static int hc_lossy_check(hc_ar *a, hc_lossy_link *l, int from, int kind, const 
     if (g->session != a->session || g->device != (uint16_t)from) { l->foreign++; return 0; }
     if (a->me == 0) hn_udp_reply_to_last(l->udp);   /* a genuine datagram: where the worker listens */
     if (g->kind == HN_DGRAM_NACK && kind == HN_DGRAM_PARTIAL) {
-        /* the worker missed some of the last sum: all of it again (an early NACK, for the sum being
-           merged now, waits for it) */
+        /* the worker missed some of a sum: all of it again, if the head has sent it (an early NACK,
+           for the sum being merged now, waits for it). Any kept sum, not only the last: a worker
+           the head went on without may still wait for an older one (hc_lossy_keep) */
         l->nacks++;
-        if (g->seq == a->last_seq && a->last_cnt)
-            l->resends += hc_lossy_send(a, l, HN_DGRAM_RESULT, a->last_seq, a->last, a->last_cnt,
+        int slot = a->nkeep ? (int)(g->seq % (uint32_t)a->nkeep) : 0;
+        if (a->nkeep && a->keep_seq[slot] == g->seq && a->keep_cnt[slot])
+            l->resends += hc_lossy_send(a, l, HN_DGRAM_RESULT, g->seq, a->keep[slot], a->keep_cnt[slot],
                                         (1u << 16) + (uint32_t)(l->nacks << 8), /* each resend its own drops */
                                         &l->res_dropped);
         return 0;
     }
     if (g->kind != kind) { l->malformed++; return 0; }
-    if (g->seq < a->seq && (g->flags & HN_DGRAM_REPEAT)) return 0;   /* the copy of a tail already merged */
-    if (g->seq < a->seq) { *(kind == HN_DGRAM_RESULT ? &l->res_late : &l->late) += 1; return 0; }
+    /* cnt 0: between all-reduces (hc_ar_lossy_wait), when all-reduce a->seq is merged too */
+    bool merged = g->seq < a->seq || (!cnt && g->seq == a->seq);
+    if (merged && (g->flags & HN_DGRAM_REPEAT)) return 0;   /* the copy of a tail already merged */
+    if (merged) { *(kind == HN_DGRAM_RESULT ? &l->res_late : &l->late) += 1; return 0; }
     /* a later all-reduce cannot have started before this one is complete; datagrams have fixed bounds */
     const size_t pe = hc_lossy_pe(a);
     if (g->seq != a->seq || g->total != cnt || g->offset % pe || g->n != HR_MIN(pe, cnt - g->offset)) {
@@ -280,17 +296,61 @@ static int hc_lossy_head(hc_ar *a, float *x, int n, int E) {
     return 0;
 }
 
+/* head: keeps sum seq for the workers' NACKs, in slot seq % nkeep. Enough slots: the head completes
+   a TCP all-reduce only once every worker has sent its partial, so every worker has had every earlier
+   sum; layer 0's all-reduces are on TCP, so the last one the head completed is less than a pass (2
+   n_layer all-reduces) before any sum it stores now, and the sum this one replaces (nkeep = 2 n_layer
+   older) no worker can still wait for. */
+static int hc_lossy_keep(hc_ar *a, const float *x, size_t cnt) {
+    int slot = (int)(a->seq % (uint32_t)a->nkeep);
+    if (a->keep_cap[slot] < cnt) {
+        float *p = realloc(a->keep[slot], cnt * sizeof(float));
+        if (!p) return hr_fail(&a->err, HR_ENOMEM, "out of memory (the lossy all-reduce's sums)");
+        a->keep[slot] = p;
+        a->keep_cap[slot] = cnt;
+    }
+    memcpy(a->keep[slot], x, cnt * sizeof(float));
+    a->keep_seq[slot] = a->seq;
+    a->keep_cnt[slot] = cnt;
+    return 0;
+}
+
 /* head: the sum back to every worker as datagrams, kept for their NACKs */
-static void hc_lossy_head_result(hc_ar *a, const float *x, size_t cnt) {
+static int hc_lossy_head_result(hc_ar *a, const float *x, size_t cnt) {
     int64_t t0 = hr_time_ns();
-    memcpy(a->last, x, cnt * sizeof(float));
-    a->last_seq = a->seq;
-    a->last_cnt = cnt;
+    int rc = hc_lossy_keep(a, x, cnt);
+    if (rc) return rc;
     for (int d = 1; d < a->k; d++) {
         hc_lossy_link *l = &a->ll[d];
         l->res_sent += hc_lossy_send(a, l, HN_DGRAM_RESULT, a->seq, x, cnt, 0, &l->res_dropped);
     }
     a->send_ns += hr_time_ns() - t0;
+    return 0;
+}
+
+void hc_ar_lossy_wait(hc_ar *a, hn_conn *c, int64_t deadline) {
+    if (!a->lossy || a->me != 0 || !a->nkeep || a->k < 2) return;
+    uint8_t buf[HN_DGRAM_MAX_BYTES + 8] __attribute__((aligned(8)));
+    struct pollfd pf[HC_MAX_DEVICES];
+    for (;;) {
+        /* NACKs answered; anything else is counted as in an all-reduce (a partial is late by now) */
+        for (int d = 1; d < a->k; d++) {
+            long len;
+            while ((len = hn_udp_recv(a->ll[d].udp, buf, HN_DGRAM_MAX_BYTES)) != 0) {
+                hn_dgram g;
+                size_t idx;
+                hc_lossy_check(a, &a->ll[d], d, HN_DGRAM_PARTIAL, buf, len, 0, &g, &idx);
+            }
+        }
+        int64_t now = hr_time_ns();
+        if (now >= deadline) return;
+        pf[0] = (struct pollfd){.fd = hn_conn_fd(c), .events = POLLIN};
+        for (int d = 1; d < a->k; d++) pf[d] = (struct pollfd){.fd = hn_udp_fd(a->ll[d].udp), .events = POLLIN};
+        int64_t wake = deadline - now;
+        struct timespec ts = {.tv_sec = wake / 1000000000, .tv_nsec = wake % 1000000000};
+        int r = ppoll(pf, (nfds_t)a->k, &ts, NULL);
+        if (r < 0 ? errno != EINTR : r > 0 && pf[0].revents) return;   /* the message (or the error) is hn_msg_recv's */
+    }
 }
 
 /* worker: the sum's datagrams into x until it has all of them; a NACK when some are still missing 1 ms
@@ -335,11 +395,15 @@ static int hc_lossy_worker_result(hc_ar *a, float *x, int n, int E) {
             nack_at = now + gap;
         }
         int64_t wake = HR_MIN(nack_at, end) - now;
+        /* A message from the head is no reason to stop: a head that merged without this worker (late:
+           descheduled, a CPU quota) may have sent its next FORWARD, or asked for the stats, and it
+           answers NACKs for every sum of the pass while it waits for this worker's next TCP message
+           (hc_ar_lossy_wait), which comes once the pass is over. Only the head's end (it closed: a
+           failure elsewhere, BYE) ends the wait at once, with the message it left. */
         struct pollfd pf[2] = {{.fd = hn_udp_fd(l->udp), .events = POLLIN},
-                               {.fd = hn_conn_fd(a->conn[0]), .events = POLLIN}};
+                               {.fd = hn_conn_fd(a->conn[0]), .events = POLLRDHUP}};
         struct timespec ts = {.tv_sec = wake / 1000000000, .tv_nsec = wake % 1000000000};
-        /* the datagrams first: a worker that was descheduled here may find the sum and, behind it, the
-           head's next FORWARD (it went on without this worker's next partials) */
+        /* the datagrams first: the sum may be there with the head's end behind it */
         if (ppoll(pf, 2, &ts, NULL) > 0 && pf[1].revents && !pf[0].revents)
             return hc_lossy_tcp(a, 0, a->conn[0], &a->rx[0], n, HN_MSG_RESULT);
     }
@@ -353,11 +417,12 @@ static int hc_star_head(hc_ar *a, int layer, uint32_t stage, float *x, int n, in
     size_t cnt = (size_t)n * E;
     if (hc_lossy_on(a, layer, n)) {
         int rc = hc_lossy_head(a, x, n, E);
-        if (!rc && !hc_lossy_last(a, layer, stage)) hc_lossy_head_result(a, x, cnt);
+        if (!rc && !hc_lossy_last(a, layer, stage)) rc = hc_lossy_head_result(a, x, cnt);
         return rc;
     }
         for (int d = 1; d < a->k; d++) {
             hn_msg m;
+            hc_ar_lossy_wait(a, a->conn[d], hc_ar_deadline(a, n));  /* a worker may still miss a sum */
             int rc = hc_ar_recv(a, d, a->conn[d], &a->rx[d], &m, HN_MSG_PARTIAL, n);
             if (rc) return rc;
             if ((rc = hc_partial_check(a, d, &m.u.partial, layer, stage, n, E, 0, cnt))) return rc;

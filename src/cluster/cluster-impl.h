@@ -188,9 +188,13 @@ typedef struct hc_ar {
     int       lossy_deadline_ms;
     int       lossy_max_tokens;  /* passes of at most this many tokens are lossy (a decoding step) */
     int       n_layer;           /* the last all-reduce of a pass (layer n_layer - 1, FFN) needs no way back */
-    float    *last;              /* head: [lcap] the last sum merged from datagrams, for NACKs */
-    uint32_t  last_seq;
-    size_t    last_cnt;
+    /* head: the sums it sent back as datagrams, kept for the workers' NACKs: slot seq % nkeep holds
+       sum seq (keep_seq; keep_cnt elements, room for keep_cap). nkeep = 2 n_layer, the all-reduces of
+       a pass: a worker never needs an older sum (allreduce.c, hc_lossy_keep) */
+    float   **keep;
+    uint32_t *keep_seq;
+    size_t   *keep_cnt, *keep_cap;
+    int       nkeep;
     uint64_t  session;         /* random per session: a datagram of another one is foreign */
     uint64_t  drop_seed;       /* test hook: drop outgoing datagrams with probability drop_ppm / 1e6 */
     uint32_t  drop_ppm;
@@ -205,6 +209,9 @@ typedef struct hc_ar {
 /* head: the buffers of the lossy merge for passes of up to a->lossy_max_tokens tokens */
 int  hc_ar_lossy_alloc(hc_ar *a, int n_embd);
 void hc_ar_lossy_free(hc_ar *a);
+/* head, lossy mode: before it reads a worker's TCP message, waits (until c is readable or the
+   deadline) answering the workers' NACKs: a worker may still wait for a sum of the previous pass */
+void hc_ar_lossy_wait(hc_ar *a, hn_conn *c, int64_t deadline);
 
 int  hc_ar_sync(void *user, int layer, enum hm_block b, float *x, int n, int n_embd);
 /* ring mode: socket buffers of the link to the next device (call once the links exist) */

@@ -106,7 +106,9 @@ static int hc_worker_error(hc_core *h, int d, const hn_msg *m, hr_err *err) {
 /* receives the reply to a set-up request from worker d; ERROR from it becomes the error */
 static int hc_expect(hc_core *h, int d, int want, hn_msg *m, int64_t timeout_ms, hr_err *err) {
     hr_err e = {0};
-    if (hn_msg_recv(h->conn[d], &h->rx[d], m, hn_deadline_ms(timeout_ms), &e)) return hc_dev_fail(h, d, e.code, e.msg, err);
+    int64_t deadline = hn_deadline_ms(timeout_ms);
+    hc_ar_lossy_wait(&h->ar, h->conn[d], deadline);   /* lossy: a worker may still miss a sum of the last pass */
+    if (hn_msg_recv(h->conn[d], &h->rx[d], m, deadline, &e)) return hc_dev_fail(h, d, e.code, e.msg, err);
     if (m->type == HN_MSG_ERROR) return hc_worker_error(h, d, m, err);
     if (m->type != want) {
         char why[128];
