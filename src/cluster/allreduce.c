@@ -156,7 +156,7 @@ static uint64_t hc_lossy_send(hc_ar *a, hc_lossy_link *l, int kind, uint32_t seq
 
 /* Checks a datagram that arrived during all-reduce a->seq of cnt elements against what `kind` from
    device `from` must be: 1 when it is a piece of this all-reduce (g filled, *idx its number), else 0
-   with the reason counted (a NACK for the head's last sum is answered here). */
+   with the reason counted (a NACK for a sum the head kept is answered here). cnt 0: between all-reduces. */
 static int hc_lossy_check(hc_ar *a, hc_lossy_link *l, int from, int kind, const uint8_t *buf, long len, size_t cnt,
                           hn_dgram *g, size_t *idx) {
     if (len == -1) { l->foreign++; return 0; }   /* from another address (or a receive error) */
