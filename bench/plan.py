@@ -45,9 +45,10 @@ def cand_flags(c, addrs):
     w = ",".join(addrs[d] for d in c["devices"][1:])
     if c["kind"] == "tp":
         return ["--workers", w, "--tp-shares", ",".join(f"{x:.6f}" for x in c["shares"])]
-    if c["kind"] == "hybrid":  # the head's group first (its devices' shares), then a stage per device
-        g, n = c["group"], len(c["devices"])
-        stages = "+".join(str(i) for i in range(g)) + "".join(f",{i}" for i in range(g, n))
+    if c["kind"] == "hybrid":  # a stage per device but the group's: devices[group_stage..group_stage + group)
+        g, n, gs = c["group"], len(c["devices"]), c.get("group_stage", 0)
+        stages = ",".join([str(i) for i in range(gs)] + ["+".join(str(i) for i in range(gs, gs + g))] +
+                          [str(i) for i in range(gs + g, n)])
         return ["--workers", w, "--stages", stages, "--tp-shares", ",".join(f"{x:.6f}" for x in c["shares"]),
                 "--layer-windows", ",".join(str(x) for x in c["windows"])]
     return ["--workers", w, "--pp", "--layer-windows", ",".join(str(x) for x in c["windows"])]
