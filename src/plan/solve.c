@@ -209,15 +209,15 @@ int hpl_solve_pp_trips(const hpl_cluster *c, const hpl_model *m, hpl_plan *p, in
    from one device to another while that helps (the trips stay), closes the gap: on pair2 the ILP's
    4-trip windows 1,3 cost 409 ms/token where 0,4 costs 287 (docs/planner.md). */
 static int hpl_pp_refine(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *t, hr_err *err) {
-    /* the stages: a hybrid's group is one; every stage keeps a layer but a pipeline's head, which may
-       pass the hidden state on (a group must have layers) */
+    /* the stages: a hybrid's group is one; every stage keeps a layer but the head alone, which may pass
+       the hidden state on (a group must have layers, the head's too) */
     const bool hy = t->kind == HPL_HYBRID;
-    const int ns = hy ? t->n - t->group + 1 : t->n;
+    const int ns = hy ? t->n - t->group + 1 : t->n, lo0 = hy && t->gstage == 0 ? 1 : 0;
     for (int step = 0; step < 2 * m->n_layer; step++) {
         hpl_plan best = *t;
         for (int i = 0; i < ns; i++)
             for (int j = 0; j < ns; j++) {
-                if (i == j || t->window[i] <= (i == 0 && !hy ? 0 : 1)) continue;
+                if (i == j || t->window[i] <= (i == 0 ? lo0 : 1)) continue;
                 hpl_plan u = *t;
                 u.window[i]--;
                 u.window[j]++;
