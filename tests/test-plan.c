@@ -2,7 +2,7 @@
    pipeline ILP against enumeration of every window set, the TP min-max shares against a brute-force
    grid, clusters where one device, TP, PP or a hybrid must win (and ones where a hybrid must not; a
    worker-led hybrid where it must win and where it must not), an
-   impossible cluster, a single-device cost computed by hand, the profile's key/values round trip and
+   impossible cluster, a single-device cost computed by hand, CPU quotas' bursts, the profile's key/values round trip and
    the cgroup cpu.max parser, the profile
    measuring only the types asked for (the rest from the cache); HALO's loss-aware placement of unit groups on the paper's own example,
    and the importance file's round trip. */
@@ -423,6 +423,49 @@ static void test_pp_trip_hops(void) {
     }
 }
 
+/* CPU quotas (docs/planner.md, "CPU quotas"): devices of 1 thread at 0.5 core, 8 layers of 10 ms each at
+   the quota-bound rate (5 ms of CPU), nearly free links. One device alone computes throughout: the quota
+   model changes nothing. Four devices of a pipeline, two layers each, idle 3/4 of a token: a burst of
+   10 ms of CPU takes 10-15 ms within 10 ms periods (5 ms of CPU a period; the first period partly gone),
+   not 20; within 100 ms periods, 25 ms of CPU a period fit the 50 ms quota: never throttled. TP over two
+   devices: never faster than their CPU time at the quota allows. */
+static void test_quota(void) {
+    hpl_cluster c = {.n = 4};
+    for (int i = 0; i < 4; i++) {
+        c.dev[i] = dev(1, 4000 * MIB, 1.0);
+        c.dev[i].cpu_quota = 0.5;
+        c.dev[i].cpu_period_ms = 10;
+    }
+    links(&c, 0.2, 1e6);
+    hpl_model m = model(8, 10e6, 1e3, 0.1 * MIB);   /* a layer: 10e6 bytes at 1 GB/s = 10 ms */
+    hr_err err = {0};
+    hpl_plan s = {.kind = HPL_SINGLE, .n = 1};
+    CHECK(hpl_cost(&c, &m, 16, &s, &err) == 0 && s.feasible);
+    CHECKF(fabs(s.quota_ms) < 0.5 && fabs(s.ms_per_token - 80) < 0.7, "single: %.2f ms/token, quota %.2f", s.ms_per_token,
+           s.quota_ms);
+    hpl_plan p = {.kind = HPL_PP, .n = 4, .dev = {0, 1, 2, 3}, .window = {2, 2, 2, 2}};
+    CHECK(hpl_cost(&c, &m, 16, &p, &err) == 0 && p.feasible);
+    const double hops = p.comm_ms, extra = p.head_extra_ms;
+    CHECKF(p.ms_per_token >= 4 * 10 + hops + extra / 2 - 1e-6 && p.ms_per_token <= 4 * 15 + hops + extra + 1e-6 &&
+           fabs(p.ms_per_token - (p.compute_ms + p.comm_ms + p.blocked_ms)) < 1e-9,
+           "pp 2,2,2,2 at 10 ms periods: %.2f ms/token (hops %.2f), want 40-60 + hops", p.ms_per_token, hops);
+    for (int i = 0; i < 4; i++) c.dev[i].cpu_period_ms = 100;
+    CHECK(hpl_cost(&c, &m, 16, &p, &err) == 0 && p.feasible);
+    /* the output head, too, at the thread's full speed: twice the quota-bound rate */
+    CHECKF(fabs(p.ms_per_token - (40 + hops + extra / 2)) < 0.01, "pp at 100 ms periods: %.2f ms/token, want %.2f (never throttled)",
+           p.ms_per_token, 40 + hops + extra / 2);
+    for (int i = 0; i < 4; i++) c.dev[i].cpu_period_ms = 10;
+    hpl_plan t = {.kind = HPL_TP, .n = 2, .dev = {0, 1}, .share = {0.5, 0.5}};
+    CHECK(hpl_cost(&c, &m, 16, &t, &err) == 0 && t.feasible);
+    /* each device: 40 ms at the quota-bound rate = 20 ms of CPU, at most 0.5 core on average */
+    CHECKF(t.ms_per_token >= 40 - 1e-6 && t.quota_ms < 0,
+           "tp: %.2f ms/token, quota %.2f", t.ms_per_token, t.quota_ms);
+    /* no quota: the model as before */
+    for (int i = 0; i < 4; i++) c.dev[i].cpu_quota = 0;
+    CHECK(hpl_cost(&c, &m, 16, &p, &err) == 0 && p.feasible && p.quota_ms == 0);
+    CHECKF(fabs(p.ms_per_token - (80 + hops + extra)) < 1e-9, "pp without quotas: %.2f", p.ms_per_token);
+}
+
 /* a default budget that cannot hold the output head (one block of its own): no manager, plain mmap,
    every page of a pass missed when the weights exceed the memory; a budget given explicitly fails */
 static void test_mmap_fallback(void) {
@@ -442,6 +485,7 @@ static void test_mmap_fallback(void) {
 static void test_kv_roundtrip(void) {
     hpl_device d = dev(7.5, 123 * MIB, 0.25), e;
     d.cpu_quota = 0.5;
+    d.cpu_period_ms = 10;
     d.ts[d.n_types++] = (hpl_type_speed){HQ_TYPE_Q4_K, 3.25, 11.5};
     hc_kv_text t;
     hpl_device_to_kv(&d, &t);
@@ -450,7 +494,7 @@ static void test_kv_roundtrip(void) {
     hr_err err = {0};
     CHECKF(hpl_device_from_kv(&pr, &e, &err) == 0, "%s", err.msg);
     CHECK(e.n_types == 2 && e.ts[1].type == HQ_TYPE_Q4_K && e.ts[1].matmul_gbps == 11.5 && e.budget == d.budget &&
-          e.cpu_quota == 0.5 && e.disk_gbps == 0.25 && !strcmp(e.name, d.name));
+          e.cpu_quota == 0.5 && e.cpu_period_ms == 10 && e.disk_gbps == 0.25 && !strcmp(e.name, d.name));
     /* a peer's nonsense is refused, not believed */
     pr.kv[1].value = hn_cstr("-3");
     CHECK(hpl_device_from_kv(&pr, &e, &err) == HR_EPROTO);
@@ -556,6 +600,7 @@ int main(void) {
     test_loss();
     test_single_cost();
     test_pp_trip_hops();
+    test_quota();
     test_mmap_fallback();
     test_kv_roundtrip();
     test_place_groups();

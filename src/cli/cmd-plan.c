@@ -63,6 +63,8 @@ static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
     json_object_set_new(o, "compute_ms", json_real(p->compute_ms));
     json_object_set_new(o, "network_ms", json_real(p->comm_ms));
     json_object_set_new(o, "blocked_ms", json_real(p->blocked_ms));
+    /* in compute_ms: what the devices' CPU quotas change against computing at the quota-bound rate throughout */
+    json_object_set_new(o, "quota_ms", json_real(p->quota_ms));
     json_object_set_new(o, "messages_per_token", json_integer(p->n_messages));
     /* what loss costs (docs/planner.md, "Loss"): in network_ms already */
     json_object_set_new(o, "loss_ms", json_real(p->loss_ms));

@@ -16,7 +16,7 @@ void cli_print_device(int i, const char *addr, const hpl_device *d) {
     printf("  %-2d %-22s %-24.24s %3d thr  quota %-5s usable %6.0f MiB  budget %6.0f MiB  mem %5.1f GB/s  disk %5.2f GB/s%s\n",
            i, addr, d->name, d->n_threads, d->cpu_quota > 0 ? "" : "none", d->mem_usable / 1048576.0, d->budget / 1048576.0,
            d->mem_bw_gbps, d->disk_gbps, d->cached ? "  (cached)" : "");
-    if (d->cpu_quota > 0) printf("     cpu quota %.2f cores\n", d->cpu_quota);
+    if (d->cpu_quota > 0) printf("     cpu quota %.2f cores per %.0f ms period\n", d->cpu_quota, d->cpu_period_ms);
     printf("     matvec/matmul GB/s: %s\n", types);
 }
 

@@ -4,8 +4,11 @@
 
 #include "quant/quant.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define HPL_MSG_OVERHEAD 64.0       /* bytes of header and fields around a hidden state */
 #define HPL_DISK_UNKNOWN_GBPS 0.1   /* a device whose disk could not be measured: assume a slow one */
@@ -185,6 +188,151 @@ static double hpl_hop_ms(const hpl_cluster *c, int a, int b, double bytes) {
     return l->rtt_ms / 2 + bytes / (gbps * 1e6);
 }
 
+/* ---- CPU quotas ---------------------------------------------------------------------------------------------- */
+/* A CFS quota grants q x P of CPU time in every period P (the kernel refills the group's runtime to the quota
+   at each period's start; what a period leaves unused is lost). The profile measures a device's speed under
+   its quota as if it computed throughout (CPU time / quota, src/plan/profile.c), which is what one device
+   alone sees; but a device of a pipeline or a TP group idles while the others compute and the links carry
+   the hidden state, and its next burst starts on a quota it has not spent: it runs at its threads' full
+   speed until the period's quota is gone. docs/planner.md ("CPU quotas") has the measurements. So a token is
+   written down as the devices' bursts and the waits between them (hpl_sched) and played through the
+   periods of every device (hpl_sched_run); the difference to the same token at the quota-bound rates is
+   the plan's quota_ms. */
+#define HPL_QUOTA_TOKENS 4   /* tokens played; the first one (every device starting on a full quota) is not counted */
+#define HPL_QUOTA_PHASES 3   /* phase sets of the devices' period grids, averaged */
+
+typedef struct hpl_sched {
+    int     n, cap;          /* steps: a wait (network, disk), then bursts of devices that compute at once */
+    double *wait;
+    int    *first, *count;   /* step i's bursts: [first, first + count) */
+    int     nb, capb;
+    int    *dev;             /* a burst: its device (cluster index) and its ms at the quota-bound rate */
+    double *ms;
+    bool    failed;          /* out of memory: the plan is costed without the quota model */
+} hpl_sched;
+
+static void hpl_sched_free(hpl_sched *s) {
+    free(s->wait);
+    free(s->first);
+    free(s->count);
+    free(s->dev);
+    free(s->ms);
+    memset(s, 0, sizeof *s);
+}
+
+static bool hpl_grow(void **a, int cap, size_t size) {
+    void *n = realloc(*a, (size_t)cap * size);
+    if (!n) return false;
+    *a = n;
+    return true;
+}
+
+/* a new step: wait ms, then the bursts hpl_sched_burst adds */
+static void hpl_sched_step(hpl_sched *s, double wait) {
+    if (s->failed) return;
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 64;
+        if (!hpl_grow((void **)&s->wait, cap, sizeof *s->wait) || !hpl_grow((void **)&s->first, cap, sizeof *s->first) ||
+            !hpl_grow((void **)&s->count, cap, sizeof *s->count)) { s->failed = true; return; }
+        s->cap = cap;
+    }
+    s->wait[s->n] = wait;
+    s->first[s->n] = s->nb;
+    s->count[s->n++] = 0;
+}
+
+static void hpl_sched_burst(hpl_sched *s, int dev, double ms) {
+    if (s->failed || ms <= 0) return;
+    if (!s->n) hpl_sched_step(s, 0);
+    if (s->failed) return;
+    if (s->nb == s->capb) {
+        int cap = s->capb ? 2 * s->capb : 64;
+        if (!hpl_grow((void **)&s->dev, cap, sizeof *s->dev) || !hpl_grow((void **)&s->ms, cap, sizeof *s->ms)) {
+            s->failed = true;
+            return;
+        }
+        s->capb = cap;
+    }
+    s->dev[s->nb] = dev;
+    s->ms[s->nb++] = ms;
+    s->count[s->n - 1]++;
+}
+
+/* a device whose quota is below the threads it computes with: its bursts are held to the quota */
+static bool hpl_quota_binds(const hpl_device *d) { return d->cpu_quota > 0 && d->cpu_quota < HR_MAX(d->n_threads, 1); }
+
+typedef struct hpl_quota_dev {
+    double q, k, P, phase;   /* quota (cores), threads, period (ms), where its periods start */
+    double used;             /* CPU ms used in period `period` */
+    long   period;
+} hpl_quota_dev;
+
+/* a device that has `cpu` ms of CPU to do from t0 on, at k threads, Q = q P per period: when it is done */
+static double hpl_quota_run(hpl_quota_dev *v, double t0, double cpu) {
+    const double Q = v->q * v->P;
+    double t = t0;
+    for (int guard = 0; cpu > 1e-9 && guard < 1000000; guard++) {
+        long k = (long)floor((t - v->phase) / v->P + 1e-9);
+        double end = v->phase + (double)(k + 1) * v->P;
+        if (v->period != k) { v->period = k; v->used = 0; }
+        double room = Q - v->used;
+        if (room <= 1e-9) { t = end; continue; }     /* throttled until the next period */
+        double dt = HR_MIN(HR_MIN(cpu, room) / v->k, end - t);
+        v->used += dt * v->k;
+        cpu -= dt * v->k;
+        t += dt;
+        if (t >= end - 1e-9) t = end;
+    }
+    return t;
+}
+
+/* The plan's quota_ms: its token played through the devices' quota periods, less the same token at every
+   device's quota-bound rate (0 when no device's quota binds). */
+static double hpl_sched_run(const hpl_cluster *c, const hpl_sched *s) {
+    if (s->failed || !s->n) return 0;
+    bool binds = false;
+    for (int b = 0; b < s->nb; b++) binds = binds || hpl_quota_binds(&c->dev[s->dev[b]]);
+    if (!binds) return 0;
+    double flat = 0;   /* the token at the quota-bound rates */
+    for (int i = 0; i < s->n; i++) {
+        double m = 0;
+        for (int b = s->first[i]; b < s->first[i] + s->count[i]; b++) m = HR_MAX(m, s->ms[b]);
+        flat += s->wait[i] + m;
+    }
+    hpl_quota_dev v[HPL_MAX_DEVICES];
+    double sum = 0;
+    for (int ph = 0; ph < HPL_QUOTA_PHASES; ph++) {
+        for (int d = 0; d < c->n && d < HPL_MAX_DEVICES; d++) {
+            const hpl_device *dv = &c->dev[d];
+            v[d].q = dv->cpu_quota;
+            v[d].k = HR_MAX(dv->n_threads, 1);
+            v[d].P = dv->cpu_period_ms > 0 ? dv->cpu_period_ms : HPL_CPU_PERIOD_DEFAULT_MS;
+            double f = 0.618034 * d + (double)ph / HPL_QUOTA_PHASES;   /* spread the devices' grids */
+            v[d].phase = (f - floor(f)) * v[d].P;
+            v[d].used = 0;
+            v[d].period = LONG_MIN;
+        }
+        double t = 0, t1 = 0;
+        for (int tok = 0; tok < HPL_QUOTA_TOKENS; tok++) {
+            if (tok == 1) t1 = t;
+            for (int i = 0; i < s->n; i++) {
+                t += s->wait[i];
+                double end = t;
+                for (int b = s->first[i]; b < s->first[i] + s->count[i]; b++) {
+                    int d = s->dev[b];
+                    /* quota-bound: the burst's CPU time is its ms at the rate of q cores */
+                    /* (not inside HR_MAX, which evaluates its arguments twice) */
+                    double e1 = hpl_quota_binds(&c->dev[d]) ? hpl_quota_run(&v[d], t, s->ms[b] * v[d].q) : t + s->ms[b];
+                    end = HR_MAX(end, e1);
+                }
+                t = end;
+            }
+        }
+        sum += (t - t1) / (HPL_QUOTA_TOKENS - 1);
+    }
+    return sum / HPL_QUOTA_PHASES - flat;
+}
+
 /* ---- the plans ---------------------------------------------------------------------------------------------- */
 
 static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p) {
@@ -200,9 +348,14 @@ static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_promp
     dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, 1, 0) + p->head_extra_ms;
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
     dc->blocked_ms = hpl_blocked(dc, 0);
-    p->compute_ms = dc->compute_ms;
+    hpl_sched s = {0};
+    hpl_sched_burst(&s, 0, dc->compute_ms);
+    hpl_sched_step(&s, dc->blocked_ms);
+    p->quota_ms = hpl_sched_run(c, &s);
+    hpl_sched_free(&s);
+    p->compute_ms = dc->compute_ms + p->quota_ms;
     p->blocked_ms = dc->blocked_ms;
-    p->ms_per_token = dc->compute_ms + dc->blocked_ms;
+    p->ms_per_token = p->compute_ms + dc->blocked_ms;
     int nb = (n_prompt + m->n_batch - 1) / m->n_batch;
     double pf = hpl_layers_ms(d, m, m->n_layer, 1, n_prompt) + p->head_extra_ms;
     p->prefill_ms = pf + HR_MAX(0, nb * dc->stream_ms - pf);
@@ -268,10 +421,25 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     fwd = rtt / 2 + xfer / 2;
     fwd_pf = rtt / 2 + xfer_pf / 2;
     p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
+    /* the token as bursts: the FORWARD, every block's compute on every device and its all-reduce, the
+       output head */
+    hpl_sched s = {0};
+    hpl_sched_step(&s, fwd);
+    for (int il = 0; il < m->n_layer; il++)
+        for (int h = 0; h < 2; h++) {
+            const double f = (h ? m->ffn_bytes : m->attn_bytes) / HR_MAX(m->layer_bytes, 1) / m->n_layer;
+            for (int i = 0; i < p->n; i++) hpl_sched_burst(&s, p->dev[i], p->dc[i].compute_ms * f);
+            hpl_sched_step(&s, ar);
+        }
+    hpl_sched_burst(&s, 0, p->head_extra_ms);
+    hpl_sched_step(&s, layers - p->compute_ms);   /* blocked on disk */
+    p->quota_ms = hpl_sched_run(c, &s);
+    hpl_sched_free(&s);
     p->dc[0].compute_ms += p->head_extra_ms;
+    p->compute_ms += p->quota_ms;
     p->comm_ms = fwd + 2.0 * m->n_layer * ar;
     p->n_messages = (p->n - 1) * (1 + 4 * m->n_layer);
-    p->ms_per_token = layers + p->head_extra_ms + p->comm_ms;
+    p->ms_per_token = layers + p->head_extra_ms + p->comm_ms + p->quota_ms;
     double pf = layers_pf + p->head_extra_ms + nb * (fwd_pf + 2.0 * m->n_layer * ar_pf);
     p->prefill_ms = pf + HR_MAX(0, nb * stream - pf);
     p->feasible = true;
@@ -287,7 +455,7 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
    prefill. */
 static bool hpl_group_cost(const hpl_cluster *c, const hpl_model *m, const hc_pp_plan *pl, int gs, int g, int n_prompt,
                            hpl_plan *p, double *t, double *tb, double *t_pf, double *comm, double *comm_pf,
-                           double *loss, double *loss_pf) {
+                           double *loss, double *loss_pf, double *fwd, double *ar) {
     hpl_model ms = *m;
     ms.n_layer = 0;
     int nwin = 0;
@@ -330,10 +498,66 @@ static bool hpl_group_cost(const hpl_cluster *c, const hpl_model *m, const hc_pp
                     2.0 * ms.n_layer * (hpl_tcp_recovery_ms(c, d, lead, B * per) + hpl_tcp_recovery_ms(c, lead, d, B * per));
     }
     *tb = worst - *t;
+    *fwd = rtt / 2 + up;
+    *ar = rtt + 2 * up;
     *comm += nwin * (rtt / 2 + up) + 2.0 * ms.n_layer * (rtt + 2 * up);
     *comm_pf += nwin * (rtt / 2 + up_pf) + 2.0 * ms.n_layer * (rtt + 2 * up_pf);
     p->n_messages += (g - 1) * (nwin + 4 * ms.n_layer);
     return true;
+}
+
+/* A ring's quota_ms (hpl_sched_run): the token as the walk of hpl_cost_pp's hand-offs, each window's
+   layers a burst of its device (a group's: every block a burst of every member, then the all-reduce), the
+   output head last. di: stage -> index into p->dev; g, gs: the group and its stage; g_fwd, g_ar: the
+   group's FORWARD and all-reduce; tail: what else waits (disk, TCP's recoveries). */
+static double hpl_pp_quota(const hpl_cluster *c, const hpl_model *m, const hpl_plan *p, const hc_pp_plan *pl,
+                           const int *di, int g, int gs, double g_fwd, double g_ar, double tail) {
+    const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
+    const double fa = m->attn_bytes / HR_MAX(m->layer_bytes, 1), ff = m->ffn_bytes / HR_MAX(m->layer_bytes, 1);
+    int at = 0, wi[HC_MAX_DEVICES] = {0};
+    double per[HPL_MAX_DEVICES] = {0};   /* index into p->dev -> ms per layer (a member: of its share) */
+    for (int i = 0; i < p->n; i++) {
+        const hpl_dev_cost *dc = &p->dc[i];
+        double own = dc->compute_ms - (i == 0 ? p->head_extra_ms : 0);
+        int layers = g > 1 && i >= gs && i < gs + g ? p->dc[gs].layers : dc->layers;
+        per[i] = layers > 0 ? own / layers : 0;
+    }
+    hpl_sched s = {0};
+    for (int k = 0; k <= pl->n_steps; k++) {
+        int to = k < pl->n_steps ? pl->step_dev[k] : 0;
+        if (to <= at && at != 0) {
+            hpl_sched_step(&s, hpl_hop_ms(c, p->dev[di[at]], 0, B));
+            at = 0;
+        } else if (to != at) {
+            hpl_sched_step(&s, hpl_hop_ms(c, p->dev[di[at]], p->dev[di[to]], B));
+            at = to;
+        }
+        if (k == pl->n_steps) break;
+        if (to != at) {   /* from the head on to `to` */
+            hpl_sched_step(&s, hpl_hop_ms(c, 0, p->dev[di[to]], B));
+            at = to;
+        }
+        const hm_window *w = &pl->win[to][wi[to]++];
+        const int n = w->end - w->begin;
+        if (n <= 0) continue;
+        if (g > 1 && to == gs) {
+            hpl_sched_step(&s, g_fwd);
+            for (int il = 0; il < n; il++)
+                for (int h = 0; h < 2; h++) {
+                    for (int i = gs; i < gs + g; i++) hpl_sched_burst(&s, p->dev[i], per[i] * (h ? ff : fa));
+                    hpl_sched_step(&s, g_ar);
+                }
+        } else {
+            hpl_sched_step(&s, 0);
+            hpl_sched_burst(&s, p->dev[di[to]], per[di[to]] * n);
+        }
+    }
+    hpl_sched_step(&s, 0);
+    hpl_sched_burst(&s, 0, p->head_extra_ms);
+    hpl_sched_step(&s, tail);
+    double q = hpl_sched_run(c, &s);
+    hpl_sched_free(&s);
+    return q;
 }
 
 /* A piped ring (PP), or a hybrid plan: the same ring one of whose stages, gs, is the group
@@ -381,10 +605,11 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     }
     p->n_messages = hops;
     p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
-    double sum_c = 0, sum_pf = 0, blocked = 0, blocked_pf = 0;
+    double sum_c = 0, sum_pf = 0, blocked = 0, blocked_pf = 0, g_fwd = 0, g_ar = 0;
     if (g > 1) {
         double t, tb, t_pf, extra = gs == 0 ? p->head_extra_ms : 0;
-        if (!hpl_group_cost(c, m, &pl, gs, g, n_prompt, p, &t, &tb, &t_pf, &comm, &comm_pf, &loss, &loss_pf)) return 0;
+        if (!hpl_group_cost(c, m, &pl, gs, g, n_prompt, p, &t, &tb, &t_pf, &comm, &comm_pf, &loss, &loss_pf, &g_fwd, &g_ar))
+            return 0;
         p->dc[gs].compute_ms += extra;
         sum_c += t + extra;
         sum_pf += t_pf + extra;
@@ -423,13 +648,14 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         double own_pf = hpl_layers_ms(d, m, dc->layers, 1, n_prompt);
         blocked_pf += HR_MAX(0, dc->stream_ms - own_pf - HR_MIN(sum_pf - own_pf + comm_pf, room_ms));
     }
+    p->quota_ms = hpl_pp_quota(c, m, p, &pl, di, g, gs, g_fwd, g_ar, blocked + loss);
     comm += loss;
     comm_pf += loss_pf;
     p->loss_ms = loss;
-    p->compute_ms = sum_c;
+    p->compute_ms = sum_c + p->quota_ms;
     p->comm_ms = comm;
     p->blocked_ms = blocked;
-    p->ms_per_token = sum_c + comm + blocked;
+    p->ms_per_token = p->compute_ms + comm + blocked;
     p->prefill_ms = nb * (sum_pf + comm_pf + blocked_pf) - (nb - 1) * p->head_extra_ms;
     p->feasible = true;
     (void)err;

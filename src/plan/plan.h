@@ -29,7 +29,8 @@
 #include "model/model.h"
 
 #define HPL_MAX_TYPES   10   /* weight types a profile holds speeds for */
-#define HPL_MAX_DEVICES 16   /* devices a plan considers (the head and up to 15 workers) */
+#define HPL_MAX_DEVICES 16
+#define HPL_CPU_PERIOD_DEFAULT_MS 100.0   /* the kernel's default CFS period (cgroup v1 and v2) */   /* devices a plan considers (the head and up to 15 workers) */
 /* the loss probe's defaults (docs/planner.md, "Loss"): 400 datagrams each way resolve 1% (8 +- 3 lost)
    in 0.1 s of sending plus a few RTTs of waiting per link; small datagrams, so that the probe itself
    does not congest a slow link */
@@ -49,6 +50,8 @@ typedef struct hpl_device {
     char     name[80];
     int      n_threads;
     double   cpu_quota;       /* cores the cgroup grants (cpu.max / cfs_quota); 0 = no limit */
+    double   cpu_period_ms;   /* the quota's CFS period: cpu_quota x period of CPU time per period (0: none
+                                 or unknown, costed as HPL_CPU_PERIOD_DEFAULT_MS; docs/planner.md, "CPU quotas") */
     uint64_t mem_total;       /* MemTotal */
     uint64_t mem_available;   /* MemAvailable when profiled (not cached: read every time) */
     uint64_t mem_limit;       /* the tightest of the cgroup limit and TESTBED_MEM_LIMIT; 0 = none */
@@ -206,6 +209,9 @@ typedef struct hpl_plan {
     char   why[256];                    /* when not feasible: what is missing */
     double ms_per_token;
     double compute_ms, comm_ms, blocked_ms, head_extra_ms;  /* its parts */
+    double quota_ms;                    /* in compute_ms: what CPU quotas change against every device computing at its
+                                           quota-bound rate throughout (a device idle part of a token computes in
+                                           bursts; docs/planner.md, "CPU quotas"), usually < 0 */
     double prefill_ms;                  /* for hpl_cost's n_prompt tokens */
     int    n_messages;                  /* per token, on the network */
     /* lossy links (issue 28; docs/planner.md, "Loss"): lossy is TP with the lossy all-reduce (`--lossy`,

@@ -68,40 +68,56 @@ static bool hpl_cgroup_path(const char *ctl, char *out, size_t cap) {
     return false;
 }
 
-double hpl_cpu_quota(void) {
+/* the tightest CPU quota (cores) along the cgroup path, and its CFS period (ms); 0 = none */
+static double hpl_cpu_limits(double *period_ms) {
     char cg[2048], dir[2600], f[2700], text[128];
-    double best = 0;
+    double best = 0, best_period = 0;
     /* v2: cpu.max from the process's cgroup up to the root; v1: cfs_quota_us / cfs_period_us */
     for (int v1 = 0; v1 < 2; v1++) {
         if (!hpl_cgroup_path(v1 ? "cpu" : NULL, cg, sizeof cg)) continue;
         const char *mnt = v1 ? "/sys/fs/cgroup/cpu" : "/sys/fs/cgroup";
         snprintf(dir, sizeof dir, "%s%s", mnt, cg);
         for (;;) {
-            double q = 0;
+            double q = 0, per = 0;
             if (!v1) {
                 snprintf(f, sizeof f, "%s/cpu.max", dir);
-                if (hpl_read_text(f, text, sizeof text)) q = hpl_parse_cpu_max(text);
+                if (hpl_read_text(f, text, sizeof text)) {
+                    q = hpl_parse_cpu_max(text);
+                    if (sscanf(text, "%*s %lf", &per) != 1) per = 0;
+                    per /= 1000;
+                }
             } else {
                 char t2[64];
                 snprintf(f, sizeof f, "%s/cpu.cfs_quota_us", dir);
                 if (hpl_read_text(f, text, sizeof text)) {
                     snprintf(f, sizeof f, "%s/cpu.cfs_period_us", dir);
-                    if (hpl_read_text(f, t2, sizeof t2) && atof(text) > 0 && atof(t2) > 0) q = atof(text) / atof(t2);
+                    if (hpl_read_text(f, t2, sizeof t2) && atof(text) > 0 && atof(t2) > 0) {
+                        q = atof(text) / atof(t2);
+                        per = atof(t2) / 1000;
+                    }
                 }
             }
-            if (q > 0 && (best == 0 || q < best)) best = q;
+            if (q > 0 && (best == 0 || q < best)) { best = q; best_period = per; }
             char *slash = strrchr(dir, '/');
             if (!slash || (size_t)(slash - dir) < strlen(mnt)) break;
             *slash = 0;
         }
     }
     /* tools/testbed exec runs in a network namespace whose /sys has no cgroup mounts: it passes the
-       device's quota as TESTBED_CPUS (as TESTBED_MEM_LIMIT for memory, src/mem) */
+       device's quota as TESTBED_CPUS and its period as TESTBED_CPU_PERIOD_MS (as TESTBED_MEM_LIMIT for
+       memory, src/mem) */
     const char *env = getenv("TESTBED_CPUS");
     double q = env ? atof(env) : 0;
-    if (q > 0 && (best == 0 || q < best)) best = q;
+    if (q > 0 && (best == 0 || q < best)) {
+        best = q;
+        env = getenv("TESTBED_CPU_PERIOD_MS");
+        best_period = env ? atof(env) : 0;
+    }
+    if (period_ms) *period_ms = best > 0 && best_period > 0 ? best_period : best > 0 ? HPL_CPU_PERIOD_DEFAULT_MS : 0;
     return best;
 }
+
+double hpl_cpu_quota(void) { return hpl_cpu_limits(NULL); }
 
 static void hpl_cpu_model(char *out, size_t cap) {
     char text[16384];
@@ -410,6 +426,7 @@ static json_t *hpl_device_to_json(const hpl_device *d, bool speeds_only) {
     }
     json_object_set_new(o, "threads", json_integer(d->n_threads));
     json_object_set_new(o, "cpu_quota", json_real(d->cpu_quota));
+    json_object_set_new(o, "cpu_period_ms", json_real(d->cpu_period_ms));
     json_object_set_new(o, "mem_bw_gbps", json_real(d->mem_bw_gbps));
     json_object_set_new(o, "disk_gbps", json_real(d->disk_gbps));
     for (int i = 0; i < d->n_types; i++) {
@@ -508,7 +525,7 @@ int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err) 
     gethostname(host, sizeof host - 1);
     snprintf(out->name, sizeof out->name, "%s", host);
     out->n_threads = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
-    out->cpu_quota = hpl_cpu_quota();
+    out->cpu_quota = hpl_cpu_limits(&out->cpu_period_ms);
     hpl_read_memory(&p->mem, out);
     char file[2048], key[1024];
     if (p->cache_path) snprintf(file, sizeof file, "%s", p->cache_path);
@@ -577,6 +594,7 @@ int hpl_device_to_kv(const hpl_device *d, hc_kv_text *o) {
     HPL_KV(o, "name", "%s", d->name);
     HPL_KV(o, "threads", "%d", d->n_threads);
     HPL_KV(o, "cpu_quota", "%.4f", d->cpu_quota);
+    HPL_KV(o, "cpu_period_ms", "%.3f", d->cpu_period_ms);
     HPL_KV(o, "mem_total", "%" PRIu64, d->mem_total);
     HPL_KV(o, "mem_available", "%" PRIu64, d->mem_available);
     HPL_KV(o, "mem_limit", "%" PRIu64, d->mem_limit);
@@ -626,6 +644,7 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *d, hr_err *err) {
         if (!hpl_kv_num(kv->value, &v)) return hr_fail(err, HR_EPROTO, "profile: '%s' is not a number >= 0", key);
         if (!strcmp(key, "threads")) d->n_threads = (int)HR_MIN(v, 1e6);
         else if (!strcmp(key, "cpu_quota")) d->cpu_quota = v;
+        else if (!strcmp(key, "cpu_period_ms")) d->cpu_period_ms = v;
         else if (!strcmp(key, "mem_total")) d->mem_total = (uint64_t)HR_MIN(v, 1e18);
         else if (!strcmp(key, "mem_available")) d->mem_available = (uint64_t)HR_MIN(v, 1e18);
         else if (!strcmp(key, "mem_limit")) d->mem_limit = (uint64_t)HR_MIN(v, 1e18);
