@@ -209,6 +209,8 @@ typedef struct hpl_sched {
     int    *dev;             /* a burst: its device (cluster index) and its ms at the quota-bound rate */
     double *ms;
     bool    failed;          /* out of memory: the plan is costed without the quota model */
+    uint32_t steady;         /* devices (bit: cluster index) played at their quota-bound rate: those that
+                                stream weights from disk, whose loader spends their quota between bursts */
 } hpl_sched;
 
 static void hpl_sched_free(hpl_sched *s) {
@@ -261,6 +263,17 @@ static void hpl_sched_burst(hpl_sched *s, int dev, double ms) {
 /* a device whose quota is below the threads it computes with: its bursts are held to the quota */
 static bool hpl_quota_binds(const hpl_device *d) { return d->cpu_quota > 0 && d->cpu_quota < HR_MAX(d->n_threads, 1); }
 
+/* a device that bursts: its quota binds and it does not stream (hpl_sched.steady) */
+static bool hpl_bursts(const hpl_cluster *c, const hpl_sched *s, int d) {
+    return hpl_quota_binds(&c->dev[d]) && !(d < 32 && (s->steady >> d & 1u));
+}
+
+/* marks the plan's streaming devices steady */
+static void hpl_sched_steady(hpl_sched *s, const hpl_plan *p) {
+    for (int i = 0; i < p->n; i++)
+        if (p->dc[i].stream_bytes > 0 && p->dc[i].dev < 32) s->steady |= 1u << p->dc[i].dev;
+}
+
 typedef struct hpl_quota_dev {
     double q, k, P, phase;   /* quota (cores), threads, period (ms), where its periods start */
     double used;             /* CPU ms used in period `period` */
@@ -291,7 +304,7 @@ static double hpl_quota_run(hpl_quota_dev *v, double t0, double cpu) {
 static double hpl_sched_run(const hpl_cluster *c, const hpl_sched *s) {
     if (s->failed || !s->n) return 0;
     bool binds = false;
-    for (int b = 0; b < s->nb; b++) binds = binds || hpl_quota_binds(&c->dev[s->dev[b]]);
+    for (int b = 0; b < s->nb; b++) binds = binds || hpl_bursts(c, s, s->dev[b]);
     if (!binds) return 0;
     double flat = 0;   /* the token at the quota-bound rates */
     for (int i = 0; i < s->n; i++) {
@@ -322,7 +335,7 @@ static double hpl_sched_run(const hpl_cluster *c, const hpl_sched *s) {
                     int d = s->dev[b];
                     /* quota-bound: the burst's CPU time is its ms at the rate of q cores */
                     /* (not inside HR_MAX, which evaluates its arguments twice) */
-                    double e1 = hpl_quota_binds(&c->dev[d]) ? hpl_quota_run(&v[d], t, s->ms[b] * v[d].q) : t + s->ms[b];
+                    double e1 = hpl_bursts(c, s, d) ? hpl_quota_run(&v[d], t, s->ms[b] * v[d].q) : t + s->ms[b];
                     end = HR_MAX(end, e1);
                 }
                 t = end;
@@ -349,6 +362,7 @@ static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_promp
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
     dc->blocked_ms = hpl_blocked(dc, 0);
     hpl_sched s = {0};
+    hpl_sched_steady(&s, p);
     hpl_sched_burst(&s, 0, dc->compute_ms);
     hpl_sched_step(&s, dc->blocked_ms);
     p->quota_ms = hpl_sched_run(c, &s);
@@ -424,6 +438,7 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     /* the token as bursts: the FORWARD, every block's compute on every device and its all-reduce, the
        output head */
     hpl_sched s = {0};
+    hpl_sched_steady(&s, p);
     hpl_sched_step(&s, fwd);
     for (int il = 0; il < m->n_layer; il++)
         for (int h = 0; h < 2; h++) {
@@ -523,6 +538,7 @@ static double hpl_pp_quota(const hpl_cluster *c, const hpl_model *m, const hpl_p
         per[i] = layers > 0 ? own / layers : 0;
     }
     hpl_sched s = {0};
+    hpl_sched_steady(&s, p);
     for (int k = 0; k <= pl->n_steps; k++) {
         int to = k < pl->n_steps ? pl->step_dev[k] : 0;
         if (to <= at && at != 0) {
