@@ -274,16 +274,25 @@ static void hpl_sched_steady(hpl_sched *s, const hpl_plan *p) {
         if (p->dc[i].stream_bytes > 0 && p->dc[i].dev < 32) s->steady |= 1u << p->dc[i].dev;
 }
 
+/* the runtime a CPU's queue of the group keeps when it goes idle (the kernel's min_cfs_rq_runtime), which
+   since Linux 5.4 no longer expires with its period: a device that idles starts its next burst with up
+   to this much of an earlier period's quota per thread, beyond the current period's */
+#define HPL_QUOTA_CARRY_MS 1.0
+
 typedef struct hpl_quota_dev {
     double q, k, P, phase;   /* quota (cores), threads, period (ms), where its periods start */
     double used;             /* CPU ms used in period `period` */
     long   period;
+    double carry;            /* CPU ms its CPUs kept from earlier periods (HPL_QUOTA_CARRY_MS) */
 } hpl_quota_dev;
 
 /* a device that has `cpu` ms of CPU to do from t0 on, at k threads, Q = q P per period: when it is done */
 static double hpl_quota_run(hpl_quota_dev *v, double t0, double cpu) {
     const double Q = v->q * v->P;
-    double t = t0;
+    double c0 = HR_MIN(v->carry, cpu);   /* what its CPUs kept first */
+    double t = t0 + c0 / v->k;
+    cpu -= c0;
+    v->carry -= c0;
     for (int guard = 0; cpu > 1e-9 && guard < 1000000; guard++) {
         long k = (long)floor((t - v->phase) / v->P + 1e-9);
         double end = v->phase + (double)(k + 1) * v->P;
@@ -295,6 +304,14 @@ static double hpl_quota_run(hpl_quota_dev *v, double t0, double cpu) {
         cpu -= dt * v->k;
         t += dt;
         if (t >= end - 1e-9) t = end;
+    }
+    /* going idle, its CPUs keep what they hold of the period's quota, up to HPL_QUOTA_CARRY_MS each */
+    long k = (long)floor((t - v->phase) / v->P + 1e-9);
+    if (v->period != k) { v->period = k; v->used = 0; }
+    double keep = HR_MIN(HPL_QUOTA_CARRY_MS * v->k - v->carry, Q - v->used);
+    if (keep > 0) {
+        v->carry += keep;
+        v->used += keep;
     }
     return t;
 }
@@ -322,7 +339,7 @@ static double hpl_sched_run(const hpl_cluster *c, const hpl_sched *s) {
             v[d].P = dv->cpu_period_ms > 0 ? dv->cpu_period_ms : HPL_CPU_PERIOD_DEFAULT_MS;
             double f = 0.618034 * d + (double)ph / HPL_QUOTA_PHASES;   /* spread the devices' grids */
             v[d].phase = (f - floor(f)) * v[d].P;
-            v[d].used = 0;
+            v[d].used = v[d].carry = 0;
             v[d].period = LONG_MIN;
         }
         double t = 0, t1 = 0;
