@@ -92,15 +92,28 @@ static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
     return o;
 }
 
+/* the width of the table's plan column: the longest description (hybrids name devices, shares and windows) */
+static int plan_desc_width(const hpl_choice *ch, const hpl_plan *given) {
+    int w = 4;
+    char desc[256];
+    for (int i = 0; i <= ch->n; i++) {
+        const hpl_plan *p = i < ch->n ? &ch->cand[i] : given;
+        if (!p) continue;
+        hpl_plan_describe(p, desc, sizeof desc);
+        w = HR_MAX(w, (int)strlen(desc));
+    }
+    return w;
+}
+
 /* one row of the candidates' table: mark ("*" the chosen, "g" the given plan), its number, its figures */
-static void plan_print_row(const hpl_plan *p, const char *mark, const char *num) {
+static void plan_print_row(const hpl_plan *p, const char *mark, const char *num, int width) {
     char desc[256];
     hpl_plan_describe(p, desc, sizeof desc);
     if (!p->feasible) {
-        printf("%s %-3s %-58.58s does not fit: %s\n", mark, num, desc, p->why);
+        printf("%s %-3s %-*s does not fit: %s\n", mark, num, width, desc, p->why);
         return;
     }
-    printf("%s %-3s %-58.58s %10.2f %11.1f %9.2f %9.2f %9.2f %9.2f  ", mark, num, desc, p->ms_per_token, p->prefill_ms,
+    printf("%s %-3s %-*s %10.2f %11.1f %9.2f %9.2f %9.2f %9.2f  ", mark, num, width, desc, p->ms_per_token, p->prefill_ms,
            p->compute_ms, p->comm_ms, p->loss_ms, p->blocked_ms);
     for (int d = 0; d < p->n; d++)
         printf("%s%d: %.0f+%.0f", d ? ", " : "", p->dc[d].dev, p->dc[d].resident_bytes / 1048576.0,
@@ -186,14 +199,15 @@ static int plan_run(cli_opts *o) {
                            !cl->link[a][b].estimated && !cl->link[a][b].loss_samples ? "  (loss estimated)" : "");
         }
         printf("candidates (decode ms/token; prefill of %d tokens):\n", np);
-        printf("  %-3s %-58s %10s %11s %9s %9s %9s %9s  %s\n", "#", "plan", "ms/token", "prefill ms", "compute", "network",
+        const int width = plan_desc_width(ch, given);
+        printf("  %-3s %-*s %10s %11s %9s %9s %9s %9s  %s\n", "#", width, "plan", "ms/token", "prefill ms", "compute", "network",
                "of: loss", "blocked", "per device: resident + streamed/token MiB");
         for (int i = 0; i < ch->n; i++) {
             char num[16];
             snprintf(num, sizeof num, "%d", i);
-            plan_print_row(&ch->cand[i], i == ch->chosen ? "*" : " ", num);
+            plan_print_row(&ch->cand[i], i == ch->chosen ? "*" : " ", num, width);
         }
-        if (given) plan_print_row(given, "g", "-");
+        if (given) plan_print_row(given, "g", "-", width);
         if (ch->chosen >= 0) printf("chosen: %d: %s\n", ch->chosen, ch->why);
         else printf("%s\n", ch->why);
         if (given) {
