@@ -274,6 +274,14 @@ static void hpl_sched_steady(hpl_sched *s, const hpl_plan *p) {
         if (p->dc[i].stream_bytes > 0 && p->dc[i].dev < 32) s->steady |= 1u << p->dc[i].dev;
 }
 
+/* whether any device of the plan bursts: otherwise its token is not written down at all (no quota, the
+   usual case, costs nothing more) */
+static bool hpl_plan_bursts(const hpl_cluster *c, const hpl_plan *p) {
+    for (int i = 0; i < p->n; i++)
+        if (hpl_quota_binds(&c->dev[p->dev[i]]) && !(p->dc[i].stream_bytes > 0)) return true;
+    return false;
+}
+
 /* the runtime a CPU's queue of the group keeps when it goes idle (the kernel's min_cfs_rq_runtime), which
    since Linux 5.4 no longer expires with its period: a device that idles starts its next burst with up
    to this much of an earlier period's quota per thread, beyond the current period's */
@@ -378,12 +386,14 @@ static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_promp
     dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, 1, 0) + p->head_extra_ms;
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
     dc->blocked_ms = hpl_blocked(dc, 0);
-    hpl_sched s = {0};
-    hpl_sched_steady(&s, p);
-    hpl_sched_burst(&s, 0, dc->compute_ms);
-    hpl_sched_step(&s, dc->blocked_ms);
-    p->quota_ms = hpl_sched_run(c, &s);
-    hpl_sched_free(&s);
+    if (hpl_plan_bursts(c, p)) {
+        hpl_sched s = {0};
+        hpl_sched_steady(&s, p);
+        hpl_sched_burst(&s, 0, dc->compute_ms);
+        hpl_sched_step(&s, dc->blocked_ms);
+        p->quota_ms = hpl_sched_run(c, &s);
+        hpl_sched_free(&s);
+    }
     p->compute_ms = dc->compute_ms + p->quota_ms;
     p->blocked_ms = dc->blocked_ms;
     p->ms_per_token = p->compute_ms + dc->blocked_ms;
@@ -454,19 +464,21 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
     /* the token as bursts: the FORWARD, every block's compute on every device and its all-reduce, the
        output head */
-    hpl_sched s = {0};
-    hpl_sched_steady(&s, p);
-    hpl_sched_step(&s, fwd);
-    for (int il = 0; il < m->n_layer; il++)
-        for (int h = 0; h < 2; h++) {
-            const double f = (h ? m->ffn_bytes : m->attn_bytes) / HR_MAX(m->layer_bytes, 1) / m->n_layer;
-            for (int i = 0; i < p->n; i++) hpl_sched_burst(&s, p->dev[i], p->dc[i].compute_ms * f);
-            hpl_sched_step(&s, ar);
-        }
-    hpl_sched_burst(&s, 0, p->head_extra_ms);
-    hpl_sched_step(&s, layers - p->compute_ms);   /* blocked on disk */
-    p->quota_ms = hpl_sched_run(c, &s);
-    hpl_sched_free(&s);
+    if (hpl_plan_bursts(c, p)) {
+        hpl_sched s = {0};
+        hpl_sched_steady(&s, p);
+        hpl_sched_step(&s, fwd);
+        for (int il = 0; il < m->n_layer; il++)
+            for (int h = 0; h < 2; h++) {
+                const double f = (h ? m->ffn_bytes : m->attn_bytes) / HR_MAX(m->layer_bytes, 1) / m->n_layer;
+                for (int i = 0; i < p->n; i++) hpl_sched_burst(&s, p->dev[i], p->dc[i].compute_ms * f);
+                hpl_sched_step(&s, ar);
+            }
+        hpl_sched_burst(&s, 0, p->head_extra_ms);
+        hpl_sched_step(&s, layers - p->compute_ms);   /* blocked on disk */
+        p->quota_ms = hpl_sched_run(c, &s);
+        hpl_sched_free(&s);
+    }
     p->dc[0].compute_ms += p->head_extra_ms;
     p->compute_ms += p->quota_ms;
     p->comm_ms = fwd + 2.0 * m->n_layer * ar;
@@ -546,6 +558,7 @@ static double hpl_pp_quota(const hpl_cluster *c, const hpl_model *m, const hpl_p
                            const int *di, int g, int gs, double g_fwd, double g_ar, double tail) {
     const double B = m->n_embd * 4.0 + HPL_MSG_OVERHEAD;
     const double fa = m->attn_bytes / HR_MAX(m->layer_bytes, 1), ff = m->ffn_bytes / HR_MAX(m->layer_bytes, 1);
+    if (!hpl_plan_bursts(c, p)) return 0;
     int at = 0, wi[HC_MAX_DEVICES] = {0};
     double per[HPL_MAX_DEVICES] = {0};   /* index into p->dev -> ms per layer (a member: of its share) */
     for (int i = 0; i < p->n; i++) {
@@ -699,7 +712,7 @@ int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p
     p->feasible = false;
     p->why[0] = 0;
     p->ms_per_token = p->prefill_ms = INFINITY;
-    p->compute_ms = p->comm_ms = p->blocked_ms = p->head_extra_ms = 0;
+    p->compute_ms = p->comm_ms = p->blocked_ms = p->head_extra_ms = p->quota_ms = 0;
     p->loss_ms = p->p_hit = p->elements_lost = p->lost_fraction = 0;
     p->n_messages = 0;
     memset(p->dc, 0, sizeof p->dc);
