@@ -167,7 +167,7 @@ int hpl_profile_key(int n_threads, const char *disk_path, char *buf, size_t cap,
     struct stat st;
     unsigned dmaj = 0, dmin = 0;
     if (!stat(dir, &st)) { dmaj = major(st.st_dev); dmin = minor(st.st_dev); }
-    snprintf(buf, cap, "v3|%s|cpus %ld|cores %d|simd %s|threads %d|quota %.2f|memtotal %" PRIu64 "|memlimit %" PRIu64
+    snprintf(buf, cap, "v4|%s|cpus %ld|cores %d|simd %s|threads %d|quota %.2f|memtotal %" PRIu64 "|memlimit %" PRIu64
              "|disk %u:%u", cpu, sysconf(_SC_NPROCESSORS_ONLN), hr_physical_cores(), hq_simd_name(), n_threads,
              hpl_cpu_quota(), sm.mem_total, lim, dmaj, dmin);
     return 0;
@@ -221,20 +221,28 @@ static void hpl_bench_worker(void *arg, int ith, int nth) {
     }
 }
 
+typedef struct hpl_cpu_share {
+    double n;   /* the cores the threads get */
+    bool quota; /* n is a binding CPU quota */
+} hpl_cpu_share;
+
 /* The rate a device sustains on one kernel, bytes/ns: passes timed one by one, the median of them.
    - Each pass reads its matrix from memory, as a decode reads a model's weights: the matrix is evicted
      from the caches first (hr_cache_evict). A 32 MiB matrix sits in a large L3 (300 MiB on the
      machine of docs/planner.md), and read from there it ran 3x a real decode.
-   - A pass's time is max(wall, CPU time / cores), cores = min(threads, CPU quota): a CFS quota counts
+   - Under a binding CFS quota (quota < threads) a pass's time is its CPU time / quota: the quota counts
      the same whether the pass fell inside a period's unused quota (wall time alone: the unthrottled
-     speed) or across a throttled stretch (wall time, which then exceeds the CPU time's share).
+     speed) or across a throttled stretch. Not the wall time: the cache eviction before each pass spends
+     the same quota, and the throttling it causes lands on the pass (klonet8, 0.25 core at 10 ms
+     periods: max(wall, CPU / quota) read 1.58 GB/s where a decode runs 666 MiB in 88 ms of CPU, 1.98 at
+     the quota). Without a quota: max(wall, CPU time / threads), as a shared core's steal shows in wall.
    - The median, not the best: the best of short runs caught moments a device cannot sustain, and the
      profiles of one device moved 2-3x from one minute to the next.
    At least HPL_MIN_PASSES passes, then until ms have passed. */
 #define HPL_MIN_PASSES 3
 #define HPL_MAX_PASSES 64
 static double hpl_run_for(void (*pass)(void *), void *arg, int ms, double bytes_per_pass, const void *evict,
-                          size_t evict_len, double cores) {
+                          size_t evict_len, hpl_cpu_share cores) {
     double rate[HPL_MAX_PASSES];
     int n = 0;
     pass(arg); /* warm-up: page faults, the threads' first wake */
@@ -244,16 +252,16 @@ static double hpl_run_for(void (*pass)(void *), void *arg, int ms, double bytes_
         int64_t w0 = hr_time_ns(), c0 = hr_cpu_time_ns();
         pass(arg);
         int64_t w1 = hr_time_ns(), c1 = hr_cpu_time_ns();
-        double t = HR_MAX((double)(w1 - w0), (double)(c1 - c0) / cores);
+        double cpu = (double)(c1 - c0) / cores.n, t = cores.quota ? cpu : HR_MAX((double)(w1 - w0), cpu);
         rate[n++] = bytes_per_pass / HR_MAX(t, 1.0);
     }
     return hr_median(rate, n);
 }
 
 /* the cores a device's threads get: its thread count, or its CPU quota when that is lower */
-static double hpl_cores(int n_threads) {
+static hpl_cpu_share hpl_cores(int n_threads) {
     double q = hpl_cpu_quota();
-    return q > 0 && q < n_threads ? q : (double)n_threads;
+    return q > 0 && q < n_threads ? (hpl_cpu_share){q, true} : (hpl_cpu_share){(double)n_threads, false};
 }
 
 static void hpl_bench_pass(void *arg) {
@@ -263,7 +271,7 @@ static void hpl_bench_pass(void *arg) {
 
 /* matvec and matmul speed of one weight type with the kernels the engine runs (packed when the type
    packs, as loaded weights are) */
-static int hpl_bench_type(hr_pool *pool, int type, int ms, double cores, hpl_type_speed *out, hr_err *err) {
+static int hpl_bench_type(hr_pool *pool, int type, int ms, hpl_cpu_share cores, hpl_type_speed *out, hr_err *err) {
     const int64_t t0 = hr_time_ns();
     const hq_traits *tr = hq_get_traits(type), *vt = tr ? hq_get_traits(tr->vec_dot_type) : NULL;
     if (!tr || !vt) return hr_fail(err, HR_EUNSUPPORTED, "profile: type %d", type);
@@ -335,7 +343,7 @@ static void hpl_read_pass(void *arg) {
 }
 
 /* the rate the device's threads read memory at (from memory, not the caches, as hpl_run_for says) */
-static double hpl_bench_membw(hr_pool *pool, int ms, double cores) {
+static double hpl_bench_membw(hr_pool *pool, int ms, hpl_cpu_share cores) {
     const size_t n = 64u << 20;
     uint8_t *buf = hpl_alloc_huge(n);
     if (!buf) return 0;
@@ -552,7 +560,7 @@ int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err) 
     int ms = p->bench_ms > 0 ? p->bench_ms : 60;
     hr_pool *pool = hr_pool_create(out->n_threads, err);
     if (!pool) return err->code;
-    const double cores = hpl_cores(out->n_threads);
+    const hpl_cpu_share cores = hpl_cores(out->n_threads);
     int rc = 0;
     out->n_types = 0;
     for (int t = 0; t < 32 && !rc; t++)
