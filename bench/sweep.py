@@ -278,9 +278,44 @@ def measure(args):
         bed.down()
         if not args.keep_caches:  # every plan leaves slice files on each device: GBs on a shared disk
             for d in os.listdir(args.work):
-                if d.startswith("cache-") or d == "head-cache":
+                if d.startswith(("cache-", "prof-")) or d == "head-cache":
                     shutil.rmtree(os.path.join(args.work, d), ignore_errors=True)
     res["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    tp.finish(res, args.out, report)
+    write_svg(res, os.path.join(args.out, "sweep.svg"))
+
+
+def repredict(args):
+    """--repredict RESULTS: the hand-written plans of an earlier sweep predicted again (fresh profiles, every
+    worker its own profile cache), their measurements kept; results and report go to --out"""
+    res = json.load(open(args.repredict))
+    args.model = args.model or res["model"]
+    bin_, model = tp.setup(args, "sweep")
+    bed = tp.Bed(args.instance, os.path.realpath(args.build))
+    procs = []
+    env = ["env", f"XDG_CACHE_HOME={os.path.join(args.work, 'head-cache')}"]
+    try:
+        bed.up(res["profile"])
+        n = len(bed.tb("devices").stdout.split())
+        addrs = ["head"] + [f"{bed.addr(f'd{i}')}:{tp.PORT}" for i in range(1, n)]
+        for i in range(1, n):
+            tp.start_worker(bed, args, bin_, f"d{i}", ["-t", "1", "--setup-timeout", "300"], procs)
+        argv = [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1", "-c", str(res["ctx"]),
+                "--json", "--no-cache"] + (["--profile-serial"] if res.get("serial") else [])
+        r = tp.sh(bed.cmd("d0", env + argv), timeout=900)
+        if r.returncode:
+            raise RuntimeError("hearth plan: " + r.stderr[-2000:])
+        devs = json.loads(r.stdout)["devices"]
+        res["hand_predict_s"] = predict_hand(lambda a: tp.sh(bed.cmd("d0", env + a), timeout=300), bin_, model,
+                                             res["ctx"], addrs, [p for p in res["plans"] if p.get("hand")])
+        res["repredicted"] = {"at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                              "matvec": [d["types"][0]["matvec_gbps"] for d in devs], "command": "sudo " + " ".join(sys.argv)}
+    finally:
+        tp.stop_workers(bed, procs)
+        bed.down()
+        for d in os.listdir(args.work):
+            if d.startswith(("cache-", "prof-")) or d == "head-cache":
+                shutil.rmtree(os.path.join(args.work, d), ignore_errors=True)
     tp.finish(res, args.out, report)
     write_svg(res, os.path.join(args.out, "sweep.svg"))
 
@@ -348,6 +383,10 @@ def report(res, path):
         L.append(f"Prediction error over {len(s['errs_hand'])} measured hand-written plans (`hearth plan --json` with "
                  f"their flags, {statistics.median(t):.2f} s per call, at most {max(t):.2f} s): median "
                  f"{statistics.median(s['errs_hand']):.0f}%, largest {max(s['errs_hand']):.0f}%.")
+        if res.get("repredicted"):
+            rp = res["repredicted"]
+            L.append(f"(The hand-written plans' predictions are from `--repredict` at {rp['at']}: fresh profiles "
+                     f"(Q4_0 matvec GB/s {', '.join(f'{x:.2f}' for x in rp['matvec'])}), this sweep's measurements.)")
     if s["ratio"]:
         L.append(f"Chosen plan ({short_label(s['chosen'], info['n_layer'])}) measured {s['chosen']['measured_ms_per_token']:.1f} ms/token; "
                  f"best of the sweep ({s['n_cand']} candidates + {s['n_hand']} hand-written plans): "
@@ -418,7 +457,12 @@ def main():
                     "slices are sent again: slower, the same figures)")
     ap.add_argument("--keep-caches", action="store_true", help="leave the devices' slice caches in --work")
     ap.add_argument("--report", metavar="RESULTS_JSON", help="re-render report.md and sweep.svg beside it")
+    ap.add_argument("--repredict", metavar="RESULTS_JSON", help="predict the hand-written plans of an earlier sweep "
+                    "again (fresh profiles), keeping its measurements; writes --out")
     args = ap.parse_args()
+    if args.repredict:
+        repredict(args)
+        return
     if args.report:
         res = json.load(open(args.report))
         d = os.path.dirname(args.report)

@@ -120,7 +120,12 @@ def start_worker(bed, args, bin_, dev, flags, procs):
     listens"""
     cache = os.path.join(args.work, f"cache-{dev}")
     logf = open(os.path.join(args.work, f"worker-{dev}.log"), "a")
-    argv = [bin_, "worker", "--listen", f"0.0.0.0:{PORT}", "--insecure", "--cache", cache] + flags  # plaintext, as measured before issue 29
+    # each device its own profile cache ($XDG_CACHE_HOME/hearth/profile.json), as each home device has: the
+    # testbed's devices share one HOME, and with one file every worker read the entry the last one wrote
+    # (the same key: same CPU, quota, memory, disk), so a plan costed from the caches saw one device's
+    # profile everywhere (session 24: klonet8's hand-written plans predicted 30-47% slow)
+    argv = ["env", f"XDG_CACHE_HOME={os.path.join(args.work, f'prof-{dev}')}",
+            bin_, "worker", "--listen", f"0.0.0.0:{PORT}", "--insecure", "--cache", cache] + flags  # plaintext, as measured before issue 29
     p = subprocess.Popen(bed.cmd(dev, argv), stdout=subprocess.PIPE, stderr=logf, text=True)
     procs.append((dev, p, logf))
     line = p.stdout.readline()
