@@ -195,6 +195,20 @@ def run_argv(bin_, model, args, plan, addrs, n_tokens):
     return argv + plan["flags"]
 
 
+def plan_argv(bin_, model, addrs, ctx, serial):
+    """step 1: `hearth plan --json --no-cache` on d0 over every other device's worker"""
+    return [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1", "-c", str(ctx),
+            "--json", "--no-cache"] + (["--profile-serial"] if serial else [])
+
+
+def drop_work_caches(work):
+    """the devices' slice and profile caches under --work (every plan leaves slice files on each device: GBs
+    on a shared disk)"""
+    for d in os.listdir(work):
+        if d.startswith(("cache-", "prof-")) or d == "head-cache":
+            shutil.rmtree(os.path.join(work, d), ignore_errors=True)
+
+
 def measure(args):
     bin_, model = tp.setup(args, "sweep")
     info = tp.model_info(bin_, model)
@@ -216,8 +230,7 @@ def measure(args):
             # waits longer than the default 20 s and drops the session
             tp.start_worker(bed, args, bin_, f"d{i}", ["-t", "1", "--cache-max", args.cache_max,
                                                        "--setup-timeout", "300"], procs)
-        argv = [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1", "-c", str(args.ctx),
-                "--json", "--no-cache"] + (["--profile-serial"] if args.serial else [])
+        argv = plan_argv(bin_, model, addrs, args.ctx, args.serial)
         res["plan_command"] = " ".join(argv)
         t0 = time.time()
         r = tp.sh(bed.cmd("d0", env + argv), timeout=900)
@@ -276,10 +289,8 @@ def measure(args):
     finally:
         tp.stop_workers(bed, procs)
         bed.down()
-        if not args.keep_caches:  # every plan leaves slice files on each device: GBs on a shared disk
-            for d in os.listdir(args.work):
-                if d.startswith(("cache-", "prof-")) or d == "head-cache":
-                    shutil.rmtree(os.path.join(args.work, d), ignore_errors=True)
+        if not args.keep_caches:
+            drop_work_caches(args.work)
     res["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     tp.finish(res, args.out, report)
     write_svg(res, os.path.join(args.out, "sweep.svg"))
@@ -300,9 +311,7 @@ def repredict(args):
         addrs = ["head"] + [f"{bed.addr(f'd{i}')}:{tp.PORT}" for i in range(1, n)]
         for i in range(1, n):
             tp.start_worker(bed, args, bin_, f"d{i}", ["-t", "1", "--setup-timeout", "300"], procs)
-        argv = [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1", "-c", str(res["ctx"]),
-                "--json", "--no-cache"] + (["--profile-serial"] if res.get("serial") else [])
-        r = tp.sh(bed.cmd("d0", env + argv), timeout=900)
+        r = tp.sh(bed.cmd("d0", env + plan_argv(bin_, model, addrs, res["ctx"], res.get("serial"))), timeout=900)
         if r.returncode:
             raise RuntimeError("hearth plan: " + r.stderr[-2000:])
         devs = json.loads(r.stdout)["devices"]
@@ -313,9 +322,7 @@ def repredict(args):
     finally:
         tp.stop_workers(bed, procs)
         bed.down()
-        for d in os.listdir(args.work):
-            if d.startswith(("cache-", "prof-")) or d == "head-cache":
-                shutil.rmtree(os.path.join(args.work, d), ignore_errors=True)
+        drop_work_caches(args.work)
     tp.finish(res, args.out, report)
     write_svg(res, os.path.join(args.out, "sweep.svg"))
 
