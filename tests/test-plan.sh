@@ -88,6 +88,52 @@ for l in j["links"]:
 PY
 then ok; else bad "plan --json: $(head -c 300 "$TMP/plan.json")"; fi
 
+# ---- plan --cluster: the saved devices and links costed again, nothing measured --------------------------------
+# the same cost model on the same figures: every candidate's prediction and memory, and the choice, as saved;
+# with no worker running at the saved addresses (nothing is contacted)
+if "$BIN" plan -m "$S/synth/synth-llama-Q8_0.gguf" --cluster "$TMP/plan.json" -t 1 -c 128 --json > "$TMP/saved.json" \
+    2> "$TMP/saved.err" && python3 - "$TMP/plan.json" "$TMP/saved.json" << 'PY'
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert len(a["candidates"]) == len(b["candidates"]) > 3 and a["chosen"] == b["chosen"], (a["chosen"], b["chosen"])
+for x, y in zip(a["candidates"], b["candidates"]):
+    assert x["plan"] == y["plan"] and x["feasible"] == y["feasible"], (x["plan"], y["plan"])
+    assert x["predicted_ms_per_token"] == y["predicted_ms_per_token"], (x, y)
+    assert [m["resident_bytes"] for m in x.get("memory", [])] == [m["resident_bytes"] for m in y.get("memory", [])]
+assert [(d["address"], d["types"], d["budget"]) for d in a["devices"]] == [(d["address"], d["types"], d["budget"]) for d in b["devices"]]
+assert a["links"] == b["links"], (a["links"], b["links"])
+PY
+then ok; else bad "plan --cluster: $(tail -3 "$TMP/saved.err")"; fi
+# a given plan on the saved cluster (its devices are the flags'), and another context length (KV memory grows)
+if "$BIN" plan -m "$S/synth/synth-llama-Q8_0.gguf" --cluster "$TMP/plan.json" -t 1 -c 512 --tp-shares 1,2,1 \
+    --json 2> "$TMP/saved.err" | python3 -c "
+import json, sys
+g = json.load(sys.stdin)['given_plan']
+assert g['feasible'] and g['shares'] == [0.25, 0.5, 0.25] and g['devices'] == [0, 1, 2], g" ; then ok
+else bad "plan --cluster with --tp-shares: $(tail -3 "$TMP/saved.err")"; fi
+# what is not a saved cluster: a clear error, exit 1; --cluster with --workers or a measuring flag: usage (2)
+python3 - "$TMP/plan.json" "$TMP" << 'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+t = sys.argv[2]
+open(t + "/cut.json", "w").write(json.dumps(j)[:200])
+k = json.loads(json.dumps(j)); del k["devices"][1]["types"]; json.dump(k, open(t + "/nospeed.json", "w"))
+k = json.loads(json.dumps(j)); k["links"] = k["links"][:2]; json.dump(k, open(t + "/nolink.json", "w"))
+k = json.loads(json.dumps(j)); k["links"][0]["b"] = 7; json.dump(k, open(t + "/badlink.json", "w"))
+PY
+for c in "cut.json:not JSON" "nospeed.json:device 1: no speeds" "nolink.json:no link between devices 1 and 2" \
+    "badlink.json:link 0: want a and b" "missing.json:No such file"; do
+    f=${c%%:*} want=${c#*:}
+    "$BIN" plan -m "$S/stories260K.gguf" --cluster "$TMP/$f" > /dev/null 2> "$TMP/c.err"; rc=$?
+    if [[ $rc == 1 ]] && grep -q "hearth plan: $TMP/$f: $want" "$TMP/c.err"; then ok
+    else bad "plan --cluster $f: rc $rc, $(cat "$TMP/c.err")"; fi
+done
+for extra in "--workers $(workers 1)" "--no-cache" "--profile-serial"; do
+    # shellcheck disable=SC2086
+    "$BIN" plan -m "$S/stories260K.gguf" --cluster "$TMP/plan.json" $extra > /dev/null 2> "$TMP/c.err"; rc=$?
+    if [[ $rc == 2 ]] && grep -q "cluster" "$TMP/c.err"; then ok; else bad "plan --cluster $extra: rc $rc, $(cat "$TMP/c.err")"; fi
+done
+
 # the loss probe against an injected loss: every probe datagram (both ways) dropped with 10%, a fixed
 # pattern (the lossy transport's test hook): the measured loss is near 10% on every head link
 if HEARTH_LOSSY_DROP=5:0.1 "$BIN" plan -m "$S/synth/synth-llama-Q8_0.gguf" --workers "$(workers 1 2)" -t 1 -c 128 --json \

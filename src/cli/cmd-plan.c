@@ -121,6 +121,14 @@ static void plan_print_row(const hpl_plan *p, const char *mark, const char *num,
     printf("\n");
 }
 
+/* --cluster FILE: the devices and links of an earlier `hearth plan --json`, costed for this model */
+static int cli_plan_saved(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, int n_prompt, hpl_cluster *cl,
+                          hpl_choice *ch, hr_err *err) {
+    hpl_model pm;
+    if (hpl_cluster_read(o->cluster_file, cl, err) || hpl_model_from(m, cp, &pm, err)) return err->code;
+    return hpl_choose(cl, &pm, n_prompt, ch, err);
+}
+
 static int plan_run(cli_opts *o) {
     hr_err err = {0};
     cli_engine e;
@@ -132,7 +140,7 @@ static int plan_run(cli_opts *o) {
     if (cli_engine_open(&e, o, false, &err)) { fprintf(stderr, "hearth plan: %s\n", err.msg); goto done; }
     hm_ctx_params cp = cli_ctx_params(o);
     int np = (int)o->prompt_tokens;
-    if (cli_engine_plan(o, e.m, &cp, np, cl, ch, &err)) {
+    if (o->cluster_file ? cli_plan_saved(o, e.m, &cp, np, cl, ch, &err) : cli_engine_plan(o, e.m, &cp, np, cl, ch, &err)) {
         fprintf(stderr, "hearth plan: %s\n", err.msg);
         cli_engine_close(&e);
         goto done;
@@ -140,7 +148,10 @@ static int plan_run(cli_opts *o) {
     if (o->plan_given || o->head.pp) {
         hpl_model pm;
         if (!(given = malloc(sizeof *given))) hr_fail(&err, HR_ENOMEM, "out of memory");
-        if (!given || hpl_model_from(e.m, &cp, &pm, &err) || hpl_plan_given(cl, &pm, e.m, &o->head, np, given, &err)) {
+        hc_head_params hp = o->head;
+        if (o->cluster_file) /* the saved cluster's devices are the plan flags' */
+            for (hp.n_workers = 0; hp.n_workers < cl->n - 1; hp.n_workers++) hp.workers[hp.n_workers] = cl->addr[hp.n_workers + 1];
+        if (!given || hpl_model_from(e.m, &cp, &pm, &err) || hpl_plan_given(cl, &pm, e.m, &hp, np, given, &err)) {
             fprintf(stderr, "hearth plan: %s\n", err.msg);
             cli_engine_close(&e);
             goto done;
@@ -236,12 +247,17 @@ done:
 
 static int plan_check(const cli_command *c, cli_opts *o) {
     int rc = cli_check_model(c, o);
-    return rc ? rc : cli_check_cluster(c, o);
+    if (rc) return rc;
+    if (!o->cluster_file) return cli_check_cluster(c, o);
+    if (o->head.n_workers || o->workers_auto) return cli_usage_error(c, "--cluster FILE or --workers: not both");
+    if (o->no_cache || o->profile_serial)
+        return cli_usage_error(c, "%s measures; --cluster FILE measures nothing", o->no_cache ? "--no-cache" : "--profile-serial");
+    return 0;
 }
 
 const cli_command cli_plan = {
     "plan", CLI_PLAN, "measure the devices and links, predict every plan, choose one",
-    "-m MODEL [--workers H:P,...] [-c CTX] [--json] [--tp-shares W,... | --pp [--layer-windows N,...] | --stages ...]",
+    "-m MODEL [--workers H:P,... | --cluster SAVED.json] [-c CTX] [--json] [--tp-shares W,... | --pp [--layer-windows N,...] | --stages ...]",
     "Profiles this device (cached) and every worker (each measures itself; cached there), measures the\n"
     "links to the workers, then predicts, for every candidate plan — one device; tensor parallel over\n"
     "the head and each set of workers (shares by min-max); a piped-ring pipeline over them (windows\n"
@@ -251,5 +267,6 @@ const cli_command cli_plan = {
     "prefill time and each device's memory, and names the fastest. `hearth run --workers ...` without\n"
     "plan flags runs that plan. With plan flags (--tp-shares, --pp, --layer-windows, --stages, --lossy),\n"
     "the plan they give, read and checked as `hearth run` reads them, is costed too: a row marked g,\n"
-    "\"given_plan\" in the JSON, and its predicted ms/token against the chosen plan's. docs/planner.md.",
+    "\"given_plan\" in the JSON, and its predicted ms/token against the chosen plan's. With --cluster\n"
+    "FILE nothing is measured: the devices and links are FILE's. docs/planner.md.",
     .check = plan_check, .run = plan_run};

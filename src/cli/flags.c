@@ -626,6 +626,11 @@ static const cli_flag flags[] = {
      "once (devices that share one machine's cores, as on tools/testbed)"},
     {CLI_PLAN, "--prompt-tokens", "N", F_LONG, AT(prompt_tokens), 1, I24, NULL,
      "prompt length the predicted prefill time is for (default 512)"},
+    {CLI_PLAN, "--cluster", "FILE", F_STR, AT(cluster_file), 0, 0, NULL,
+     "cost the plans for the devices and links saved in FILE (an earlier\n"
+     "`hearth plan --json`'s output) instead of measuring: no worker is\n"
+     "contacted. Another model, -c, prompt length or plan flags (as many\n"
+     "devices as FILE has) can be costed on the same profile"},
 
     /* info, tokenize, quantize */
     {CLI_INFO, "--json", NULL, F_ON, AT(json), 0, 0, NULL,

@@ -142,6 +142,11 @@ typedef struct hpl_cluster_params {
 } hpl_cluster_params;
 hpl_cluster_params hpl_cluster_default_params(void);
 
+/* The devices and links of a saved cluster: `hearth plan --json`'s output ("devices", "links"), read and
+   checked (every device's memory, threads, quota and speeds; a link between every two devices); nothing is
+   measured. For costing plans again with another model, context or cost model (`hearth plan --cluster`). */
+int hpl_cluster_read(const char *path, hpl_cluster *out, hr_err *err);
+
 /* Connects to the workers, asks each for its device profile (they measure at the same time as the
    head), measures every head <-> worker link and says BYE; then asks worker a to measure its link
    to each worker b > a (kept as an estimate, with a warning, where that fails). */

@@ -429,6 +429,7 @@ static json_t *hpl_device_to_json(const hpl_device *d, bool speeds_only) {
         json_object_set_new(o, "mem_limit", json_integer((json_int_t)d->mem_limit));
         json_object_set_new(o, "mem_usable", json_integer((json_int_t)d->mem_usable));
         json_object_set_new(o, "budget", json_integer((json_int_t)d->budget));
+        json_object_set_new(o, "budget_set", json_boolean(d->budget_set));
         json_object_set_new(o, "cached", json_boolean(d->cached));
         json_object_set_new(o, "profile_ms", json_real(d->profile_ms));
     }
@@ -469,6 +470,94 @@ static bool hpl_speeds_from_json(json_t *o, hpl_device *d) {
         d->ts[d->n_types++] = (hpl_type_speed){type, mv, mm};
     }
     return d->n_types > 0 && d->mem_bw_gbps > 0;
+}
+
+/* ---- a saved cluster (`hearth plan --json`'s devices and links) ------------------------------------------- */
+
+static bool hpl_json_num(json_t *o, const char *key, double lo, double hi, double *v) {
+    json_t *x = json_object_get(o, key);
+    if (!json_is_number(x)) return false;
+    *v = json_number_value(x);
+    return isfinite(*v) && *v >= lo && *v <= hi;
+}
+
+static int hpl_cluster_device_json(json_t *o, int i, hpl_cluster *c, hr_err *err) {
+    hpl_device *d = &c->dev[i];
+    memset(d, 0, sizeof *d);
+    static const char *const mem_keys[] = {"mem_total", "mem_available", "mem_limit", "mem_usable", "budget"};
+    uint64_t *mem[] = {&d->mem_total, &d->mem_available, &d->mem_limit, &d->mem_usable, &d->budget};
+    double v;
+    for (int k = 0; k < 5; k++) {
+        if (!hpl_json_num(o, mem_keys[k], 0, 1e18, &v)) return hr_fail(err, HR_EINVAL, "device %d: no %s (bytes)", i, mem_keys[k]);
+        *mem[k] = (uint64_t)v;
+    }
+    if (!hpl_json_num(o, "threads", 1, 4096, &v)) return hr_fail(err, HR_EINVAL, "device %d: no threads (1 or more)", i);
+    d->n_threads = (int)v;
+    if (!hpl_json_num(o, "cpu_quota", 0, 4096, &d->cpu_quota) || !hpl_json_num(o, "cpu_period_ms", 0, 1e6, &d->cpu_period_ms))
+        return hr_fail(err, HR_EINVAL, "device %d: no cpu_quota / cpu_period_ms (0: none)", i);
+    if (!hpl_speeds_from_json(o, d) || !(d->disk_gbps >= 0))
+        return hr_fail(err, HR_EINVAL, "device %d: no speeds (types: [{type, matvec_gbps, matmul_gbps}], mem_bw_gbps, disk_gbps)", i);
+    d->budget_set = json_is_true(json_object_get(o, "budget_set"));
+    d->cached = true;
+    const char *name = json_string_value(json_object_get(o, "name")), *addr = json_string_value(json_object_get(o, "address"));
+    snprintf(d->name, sizeof d->name, "%s", name ? name : "");
+    snprintf(c->addr[i], sizeof c->addr[i], "%s", addr ? addr : i ? "worker" : "head");
+    return 0;
+}
+
+int hpl_cluster_read(const char *path, hpl_cluster *out, hr_err *err) {
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f) return hr_fail(err, HR_EIO, "%s: %s", path, strerror(errno));
+    json_error_t je;
+    json_t *root = json_loadf(f, 0, &je);
+    fclose(f);
+    if (!root) return hr_fail(err, HR_EINVAL, "%s: not JSON (line %d: %s)", path, je.line, je.text);
+    int rc = 0;
+    json_t *devs = json_object_get(root, "devices"), *links = json_object_get(root, "links");
+    size_t n = json_array_size(devs);
+    if (!json_is_array(devs) || n < 1 || n > HPL_MAX_DEVICES || !json_is_array(links)) {
+        rc = hr_fail(err, HR_EINVAL, "%s: want `hearth plan --json`'s output: \"devices\" (1 to %d) and \"links\"", path,
+                     HPL_MAX_DEVICES);
+        goto done;
+    }
+    out->n = (int)n;
+    for (size_t i = 0; i < n && !rc; i++)
+        if (hpl_cluster_device_json(json_array_get(devs, i), (int)i, out, err)) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            rc = hr_fail(err, err->code, "%s: %s", path, msg);
+        }
+    bool have[HPL_MAX_DEVICES][HPL_MAX_DEVICES] = {{false}};
+    for (size_t k = 0; k < json_array_size(links) && !rc; k++) {
+        json_t *o = json_array_get(links, k);
+        double a, b;
+        hpl_link l = {0};
+        double samples = 0;
+        if (!hpl_json_num(o, "a", 0, (double)n - 1, &a) || !hpl_json_num(o, "b", 0, (double)n - 1, &b) || a == b ||
+            a != floor(a) || b != floor(b) || !hpl_json_num(o, "rtt_ms", 0, 1e6, &l.rtt_ms) ||
+            !hpl_json_num(o, "gbps", 1e-9, 1e6, &l.gbps) || !hpl_json_num(o, "loss", 0, 1, &l.loss)) {
+            rc = hr_fail(err, HR_EINVAL, "%s: link %zu: want a and b (device indices), rtt_ms, gbps (> 0), loss (0..1)", path, k);
+            break;
+        }
+        if (!hpl_json_num(o, "loss_ab", 0, 1, &l.loss_to)) l.loss_to = l.loss;
+        if (!hpl_json_num(o, "loss_ba", 0, 1, &l.loss_from)) l.loss_from = l.loss;
+        if (!hpl_json_num(o, "gbps_measured", 1e-9, 1e6, &l.gbps_measured)) l.gbps_measured = l.gbps;
+        if (hpl_json_num(o, "loss_samples", 0, 1e9, &samples)) l.loss_samples = (int)samples;
+        l.estimated = json_is_true(json_object_get(o, "estimated"));
+        int ia = (int)a, ib = (int)b;
+        out->link[ia][ib] = l;
+        out->link[ib][ia] = l;
+        out->link[ib][ia].loss_to = l.loss_from;
+        out->link[ib][ia].loss_from = l.loss_to;
+        have[ia][ib] = have[ib][ia] = true;
+    }
+    for (int a = 0; a < out->n && !rc; a++)
+        for (int b = a + 1; b < out->n && !rc; b++)
+            if (!have[a][b]) rc = hr_fail(err, HR_EINVAL, "%s: no link between devices %d and %d", path, a, b);
+done:
+    json_decref(root);
+    return rc;
 }
 
 /* the cached speeds for key, if any */
