@@ -43,8 +43,9 @@ def cand_flags(c, addrs):
     if c["kind"] == "single":
         return []
     w = ",".join(addrs[d] for d in c["devices"][1:])
-    if c["kind"] == "tp":
-        return ["--workers", w, "--tp-shares", ",".join(f"{x:.6f}" for x in c["shares"])]
+    if c["kind"] == "tp":   # the lossy twin runs lossy (before session 25 it ran as the TCP plan: same flags)
+        return ["--workers", w, "--tp-shares", ",".join(f"{x:.6f}" for x in c["shares"])] + \
+            (["--lossy", "--lossy-deadline", f"{c.get('deadline_ms', 10):g}"] if c.get("lossy") else [])
     if c["kind"] == "hybrid":  # a stage per device but the group's: devices[group_stage..group_stage + group)
         g, n, gs = c["group"], len(c["devices"]), c.get("group_stage", 0)
         stages = ",".join([str(i) for i in range(gs)] + ["+".join(str(i) for i in range(gs, gs + g))] +

@@ -92,6 +92,17 @@ def hand_plans(profile, n_layer):
                 pp_plan([0, 2], [0, q(1 / 4)], L), pp_plan([0, 2], [q(3 / 8), L - q(3 / 8)], L),
                 pp_plan([0, 1, 2], [0, q(5 / 16), L - q(5 / 16)], L),
                 pp_plan([0, 2, 3], [0, L - q(3 / 16), q(3 / 16)], L)]
+    if profile.startswith("home4-8b"):  # home4's cores, memory x0.4 (small) or x0.2 (tiny): 8B streams somewhere
+        cpu, mem = [0.5, 0.4, 0.8, 0.3], [0.96, 1.64, 3.88, 0.76]
+        by_mem = [max(1, round(L * m / sum(mem))) for m in mem]
+        by_mem[2] = L - by_mem[0] - by_mem[1] - by_mem[3]
+        return [tp_plan([0, 1, 2, 3], [0.25] * 4), tp_plan([0, 1, 2, 3], [c / sum(cpu) for c in cpu]),
+                tp_plan([0, 1, 2, 3], [m / sum(mem) for m in mem]), tp_plan([0, 2], [0.2, 0.8]),
+                pp_plan([0, 1, 2, 3], [L // 4] * 4, L), pp_plan([0, 1, 2, 3], by_mem, L),
+                pp_plan([0, 1, 2, 3], [q(1 / 16), q(3 / 16), q(21 / 32), q(3 / 32)], L),
+                pp_plan([0, 1, 2, 3], [q(1 / 16)] * 4, L), pp_plan([0, 1, 2, 3], [0, q(1 / 16), q(1 / 8), q(1 / 16)], L),
+                pp_plan([0, 2], [0, L // 2], L), pp_plan([0, 2], [q(1 / 8), L - q(1 / 8)], L),
+                pp_plan([0, 1, 2], [0, q(1 / 4), L - q(1 / 4)], L), pp_plan([0, 1, 2], [0, q(1 / 32), q(1 / 8)], L)]
     if profile == "klonet8":  # 8 x 0.25 core, 2 GiB each, RTT 2 ms, 300 Mbit/s
         return [tp_plan([0, 1], [0.5, 0.5]), tp_plan([0, 1, 2, 3], [0.25] * 4),
                 tp_plan(list(range(6)), [1 / 6] * 6), tp_plan(list(range(8)), [0.125] * 8),
