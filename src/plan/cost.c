@@ -189,8 +189,8 @@ static double hpl_hop_ms(const hpl_cluster *c, int a, int b, double bytes) {
 }
 
 /* ---- CPU quotas ---------------------------------------------------------------------------------------------- */
-/* A CFS quota grants q x P of CPU time in every period P (the kernel refills the group's runtime to the quota
-   at each period's start; what a period leaves unused is lost). The profile measures a device's speed under
+/* A CFS quota grants q x P of CPU time in every period P (the kernel refills the group's pool to the quota
+   at each period's start; hpl_quota_run below has the rules). The profile measures a device's speed under
    its quota as if it computed throughout (CPU time / quota, src/plan/profile.c), which is what one device
    alone sees; but a device of a pipeline or a TP group idles while the others compute and the links carry
    the hidden state, and its next burst starts on a quota it has not spent: it runs at its threads' full
@@ -199,7 +199,8 @@ static double hpl_hop_ms(const hpl_cluster *c, int a, int b, double bytes) {
    periods of every device (hpl_sched_run); the difference to the same token at the quota-bound rates is
    the plan's quota_ms. */
 #define HPL_QUOTA_TOKENS 4   /* tokens played; the first one (every device starting on a full quota) is not counted */
-#define HPL_QUOTA_PHASES 3   /* phase sets of the devices' period grids, averaged */
+#define HPL_QUOTA_PHASES 32  /* phase sets of the devices' period grids, averaged (each device's own sequence:
+                                the relative phases vary too; the tokens' time depends on them) */
 
 typedef struct hpl_sched {
     int     n, cap;          /* steps: a wait (network, disk), then bursts of devices that compute at once */
@@ -282,46 +283,87 @@ static bool hpl_plan_bursts(const hpl_cluster *c, const hpl_plan *p) {
     return false;
 }
 
-/* the runtime a CPU's queue of the group keeps when it goes idle (the kernel's min_cfs_rq_runtime), which
-   since Linux 5.4 no longer expires with its period: a device that idles starts its next burst with up
-   to this much of an earlier period's quota per thread, beyond the current period's */
-#define HPL_QUOTA_CARRY_MS 1.0
+/* CFS bandwidth control as the kernel applies it (kernel/sched/fair.c, Linux 5.4 and later): the group's
+   pool is refilled to Q = q x P at every period boundary (to Q, not by Q: without cpu.cfs_burst_us nothing
+   is saved up); a CPU that runs the group's threads takes runtime from the pool in slices of up to 5 ms
+   (sched_cfs_bandwidth_slice_us) into its own local runtime, which does not expire at a boundary (since
+   5.4); the threads are throttled when their CPU's local runtime and the pool are both spent, until the
+   next refill; a CPU whose queue goes idle returns to the pool all but 1 ms (min_cfs_rq_runtime) of its
+   local runtime. So a burst that starts late in a period does not lose what that period granted: it takes
+   the whole quota at its start and carries it across the boundary (the model of session 23, a period's
+   quota lost at its end, predicted pipelines 8-35% slow). The k threads of a device are taken as one
+   CPU's queue with k times the slice and the 1 ms. */
+#define HPL_CFS_SLICE_MS     5.0
+#define HPL_CFS_MIN_LOCAL_MS 1.0
 
 typedef struct hpl_quota_dev {
     double q, k, P, phase;   /* quota (cores), threads, period (ms), where its periods start */
-    double used;             /* CPU ms used in period `period` */
-    long   period;
-    double carry;            /* CPU ms its CPUs kept from earlier periods (HPL_QUOTA_CARRY_MS) */
+    double hz, tick;         /* its scheduler tick (ms), and where its CPU's ticks fall */
+    double pool;             /* the group's runtime no CPU has taken yet (ms of CPU) */
+    double local;            /* the runtime its CPUs hold */
+    long   period;           /* the period whose refill the pool has had */
 } hpl_quota_dev;
 
-/* a device that has `cpu` ms of CPU to do from t0 on, at k threads, Q = q P per period: when it is done */
+/* the refills of the periods that began by t */
+static void hpl_quota_refill(hpl_quota_dev *v, double t) {
+    long k = (long)floor((t - v->phase) / v->P + 1e-9);
+    if (k != v->period) {
+        v->period = k;
+        v->pool = v->q * v->P;
+    }
+}
+
+/* a device that has `cpu` ms of CPU to do from t0 on, at k threads: when it is done */
 static double hpl_quota_run(hpl_quota_dev *v, double t0, double cpu) {
-    const double Q = v->q * v->P;
-    double c0 = HR_MIN(v->carry, cpu);   /* what its CPUs kept first */
-    double t = t0 + c0 / v->k;
-    cpu -= c0;
-    v->carry -= c0;
+    double t = t0;
+    bool throttled = false;
+    hpl_quota_refill(v, t);
     for (int guard = 0; cpu > 1e-9 && guard < 1000000; guard++) {
-        long k = (long)floor((t - v->phase) / v->P + 1e-9);
-        double end = v->phase + (double)(k + 1) * v->P;
-        if (v->period != k) { v->period = k; v->used = 0; }
-        double room = Q - v->used;
-        if (room <= 1e-9) { t = end; continue; }     /* throttled until the next period */
-        double dt = HR_MIN(HR_MIN(cpu, room) / v->k, end - t);
-        v->used += dt * v->k;
+        if (v->local <= 1e-9) {   /* a slice from the pool (a debt first) */
+            double take = HR_MIN(v->pool, HPL_CFS_SLICE_MS * v->k - v->local);
+            v->local += take;
+            v->pool -= take;
+        }
+        double end = v->phase + (double)(v->period + 1) * v->P;   /* the next refill */
+        if (v->local <= 1e-9) {
+            /* out of runtime while running: the kernel notices at its CPU's next tick and runs on into debt
+               until then; then throttled until a refill pays the debt and leaves some (one that cannot keeps
+               it throttled) */
+            if (!throttled) {
+                double tk = v->tick + ceil((t - v->tick) / v->hz + 1e-9) * v->hz;
+                double dt = HR_MIN(cpu / v->k, HR_MIN(tk, end) - t);
+                v->local -= dt * v->k;
+                cpu -= dt * v->k;
+                t += dt;
+                if (cpu <= 1e-9) break;
+                throttled = t < end - 1e-9;   /* the boundary before the tick: refilled, still running */
+            }
+            t = end;
+            hpl_quota_refill(v, t);
+            continue;
+        }
+        throttled = false;
+        double dt = HR_MIN(HR_MIN(cpu, v->local) / v->k, end - t);
+        v->local -= dt * v->k;
         cpu -= dt * v->k;
         t += dt;
-        if (t >= end - 1e-9) t = end;
+        if (t >= end - 1e-9) {
+            t = end;
+            hpl_quota_refill(v, t);
+        }
     }
-    /* going idle, its CPUs keep what they hold of the period's quota, up to HPL_QUOTA_CARRY_MS each */
-    long k = (long)floor((t - v->phase) / v->P + 1e-9);
-    if (v->period != k) { v->period = k; v->used = 0; }
-    double keep = HR_MIN(HPL_QUOTA_CARRY_MS * v->k - v->carry, Q - v->used);
+    /* going idle: its CPUs keep 1 ms each and return the rest */
+    double keep = HR_MIN(v->local, HPL_CFS_MIN_LOCAL_MS * v->k);
     if (keep > 0) {
-        v->carry += keep;
-        v->used += keep;
+        v->pool += v->local - keep;
+        v->local = keep;
     }
     return t;
+}
+
+double hpl_quota_burst_ms(double q, double period_ms, double tick_ms, double start, double cpu_ms) {
+    hpl_quota_dev v = {.q = q, .k = 1, .P = period_ms, .phase = 0, .hz = tick_ms, .tick = 0, .period = LONG_MIN};
+    return hpl_quota_run(&v, start, cpu_ms) - start;
 }
 
 /* The plan's quota_ms: its token played through the devices' quota periods, less the same token at every
@@ -345,9 +387,19 @@ static double hpl_sched_run(const hpl_cluster *c, const hpl_sched *s) {
             v[d].q = dv->cpu_quota;
             v[d].k = HR_MAX(dv->n_threads, 1);
             v[d].P = dv->cpu_period_ms > 0 ? dv->cpu_period_ms : HPL_CPU_PERIOD_DEFAULT_MS;
-            double f = 0.618034 * d + (double)ph / HPL_QUOTA_PHASES;   /* spread the devices' grids */
+            /* a Kronecker sequence per device (the fractional part of the square root of its prime): every
+               set gives every device another phase, so the sets sample the devices' relative phases, which
+               the kernel does not align, evenly and the same way whatever the devices' indices */
+            static const double root[HPL_MAX_DEVICES] = {1.41421356, 1.73205081, 2.23606798, 2.64575131, 3.31662479,
+                                                         3.60555128, 4.12310563, 4.35889894, 4.79583152, 5.38516481,
+                                                         5.56776436, 6.08276253, 6.40312424, 6.55743852, 6.85565460,
+                                                         7.28010989};
+            double f = (ph + 0.5) * (root[d] - floor(root[d]));
             v[d].phase = (f - floor(f)) * v[d].P;
-            v[d].used = v[d].carry = 0;
+            double g = (ph + 0.5) * (root[HPL_MAX_DEVICES - 1 - d] - floor(root[HPL_MAX_DEVICES - 1 - d]));
+            v[d].hz = dv->tick_ms > 0 ? dv->tick_ms : HPL_TICK_DEFAULT_MS;
+            v[d].tick = (g - floor(g)) * v[d].hz;
+            v[d].pool = v[d].local = 0;
             v[d].period = LONG_MIN;
         }
         double t = 0, t1 = 0;

@@ -30,6 +30,7 @@
 
 #define HPL_MAX_TYPES   10   /* weight types a profile holds speeds for */
 #define HPL_MAX_DEVICES 16
+#define HPL_TICK_DEFAULT_MS 4.0   /* CONFIG_HZ 250, Debian's kernels */
 #define HPL_CPU_PERIOD_DEFAULT_MS 100.0   /* the kernel's default CFS period (cgroup v1 and v2) */   /* devices a plan considers (the head and up to 15 workers) */
 /* the loss probe's defaults (docs/planner.md, "Loss"): 400 datagrams each way resolve 1% (8 +- 3 lost)
    in 0.1 s of sending plus a few RTTs of waiting per link; small datagrams, so that the probe itself
@@ -52,6 +53,8 @@ typedef struct hpl_device {
     double   cpu_quota;       /* cores the cgroup grants (cpu.max / cfs_quota); 0 = no limit */
     double   cpu_period_ms;   /* the quota's CFS period: cpu_quota x period of CPU time per period (0: none
                                  or unknown, costed as HPL_CPU_PERIOD_DEFAULT_MS; docs/planner.md, "CPU quotas") */
+    double   tick_ms;         /* the kernel's scheduler tick (1000 / CONFIG_HZ), which is when a quota is enforced
+                                 (0: unknown, costed as HPL_TICK_DEFAULT_MS) */
     uint64_t mem_total;       /* MemTotal */
     uint64_t mem_available;   /* MemAvailable when profiled (not cached: read every time) */
     uint64_t mem_limit;       /* the tightest of the cgroup limit and TESTBED_MEM_LIMIT; 0 = none */
@@ -234,6 +237,10 @@ typedef struct hpl_plan {
 /* Predicts decode ms/token, prefill ms for n_prompt tokens and every device's memory. Sets feasible
    (false with why when a device's KV cache and scratch do not fit its budget). */
 int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err);
+/* The CFS bandwidth model of the cost model (docs/planner.md, "CPU quotas"), for tests: the wall time of cpu_ms of
+   CPU at one thread under a quota of q cores per period_ms, enforced at ticks of tick_ms, on a device that has
+   not run before, starting `start` ms after a period began (its ticks at multiples of tick_ms from there). */
+double hpl_quota_burst_ms(double q, double period_ms, double tick_ms, double start, double cpu_ms);
 
 /* ---- solvers -------------------------------------------------------------------------------------------- */
 /* Min-max shares (HALO): for the devices p->dev[0..n), shares minimising the slowest device's time per

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <sys/utsname.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -66,6 +67,29 @@ static bool hpl_cgroup_path(const char *ctl, char *out, size_t cap) {
         if (match && strlen(c2 + 1) < cap) { strcpy(out, c2 + 1); return true; }
     }
     return false;
+}
+
+/* The scheduler tick, ms: CONFIG_HZ from the running kernel's config in /boot (Debian, Ubuntu, Fedora
+   install it there); 0 when it is not there (the cost model then takes HPL_TICK_DEFAULT_MS). A CPU quota is
+   enforced when the tick finds the runtime spent, so a burst overruns it by up to a tick (docs/planner.md,
+   "CPU quotas"). */
+static double hpl_tick_ms(void) {
+    struct utsname u;
+    if (uname(&u)) return 0;
+    char path[512], line[256];
+    snprintf(path, sizeof path, "/boot/config-%s", u.release);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    double ms = 0;
+    while (fgets(line, sizeof line, f)) {
+        long hz;
+        if (sscanf(line, "CONFIG_HZ=%ld", &hz) == 1 && hz >= 24 && hz <= 10000) {
+            ms = 1000.0 / (double)hz;
+            break;
+        }
+    }
+    fclose(f);
+    return ms;
 }
 
 /* the tightest CPU quota (cores) along the cgroup path, and its CFS period (ms); 0 = none */
@@ -436,6 +460,7 @@ static json_t *hpl_device_to_json(const hpl_device *d, bool speeds_only) {
     json_object_set_new(o, "threads", json_integer(d->n_threads));
     json_object_set_new(o, "cpu_quota", json_real(d->cpu_quota));
     json_object_set_new(o, "cpu_period_ms", json_real(d->cpu_period_ms));
+    json_object_set_new(o, "tick_ms", json_real(d->tick_ms));
     json_object_set_new(o, "mem_bw_gbps", json_real(d->mem_bw_gbps));
     json_object_set_new(o, "disk_gbps", json_real(d->disk_gbps));
     for (int i = 0; i < d->n_types; i++) {
@@ -495,6 +520,7 @@ static int hpl_cluster_device_json(json_t *o, int i, hpl_cluster *c, hr_err *err
     d->n_threads = (int)v;
     if (!hpl_json_num(o, "cpu_quota", 0, 4096, &d->cpu_quota) || !hpl_json_num(o, "cpu_period_ms", 0, 1e6, &d->cpu_period_ms))
         return hr_fail(err, HR_EINVAL, "device %d: no cpu_quota / cpu_period_ms (0: none)", i);
+    if (!hpl_json_num(o, "tick_ms", 0, 1000, &d->tick_ms)) d->tick_ms = 0;   /* saved before session 25: unknown */
     if (!hpl_speeds_from_json(o, d) || !(d->disk_gbps >= 0))
         return hr_fail(err, HR_EINVAL, "device %d: no speeds (types: [{type, matvec_gbps, matmul_gbps}], mem_bw_gbps, disk_gbps)", i);
     d->budget_set = json_is_true(json_object_get(o, "budget_set"));
@@ -623,6 +649,7 @@ int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err) 
     snprintf(out->name, sizeof out->name, "%s", host);
     out->n_threads = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
     out->cpu_quota = hpl_cpu_limits(&out->cpu_period_ms);
+    out->tick_ms = hpl_tick_ms();
     hpl_read_memory(&p->mem, out);
     char file[2048], key[1024];
     if (p->cache_path) snprintf(file, sizeof file, "%s", p->cache_path);
@@ -692,6 +719,7 @@ int hpl_device_to_kv(const hpl_device *d, hc_kv_text *o) {
     HPL_KV(o, "threads", "%d", d->n_threads);
     HPL_KV(o, "cpu_quota", "%.4f", d->cpu_quota);
     HPL_KV(o, "cpu_period_ms", "%.3f", d->cpu_period_ms);
+    HPL_KV(o, "tick_ms", "%.3f", d->tick_ms);
     HPL_KV(o, "mem_total", "%" PRIu64, d->mem_total);
     HPL_KV(o, "mem_available", "%" PRIu64, d->mem_available);
     HPL_KV(o, "mem_limit", "%" PRIu64, d->mem_limit);
@@ -742,6 +770,7 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *d, hr_err *err) {
         if (!strcmp(key, "threads")) d->n_threads = (int)HR_MIN(v, 1e6);
         else if (!strcmp(key, "cpu_quota")) d->cpu_quota = v;
         else if (!strcmp(key, "cpu_period_ms")) d->cpu_period_ms = v;
+        else if (!strcmp(key, "tick_ms")) d->tick_ms = HR_MIN(v, 1000);
         else if (!strcmp(key, "mem_total")) d->mem_total = (uint64_t)HR_MIN(v, 1e18);
         else if (!strcmp(key, "mem_available")) d->mem_available = (uint64_t)HR_MIN(v, 1e18);
         else if (!strcmp(key, "mem_limit")) d->mem_limit = (uint64_t)HR_MIN(v, 1e18);
