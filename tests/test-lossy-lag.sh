@@ -7,7 +7,7 @@
 # worker never got it and left ("sent FORWARD during an all-reduce"). Checks: the run finishes with
 # every device (no worker left, the lossy summary counts 3 devices), and every device's hash of the
 # sums it continued from equals the head's (no device skipped or guessed a sum); the workers did ask
-# again.
+# again; at 30% the ends of passes waited for a worker behind (hc_ar_lossy_settle).
 # Env: HEARTH_BIN, HEARTH_SHARED.
 set -u
 source "$(dirname "$0")/lib-cluster.sh"
@@ -27,6 +27,10 @@ for run in 0.05:6 0.3:3; do
     # the last column of the workers' rows of the per-device lossy table: NACKs
     nacks=$(awk '/^lossy  *sent/{t=1; next} t && /^127\.0\.0\.1:/{s+=$NF} t && /^head/{t=0} END{print s+0}' "$err")
     [[ $nacks -gt 0 ]] && ok || bad "$rate: no NACK counted ($nacks)"
+    # at 30% a worker's whole partial of a pass's last all-reduce is often lost (one datagram and its copy:
+    # 9%): the pass's end waited for it to come late or to ask for a sum (hc_ar_lossy_settle)
+    settles=$(sed -n 's/.*; \([0-9]*\) pass ends waited for a worker behind.*/\1/p' "$out")
+    if [[ $rate == 0.3 ]]; then [[ ${settles:-0} -gt 0 ]] && ok || bad "$rate: no pass end waited (${settles:-none})"; fi
 done
 echo "test-lossy-lag: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -241,9 +241,11 @@ static int ppl_lossy_report(cli_engine *e, hr_err *err) {
         late += st[i].dg_late;
     }
     printf("lossy: %llu all-reduces merged from datagrams; the workers sent %llu datagrams (%llu dropped before "
-           "the wire), the head received %llu, lost %llu (%.2f%%), %llu late; %llu elements lost (at most %llu in one)\n",
+           "the wire), the head received %llu, lost %llu (%.2f%%), %llu late; %llu elements lost (at most %llu in one); "
+           "%llu pass ends waited for a worker behind (%.1f ms)\n",
            (unsigned long long)st[0].lossy_syncs, sent, dropped, received, lost, sent ? 100.0 * (double)lost / (double)sent : 0.0,
-           late, (unsigned long long)st[0].elems_lost, (unsigned long long)st[0].elems_lost_max);
+           late, (unsigned long long)st[0].elems_lost, (unsigned long long)st[0].elems_lost_max,
+           (unsigned long long)st[0].settles, st[0].settle_ms);
     /* every device must have continued from the same sums (docs/lossy.md): its hash of them, the head's */
     bool agree = true;
     for (int i = 1; i < n; i++) agree &= st[i].sum_hash == st[0].sum_hash;

@@ -121,8 +121,9 @@ static json_t *rs_lossy(const hc_dev_stats *l) {
         {"datagrams_auth_failed", l->dg_auth_failed},
         {"elements_lost", l->elems_lost}, {"allreduces", l->lossy_syncs}, {"elements_lost_max", l->elems_lost_max},
         {"sum_datagrams_sent", l->res_sent}, {"sum_datagrams_resent", l->res_resent},
-        {"sum_datagrams_received", l->res_received}, {"nacks", l->nacks}};
+        {"sum_datagrams_received", l->res_received}, {"nacks", l->nacks}, {"pass_ends_waited", l->settles}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) json_object_set_new(o, f[i].k, json_integer((json_int_t)f[i].v));
+    json_object_set_new(o, "pass_ends_waited_ms", json_real(l->settle_ms));
     return o;
 }
 

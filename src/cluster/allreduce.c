@@ -166,6 +166,7 @@ static int hc_lossy_check(hc_ar *a, hc_lossy_link *l, int from, int kind, const 
     if (rc) { l->malformed++; return 0; }
     if (g->session != a->session || g->device != (uint16_t)from) { l->foreign++; return 0; }
     if (a->me == 0) hn_udp_reply_to_last(l->udp);   /* a genuine datagram: where the worker listens */
+    if (g->kind == HN_DGRAM_PARTIAL && g->seq > l->heard) l->heard = g->seq;
     if (g->kind == HN_DGRAM_NACK && kind == HN_DGRAM_PARTIAL) {
         /* the worker missed some of a sum: all of it again, if the head has sent it (an early NACK,
            for the sum being merged now, waits for it). Any kept sum, not only the last: a worker
@@ -291,6 +292,7 @@ static int hc_lossy_head(hc_ar *a, float *x, int n, int E) {
         for (size_t i = 0; i < cnt; i++) x[i] += p[i];
     }
     a->lossy_syncs++;
+    a->settle_seq = a->seq;
     a->elems_lost_max = HR_MAX(a->elems_lost_max, lost_elems);
     a->send_ns += hr_time_ns() - t1;
     return 0;
@@ -328,10 +330,14 @@ static int hc_lossy_head_result(hc_ar *a, const float *x, size_t cnt) {
     return 0;
 }
 
-void hc_ar_lossy_wait(hc_ar *a, hn_conn *c, int64_t deadline) {
-    if (!a->lossy || a->me != 0 || !a->nkeep || a->k < 2) return;
+/* head, between all-reduces: reads the workers' datagrams, answering NACKs, until c (if any) is readable,
+   the deadline, or (settle) no worker is behind the last all-reduce; settle also moves the deadline on
+   whenever a worker that is behind asks for a sum, up to `bound` */
+static void hc_lossy_idle(hc_ar *a, hn_conn *c, int64_t deadline, bool settle, int64_t bound) {
     uint8_t buf[HN_DGRAM_MAX_BYTES + 8] __attribute__((aligned(8)));
     struct pollfd pf[HC_MAX_DEVICES];
+    uint64_t nacks0[HC_MAX_DEVICES];
+    for (int d = 1; d < a->k; d++) nacks0[d] = a->ll[d].nacks;
     for (;;) {
         /* NACKs answered; anything else is counted as in an all-reduce (a partial is late by now) */
         for (int d = 1; d < a->k; d++) {
@@ -342,15 +348,44 @@ void hc_ar_lossy_wait(hc_ar *a, hn_conn *c, int64_t deadline) {
                 hc_lossy_check(a, &a->ll[d], d, HN_DGRAM_PARTIAL, buf, len, 0, &g, &idx);
             }
         }
+        if (settle) {
+            bool behind = false;
+            for (int d = 1; d < a->k; d++)
+                if (a->ll[d].heard < a->seq) {
+                    behind = true;
+                    if (a->ll[d].nacks != nacks0[d]) {   /* it waits for a sum: stay for its partial, or its next NACK */
+                        nacks0[d] = a->ll[d].nacks;
+                        deadline = HR_MIN(bound, hr_time_ns() + 4 * (int64_t)a->lossy_deadline_ms * 1000000);
+                    }
+                }
+            if (!behind) return;
+        }
         int64_t now = hr_time_ns();
         if (now >= deadline) return;
-        pf[0] = (struct pollfd){.fd = hn_conn_fd(c), .events = POLLIN};
-        for (int d = 1; d < a->k; d++) pf[d] = (struct pollfd){.fd = hn_udp_fd(a->ll[d].udp), .events = POLLIN};
+        int n = 0;
+        if (c) pf[n++] = (struct pollfd){.fd = hn_conn_fd(c), .events = POLLIN};
+        for (int d = 1; d < a->k; d++) pf[n++] = (struct pollfd){.fd = hn_udp_fd(a->ll[d].udp), .events = POLLIN};
         int64_t wake = deadline - now;
         struct timespec ts = {.tv_sec = wake / 1000000000, .tv_nsec = wake % 1000000000};
-        int r = ppoll(pf, (nfds_t)a->k, &ts, NULL);
-        if (r < 0 ? errno != EINTR : r > 0 && pf[0].revents) return;   /* the message (or the error) is hn_msg_recv's */
+        int r = ppoll(pf, (nfds_t)n, &ts, NULL);
+        if (r < 0 ? errno != EINTR : c && r > 0 && pf[0].revents) return;   /* the message (or the error) is hn_msg_recv's */
     }
+}
+
+void hc_ar_lossy_wait(hc_ar *a, hn_conn *c, int64_t deadline) {
+    if (!a->lossy || a->me != 0 || !a->nkeep || a->k < 2) return;
+    hc_lossy_idle(a, c, deadline, false, 0);
+}
+
+void hc_ar_lossy_settle(hc_ar *a) {
+    if (!a->lossy || a->me != 0 || !a->nkeep || a->k < 2 || a->settle_seq != a->seq || !a->seq) return;
+    bool behind = false;
+    for (int d = 1; d < a->k; d++) behind = behind || a->ll[d].heard < a->seq;
+    if (!behind) return;
+    int64_t t0 = hr_time_ns(), D = (int64_t)a->lossy_deadline_ms * 1000000;
+    hc_lossy_idle(a, NULL, t0 + 2 * D, true, t0 + (int64_t)HC_LOSSY_SETTLE_MS * 1000000);
+    a->settles++;
+    a->settle_ns += hr_time_ns() - t0;
 }
 
 /* worker: the sum's datagrams into x until it has all of them; a NACK when some are still missing 1 ms

@@ -142,6 +142,7 @@ static inline const char *hc_skip_peer(const char *msg, const char *name) {
 #define HC_LOSSY_SURE_NP    3
 /* once a burst's last datagram is in, how long a missing one may still be on its way (reordering) */
 #define HC_LOSSY_GRACE_NS   (500 * 1000LL)
+#define HC_LOSSY_SETTLE_MS  1000   /* hc_ar_lossy_settle: the longest a pass's end waits for a worker that asks */
 
 /* One UDP link of the lossy all-reduce and its counters (cumulative over the session). The head has
    one per worker and counts what it received; a worker has one, to the head, and counts what it sent. */
@@ -156,6 +157,8 @@ typedef struct hc_lossy_link {
     /* the sum's way back: RESULT datagrams (head to worker) and NACKs (worker to head), sent (the head:
        resent), received, late, dropped by the test hook (the head: RESULTs; a worker: NACKs) */
     uint64_t res_sent, res_received, res_late, nacks, resends, res_dropped;
+    uint32_t heard;                /* head: the latest all-reduce any genuine PARTIAL datagram of this worker was
+                                      for (it had every sum before that one) */
     int64_t  skew_ns, skew_dev_ns; /* receiver: when the sender's first datagram of an all-reduce arrives
                                   after the receiver began waiting (its compute skew): running mean and
                                   mean deviation, as TCP estimates its RTO (RFC 6298) */
@@ -204,6 +207,9 @@ typedef struct hc_ar {
     uint8_t  *got;             /* head: [k][lmaxp] which of a worker's datagrams arrived */
     size_t    lcap, lmaxp;
     uint64_t  lossy_syncs, elems_lost_max;
+    uint32_t  settle_seq;      /* head: the last all-reduce merged from datagrams */
+    uint64_t  settles;         /* head: passes whose end waited for a worker behind (hc_ar_lossy_settle) */
+    int64_t   settle_ns;
 } hc_ar;
 
 /* head: the buffers of the lossy merge for passes of up to a->lossy_max_tokens tokens */
@@ -212,6 +218,13 @@ void hc_ar_lossy_free(hc_ar *a);
 /* head, lossy mode: before it reads a worker's TCP message, waits (until c is readable or the
    deadline) answering the workers' NACKs: a worker may still wait for a sum of the previous pass */
 void hc_ar_lossy_wait(hc_ar *a, hn_conn *c, int64_t deadline);
+/* head, lossy mode, at the end of a pass: a worker none of whose datagrams of the pass's last all-reduce
+   arrived may still wait for a sum of the pass (the head merged without it, and the sum's datagrams were
+   lost): answers its NACKs until its partial of the last all-reduce comes (late), so that a head that
+   goes idle now (serve, chat between requests) leaves no worker waiting. Waits 2 deadlines for a sign
+   (its late partial, or a NACK: a worker that waits asks a deadline after it began), 4 more after each
+   NACK, HC_LOSSY_SETTLE_MS at most; a worker that gives no sign had its partial lost, not a sum. */
+void hc_ar_lossy_settle(hc_ar *a);
 
 int  hc_ar_sync(void *user, int layer, enum hm_block b, float *x, int n, int n_embd);
 /* ring mode: socket buffers of the link to the next device (call once the links exist) */

@@ -292,6 +292,8 @@ typedef struct hc_dev_stats {
     uint64_t dg_sent, dg_hook_dropped, dg_send_fail;
     uint64_t dg_received, dg_lost, dg_late, dg_dup, dg_foreign, dg_malformed, dg_auth_failed, elems_lost;
     uint64_t lossy_syncs, elems_lost_max;
+    uint64_t settles;           /* the head's: passes whose end waited for a worker behind on a sum, and how long */
+    double   settle_ms;
     /* the sum's way back to a worker: RESULT datagrams the head sent it (first time, and again on its
        NACKs), that it received, NACKs it sent */
     uint64_t res_sent, res_resent, res_received, nacks;

@@ -1075,6 +1075,7 @@ int hc_core_eval(hc_core *h, const int32_t *tokens, int n, int32_t pos0, float *
         int64_t t0 = hr_time_ns();
         if ((rc = hc_pass(h, &b, err))) return rc;
         hc_step_done(h, nb, hr_time_ns() - t0);
+        hc_ar_lossy_settle(&h->ar);
     }
     h->evals++;
     h->tokens += n;
@@ -1099,6 +1100,7 @@ int hc_core_eval_batch(hc_core *h, const hm_batch *b, hr_err *err) {
     int64_t t0 = hr_time_ns();
     if ((rc = hc_pass(h, &pb, err))) return rc;
     hc_step_done(h, b->n, hr_time_ns() - t0);
+    hc_ar_lossy_settle(&h->ar);
     h->evals++;
     h->tokens += b->n;
     return 0;
@@ -1184,6 +1186,8 @@ int hc_core_stats(hc_core *h, hc_dev_stats *out, int cap, hr_err *err) {
     s->n_layers = h->m->hp.n_layer;
     s->sum_hash = h->ar.sum_hash;
     s->lossy_syncs = h->ar.lossy_syncs;
+    s->settles = h->ar.settles;
+    s->settle_ms = (double)h->ar.settle_ns * 1e-6;
     s->elems_lost_max = h->ar.elems_lost_max;
     for (int d = 1; d < h->k; d++) s->elems_lost += h->ll[d].elems_lost;
     if (h->p.pp) {
@@ -1314,9 +1318,10 @@ void hc_format_stats(const hc_dev_stats *s, int n, char *buf, size_t cap) {
                 (unsigned long long)s[i].elems_lost,
                 (unsigned long long)(s[i].res_sent + s[i].res_resent), (unsigned long long)s[i].res_received,
                 (unsigned long long)s[i].nacks);
-        OUT("%-24s %llu all-reduces merged from datagrams, %llu elements lost (at most %llu in one)\n", "head",
+        OUT("%-24s %llu all-reduces merged from datagrams, %llu elements lost (at most %llu in one); %llu pass ends "
+            "waited %.1f ms for a worker behind\n", "head",
             (unsigned long long)s[0].lossy_syncs, (unsigned long long)s[0].elems_lost,
-            (unsigned long long)s[0].elems_lost_max);
+            (unsigned long long)s[0].elems_lost_max, (unsigned long long)s[0].settles, s[0].settle_ms);
     }
 #undef OUT
     (void)len;
