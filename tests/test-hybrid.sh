@@ -7,6 +7,7 @@
 #   round the ring, the default windows: exactly the single-device greedy text on stories260K (5
 #   layers), the Q8_0 synth models (2 layers) and a 6-layer synth model (where tensor parallelism
 #   already gives it: test-tp.sh);
+# - a head that leads a group holds its share of its stage's layers in its own slice file;
 # - the slice cache: a second identical run sends 0 weight bytes; a TP share of every layer and a
 #   worker-led group's share of the whole model on one worker, in turn, never lose the worker;
 # - malformed or impossible --stages and the flags beside it: a clear message and a non-zero exit;
@@ -30,6 +31,10 @@ check_same "$model" "$(workers 1 2)" --stages 0+1,2 --layer-windows 3,2         
 if grep -q "pp: stage 0 (devices 0-1, tensor parallel): layers 0-2" "$TMP/cl.err" &&
     grep -q "pp: stage 1, device 2 (127.0.0.1:${WPORT[2]}): layers 3-4" "$TMP/cl.err"; then ok
 else bad "the hybrid plan's log: $(grep 'pp:' "$TMP/cl.err")"; fi
+# the head of a group computes its share from a slice file of its own (as a TP head, as a worker), of its
+# stage's layers only: from views of the model its manager held whole blocks and thrashed (session 25)
+if grep -q "tp: head: wrote its share ([0-9.]* MiB) to \|tp: head: its share ([0-9.]* MiB) from " "$TMP/cl.err"; then ok
+else bad "the hybrid head's own slice: $(grep 'head' "$TMP/cl.err" | head -3)"; fi
 check_same "$model" "$(workers 1 2)" --stages 0+1,2 --layer-windows 1,1           # 3 trips
 check_same "$model" "$(workers 1 2 3)" --stages 0+1,2,3 --layer-windows 1,1,1     # 2 trips, 3 stages
 check_same "$model" "$(workers 1 2 3)" --stages 0+1+2,3 --tp-shares 3,1,2 --layer-windows 2,1

@@ -489,7 +489,7 @@ static int hc_own_bytes(void *user, int i, const void **bytes, hr_err *err) {
     return 0;
 }
 
-/* Tensor parallel: the head's share as a slice file in its cache, as a worker holds its own —
+/* Tensor parallel, or a hybrid plan whose head leads a group: the head's share as a slice file in its cache, as a worker holds its own —
    reused when the cache has it (checked against the content hashes), else cut from the mapping and
    written — then opened as a slice model. Besides a worker's tensors it holds the embedding and the
    output head, so that the head's computation never reads the model's mapping again. */
@@ -503,7 +503,15 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
         if (strlen(h->p.cache_dir) >= sizeof cache) return hr_fail(err, HR_ERANGE, "cache path too long");
         snprintf(cache, sizeof cache, "%s", h->p.cache_dir);
     } else if ((rc = hc_default_cache_dir(cache, sizeof cache, err))) return rc;
-    if ((rc = hc_slices_make(h->m, sh, hc_core_order(h), NULL, true, &sl, &ns, err))) return rc;
+    /* a hybrid plan's head leads a group: its share of its stage's layers only (what a worker of the group
+       holds, plus the embedding and the output head) */
+    uint8_t layers[HC_PP_MAX_LAYERS];
+    const uint8_t *ly = NULL;
+    if (h->p.pp) {
+        hc_pp_layers(&h->pp, 0, layers);
+        ly = layers;
+    }
+    if ((rc = hc_slices_make(h->m, sh, hc_core_order(h), ly, true, &sl, &ns, err))) return rc;
     hc_slices_hash(sl, ns);
     uint64_t key = hc_slice_key(model_hash, sh, sl, ns, false), bytes = 0, max = 0;  /* the head's lists no layers */
     if ((rc = hc_slice_path(cache, model_hash, key, dir, sizeof dir, h->slice_path, sizeof h->slice_path, err))) goto done;
@@ -512,7 +520,7 @@ static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
         if (hc_slice_gathers(&sl[i])) max = HR_MAX(max, sl[i].size);
     }
     hr_err e = {0};
-    hc_slice_meta mt = {.hp = &h->m->hp, .share = *sh, .model_hash = model_hash, .head = true};
+    hc_slice_meta mt = {.hp = &h->m->hp, .share = *sh, .model_hash = model_hash, .layers = ly, .head = true};
     char why[256] = "";
     if (access(h->slice_path, R_OK) == 0) {
         /* a reused file is checked in full, not trusted: its data, and its metadata against the share */
@@ -626,7 +634,12 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         hc_ar_ring_init(&h->ar);
     }
     uint64_t model_hash = hc_model_hash(m->gguf);
-    bool own = !p->pp && !p->share_views && !alone;
+    /* tensor parallel, or a hybrid plan whose head leads a group: the head computes a share of its layers,
+       from its own slice file as a worker does. From views of the model, the manager would hold whole
+       blocks (a share's columns of attn_output and ffn_down are not contiguous): on home4-8b-small the
+       head of `0+2,1` (share 0.23 of 31 layers, 0.96 GiB) streamed every block and ran 3.7 s a token
+       where its plan was predicted 0.8 (session 25). A pipeline stage's blocks are all its own. */
+    bool own = (!p->pp || h->group > 1) && !p->share_views && !alone;
     if (own) {
         if (hc_own_slice(h, model_hash, err)) goto err;
         /* hashing the share and checking the file mapped both in: neither is what the head computes
