@@ -489,8 +489,9 @@ static int hc_own_bytes(void *user, int i, const void **bytes, hr_err *err) {
     return 0;
 }
 
-/* Tensor parallel, or a hybrid plan whose head leads a group: the head's share as a slice file in its cache, as a worker holds its own —
-   reused when the cache has it (checked against the content hashes), else cut from the mapping and
+/* Tensor parallel, or a hybrid plan whose head leads a group: the head's share as a slice file in its
+   cache, as a worker holds its own — reused when the cache has it (checked against the content hashes),
+   else cut from the mapping and
    written — then opened as a slice model. Besides a worker's tensors it holds the embedding and the
    output head, so that the head's computation never reads the model's mapping again. */
 static int hc_own_slice(hc_core *h, uint64_t model_hash, hr_err *err) {
