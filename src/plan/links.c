@@ -54,6 +54,13 @@ static int hpl_link_loss(hc_probe_conn *pc, const hpl_cluster_params *p, hpl_lin
     return 0;
 }
 
+void hpl_link_both(hpl_cluster *c, int a, int b, hpl_link l) {
+    c->link[a][b] = l;
+    c->link[b][a] = l;
+    c->link[b][a].loss_to = l.loss_from;
+    c->link[b][a].loss_from = l.loss_to;
+}
+
 int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_params *p, hpl_cluster *out, hr_err *err) {
     int64_t t0 = hr_time_ns();
     memset(out, 0, sizeof *out);
@@ -98,9 +105,7 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
             HR_LOGW("plan: the datagram loss of the link to worker %d at %s: %s; taken as none", i, workers[i - 1], e.msg);
             e = (hr_err){0};
         }
-        out->link[i][0] = *l;
-        out->link[i][0].loss_to = l->loss_from; /* the link seen from the worker's end */
-        out->link[i][0].loss_from = l->loss_to;
+        hpl_link_both(out, 0, i, *l);
     }
     for (int i = 1; i <= nw; i++) hc_probe_close(&w[i], !rc); /* the workers are free again */
     /* worker <-> worker: first an estimate — a household's devices meet at one switch or access point,
@@ -131,10 +136,7 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
                 l.loss = out->link[a][b].loss;
                 l.loss_to = out->link[a][b].loss_to;
                 l.loss_from = out->link[a][b].loss_from;
-                out->link[a][b] = l;
-                out->link[b][a] = l;
-                out->link[b][a].loss_to = l.loss_from;
-                out->link[b][a].loss_from = l.loss_to;
+                hpl_link_both(out, a, b, l);
             }
             else HR_LOGW("plan: the link from worker %d to worker %d: %s; estimated", a, b, e.msg);
             if (e.code && e.code != HR_ENET) break; /* the session itself failed */

@@ -145,6 +145,9 @@ typedef struct hpl_cluster_params {
 } hpl_cluster_params;
 hpl_cluster_params hpl_cluster_default_params(void);
 
+/* Sets link a -> b to l and b -> a to the same link seen from b's end (its loss directions swapped). */
+void hpl_link_both(hpl_cluster *c, int a, int b, hpl_link l);
+
 /* The devices and links of a saved cluster: `hearth plan --json`'s output ("devices", "links"), read and
    checked (every device's memory, threads, quota and speeds; a link between every two devices); nothing is
    measured. For costing plans again with another model, context or cost model (`hearth plan --cluster`). */

@@ -10,12 +10,12 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
-#include <sys/utsname.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 /* the weight types every profile measures: those of the models hearth meets (a model's other types
@@ -506,23 +506,24 @@ static bool hpl_json_num(json_t *o, const char *key, double lo, double hi, doubl
     return isfinite(*v) && *v >= lo && *v <= hi;
 }
 
-static int hpl_cluster_device_json(json_t *o, int i, hpl_cluster *c, hr_err *err) {
+static int hpl_cluster_device_json(const char *path, json_t *o, int i, hpl_cluster *c, hr_err *err) {
     hpl_device *d = &c->dev[i];
     memset(d, 0, sizeof *d);
     static const char *const mem_keys[] = {"mem_total", "mem_available", "mem_limit", "mem_usable", "budget"};
     uint64_t *mem[] = {&d->mem_total, &d->mem_available, &d->mem_limit, &d->mem_usable, &d->budget};
     double v;
     for (int k = 0; k < 5; k++) {
-        if (!hpl_json_num(o, mem_keys[k], 0, 1e18, &v)) return hr_fail(err, HR_EINVAL, "device %d: no %s (bytes)", i, mem_keys[k]);
+        if (!hpl_json_num(o, mem_keys[k], 0, 1e18, &v)) return hr_fail(err, HR_EINVAL, "%s: device %d: no %s (bytes)", path, i, mem_keys[k]);
         *mem[k] = (uint64_t)v;
     }
-    if (!hpl_json_num(o, "threads", 1, 4096, &v)) return hr_fail(err, HR_EINVAL, "device %d: no threads (1 or more)", i);
+    if (!hpl_json_num(o, "threads", 1, 4096, &v)) return hr_fail(err, HR_EINVAL, "%s: device %d: no threads (1 or more)", path, i);
     d->n_threads = (int)v;
     if (!hpl_json_num(o, "cpu_quota", 0, 4096, &d->cpu_quota) || !hpl_json_num(o, "cpu_period_ms", 0, 1e6, &d->cpu_period_ms))
-        return hr_fail(err, HR_EINVAL, "device %d: no cpu_quota / cpu_period_ms (0: none)", i);
+        return hr_fail(err, HR_EINVAL, "%s: device %d: no cpu_quota / cpu_period_ms (0: none)", path, i);
     if (!hpl_json_num(o, "tick_ms", 0, 1000, &d->tick_ms)) d->tick_ms = 0;   /* saved before session 25: unknown */
     if (!hpl_speeds_from_json(o, d) || !(d->disk_gbps >= 0))
-        return hr_fail(err, HR_EINVAL, "device %d: no speeds (types: [{type, matvec_gbps, matmul_gbps}], mem_bw_gbps, disk_gbps)", i);
+        return hr_fail(err, HR_EINVAL, "%s: device %d: no speeds (types: [{type, matvec_gbps, matmul_gbps}], mem_bw_gbps, "
+                       "disk_gbps)", path, i);
     d->budget_set = json_is_true(json_object_get(o, "budget_set"));
     d->cached = true;
     const char *name = json_string_value(json_object_get(o, "name")), *addr = json_string_value(json_object_get(o, "address"));
@@ -548,12 +549,7 @@ int hpl_cluster_read(const char *path, hpl_cluster *out, hr_err *err) {
         goto done;
     }
     out->n = (int)n;
-    for (size_t i = 0; i < n && !rc; i++)
-        if (hpl_cluster_device_json(json_array_get(devs, i), (int)i, out, err)) {
-            char msg[sizeof err->msg];
-            snprintf(msg, sizeof msg, "%s", err->msg);
-            rc = hr_fail(err, err->code, "%s: %s", path, msg);
-        }
+    for (size_t i = 0; i < n && !rc; i++) rc = hpl_cluster_device_json(path, json_array_get(devs, i), (int)i, out, err);
     bool have[HPL_MAX_DEVICES][HPL_MAX_DEVICES] = {{false}};
     for (size_t k = 0; k < json_array_size(links) && !rc; k++) {
         json_t *o = json_array_get(links, k);
@@ -571,12 +567,8 @@ int hpl_cluster_read(const char *path, hpl_cluster *out, hr_err *err) {
         if (!hpl_json_num(o, "gbps_measured", 1e-9, 1e6, &l.gbps_measured)) l.gbps_measured = l.gbps;
         if (hpl_json_num(o, "loss_samples", 0, 1e9, &samples)) l.loss_samples = (int)samples;
         l.estimated = json_is_true(json_object_get(o, "estimated"));
-        int ia = (int)a, ib = (int)b;
-        out->link[ia][ib] = l;
-        out->link[ib][ia] = l;
-        out->link[ib][ia].loss_to = l.loss_from;
-        out->link[ib][ia].loss_from = l.loss_to;
-        have[ia][ib] = have[ib][ia] = true;
+        hpl_link_both(out, (int)a, (int)b, l);
+        have[(int)a][(int)b] = have[(int)b][(int)a] = true;
     }
     for (int a = 0; a < out->n && !rc; a++)
         for (int b = a + 1; b < out->n && !rc; b++)
