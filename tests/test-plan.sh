@@ -8,7 +8,7 @@
 #   hook forced it, the stages it ran; a bad value or no candidate of the kind: a clear error;
 # - `hearth plan --json` lists the devices, every link (worker <-> worker measured by a worker),
 #   candidates of every kind (hybrid too) with predictions, and a chosen index;
-# - `hearth profile`: the second run reads the cache; another thread count measures again;
+# - `hearth profile`: the second run reads the cache; another thread count measures again; the link cache;
 # - usage errors: plan without -m.
 # Every process started here is killed on exit (trap). Env: HEARTH_BIN, HEARTH_SHARED.
 set -u
@@ -255,6 +255,34 @@ if python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['devices']; asser
 "$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 1)" -t 1 --json > "$TMP/plan3.json" 2> /dev/null || bad "plan (cached)"
 if python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['devices']; assert d[0]['cached'] and d[1]['cached']" \
     "$TMP/plan3.json"; then ok; else bad "plan: the profiles were not read from the caches the second time"; fi
+
+# ---- the link cache (docs/planner.md, "Link cache") ------------------------------------------------------------
+# --no-cache measured the link; the next profile checks its RTT and takes the cached throughput (the loss probe
+# runs every time); a link whose RTT moved is measured again (the cache edited to 50 ms); a worker <-> worker
+# link comes from the cache when both head links held; a corrupt cache is measured over and written again
+links() { python3 -c "import json,sys; print(' '.join(f\"{l['a']}-{l['b']}:{'cached' if l['cached'] else 'measured'}:{l['loss_samples']}\" for l in json.load(open(sys.argv[1]))['links']))" "$1"; }
+if [[ $(links "$TMP/plan2.json") == "0-1:measured:800" && $(links "$TMP/plan3.json") == "0-1:cached:800" ]]; then ok
+else bad "link cache: --no-cache then cached: $(links "$TMP/plan2.json") / $(links "$TMP/plan3.json")"; fi
+LC=$XDG_CACHE_HOME/hearth/links.json
+plan_links() { "$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 1 2)" -t 1 --json > "$TMP/pl.json" 2> "$TMP/pl.err" && links "$TMP/pl.json"; }
+plan_links > /dev/null || bad "plan over two workers: $(tail -2 "$TMP/pl.err")"
+got=$(plan_links)
+if [[ $got == "0-1:cached:800 0-2:cached:800 1-2:cached:0" ]]; then ok; else bad "link cache, two workers: $got"; fi
+python3 -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+k = [k for k in j['links'] if k.startswith('head|') and k.endswith(sys.argv[2] + '|' + k.split('|')[-1])]
+assert len(k) == 1, list(j['links'])
+j['links'][k[0]]['rtt_ms'] = 50
+json.dump(j, open(sys.argv[1], 'w'))" "$LC" "$(workers 1)" || bad "link cache: no entry for worker 1 in $LC"
+got=$(plan_links)
+if [[ $got == "0-1:measured:800 0-2:cached:800 1-2:measured:0" ]] &&
+    grep -q "plan: link head|.* > $(workers 1)|.*: RTT .* ms, cached 50.00 ms: measured again" "$TMP/pl.err"; then ok
+else bad "link cache, an RTT that moved: $got / $(cat "$TMP/pl.err")"; fi
+echo '{"links": {"x": 5}, "oops' > "$LC"
+got=$(plan_links)
+if [[ $got == "0-1:measured:800 0-2:measured:800 1-2:measured:0" ]] && python3 -c "import json,sys; assert len(json.load(open(sys.argv[1]))['links']) == 3" "$LC"
+then ok; else bad "link cache, a corrupt file: $got"; fi
 
 # ---- the profile cache ---------------------------------------------------------------------------------
 export XDG_CACHE_HOME=$TMP/profile-cache

@@ -173,6 +173,7 @@ static int plan_run(cli_opts *o) {
                 json_object_set_new(l, "gbps", json_real(cl->link[a][b].gbps));
                 json_object_set_new(l, "gbps_measured", json_real(cl->link[a][b].gbps_measured));
                 json_object_set_new(l, "estimated", json_boolean(cl->link[a][b].estimated));
+                json_object_set_new(l, "cached", json_boolean(cl->link[a][b].cached));
                 /* datagram loss (docs/planner.md, "Loss"): pooled, a -> b, b -> a, and how many datagrams
                    measured it (0: estimated from the links to the head) */
                 json_object_set_new(l, "loss", json_real(cl->link[a][b].loss));
@@ -205,9 +206,10 @@ static int plan_run(cli_opts *o) {
             printf("links:\n");
             for (int a = 0; a < cl->n; a++)
                 for (int b = a + 1; b < cl->n; b++)
-                    printf("  %-2d <-> %-2d  rtt %7.3f ms  %7.3f GB/s  loss %5.2f%%%s%s\n", a, b, cl->link[a][b].rtt_ms,
+                    printf("  %-2d <-> %-2d  rtt %7.3f ms  %7.3f GB/s  loss %5.2f%%%s%s%s\n", a, b, cl->link[a][b].rtt_ms,
                            cl->link[a][b].gbps, 100 * cl->link[a][b].loss, cl->link[a][b].estimated ? "  (estimated)" : "",
-                           !cl->link[a][b].estimated && !cl->link[a][b].loss_samples ? "  (loss estimated)" : "");
+                           !cl->link[a][b].estimated && !cl->link[a][b].loss_samples ? "  (loss estimated)" : "",
+                           cl->link[a][b].cached ? "  (throughput cached)" : "");
         }
         printf("candidates (decode ms/token; prefill of %d tokens):\n", np);
         const int width = plan_desc_width(ch, given);

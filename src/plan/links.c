@@ -4,8 +4,11 @@
    one of the two (LINK_PROBE) — see plan.h and docs/planner.md */
 #include "plan.h"
 
+#include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 hpl_cluster_params hpl_cluster_default_params(void) {
@@ -54,6 +57,81 @@ static int hpl_link_loss(hc_probe_conn *pc, const hpl_cluster_params *p, hpl_lin
     return 0;
 }
 
+/* ---- the link cache (docs/planner.md, "Link cache") ------------------------------------------------------
+   A link's throughput takes a 4 MiB probe each way it is measured: on a home's links (30-60 MB/s) ~0.1 s a
+   link, and a 4-device cluster has 6 links, so most of a profile whose devices come from their caches. It
+   changes little while the devices stay where they are, and when a path changes (another access point, a
+   device moved from Ethernet to Wi-Fi) its RTT moves too. So the head keeps every measured link in
+   links.json beside its profile cache: a later profile that finds an entry younger than HPL_LINK_CACHE_S
+   sends HPL_LINK_CHECK_PINGS pings and, when their median is within 25% (or 0.3 ms) of the cached RTT, takes
+   the cached throughput. The loss probe runs every time (what Wi-Fi's interference moves from one minute
+   to the next, and what decides lossy plans). A worker <-> worker link comes from the cache when both
+   workers' links to the head held. --no-cache measures everything and writes the cache again. */
+#define HPL_LINK_CACHE_S      3600
+#define HPL_LINK_CHECK_PINGS  5
+#define HPL_LINK_CACHE_MAX    256   /* entries kept (the oldest go first) */
+
+/* the key of the link between the devices at two addresses (one "head": this machine) and their names */
+static void hpl_link_key(char *buf, size_t cap, const hpl_cluster *c, int a, int b) {
+    snprintf(buf, cap, "%s|%s > %s|%s", c->addr[a], c->dev[a].name, c->addr[b], c->dev[b].name);
+}
+
+/* the cached link under key, if it is there, whole and younger than HPL_LINK_CACHE_S */
+static bool hpl_link_cached(json_t *root, const char *key, hpl_link *out) {
+    json_t *e = json_object_get(json_object_get(root, "links"), key);
+    json_t *at = json_object_get(e, "at"), *rtt = json_object_get(e, "rtt_ms"), *g = json_object_get(e, "gbps");
+    if (!json_is_number(at) || !json_is_number(rtt) || !json_is_number(g)) return false;
+    double age = (double)time(NULL) - json_number_value(at), r = json_number_value(rtt), v = json_number_value(g);
+    if (!(age >= 0 && age < HPL_LINK_CACHE_S && r > 0 && r < 1e6 && v > 0 && v < 1e6)) return false;
+    *out = (hpl_link){.rtt_ms = r, .gbps = v, .cached = true};
+    return true;
+}
+
+/* a link measured now, into the cache (the probe's throughput, before hpl_links_unlimit) */
+static void hpl_link_store(json_t *root, const char *key, const hpl_link *l) {
+    json_t *links = json_object_get(root, "links");
+    if (!json_is_object(links)) json_object_set_new(root, "links", links = json_object());
+    while (json_object_size(links) >= HPL_LINK_CACHE_MAX) {   /* the oldest entry goes */
+        const char *old = NULL, *k;
+        double t_old = INFINITY;
+        json_t *v;
+        json_object_foreach(links, k, v) {
+            double t = json_number_value(json_object_get(v, "at"));
+            if (!old || t < t_old) { old = k; t_old = t; }
+        }
+        json_object_del(links, old);
+    }
+    json_t *e = json_object();
+    json_object_set_new(e, "at", json_integer((json_int_t)time(NULL)));
+    json_object_set_new(e, "rtt_ms", json_real(l->rtt_ms));
+    json_object_set_new(e, "gbps", json_real(l->gbps));
+    json_object_set_new(links, key, e);
+}
+
+/* whether an RTT measured now agrees with the cached one */
+static bool hpl_rtt_holds(double now, double cached) { return fabs(now - cached) <= HR_MAX(0.25 * cached, 0.3); }
+
+/* the link to worker i: from the cache when its RTT holds (lc: the cache, NULL: measure), else measured;
+   *held says which */
+static int hpl_head_link(hc_probe_conn *pc, const hpl_cluster_params *p, json_t *lc, const char *key, hpl_link *l,
+                         bool *held, hr_err *e) {
+    hpl_link c;
+    *held = false;
+    if (lc && hpl_link_cached(lc, key, &c)) {
+        double rtt, g;
+        if (hc_probe_link(pc, HPL_LINK_CHECK_PINGS, 0, p->timeout_ms, &rtt, &g, e)) return e->code;
+        if (hpl_rtt_holds(rtt, c.rtt_ms)) {
+            *l = c;
+            l->rtt_ms = rtt;
+            *held = true;
+            return 0;
+        }
+        HR_LOGI("plan: link %s: RTT %.2f ms, cached %.2f ms: measured again", key, rtt, c.rtt_ms);
+    }
+    *l = (hpl_link){0};
+    return hc_probe_link(pc, p->n_pings, p->probe_bytes, p->timeout_ms, &l->rtt_ms, &l->gbps, e);
+}
+
 void hpl_link_both(hpl_cluster *c, int a, int b, hpl_link l) {
     c->link[a][b] = l;
     c->link[b][a] = l;
@@ -95,11 +173,24 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
         if (hc_probe_expect(&w[i], HN_MSG_PROFILE, &m, p->timeout_ms, &e) || hpl_device_from_kv(&m.u.profile, &out->dev[i], &e))
             rc = hpl_peer_fail(out->failed = i, workers[i - 1], &e, err);
     }
+    /* the link cache: read unless --no-cache; written with what is measured now either way */
+    char lfile[2200] = "";
+    json_t *lc = NULL;
+    if (!rc && !hpl_cache_file(&p->self, "links.json", lfile, sizeof lfile, &e)) lc = json_load_file(lfile, 0, NULL);
+    if (!json_is_object(lc)) { json_decref(lc); lc = json_object(); }
+    e = (hr_err){0};
+    bool held[HPL_MAX_DEVICES] = {0}, stored = false;
+    char key[512];
     for (int i = 1; i <= nw && !rc; i++) {
         hpl_link *l = &out->link[0][i];
-        if (hc_probe_link(&w[i], p->n_pings, p->probe_bytes, p->timeout_ms, &l->rtt_ms, &l->gbps, &e))
+        hpl_link_key(key, sizeof key, out, 0, i);
+        if (hpl_head_link(&w[i], p, p->self.no_cache ? NULL : lc, key, l, &held[i], &e))
             rc = hpl_peer_fail(out->failed = i, workers[i - 1], &e, err);
-        else if (p->loss_count > 0 && hpl_link_loss(&w[i], p, l, &e)) {
+        else if (!held[i]) {
+            hpl_link_store(lc, key, l);
+            stored = true;
+        }
+        if (!rc && p->loss_count > 0 && hpl_link_loss(&w[i], p, l, &e)) {
             /* a measurement, not the plan's premise: a worker that cannot (an older one refuses the
                message) leaves the loss unknown, taken as none, and the profile goes on */
             HR_LOGW("plan: the datagram loss of the link to worker %d at %s: %s; taken as none", i, workers[i - 1], e.msg);
@@ -119,8 +210,21 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
                                              /* both paths cross the same access point: the mean */
                                              (out->link[0][a].loss + out->link[0][b].loss) / 2,
                                              (out->link[0][a].loss_from + out->link[0][b].loss_to) / 2,
-                                             (out->link[0][b].loss_from + out->link[0][a].loss_to) / 2, 0, 0};
+                                             (out->link[0][b].loss_from + out->link[0][a].loss_to) / 2, 0, 0, false};
     for (int a = 1; a < nw && !rc && p->peer_links; a++) {
+        /* both ends' links to the head held: their link from the cache, if it is there */
+        int todo = 0;
+        for (int b = a + 1; b <= nw; b++) {
+            hpl_link l;
+            hpl_link_key(key, sizeof key, out, a, b);
+            if (!p->self.no_cache && held[a] && held[b] && hpl_link_cached(lc, key, &l)) {
+                l.loss = out->link[a][b].loss;
+                l.loss_to = out->link[a][b].loss_to;
+                l.loss_from = out->link[a][b].loss_from;
+                hpl_link_both(out, a, b, l);
+            } else todo++;
+        }
+        if (!todo) continue;
         hc_probe_conn pc;
         e = (hr_err){0};
         if (hc_probe_open(&pc, workers[a - 1], p->key, me, p->timeout_ms, &e)) {
@@ -130,8 +234,12 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
         }
         for (int b = a + 1; b <= nw; b++) {
             hpl_link l;
+            if (out->link[a][b].cached) continue;
             e = (hr_err){0};
             if (hpl_peer_link(&pc, workers[b - 1], p, &l, &e)) {
+                hpl_link_key(key, sizeof key, out, a, b);
+                hpl_link_store(lc, key, &l);
+                stored = true;
                 /* RTT and throughput measured; the loss stays the estimate (no datagrams between workers) */
                 l.loss = out->link[a][b].loss;
                 l.loss_to = out->link[a][b].loss_to;
@@ -143,6 +251,8 @@ int hpl_cluster_profile(const char *const *workers, int nw, const hpl_cluster_pa
         }
         hc_probe_close(&pc, true);
     }
+    if (!rc && stored && *lfile) hpl_json_save(lfile, lc);
+    json_decref(lc);
     if (!rc) hpl_links_unlimit(out); /* a TCP probe over a lossy link measured TCP's loss-limited rate (loss.c) */
     out->profile_ms = (double)(hr_time_ns() - t0) / 1e6;
     return rc;

@@ -86,6 +86,12 @@ hpl_profile_params hpl_profile_default_params(void);
 /* Measures this device, or reads its figures from the cache when the cache key (docs/planner.md)
    matches; the memory figures are read fresh every time. */
 int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err);
+/* The file `name` in the profile cache's folder (p->cache_path's, or the default's): the link cache. */
+int hpl_cache_file(const hpl_profile_params *p, const char *name, char *buf, size_t cap, hr_err *err);
+/* Writes root to file under a private name, then renames it: no reader ever sees half a file (a cache:
+   failures are ignored). */
+struct json_t;
+void hpl_json_save(const char *file, struct json_t *root);
 /* The cache key of this device for n_threads and the disk of disk_path (what invalidates a profile). */
 int hpl_profile_key(int n_threads, const char *disk_path, char *buf, size_t cap, hr_err *err);
 /* The speed of `type` (matvec or matmul), GB/s; a type that was not measured: Q8_0's byte rate. */
@@ -118,6 +124,8 @@ typedef struct hpl_link {
                              estimated from the two devices' links to the head; or no probe) */
     double gbps_measured; /* what the throughput probe measured; gbps is more where that was TCP's loss-limited
                              rate (hpl_links_unlimit) */
+    bool   cached;        /* the throughput (and a worker <-> worker link's RTT) from the link cache: the RTT
+                             measured now matched the cached one (links.c, docs/planner.md "Link cache") */
 } hpl_link;
 
 typedef struct hpl_cluster {

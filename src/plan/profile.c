@@ -180,6 +180,22 @@ static int hpl_default_cache_file(char *buf, size_t cap, hr_err *err) {
     return 0;
 }
 
+int hpl_cache_file(const hpl_profile_params *p, const char *name, char *buf, size_t cap, hr_err *err) {
+    char file[2048];
+    if (p->cache_path) snprintf(file, sizeof file, "%s", p->cache_path);
+    else if (hpl_default_cache_file(file, sizeof file, err)) return err->code;
+    char *slash = strrchr(file, '/');
+    if (slash) snprintf(buf, cap, "%.*s/%s", (int)(slash - file), file, name);
+    else snprintf(buf, cap, "%s", name);
+    return 0;
+}
+
+void hpl_json_save(const char *file, json_t *root) {
+    char tmp[2200];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", file, (long)getpid());
+    if (!json_dump_file(root, tmp, JSON_INDENT(1)) && rename(tmp, file)) unlink(tmp);
+}
+
 int hpl_profile_key(int n_threads, const char *disk_path, char *buf, size_t cap, hr_err *err) {
     char cpu[128], dir[2048];
     hpl_cpu_model(cpu, sizeof cpu);
@@ -567,6 +583,7 @@ int hpl_cluster_read(const char *path, hpl_cluster *out, hr_err *err) {
         if (!hpl_json_num(o, "gbps_measured", 1e-9, 1e6, &l.gbps_measured)) l.gbps_measured = l.gbps;
         if (hpl_json_num(o, "loss_samples", 0, 1e9, &samples)) l.loss_samples = (int)samples;
         l.estimated = json_is_true(json_object_get(o, "estimated"));
+        l.cached = json_is_true(json_object_get(o, "cached"));
         hpl_link_both(out, (int)a, (int)b, l);
         have[(int)a][(int)b] = have[(int)b][(int)a] = true;
     }
@@ -611,9 +628,7 @@ static void hpl_cache_put(const char *file, const char *key, const hpl_device *d
     if (!json_is_object(entries)) { entries = json_object(); json_object_set_new(root, "entries", entries); }
     while (json_object_size(entries) >= 16) json_object_del(entries, json_object_iter_key(json_object_iter(entries)));
     json_object_set_new(entries, key, hpl_device_to_json(d, true));
-    char tmp[2200];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", file, (long)getpid());
-    if (!json_dump_file(root, tmp, JSON_INDENT(1)) && rename(tmp, file)) unlink(tmp);
+    hpl_json_save(file, root);
     json_decref(root);
 }
 
