@@ -16,14 +16,15 @@ plans, on a testbed profile (issue 26): per scenario
      measured ms/token (min-max whiskers, the prediction where there is one), the chosen plan marked.
 
     sudo bench/sweep.py --profile home4 [--serial] [--model M.gguf] [--tokens 9] [--repeats 3]
-                        [--ctx 256] [--instance sw] [--plans EXTRA.json] [--out bench/reports/sweep-home4]
+                        [--ctx 256] [--instance sw] [--plans EXTRA.json] [--top N] [--out bench/reports/sweep-home4]
     bench/sweep.py --report bench/reports/sweep-home4/results.json   # re-render report.md and the plot
 
 Measurement: round 0 runs every plan once with -n 2 (fills the workers' slice caches; a plan that
 fails here is reported and dropped), then --repeats rounds run every plan once each with -n TOKENS,
 every other round in reverse order, so that a change of the machine's load touches every plan alike
 (the testbed shares one machine's cores). Latency = generation time / forward passes (TOKENS - 1);
-a plan's figure is the median of its rounds. The model is dropped from the page cache before every
+a plan's figure is the median of its rounds. --top N measures only the chosen candidate and the N
+predicted fastest (with every hand-written plan): an 8B sweep's warm-ups send GBs of slices a plan. The model is dropped from the page cache before every
 run (bench/plan.py: pages another cgroup cached are never charged to the device). The load average
 is recorded before every run. Every device runs with -t 1. Results: OUT/results.json (after every
 run), OUT/report.md, OUT/sweep.svg. Needs root (the testbed) and Python 3's standard library only.
@@ -252,6 +253,15 @@ def measure(args):
         res["plan"] = plan
         res["chosen"] = plan["chosen"]
         plans = [cand_plan(i, c, plan["chosen"]) for i, c in enumerate(plan["candidates"]) if c.get("feasible")]
+        if args.top:
+            # only the chosen plan and the best-predicted others are measured (8B sweeps: a plan's warm-up sends
+            # GBs of slices over the emulated links); the rest stay in results.json, marked, unmeasured
+            keep = {id(p) for p in sorted(plans, key=lambda p: p["predicted_ms_per_token"])[:args.top]}
+            for p in plans:
+                if id(p) not in keep and not p["chosen"]:
+                    p["error"] = f"not measured (--top {args.top}: not among the best predicted)"
+                    p["skipped"] = True
+            res["top"] = args.top
         hand = hand_plans(args.profile, info["n_layer"])
         if args.plans:
             hand += json.load(open(args.plans))
@@ -329,7 +339,7 @@ def repredict(args):
         res["hand_predict_s"] = predict_hand(lambda a: tp.sh(bed.cmd("d0", env + a), timeout=300), bin_, model,
                                              res["ctx"], addrs, [p for p in res["plans"] if p.get("hand")])
         res["repredicted"] = {"at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                              "matvec": [d["types"][0]["matvec_gbps"] for d in devs], "command": "sudo " + " ".join(sys.argv)}
+                              "matvec": [d["types"][0]["matvec_gbps"] for d in devs], "type": devs[0]["types"][0]["type"], "command": "sudo " + " ".join(sys.argv)}
     finally:
         tp.stop_workers(bed, procs)
         bed.down()
@@ -363,12 +373,17 @@ def report(res, path):
          "per round; measured = median of the rounds (min–max). Load average (1 min) before the runs: "
          + (f"{min(s['loads']):.1f}–{max(s['loads']):.1f}, median {statistics.median(s['loads']):.1f}"
             if s["loads"] else "–") + ".", "",
-         "Profiles as the planner measured them (Q4_0 matvec and disk read in GB/s; budget in MiB):", "",
-         "| device | CPU quota | Q4_0 matvec | disk | budget | link to head: RTT ms, MB/s |", "|---|---|---|---|---|---|"]
+         "| device | CPU quota | {} matvec | disk | budget | link to head: RTT ms, MB/s |", "|---|---|---|---|---|---|"]
     plan = res.get("plan", {})
+    # the matvec column: the first weight type the planner profiled for this model (its layers' type; Q4_0
+    # was written in for the 1B sweeps and printed 0.00 for a Q4_K_M model)
+    wtype = next((d["types"][0]["type"] for d in plan.get("devices", []) if d.get("types")), "Q4_0")
+    L[-2] = L[-2].format(wtype)
+    L.insert(-2, f"Profiles as the planner measured them ({wtype} matvec and disk read in GB/s; budget in MiB):")
+    L.insert(-2, "")
     links = {(k["a"], k["b"]): k for k in plan.get("links", [])}
     for i, d in enumerate(plan.get("devices", [])):
-        mv = next((t["matvec_gbps"] for t in d["types"] if t["type"] == "Q4_0"), 0)
+        mv = next((t["matvec_gbps"] for t in d["types"] if t["type"] == wtype), 0)
         k = links.get((0, i))
         L.append(f"| d{i} | {d['cpu_quota']:g} | {mv:.2f} | {d['disk_gbps']:.2f} | {d['budget'] / 2**20:.0f} | "
                  + (f"{k['rtt_ms']:.2f}, {k['gbps'] * 1000:.1f} |" if k else "– |"))
@@ -384,6 +399,7 @@ def report(res, path):
         src = "hand" if p.get("hand") else f"candidate {p['candidate']}" + (" (chosen)" if p.get("chosen") else "")
         err = f"{(pred - meas) / meas * 100:+.0f}%" if pred and meas else "–"
         m = (f"{meas:.1f} ({min(p['runs_ms']):.1f}–{max(p['runs_ms']):.1f})" if meas
+             else "not measured (--top)" if p.get("skipped")
              else "failed: " + p.get("error", "not run").replace("\n", " ").replace("|", "/")[-160:])
         b = "**" if p.get("chosen") else ""
         c = cands.get(p.get("candidate"))
@@ -393,6 +409,11 @@ def report(res, path):
             split = " (" + p["predict_error"].replace("\n", " ").replace("|", "/")[:120] + ")"
         L.append(f"| {b}{short_label(p, info['n_layer'])}{b} | {src} | {'–' if pred is None else f'{pred:.1f}'}{split} | {m} | {err} |")
     L.append("")
+    skipped = sum(1 for p in res["plans"] if p.get("skipped"))
+    if skipped:
+        L.append(f"{skipped} feasible candidates were not measured (`--top {res.get('top')}`: only the chosen plan and "
+                 f"the {res.get('top')} predicted fastest were), so the errors below are over the best-predicted "
+                 "candidates only.")
     if s["errs"]:
         L.append(f"Prediction error over {len(s['errs'])} measured candidates: median {statistics.median(s['errs']):.0f}%, "
                  f"largest {max(s['errs']):.0f}% (goal: median ≤ 15%, none > 35%).")
@@ -404,7 +425,7 @@ def report(res, path):
         if res.get("repredicted"):
             rp = res["repredicted"]
             L.append(f"(The hand-written plans' predictions are from `--repredict` at {rp['at']}: fresh profiles "
-                     f"(Q4_0 matvec GB/s {', '.join(f'{x:.2f}' for x in rp['matvec'])}), this sweep's measurements.)")
+                     f"({rp.get('type', 'Q4_0')} matvec GB/s {', '.join(f'{x:.2f}' for x in rp['matvec'])}), this sweep's measurements.)")
     if s["ratio"]:
         L.append(f"Chosen plan ({short_label(s['chosen'], info['n_layer'])}) measured {s['chosen']['measured_ms_per_token']:.1f} ms/token; "
                  f"best of the sweep ({s['n_cand']} candidates + {s['n_hand']} hand-written plans): "
@@ -473,6 +494,8 @@ def main():
     ap.add_argument("--plans", help="JSON list of extra hand-written plans (hybrids: see above)")
     ap.add_argument("--cache-max", default="1500M", help="each worker's and the head's slice cache bound (the least recently used "
                     "slices are sent again: slower, the same figures)")
+    ap.add_argument("--top", type=int, metavar="N", help="measure only the chosen plan and the N candidates predicted "
+                    "fastest (and every hand-written plan); the other candidates are listed, not measured")
     ap.add_argument("--keep-caches", action="store_true", help="leave the devices' slice caches in --work")
     ap.add_argument("--report", metavar="RESULTS_JSON", help="re-render report.md and sweep.svg beside it")
     ap.add_argument("--repredict", metavar="RESULTS_JSON", help="predict the hand-written plans of an earlier sweep "
