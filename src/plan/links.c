@@ -60,8 +60,8 @@ static int hpl_link_loss(hc_probe_conn *pc, const hpl_cluster_params *p, hpl_lin
 }
 
 /* ---- the link cache (docs/planner.md, "Link cache") ------------------------------------------------------
-   A link's throughput takes a 4 MiB probe each way it is measured: on a home's links (30-60 MB/s) ~0.1 s a
-   link, and a 4-device cluster has 6 links, so most of a profile whose devices come from their caches. It
+   A link's throughput takes a 4 MiB probe: on a home's links (30-60 MB/s) ~0.1 s a link, and a 4-device
+   cluster has 6 links, so most of a profile whose devices come from their caches. It
    changes little while the devices stay where they are, and when a path changes (another access point, a
    device moved from Ethernet to Wi-Fi) its RTT moves too. So the head keeps every measured link in
    links.json beside its profile cache: a later profile that finds an entry younger than HPL_LINK_CACHE_S
