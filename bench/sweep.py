@@ -24,8 +24,9 @@ fails here is reported and dropped), then --repeats rounds run every plan once e
 every other round in reverse order, so that a change of the machine's load touches every plan alike
 (the testbed shares one machine's cores). Latency = generation time / forward passes (TOKENS - 1);
 a plan's figure is the median of its rounds. --top N measures only the chosen candidate and the N
-predicted fastest (with every hand-written plan): an 8B sweep's warm-ups send GBs of slices a plan. The model is dropped from the page cache before every
-run (bench/plan.py: pages another cgroup cached are never charged to the device). The load average
+predicted fastest (with every hand-written plan): an 8B sweep's warm-ups send GBs of slices a plan.
+The model is dropped from the page cache before every run (bench/plan.py: pages another cgroup cached
+are never charged to the device). The load average
 is recorded before every run. Every device runs with -t 1. Results: OUT/results.json (after every
 run), OUT/report.md, OUT/sweep.svg. Needs root (the testbed) and Python 3's standard library only.
 
