@@ -117,8 +117,9 @@ else bad "a worker down from the start: $(grep -E 'answer|hearth run:' "$TMP/dow
 stop_all
 
 # ---- --no-recover, and devices that cannot hold the model: clear errors ------------------------------
+# --pp: the worker must be in the plan (left to the planner, a fast head may run alone and never reach the fault)
 HEARTH_TEST_FAULT=kill:forward:6 start_worker 1
-timeout $((30 * SLOW)) "$BIN" run -m "$model" -p "$PROMPT" --temp 0 -n 24 -t 1 --workers "$(workers 1)" --no-recover \
+timeout $((30 * SLOW)) "$BIN" run -m "$model" -p "$PROMPT" --temp 0 -n 24 -t 1 --workers "$(workers 1)" --pp --no-recover \
     > /dev/null 2> "$TMP/norec.err"
 rc=$?
 if [[ $rc -ne 0 && $rc -ne 124 ]] && grep "hearth run:" "$TMP/norec.err" | grep -q "127.0.0.1:${WPORT[1]}"; then ok
