@@ -24,7 +24,7 @@ static hpl_device dev(double gbps, double budget, double disk) {
                     .mem_usable = (uint64_t)(budget / 0.8)};
     snprintf(d.name, sizeof d.name, "synthetic %.1f GB/s", gbps);
     d.n_types = 1;
-    d.ts[0] = (hpl_type_speed){HQ_TYPE_Q8_0, gbps, gbps * 4};
+    d.ts[0] = (hpl_type_speed){HQ_TYPE_Q8_0, gbps, gbps * 4, gbps, gbps * 4};
     return d;
 }
 
@@ -505,19 +505,61 @@ static void test_mmap_fallback(void) {
     CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && !p.feasible && strstr(p.why, "budget"));
 }
 
+/* A device that computes from the file's mapping (its manager streams, or plain mmap) is costed at the
+   kernels' speed on the file's layout; one whose weights fit is costed at the packed speed, and a
+   profile without the mapping's speeds (saved before they were measured) at the packed speed too. */
+static void test_mapped_speed(void) {
+    hpl_cluster c = {.n = 1};
+    c.dev[0] = dev(10, 4000 * MIB, 1.0);
+    c.dev[0].ts[0].matvec_map_gbps = 5;     /* the file's layout at half the packed speed */
+    hpl_model m = model(10, 50 * MIB, 20 * MIB, 1 * MIB);
+    hpl_plan p = {.kind = HPL_SINGLE, .n = 1};
+    hr_err err = {0};
+    const double sampler = 16.0 * 32000 / 10e6, bytes = (10 * 50 + 20) * MIB;
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[0].stream_bytes == 0);
+    CHECKF(fabs(p.compute_ms - (bytes / 10e6 + sampler)) < 1e-9, "resident: %.4f ms", p.compute_ms);
+    c.dev[0].budget = (uint64_t)(300 * MIB);  /* streams (test_single_cost): every layer from the mapping */
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[0].stream_bytes > 0);
+    CHECKF(fabs(p.compute_ms - (bytes / 5e6 + sampler)) < 1e-9, "streaming: %.4f ms, want %.4f", p.compute_ms,
+           bytes / 5e6 + sampler);
+    c.dev[0].ts[0].matvec_map_gbps = 0;       /* not measured: the packed speed */
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible);
+    CHECKF(fabs(p.compute_ms - (bytes / 10e6 + sampler)) < 1e-9, "no map speed: %.4f ms", p.compute_ms);
+    /* plain mmap (a default budget too small for a block) computes from the mapping as well */
+    c.dev[0] = dev(10, 200 * MIB, 1.0);
+    c.dev[0].ts[0].matvec_map_gbps = 5;
+    hpl_model big = model(10, 50 * MIB, 190 * MIB, 1 * MIB);
+    CHECK(hpl_cost(&c, &big, 100, &p, &err) == 0 && p.feasible && p.dc[0].mmap);
+    CHECKF(fabs(p.compute_ms - ((10 * 50 + 190) * MIB / 5e6 + sampler)) < 1e-9, "mmap: %.4f ms", p.compute_ms);
+    /* a pipeline: the worker that streams pays the mapping's speed, the head that keeps its layers does not */
+    hpl_cluster c2 = {.n = 2};
+    c2.dev[0] = dev(10, 4000 * MIB, 1.0);
+    c2.dev[1] = dev(10, 300 * MIB, 1.0);
+    c2.dev[0].ts[0].matvec_map_gbps = c2.dev[1].ts[0].matvec_map_gbps = 5;
+    hpl_link l = {.rtt_ms = 1, .gbps = 0.1};
+    hpl_link_both(&c2, 0, 1, l);
+    hpl_plan pp = {.kind = HPL_PP, .n = 2, .dev = {0, 1}, .window = {2, 8}};
+    CHECK(hpl_cost(&c2, &m, 100, &pp, &err) == 0 && pp.feasible);
+    CHECK(pp.dc[0].stream_bytes == 0 && pp.dc[1].stream_bytes > 0);
+    CHECKF(fabs(pp.dc[1].compute_ms - 8 * 50 * MIB / 5e6) < 1e-9 &&
+           fabs(pp.dc[0].compute_ms - (2 * 50 * MIB + 20 * MIB) / 10e6 - sampler) < 1e-9,
+           "head %.4f ms, worker %.4f ms", pp.dc[0].compute_ms, pp.dc[1].compute_ms);
+}
+
 static void test_kv_roundtrip(void) {
     hpl_device d = dev(7.5, 123 * MIB, 0.25), e;
     d.cpu_quota = 0.5;
     d.cpu_period_ms = 10;
     d.tick_ms = 4;
-    d.ts[d.n_types++] = (hpl_type_speed){HQ_TYPE_Q4_K, 3.25, 11.5};
+    d.ts[d.n_types++] = (hpl_type_speed){HQ_TYPE_Q4_K, 3.25, 11.5, 2.5, 9.75};
     hc_kv_text t;
     hpl_device_to_kv(&d, &t);
     hn_profile pr = {.n_kv = (uint32_t)t.n};
     for (int i = 0; i < t.n; i++) pr.kv[i] = (hn_kv){hn_cstr(t.key[i]), hn_cstr(t.val[i])};
     hr_err err = {0};
     CHECKF(hpl_device_from_kv(&pr, &e, &err) == 0, "%s", err.msg);
-    CHECK(e.n_types == 2 && e.ts[1].type == HQ_TYPE_Q4_K && e.ts[1].matmul_gbps == 11.5 && e.budget == d.budget &&
+    CHECK(e.n_types == 2 && e.ts[1].type == HQ_TYPE_Q4_K && e.ts[1].matmul_gbps == 11.5 && e.ts[1].matvec_map_gbps == 2.5 &&
+          e.ts[1].matmul_map_gbps == 9.75 && e.budget == d.budget &&
           e.cpu_quota == 0.5 && e.cpu_period_ms == 10 && e.tick_ms == 4 && e.disk_gbps == 0.25 && !strcmp(e.name, d.name));
     /* a peer's nonsense is refused, not believed */
     pr.kv[1].value = hn_cstr("-3");
@@ -597,8 +639,9 @@ static void test_profile_types(void) {
     hpl_device a, b, c;
     hr_err err = {0};
     CHECKF(hpl_profile_self(&p, &a, &err) == 0, "%s", err.msg);
-    CHECK(!a.cached && a.n_types == 1 && a.ts[0].type == HQ_TYPE_Q4_0 && a.ts[0].matvec_gbps > 0);
-    CHECK(hpl_profile_self(&p, &b, &err) == 0 && b.cached && b.n_types == 1);
+    CHECK(!a.cached && a.n_types == 1 && a.ts[0].type == HQ_TYPE_Q4_0 && a.ts[0].matvec_gbps > 0 &&
+          a.ts[0].matvec_map_gbps > 0 && a.ts[0].matmul_map_gbps > 0);
+    CHECK(hpl_profile_self(&p, &b, &err) == 0 && b.cached && b.n_types == 1 && b.ts[0].matvec_map_gbps == a.ts[0].matvec_map_gbps);
     p.types |= 1u << HQ_TYPE_Q8_0;
     CHECK(hpl_profile_self(&p, &c, &err) == 0 && !c.cached && c.n_types == 2);
     bool q8 = false, q4_same = false;
@@ -627,6 +670,7 @@ int main(void) {
     test_quota_burst();
     test_quota();
     test_mmap_fallback();
+    test_mapped_speed();
     test_kv_roundtrip();
     test_place_groups();
     test_importance_file();

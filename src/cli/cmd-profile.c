@@ -8,11 +8,16 @@
 #include <stdlib.h>
 
 void cli_print_device(int i, const char *addr, const hpl_device *d) {
-    char types[512] = "";
+    char types[1024] = "";
     size_t n = 0;
-    for (int t = 0; t < d->n_types && n < sizeof types; t++)
-        n += (size_t)snprintf(types + n, sizeof types - n, "%s%s %.1f/%.1f", t ? ", " : "", hq_type_name(d->ts[t].type),
-                              d->ts[t].matvec_gbps, d->ts[t].matmul_gbps);
+    for (int t = 0; t < d->n_types && n < sizeof types; t++) {
+        const hpl_type_speed *s = &d->ts[t];
+        n += (size_t)snprintf(types + n, sizeof types - n, "%s%s %.1f/%.1f", t ? ", " : "", hq_type_name(s->type),
+                              s->matvec_gbps, s->matmul_gbps);
+        /* a type the loaded weights pack: its speed in the file's layout (a device that streams) */
+        if (n < sizeof types && s->matvec_map_gbps > 0 && (s->matvec_map_gbps != s->matvec_gbps || s->matmul_map_gbps != s->matmul_gbps))
+            n += (size_t)snprintf(types + n, sizeof types - n, " (mapped %.1f/%.1f)", s->matvec_map_gbps, s->matmul_map_gbps);
+    }
     printf("  %-2d %-22s %-24.24s %3d thr  quota %-5s usable %6.0f MiB  budget %6.0f MiB  mem %5.1f GB/s  disk %5.2f GB/s%s\n",
            i, addr, d->name, d->n_threads, d->cpu_quota > 0 ? "" : "none", d->mem_usable / 1048576.0, d->budget / 1048576.0,
            d->mem_bw_gbps, d->disk_gbps, d->cached ? "  (cached)" : "");

@@ -82,11 +82,12 @@ uint32_t hpl_model_types(const hpl_model *m) {
 
 /* ---- per-device figures ------------------------------------------------------------------------------- */
 
-/* ms for `layers` layers of fraction x of every weight, decode (tokens 0) or prefill of `tokens` */
-static double hpl_layers_ms(const hpl_device *d, const hpl_model *m, double layers, double x, int tokens) {
+/* ms for `layers` layers of fraction x of every weight, decode (tokens 0) or prefill of `tokens`; mapped:
+   computed from the file's mapping (hpl_mapped) */
+static double hpl_layers_ms(const hpl_device *d, const hpl_model *m, double layers, double x, int tokens, bool mapped) {
     double ms = 0;
     for (int i = 0; i < m->n_types; i++) {
-        double gbps = hpl_speed(d, m->type[i], tokens > 0);
+        double gbps = hpl_speed(d, m->type[i], tokens > 0, mapped);
         ms += m->layer_bytes_of[i] * x * layers * (tokens > 0 ? tokens : 1) / (gbps * 1e6);
     }
     return ms;
@@ -94,8 +95,8 @@ static double hpl_layers_ms(const hpl_device *d, const hpl_model *m, double laye
 
 /* what only the head does per token: the output norm and head, and the sampler (a few passes over the
    logits) */
-static double hpl_head_extra_ms(const hpl_device *d, const hpl_model *m) {
-    double ms = m->out_bytes / (hpl_speed(d, m->out_type, false) * 1e6);
+static double hpl_head_extra_ms(const hpl_device *d, const hpl_model *m, bool mapped) {
+    double ms = m->out_bytes / (hpl_speed(d, m->out_type, false, mapped) * 1e6);
     double bw = d->mem_bw_gbps > 0 ? d->mem_bw_gbps : 1;
     return ms + 4.0 * 4.0 * m->n_vocab / (bw * 1e6);
 }
@@ -170,6 +171,13 @@ static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, 
     dc->mem_bytes = dc->budget;
     return true;
 }
+
+/* Whether a device computes from the file's mapping, not from weights loaded into memory: its residency
+   manager streams (src/mem: every block, pinned or not, is a range of the mapping) or it has no manager
+   (plain mmap). Such a device runs the kernels on the file's layout (hpl_type_speed.matvec_map_gbps):
+   session 26 measured a streaming device of home4-8b-small computing 2.5x slower than it did with its
+   weights loaded and packed. */
+static bool hpl_mapped(const hpl_dev_cost *dc) { return dc->mmap || dc->stream_bytes > 0; }
 
 /* what of a device's streaming its compute does not cover: a manager's loader reads ahead while it
    computes (and hidden_ms more in the ring's idle time); plain mmap faults pages in as compute
@@ -434,8 +442,8 @@ static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_promp
     if (!hpl_memory(d, m, m->layer_bytes * m->n_layer, m->out_bytes, m->kv_bytes_per_layer * m->n_layer,
                     m->block_max_bytes, dc, p->why, sizeof p->why))
         return 0;
-    p->head_extra_ms = hpl_head_extra_ms(d, m);
-    dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, 1, 0) + p->head_extra_ms;
+    p->head_extra_ms = hpl_head_extra_ms(d, m, hpl_mapped(dc));
+    dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, 1, 0, hpl_mapped(dc)) + p->head_extra_ms;
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
     dc->blocked_ms = hpl_blocked(dc, 0);
     if (hpl_plan_bursts(c, p)) {
@@ -450,7 +458,7 @@ static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_promp
     p->blocked_ms = dc->blocked_ms;
     p->ms_per_token = p->compute_ms + dc->blocked_ms;
     int nb = (n_prompt + m->n_batch - 1) / m->n_batch;
-    double pf = hpl_layers_ms(d, m, m->n_layer, 1, n_prompt) + p->head_extra_ms;
+    double pf = hpl_layers_ms(d, m, m->n_layer, 1, n_prompt, hpl_mapped(dc)) + p->head_extra_ms;
     p->prefill_ms = pf + HR_MAX(0, nb * dc->stream_ms - pf);
     p->feasible = true;
     return 0;
@@ -468,7 +476,7 @@ static double hpl_tp_dev(const hpl_cluster *c, const hpl_model *m, const hpl_pla
     *ok = hpl_memory(d, m, x * m->layer_bytes * m->n_layer, p->dev[i] == 0 ? m->out_bytes : 0,
                      x * m->kv_bytes_per_layer * m->n_layer, HR_MAX(x * m->block_max_bytes, 1), dc, why, cap);
     if (!*ok) return INFINITY;
-    dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, x, 0);
+    dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, x, 0, hpl_mapped(dc));
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
     dc->blocked_ms = hpl_blocked(dc, 0);
     return dc->compute_ms + dc->blocked_ms;
@@ -498,7 +506,8 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         layers = HR_MAX(layers, t);
         p->compute_ms = HR_MAX(p->compute_ms, p->dc[i].compute_ms);
         p->blocked_ms = HR_MAX(p->blocked_ms, p->dc[i].blocked_ms);
-        layers_pf = HR_MAX(layers_pf, hpl_layers_ms(&c->dev[p->dev[i]], m, m->n_layer, p->share[i], n_prompt));
+        layers_pf = HR_MAX(layers_pf, hpl_layers_ms(&c->dev[p->dev[i]], m, m->n_layer, p->share[i], n_prompt,
+                                                    hpl_mapped(&p->dc[i])));
         stream = HR_MAX(stream, p->dc[i].stream_ms);
         if (i == 0) continue;
         /* star all-reduce: PARTIAL up, RESULT down; FORWARD to start the pass. The latencies
@@ -513,7 +522,7 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     ar_pf = rtt + xfer_pf;
     fwd = rtt / 2 + xfer / 2;
     fwd_pf = rtt / 2 + xfer_pf / 2;
-    p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
+    p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m, hpl_mapped(&p->dc[0]));
     /* the token as bursts: the FORWARD, every block's compute on every device and its all-reduce, the
        output head */
     if (hpl_plan_bursts(c, p)) {
@@ -579,7 +588,7 @@ static bool hpl_group_cost(const hpl_cluster *c, const hpl_model *m, const hc_pp
         if (!ok) return false;
         dc->window = p->window[gs];
         *t = HR_MAX(*t, dc->compute_ms);
-        *t_pf = HR_MAX(*t_pf, hpl_layers_ms(&c->dev[pg.dev[i]], m, ms.n_layer, p->share[i], n_prompt));
+        *t_pf = HR_MAX(*t_pf, hpl_layers_ms(&c->dev[pg.dev[i]], m, ms.n_layer, p->share[i], n_prompt, hpl_mapped(dc)));
         if (i == 0) continue;
         const int d = pg.dev[i];
         const hpl_link *l = hpl_link_of(c, lead, d);
@@ -702,12 +711,14 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         at = to;
     }
     p->n_messages = hops;
-    p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m);
+    /* the head's output head: once its memory says whether it computes from the mapping */
     double sum_c = 0, sum_pf = 0, blocked = 0, blocked_pf = 0, g_fwd = 0, g_ar = 0;
     if (g > 1) {
-        double t, tb, t_pf, extra = gs == 0 ? p->head_extra_ms : 0;
+        double t, tb, t_pf;
         if (!hpl_group_cost(c, m, &pl, gs, g, n_prompt, p, &t, &tb, &t_pf, &comm, &comm_pf, &loss, &loss_pf, &g_fwd, &g_ar))
             return 0;
+        if (gs == 0) p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m, hpl_mapped(&p->dc[0]));
+        double extra = gs == 0 ? p->head_extra_ms : 0;
         p->dc[gs].compute_ms += extra;
         sum_c += t + extra;
         sum_pf += t_pf + extra;
@@ -725,10 +736,11 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         if (!hpl_memory(d, m, dc->layers * m->layer_bytes, i == 0 ? m->out_bytes : 0, dc->layers * m->kv_bytes_per_layer,
                         m->block_max_bytes, dc, p->why, sizeof p->why))
             return 0;
-        dc->compute_ms = hpl_layers_ms(d, m, dc->layers, 1, 0) + (i == 0 ? p->head_extra_ms : 0);
+        if (i == 0) p->head_extra_ms = hpl_head_extra_ms(d, m, hpl_mapped(dc));
+        dc->compute_ms = hpl_layers_ms(d, m, dc->layers, 1, 0, hpl_mapped(dc)) + (i == 0 ? p->head_extra_ms : 0);
         dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
         sum_c += dc->compute_ms;
-        sum_pf += hpl_layers_ms(d, m, dc->layers, 1, n_prompt) + (i == 0 ? p->head_extra_ms : 0);
+        sum_pf += hpl_layers_ms(d, m, dc->layers, 1, n_prompt, hpl_mapped(dc)) + (i == 0 ? p->head_extra_ms : 0);
     }
     /* TPI-LLM Prop. 4 / prima.cpp: a device's loader reads while it computes and, up to the room it
        has for each window, while the rest of the ring computes; what is left blocks (a group's members
@@ -743,7 +755,7 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         double hidden = HR_MIN(idle, room_ms);
         dc->blocked_ms = hpl_blocked(dc, hidden);
         blocked += dc->blocked_ms;
-        double own_pf = hpl_layers_ms(d, m, dc->layers, 1, n_prompt);
+        double own_pf = hpl_layers_ms(d, m, dc->layers, 1, n_prompt, hpl_mapped(dc));
         blocked_pf += HR_MAX(0, dc->stream_ms - own_pf - HR_MIN(sum_pf - own_pf + comm_pf, room_ms));
     }
     p->quota_ms = hpl_pp_quota(c, m, p, &pl, di, g, gs, g_fwd, g_ar, blocked + loss);

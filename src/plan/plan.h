@@ -44,6 +44,11 @@ typedef struct hpl_type_speed {
     int    type;         /* hq_type */
     double matvec_gbps;  /* decode: weight bytes read per second (1e9), one activation row */
     double matmul_gbps;  /* prefill: weight bytes x activation rows per second (1e9), HPL_MATMUL_ROWS rows */
+    /* the same with the kernels a device runs on the file's layout, as it computes from the mapping (a
+       device that streams, or runs on plain mmap, never repacks): below the two above for the types that
+       pack (Q4_0, Q8_0; with AVX-512 the K types), the same for the others; 0: not measured (a profile
+       saved before session 27), costed as the packed speeds */
+    double matvec_map_gbps, matmul_map_gbps;
 } hpl_type_speed;
 #define HPL_MATMUL_ROWS 32
 
@@ -94,8 +99,9 @@ struct json_t;
 void hpl_json_save(const char *file, struct json_t *root);
 /* The cache key of this device for n_threads and the disk of disk_path (what invalidates a profile). */
 int hpl_profile_key(int n_threads, const char *disk_path, char *buf, size_t cap, hr_err *err);
-/* The speed of `type` (matvec or matmul), GB/s; a type that was not measured: Q8_0's byte rate. */
-double hpl_speed(const hpl_device *d, int type, bool matmul);
+/* The speed of `type` (matvec or matmul), GB/s, from weights loaded into memory (packed where the type
+   packs) or, mapped, from the file's mapping; a type that was not measured: Q8_0's byte rate. */
+double hpl_speed(const hpl_device *d, int type, bool matmul, bool mapped);
 
 /* The device as PROFILE key/values and back (a worker's answer to HN_PROFILE_DEVICE). */
 int hpl_device_to_kv(const hpl_device *d, hc_kv_text *out);

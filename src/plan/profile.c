@@ -207,7 +207,7 @@ int hpl_profile_key(int n_threads, const char *disk_path, char *buf, size_t cap,
     struct stat st;
     unsigned dmaj = 0, dmin = 0;
     if (!stat(dir, &st)) { dmaj = major(st.st_dev); dmin = minor(st.st_dev); }
-    snprintf(buf, cap, "v4|%s|cpus %ld|cores %d|simd %s|threads %d|quota %.2f|memtotal %" PRIu64 "|memlimit %" PRIu64
+    snprintf(buf, cap, "v5|%s|cpus %ld|cores %d|simd %s|threads %d|quota %.2f|memtotal %" PRIu64 "|memlimit %" PRIu64
              "|disk %u:%u", cpu, sysconf(_SC_NPROCESSORS_ONLN), hr_physical_cores(), hq_simd_name(), n_threads,
              hpl_cpu_quota(), sm.mem_total, lim, dmaj, dmin);
     return 0;
@@ -309,8 +309,23 @@ static void hpl_bench_pass(void *arg) {
     hr_pool_run(b->pool, hpl_bench_worker, b);
 }
 
-/* matvec and matmul speed of one weight type with the kernels the engine runs (packed when the type
-   packs, as loaded weights are) */
+/* matvec and matmul rates of bench b (its matrix, kernel and activations set), bytes/ns */
+static void hpl_bench_rates(hpl_bench *b, int ms, hpl_cpu_share cores, double *matvec, double *matmul) {
+    const int64_t rows = b->rows;
+    b->nc = 1;
+    *matvec = hpl_run_for(hpl_bench_pass, b, ms, (double)rows * (double)b->bx, b->w, (size_t)rows * b->bx, cores);
+    /* prefill: compute-bound (each weight byte serves 32 rows), so a quarter of the matrix gives the same
+       rate in a quarter of the time of a pass — which, at 1 thread, is longer than a run */
+    b->nc = HPL_MATMUL_ROWS;
+    b->rows = HR_MAX(HQ_BAND, rows / 4 / HQ_BAND * HQ_BAND);
+    *matmul = hpl_run_for(hpl_bench_pass, b, ms, (double)b->rows * (double)b->bx * HPL_MATMUL_ROWS, b->w,
+                          (size_t)b->rows * b->bx, cores);
+    b->rows = rows;
+}
+
+/* matvec and matmul speed of one weight type with the kernels the engine runs: packed when the type
+   packs, as loaded weights are; then, for such a type, in the file's layout, as a device that computes
+   from the mapping runs them (hpl_type_speed.matvec_map_gbps) */
 static int hpl_bench_type(hr_pool *pool, int type, int ms, hpl_cpu_share cores, hpl_type_speed *out, hr_err *err) {
     const int64_t t0 = hr_time_ns();
     const hq_traits *tr = hq_get_traits(type), *vt = tr ? hq_get_traits(tr->vec_dot_type) : NULL;
@@ -322,7 +337,7 @@ static int hpl_bench_type(hr_pool *pool, int type, int ms, hpl_cpu_share cores, 
     const size_t vrow = hq_row_size(tr->vec_dot_type, cols);
     const size_t by = packed && tr->prep ? tr->prep_size(cols) : vrow;
     uint8_t *w = hpl_alloc_huge((size_t)rows * bx), *src = hr_alloc_aligned((size_t)HQ_BAND * bx, 64);
-    uint8_t *y = hr_alloc_aligned(by * HPL_MATMUL_ROWS, 64), *vq = hr_alloc_aligned(vrow, 64);
+    uint8_t *y = hr_alloc_aligned(HR_MAX(by, vrow) * HPL_MATMUL_ROWS, 64), *vq = hr_alloc_aligned(vrow, 64);
     float *f = hr_alloc_aligned((size_t)cols * sizeof(float), 64);
     float *s = hr_alloc_aligned((size_t)rows * HPL_MATMUL_ROWS * sizeof(float), 64);
     int rc = 0;
@@ -336,31 +351,34 @@ static int hpl_bench_type(hr_pool *pool, int type, int ms, hpl_cpu_share cores, 
     if (type == HQ_TYPE_F32) memcpy(src, f, bx);
     else tr->from_float_ref(f, src, cols);
     for (int i = 1; i < HQ_BAND; i++) memcpy(src + (size_t)i * bx, src, bx);
-    /* every band is the same band: packed once, then copied (packing the whole matrix took 50-300 ms
-       a type on a loaded core) */
-    if (packed) tr->pack(w, src, bx, cols, HQ_BAND);
-    else memcpy(w, src, (size_t)HQ_BAND * bx);
-    for (int64_t b = HQ_BAND; b < rows; b += HQ_BAND) memcpy(w + (size_t)b * bx, w, (size_t)HQ_BAND * bx);
     if (tr->vec_dot_type == HQ_TYPE_F32) memcpy(vq, f, vrow);
     else vt->from_float(f, vq, cols);
-    for (int j = 0; j < HPL_MATMUL_ROWS; j++) {
-        if (packed && tr->prep) tr->prep(y + (size_t)j * by, vq, cols);
-        else memcpy(y + (size_t)j * by, vq, vrow);
-    }
-    hpl_bench b = {pool, tr, packed ? tr->gemm_packed : tr->gemm, w, bx, by, rows, cols, y, 1, s};
-    const double bytes = (double)rows * (double)bx;
     out->type = type;
-    int64_t t1 = hr_time_ns();
-    out->matvec_gbps = hpl_run_for(hpl_bench_pass, &b, ms, bytes, w, (size_t)rows * bx, cores);
-    int64_t t2 = hr_time_ns();
-    /* prefill: compute-bound (each weight byte serves 32 rows), so a quarter of the matrix gives the same
-       rate in a quarter of the time of a pass — which, at 1 thread, is longer than a run */
-    b.nc = HPL_MATMUL_ROWS;
-    b.rows = HR_MAX(HQ_BAND, rows / 4 / HQ_BAND * HQ_BAND);
-    out->matmul_gbps = hpl_run_for(hpl_bench_pass, &b, ms, (double)b.rows * (double)bx * HPL_MATMUL_ROWS, w,
-                                   (size_t)b.rows * bx, cores);
-    HR_LOGD("profile: %s setup %.0f ms, matvec %.0f ms, matmul %.0f ms", hq_type_name(type), (t1 - t0) / 1e6, (t2 - t1) / 1e6,
-            (hr_time_ns() - t2) / 1e6);
+    int64_t t1 = 0;
+    for (int pass = 0; pass < 1 + packed; pass++) {
+        const bool pk = packed && pass == 0;
+        /* every band is the same band: packed once, then copied (packing the whole matrix took 50-300 ms
+           a type on a loaded core) */
+        if (pk) tr->pack(w, src, bx, cols, HQ_BAND);
+        else memcpy(w, src, (size_t)HQ_BAND * bx);
+        for (int64_t b = HQ_BAND; b < rows; b += HQ_BAND) memcpy(w + (size_t)b * bx, w, (size_t)HQ_BAND * bx);
+        const size_t yb = pk ? by : vrow;
+        for (int j = 0; j < HPL_MATMUL_ROWS; j++) {
+            if (pk && tr->prep) tr->prep(y + (size_t)j * yb, vq, cols);
+            else memcpy(y + (size_t)j * yb, vq, vrow);
+        }
+        hpl_bench b = {pool, tr, pk ? tr->gemm_packed : tr->gemm, w, bx, yb, rows, cols, y, 1, s};
+        if (!pass) t1 = hr_time_ns();
+        if (pk) hpl_bench_rates(&b, ms, cores, &out->matvec_gbps, &out->matmul_gbps);
+        else hpl_bench_rates(&b, ms, cores, packed ? &out->matvec_map_gbps : &out->matvec_gbps,
+                             packed ? &out->matmul_map_gbps : &out->matmul_gbps);
+    }
+    if (!packed) {
+        out->matvec_map_gbps = out->matvec_gbps;
+        out->matmul_map_gbps = out->matmul_gbps;
+    }
+    HR_LOGD("profile: %s setup %.0f ms, kernels %.0f ms (%s)", hq_type_name(type), (t1 - t0) / 1e6, (hr_time_ns() - t1) / 1e6,
+            packed ? "packed and the file's layout" : "the file's layout");
 done:
     hpl_free_huge(w, (size_t)rows * bx);
     hr_free_aligned(src);
@@ -484,6 +502,8 @@ static json_t *hpl_device_to_json(const hpl_device *d, bool speeds_only) {
         json_object_set_new(t, "type", json_string(hq_type_name(d->ts[i].type)));
         json_object_set_new(t, "matvec_gbps", json_real(d->ts[i].matvec_gbps));
         json_object_set_new(t, "matmul_gbps", json_real(d->ts[i].matmul_gbps));
+        if (d->ts[i].matvec_map_gbps > 0) json_object_set_new(t, "matvec_map_gbps", json_real(d->ts[i].matvec_map_gbps));
+        if (d->ts[i].matmul_map_gbps > 0) json_object_set_new(t, "matmul_map_gbps", json_real(d->ts[i].matmul_map_gbps));
         json_array_append_new(ts, t);
     }
     json_object_set_new(o, "types", ts);
@@ -508,7 +528,9 @@ static bool hpl_speeds_from_json(json_t *o, hpl_device *d) {
         int type = hq_type_from_name(json_string_value(json_object_get(t, "type")) ? json_string_value(json_object_get(t, "type")) : "");
         double mv = json_number_value(json_object_get(t, "matvec_gbps")), mm = json_number_value(json_object_get(t, "matmul_gbps"));
         if (type < 0 || !(mv > 0) || !(mm > 0)) return false;
-        d->ts[d->n_types++] = (hpl_type_speed){type, mv, mm};
+        /* the mapping's speeds are optional (saved before session 27: costed as the packed ones) */
+        double mvm = json_number_value(json_object_get(t, "matvec_map_gbps")), mmm = json_number_value(json_object_get(t, "matmul_map_gbps"));
+        d->ts[d->n_types++] = (hpl_type_speed){type, mv, mm, isfinite(mvm) && mvm > 0 ? mvm : 0, isfinite(mmm) && mmm > 0 ? mmm : 0};
     }
     return d->n_types > 0 && d->mem_bw_gbps > 0;
 }
@@ -705,14 +727,19 @@ int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err) 
     return 0;
 }
 
-double hpl_speed(const hpl_device *d, int type, bool matmul) {
+static double hpl_type_rate(const hpl_type_speed *t, bool matmul, bool mapped) {
+    double map = matmul ? t->matmul_map_gbps : t->matvec_map_gbps;
+    return mapped && map > 0 ? map : matmul ? t->matmul_gbps : t->matvec_gbps;
+}
+
+double hpl_speed(const hpl_device *d, int type, bool matmul, bool mapped) {
     const hpl_type_speed *q8 = NULL;
     for (int i = 0; i < d->n_types; i++) {
-        if (d->ts[i].type == type) return matmul ? d->ts[i].matmul_gbps : d->ts[i].matvec_gbps;
+        if (d->ts[i].type == type) return hpl_type_rate(&d->ts[i], matmul, mapped);
         if (d->ts[i].type == HQ_TYPE_Q8_0) q8 = &d->ts[i];
     }
-    if (q8) return matmul ? q8->matmul_gbps : q8->matvec_gbps;
-    return d->n_types ? (matmul ? d->ts[0].matmul_gbps : d->ts[0].matvec_gbps) : 1;
+    if (q8) return hpl_type_rate(q8, matmul, mapped);
+    return d->n_types ? hpl_type_rate(&d->ts[0], matmul, mapped) : 1;
 }
 
 /* ---- key/values (PROFILE) -------------------------------------------------------------------------------- */
@@ -743,6 +770,12 @@ int hpl_device_to_kv(const hpl_device *d, hc_kv_text *o) {
         HPL_KV(o, k, "%.6g", d->ts[i].matvec_gbps);
         snprintf(k, sizeof k, "mm.%s", hq_type_name(d->ts[i].type));
         HPL_KV(o, k, "%.6g", d->ts[i].matmul_gbps);
+        if (d->ts[i].matvec_map_gbps > 0 && d->ts[i].matmul_map_gbps > 0) {
+            snprintf(k, sizeof k, "mvm.%s", hq_type_name(d->ts[i].type));
+            HPL_KV(o, k, "%.6g", d->ts[i].matvec_map_gbps);
+            snprintf(k, sizeof k, "mmm.%s", hq_type_name(d->ts[i].type));
+            HPL_KV(o, k, "%.6g", d->ts[i].matmul_map_gbps);
+        }
     }
     return 0;
 }
@@ -788,8 +821,9 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *d, hr_err *err) {
         else if (!strcmp(key, "disk_gbps")) d->disk_gbps = v;
         else if (!strcmp(key, "cached")) d->cached = v != 0;
         else if (!strcmp(key, "profile_ms")) d->profile_ms = v;
-        else if ((!strncmp(key, "mv.", 3) || !strncmp(key, "mm.", 3))) {
-            int type = hq_type_from_name(key + 3);
+        else if (!strncmp(key, "mv.", 3) || !strncmp(key, "mm.", 3) || !strncmp(key, "mvm.", 4) || !strncmp(key, "mmm.", 4)) {
+            const bool map = key[3] == '.';
+            int type = hq_type_from_name(key + (map ? 4 : 3));
             if (type < 0 || !(v > 0)) return hr_fail(err, HR_EPROTO, "profile: '%s' names no weight type or is 0", key);
             int j = 0;
             while (j < d->n_types && d->ts[j].type != type) j++;
@@ -797,8 +831,9 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *d, hr_err *err) {
                 if (d->n_types == HPL_MAX_TYPES) return hr_fail(err, HR_EPROTO, "profile: more than %d types", HPL_MAX_TYPES);
                 d->ts[d->n_types++] = (hpl_type_speed){.type = type};
             }
-            if (key[1] == 'v') d->ts[j].matvec_gbps = v;
-            else d->ts[j].matmul_gbps = v;
+            double *slot = key[1] == 'v' ? (map ? &d->ts[j].matvec_map_gbps : &d->ts[j].matvec_gbps)
+                                         : (map ? &d->ts[j].matmul_map_gbps : &d->ts[j].matmul_gbps);
+            *slot = v;
         }
         /* other keys (the worker's plain PROFILE figures) are not the device's */
     }

@@ -80,7 +80,7 @@ static void hpl_ilp_setup(const hpl_cluster *c, const hpl_model *m, const hpl_pl
     for (int i = 0; i < p->n; i++) {
         const hpl_device *d = &c->dev[p->dev[i]];
         q->c[i] = 0;
-        for (int t = 0; t < m->n_types; t++) q->c[i] += m->layer_bytes_of[t] / (hpl_speed(d, m->type[t], false) * 1e6);
+        for (int t = 0; t < m->n_types; t++) q->c[i] += m->layer_bytes_of[t] / (hpl_speed(d, m->type[t], false, false) * 1e6);
         q->D[i] = 1.0 / ((d->disk_gbps > 0 ? d->disk_gbps : 0.1) * 1e6);
         q->F[i] = m->scratch_bytes;
         q->E[i] = i == 0 ? m->out_bytes : 0;
@@ -93,7 +93,7 @@ static void hpl_ilp_setup(const hpl_cluster *c, const hpl_model *m, const hpl_pl
         const hpl_link *l = &c->link[p->dev[i]][p->dev[(i + 1) % p->n]];
         q->comm += k * (l->rtt_ms / 2 + B / ((l->gbps > 0 ? l->gbps : 0.1) * 1e6));
     }
-    q->extra = m->out_bytes / (hpl_speed(&c->dev[0], m->out_type, false) * 1e6);
+    q->extra = m->out_bytes / (hpl_speed(&c->dev[0], m->out_type, false, false) * 1e6);
     q->Wmin = (q->L + k - 1) / k;
     q->Wmax = k >= 2 ? (q->L - 1) / (k - 1) : q->L * 64;
 }
@@ -289,8 +289,8 @@ static void hpl_group_cluster(const hpl_cluster *c, const hpl_model *m, const hp
     for (int i = 0; i < g; i++) {
         const hpl_device *x = &c->dev[p->dev[gs + i]];
         for (int t = 0; t < m->n_types; t++) {
-            d->ts[t].matvec_gbps += hpl_speed(x, m->type[t], false);
-            d->ts[t].matmul_gbps += hpl_speed(x, m->type[t], true);
+            d->ts[t].matvec_gbps += hpl_speed(x, m->type[t], false, false);
+            d->ts[t].matmul_gbps += hpl_speed(x, m->type[t], true, false);
         }
         d->budget += x->budget;
         d->disk_gbps += x->disk_gbps > 0 ? x->disk_gbps : 0.1;
@@ -525,7 +525,7 @@ static int hpl_why_loss(const hpl_plan *p, const hpl_model *m, char *buf, size_t
     return n < 0 ? 0 : (int)HR_MIN((size_t)n, cap - 1);
 }
 
-static double hpl_dev_speed(const hpl_device *d) { return hpl_speed(d, 8 /* Q8_0 */, false); }
+static double hpl_dev_speed(const hpl_device *d) { return hpl_speed(d, 8 /* Q8_0 */, false, false); }
 
 int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choice *out, hr_err *err) {
     memset(out, 0, sizeof *out);
@@ -606,7 +606,7 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
    weighted by the layers' bytes of each type — what `--tp-shares auto` weighs the devices by */
 static double hpl_layers_speed(const hpl_device *d, const hpl_model *m) {
     double ms = 0;
-    for (int t = 0; t < m->n_types; t++) ms += m->layer_bytes_of[t] / (hpl_speed(d, m->type[t], false) * 1e6);
+    for (int t = 0; t < m->n_types; t++) ms += m->layer_bytes_of[t] / (hpl_speed(d, m->type[t], false, false) * 1e6);
     return ms > 0 ? m->layer_bytes / ms : 0;
 }
 
