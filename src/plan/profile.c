@@ -425,6 +425,9 @@ static double hpl_cold_read(int fd, off_t off, size_t len) {
     posix_fadvise(fd, off, (off_t)len, POSIX_FADV_DONTNEED);
     uint8_t *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, off);
     if (p == MAP_FAILED) return 0;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, len, MADV_HUGEPAGE); /* as the loader's mapping (src/mem, hmem_create) */
+#endif
     const size_t chunk = 16u << 20, page = (size_t)sysconf(_SC_PAGESIZE);
     bool ok = true, populate = true;
     int64_t t0 = hr_time_ns();
