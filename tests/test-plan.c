@@ -546,12 +546,37 @@ static void test_mapped_speed(void) {
            "head %.4f ms, worker %.4f ms", pp.dc[0].compute_ms, pp.dc[1].compute_ms);
 }
 
+/* Two devices that stream from one disk (the same disk_id): a token takes at least what that disk needs for
+   both devices' streamed bytes; on disks of their own, each streams alone. */
+static void test_shared_disk(void) {
+    hpl_cluster c = {.n = 2};
+    c.dev[0] = dev(10, 200 * MIB, 1.0);     /* 5 layers of 50 MiB each: both stream */
+    c.dev[1] = dev(10, 200 * MIB, 1.0);
+    links(&c, 1, 0.1);
+    hpl_model m = model(10, 50 * MIB, 20 * MIB, 1 * MIB);
+    hpl_plan pp = {.kind = HPL_PP, .n = 2, .dev = {0, 1}, .window = {5, 5}};
+    hr_err err = {0};
+    CHECK(hpl_cost(&c, &m, 100, &pp, &err) == 0 && pp.feasible && pp.shared_disk_ms == 0);
+    CHECK(pp.dc[0].stream_bytes > 0 && pp.dc[1].stream_bytes > 0);
+    const double alone = pp.ms_per_token, both = pp.dc[0].stream_ms + pp.dc[1].stream_ms;
+    CHECKF(alone < both, "the plan (%.1f ms) is not disk-bound on two disks (%.1f ms in all)", alone, both);
+    snprintf(c.dev[0].disk_id, sizeof c.dev[0].disk_id, "boot/8:1");
+    snprintf(c.dev[1].disk_id, sizeof c.dev[1].disk_id, "boot/8:1");
+    CHECK(hpl_cost(&c, &m, 100, &pp, &err) == 0 && pp.feasible);
+    CHECKF(fabs(pp.ms_per_token - both) < 1e-9 && fabs(pp.shared_disk_ms - (both - alone)) < 1e-9,
+           "one disk: %.2f ms (shared %.2f), want %.2f", pp.ms_per_token, pp.shared_disk_ms, both);
+    /* one of them keeps its weights: nothing is shared */
+    c.dev[1].budget = (uint64_t)(4000 * MIB);
+    CHECK(hpl_cost(&c, &m, 100, &pp, &err) == 0 && pp.feasible && pp.dc[1].stream_bytes == 0 && pp.shared_disk_ms == 0);
+}
+
 static void test_kv_roundtrip(void) {
     hpl_device d = dev(7.5, 123 * MIB, 0.25), e;
     d.cpu_quota = 0.5;
     d.cpu_period_ms = 10;
     d.tick_ms = 4;
     d.ts[d.n_types++] = (hpl_type_speed){HQ_TYPE_Q4_K, 3.25, 11.5, 2.5, 9.75};
+    snprintf(d.disk_id, sizeof d.disk_id, "0f1e2d3c-aaaa-bbbb-cccc-0123456789ab/259:1");
     hc_kv_text t;
     hpl_device_to_kv(&d, &t);
     hn_profile pr = {.n_kv = (uint32_t)t.n};
@@ -560,7 +585,8 @@ static void test_kv_roundtrip(void) {
     CHECKF(hpl_device_from_kv(&pr, &e, &err) == 0, "%s", err.msg);
     CHECK(e.n_types == 2 && e.ts[1].type == HQ_TYPE_Q4_K && e.ts[1].matmul_gbps == 11.5 && e.ts[1].matvec_map_gbps == 2.5 &&
           e.ts[1].matmul_map_gbps == 9.75 && e.budget == d.budget &&
-          e.cpu_quota == 0.5 && e.cpu_period_ms == 10 && e.tick_ms == 4 && e.disk_gbps == 0.25 && !strcmp(e.name, d.name));
+          e.cpu_quota == 0.5 && e.cpu_period_ms == 10 && e.tick_ms == 4 && e.disk_gbps == 0.25 && !strcmp(e.name, d.name) &&
+          !strcmp(e.disk_id, d.disk_id));
     /* a peer's nonsense is refused, not believed */
     pr.kv[1].value = hn_cstr("-3");
     CHECK(hpl_device_from_kv(&pr, &e, &err) == HR_EPROTO);
@@ -671,6 +697,7 @@ int main(void) {
     test_quota();
     test_mmap_fallback();
     test_mapped_speed();
+    test_shared_disk();
     test_kv_roundtrip();
     test_place_groups();
     test_importance_file();

@@ -63,6 +63,7 @@ static json_t *plan_json_cand(const hpl_plan *p, int n_prompt) {
     json_object_set_new(o, "compute_ms", json_real(p->compute_ms));
     json_object_set_new(o, "network_ms", json_real(p->comm_ms));
     json_object_set_new(o, "blocked_ms", json_real(p->blocked_ms));
+    json_object_set_new(o, "shared_disk_ms", json_real(p->shared_disk_ms));
     /* in compute_ms: what the devices' CPU quotas change against computing at the quota-bound rate throughout */
     json_object_set_new(o, "quota_ms", json_real(p->quota_ms));
     json_object_set_new(o, "messages_per_token", json_integer(p->n_messages));
@@ -202,6 +203,21 @@ static int plan_run(cli_opts *o) {
     } else {
         printf("devices (profiled in %.0f ms):\n", cl->profile_ms);
         for (int i = 0; i < cl->n; i++) cli_print_device(i, cl->addr[i], &cl->dev[i]);
+        /* devices whose weights are on one disk (src/plan/cost.c, hpl_shared_disks) */
+        bool told[HPL_MAX_DEVICES] = {false};
+        for (int i = 0; i < cl->n; i++) {
+            if (told[i] || !cl->dev[i].disk_id[0]) continue;
+            char who[128] = "";
+            int k = 0;
+            size_t n = 0;
+            for (int j = i; j < cl->n; j++)
+                if (!strcmp(cl->dev[j].disk_id, cl->dev[i].disk_id)) {
+                    told[j] = true;
+                    if (n < sizeof who) n += (size_t)snprintf(who + n, sizeof who - n, "%s%d", k ? "," : "", j);
+                    k++;
+                }
+            if (k > 1) printf("  devices %s read their weights from one disk: their streaming shares it\n", who);
+        }
         if (cl->n > 1) {
             printf("links:\n");
             for (int a = 0; a < cl->n; a++)

@@ -69,6 +69,9 @@ typedef struct hpl_device {
                                  default one falls back to plain mmap) */
     double   mem_bw_gbps;     /* streaming read bandwidth, all threads */
     double   disk_gbps;       /* cold read of the disk holding its weights; 0 unknown */
+    char     disk_id[64];     /* that disk, as "boot id/major:minor" (read fresh, not cached): devices with the
+                                 same id read from one disk and share its throughput (two workers on one machine,
+                                 the testbed's devices); "" unknown */
     int      n_types;
     hpl_type_speed ts[HPL_MAX_TYPES];
     bool     cached;          /* the speeds came from the cache */
@@ -234,6 +237,8 @@ typedef struct hpl_plan {
     char   why[256];                    /* when not feasible: what is missing */
     double ms_per_token;
     double compute_ms, comm_ms, blocked_ms, head_extra_ms;  /* its parts */
+    double shared_disk_ms;              /* in blocked_ms: what devices that share a disk wait beyond their own
+                                           streaming (the disk reads all their streamed bytes in turn; 0: none) */
     double quota_ms;                    /* in compute_ms: what CPU quotas change against every device computing at its
                                            quota-bound rate throughout (a device idle part of a token computes in
                                            bursts; docs/planner.md, "CPU quotas"), usually < 0 */

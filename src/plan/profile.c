@@ -172,6 +172,21 @@ static void hpl_disk_dir(const char *path, char *out, size_t cap) {
     snprintf(out, cap, ".");
 }
 
+/* "boot id/major:minor" of the disk that holds path (the folder or the file's folder); "" when unknown */
+static void hpl_disk_id(const char *path, char *out, size_t cap) {
+    char dir[2048], boot[64] = "";
+    out[0] = 0;
+    hpl_disk_dir(path, dir, sizeof dir);
+    struct stat st;
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f)) boot[0] = 0;
+        fclose(f);
+    }
+    boot[strcspn(boot, "\n")] = 0;
+    if (boot[0] && !stat(dir, &st)) snprintf(out, cap, "%.40s/%u:%u", boot, major(st.st_dev), minor(st.st_dev));
+}
+
 static int hpl_default_cache_file(char *buf, size_t cap, hr_err *err) {
     const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     if (x && *x) snprintf(buf, cap, "%s/hearth/profile.json", x);
@@ -493,6 +508,7 @@ static json_t *hpl_device_to_json(const hpl_device *d, bool speeds_only) {
         json_object_set_new(o, "budget_set", json_boolean(d->budget_set));
         json_object_set_new(o, "cached", json_boolean(d->cached));
         json_object_set_new(o, "profile_ms", json_real(d->profile_ms));
+        json_object_set_new(o, "disk_id", json_string(d->disk_id));
     }
     json_object_set_new(o, "threads", json_integer(d->n_threads));
     json_object_set_new(o, "cpu_quota", json_real(d->cpu_quota));
@@ -567,6 +583,8 @@ static int hpl_cluster_device_json(const char *path, json_t *o, int i, hpl_clust
                        "disk_gbps)", path, i);
     d->budget_set = json_is_true(json_object_get(o, "budget_set"));
     d->cached = true;
+    const char *disk = json_string_value(json_object_get(o, "disk_id"));   /* saved before session 27: none */
+    snprintf(d->disk_id, sizeof d->disk_id, "%s", disk ? disk : "");
     const char *name = json_string_value(json_object_get(o, "name")), *addr = json_string_value(json_object_get(o, "address"));
     snprintf(d->name, sizeof d->name, "%s", name ? name : "");
     snprintf(c->addr[i], sizeof c->addr[i], "%s", addr ? addr : i ? "worker" : "head");
@@ -687,6 +705,7 @@ int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err) 
     if (p->cache_path) snprintf(file, sizeof file, "%s", p->cache_path);
     else if (hpl_default_cache_file(file, sizeof file, err)) return err->code;
     hpl_mkdirs_for(file); /* before the key: it names the disk the folder is on */
+    hpl_disk_id(p->disk_path ? p->disk_path : file, out->disk_id, sizeof out->disk_id);
     if (hpl_profile_key(out->n_threads, p->disk_path ? p->disk_path : file, key, sizeof key, err)) return err->code;
     /* the types asked for (the model's) that the cache does not hold yet: a profile made for one model
        measures another model's other types when that model comes */
@@ -765,6 +784,7 @@ int hpl_device_to_kv(const hpl_device *d, hc_kv_text *o) {
     HPL_KV(o, "budget_set", "%d", d->budget_set);
     HPL_KV(o, "mem_bw_gbps", "%.6g", d->mem_bw_gbps);
     HPL_KV(o, "disk_gbps", "%.6g", d->disk_gbps);
+    if (d->disk_id[0]) HPL_KV(o, "disk_id", "%s", d->disk_id);
     HPL_KV(o, "cached", "%d", d->cached);
     HPL_KV(o, "profile_ms", "%.3f", d->profile_ms);
     for (int i = 0; i < d->n_types; i++) {
@@ -806,6 +826,12 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *d, hr_err *err) {
             char raw[HN_MAX_VALUE + 1];
             hn_str_copy(raw, sizeof raw, kv->value);
             hr_escape(d->name, sizeof d->name, raw, strlen(raw)); /* a peer's text */
+            continue;
+        }
+        if (!strcmp(key, "disk_id")) {   /* compared, never shown raw: a peer's text, escaped all the same */
+            char raw[HN_MAX_VALUE + 1];
+            hn_str_copy(raw, sizeof raw, kv->value);
+            hr_escape(d->disk_id, sizeof d->disk_id, raw, strlen(raw));
             continue;
         }
         double v;
