@@ -546,6 +546,43 @@ static void test_mapped_speed(void) {
            "head %.4f ms, worker %.4f ms", pp.dc[0].compute_ms, pp.dc[1].compute_ms);
 }
 
+/* A streaming device's loader spends CPU inside the device's quota: HPL_LOADER_CPU_X x the cold read's CPU per
+   byte, over the cores the device gets; nothing when nothing streams, or under plain mmap (its faults are in
+   its blocked time), or when the profile has no figure. */
+static void test_loader_cpu(void) {
+    hpl_cluster c = {.n = 1};
+    c.dev[0] = dev(10, 300 * MIB, 1.0);
+    c.dev[0].disk_cpu_ms_gb = 10;
+    hpl_model m = model(10, 50 * MIB, 20 * MIB, 1 * MIB);
+    hpl_plan p = {.kind = HPL_SINGLE, .n = 1};
+    hr_err err = {0};
+    const double sampler = 16.0 * 32000 / 10e6, bytes = (10 * 50 + 20) * MIB;
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[0].stream_bytes > 0 && !p.dc[0].mmap);
+    double want = bytes / 10e6 + sampler + p.dc[0].stream_bytes / 1e9 * 10 * HPL_LOADER_CPU_X;
+    CHECKF(fabs(p.dc[0].compute_ms - want) < 1e-9, "streaming: %.4f ms, want %.4f", p.dc[0].compute_ms, want);
+    c.dev[0].n_threads = 2;                    /* two threads, no quota: over two cores */
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible);
+    want = bytes / 10e6 + sampler + p.dc[0].stream_bytes / 1e9 * 10 * HPL_LOADER_CPU_X / 2;
+    CHECKF(fabs(p.dc[0].compute_ms - want) < 1e-9, "2 threads: %.4f ms, want %.4f", p.dc[0].compute_ms, want);
+    c.dev[0].cpu_quota = 0.5;                  /* a binding quota: over half a core */
+    c.dev[0].cpu_period_ms = 100;
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible);
+    want = bytes / 10e6 + sampler + p.dc[0].stream_bytes / 1e9 * 10 * HPL_LOADER_CPU_X / 0.5;
+    CHECKF(fabs(p.dc[0].compute_ms - want) < 1e-9, "quota 0.5: %.4f ms, want %.4f", p.dc[0].compute_ms, want);
+    c.dev[0].disk_cpu_ms_gb = 0;               /* not measured: not costed */
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible);
+    CHECKF(fabs(p.dc[0].compute_ms - (bytes / 10e6 + sampler)) < 1e-9, "no figure: %.4f ms", p.dc[0].compute_ms);
+    c.dev[0] = dev(10, 4000 * MIB, 1.0);       /* resident: nothing streams */
+    c.dev[0].disk_cpu_ms_gb = 10;
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[0].stream_bytes == 0);
+    CHECKF(fabs(p.dc[0].compute_ms - (bytes / 10e6 + sampler)) < 1e-9, "resident: %.4f ms", p.dc[0].compute_ms);
+    c.dev[0] = dev(10, 200 * MIB, 1.0);        /* plain mmap */
+    c.dev[0].disk_cpu_ms_gb = 10;
+    hpl_model big = model(10, 50 * MIB, 190 * MIB, 1 * MIB);
+    CHECK(hpl_cost(&c, &big, 100, &p, &err) == 0 && p.feasible && p.dc[0].mmap);
+    CHECKF(fabs(p.dc[0].compute_ms - ((10 * 50 + 190) * MIB / 10e6 + sampler)) < 1e-9, "mmap: %.4f ms", p.dc[0].compute_ms);
+}
+
 /* Two devices that stream from one disk (the same disk_id): a token takes at least what that disk needs for
    both devices' streamed bytes; on disks of their own, each streams alone. */
 static void test_shared_disk(void) {
@@ -568,6 +605,12 @@ static void test_shared_disk(void) {
     /* one of them keeps its weights: nothing is shared */
     c.dev[1].budget = (uint64_t)(4000 * MIB);
     CHECK(hpl_cost(&c, &m, 100, &pp, &err) == 0 && pp.feasible && pp.dc[1].stream_bytes == 0 && pp.shared_disk_ms == 0);
+    /* grouping: by id, wherever the devices stand; an unknown disk is nobody's */
+    hpl_cluster g = {.n = 4};
+    snprintf(g.dev[0].disk_id, sizeof g.dev[0].disk_id, "boot/8:1");
+    snprintf(g.dev[1].disk_id, sizeof g.dev[1].disk_id, "boot/8:2");
+    snprintf(g.dev[2].disk_id, sizeof g.dev[2].disk_id, "boot/8:1");
+    CHECK(hpl_disk_first(&g, 0) == 0 && hpl_disk_first(&g, 1) == 1 && hpl_disk_first(&g, 2) == 0 && hpl_disk_first(&g, 3) == -1);
 }
 
 static void test_kv_roundtrip(void) {
@@ -577,6 +620,7 @@ static void test_kv_roundtrip(void) {
     d.tick_ms = 4;
     d.ts[d.n_types++] = (hpl_type_speed){HQ_TYPE_Q4_K, 3.25, 11.5, 2.5, 9.75};
     snprintf(d.disk_id, sizeof d.disk_id, "0f1e2d3c-aaaa-bbbb-cccc-0123456789ab/259:1");
+    d.disk_cpu_ms_gb = 11.5;
     hc_kv_text t;
     hpl_device_to_kv(&d, &t);
     hn_profile pr = {.n_kv = (uint32_t)t.n};
@@ -585,7 +629,7 @@ static void test_kv_roundtrip(void) {
     CHECKF(hpl_device_from_kv(&pr, &e, &err) == 0, "%s", err.msg);
     CHECK(e.n_types == 2 && e.ts[1].type == HQ_TYPE_Q4_K && e.ts[1].matmul_gbps == 11.5 && e.ts[1].matvec_map_gbps == 2.5 &&
           e.ts[1].matmul_map_gbps == 9.75 && e.budget == d.budget &&
-          e.cpu_quota == 0.5 && e.cpu_period_ms == 10 && e.tick_ms == 4 && e.disk_gbps == 0.25 && !strcmp(e.name, d.name) &&
+          e.cpu_quota == 0.5 && e.cpu_period_ms == 10 && e.tick_ms == 4 && e.disk_gbps == 0.25 && e.disk_cpu_ms_gb == 11.5 && !strcmp(e.name, d.name) &&
           !strcmp(e.disk_id, d.disk_id));
     /* a peer's nonsense is refused, not believed */
     pr.kv[1].value = hn_cstr("-3");
@@ -668,6 +712,8 @@ static void test_profile_types(void) {
     CHECK(!a.cached && a.n_types == 1 && a.ts[0].type == HQ_TYPE_Q4_0 && a.ts[0].matvec_gbps > 0 &&
           a.ts[0].matvec_map_gbps > 0 && a.ts[0].matmul_map_gbps > 0);
     CHECK(hpl_profile_self(&p, &b, &err) == 0 && b.cached && b.n_types == 1 && b.ts[0].matvec_map_gbps == a.ts[0].matvec_map_gbps);
+    CHECKF(a.disk_gbps <= 0 || a.disk_cpu_ms_gb > 0, "a cold read of %.2f GB/s took no CPU", a.disk_gbps);
+    CHECK(b.disk_gbps == a.disk_gbps && b.disk_cpu_ms_gb == a.disk_cpu_ms_gb);
     p.types |= 1u << HQ_TYPE_Q8_0;
     CHECK(hpl_profile_self(&p, &c, &err) == 0 && !c.cached && c.n_types == 2);
     bool q8 = false, q4_same = false;
@@ -697,6 +743,7 @@ int main(void) {
     test_quota();
     test_mmap_fallback();
     test_mapped_speed();
+    test_loader_cpu();
     test_shared_disk();
     test_kv_roundtrip();
     test_place_groups();

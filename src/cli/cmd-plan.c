@@ -204,18 +204,14 @@ static int plan_run(cli_opts *o) {
         printf("devices (profiled in %.0f ms):\n", cl->profile_ms);
         for (int i = 0; i < cl->n; i++) cli_print_device(i, cl->addr[i], &cl->dev[i]);
         /* devices whose weights are on one disk (src/plan/cost.c, hpl_shared_disks) */
-        bool told[HPL_MAX_DEVICES] = {false};
         for (int i = 0; i < cl->n; i++) {
-            if (told[i] || !cl->dev[i].disk_id[0]) continue;
+            if (hpl_disk_first(cl, i) != i) continue;
             char who[128] = "";
             int k = 0;
             size_t n = 0;
             for (int j = i; j < cl->n; j++)
-                if (!strcmp(cl->dev[j].disk_id, cl->dev[i].disk_id)) {
-                    told[j] = true;
-                    if (n < sizeof who) n += (size_t)snprintf(who + n, sizeof who - n, "%s%d", k ? "," : "", j);
-                    k++;
-                }
+                if (hpl_disk_first(cl, j) == i && n < sizeof who)
+                    n += (size_t)snprintf(who + n, sizeof who - n, "%s%d", k++ ? "," : "", j);
             if (k > 1) printf("  devices %s read their weights from one disk: their streaming shares it\n", who);
         }
         if (cl->n > 1) {

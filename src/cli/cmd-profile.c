@@ -22,6 +22,7 @@ void cli_print_device(int i, const char *addr, const hpl_device *d) {
            i, addr, d->name, d->n_threads, d->cpu_quota > 0 ? "" : "none", d->mem_usable / 1048576.0, d->budget / 1048576.0,
            d->mem_bw_gbps, d->disk_gbps, d->cached ? "  (cached)" : "");
     if (d->cpu_quota > 0) printf("     cpu quota %.2f cores per %.0f ms period\n", d->cpu_quota, d->cpu_period_ms);
+    if (d->disk_cpu_ms_gb > 0) printf("     streaming costs %.0f ms of CPU per GB read (the page cache's work)\n", d->disk_cpu_ms_gb);
     printf("     matvec/matmul GB/s: %s\n", types);
 }
 

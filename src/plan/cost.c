@@ -433,6 +433,19 @@ static double hpl_sched_run(const hpl_cluster *c, const hpl_sched *s) {
 
 /* ---- the plans ---------------------------------------------------------------------------------------------- */
 
+/* The CPU a streaming device's loader spends beside the compute, inside the same quota: the page cache's
+   work per byte streamed (readahead, mapping, dropping what was read). The profile's cold read measures
+   it alone (disk_cpu_ms_gb: 9-11 ms per GB on every testbed device, session 28); the loader spends more,
+   because it evicts under the device's memory limit while the kernels run: home4-8b-small's d2 (0.8 core)
+   streaming 1.5 GB a token, its loader thread took 27 ms of CPU per GB (session 27, with MADV_HUGEPAGE;
+   72 before) — HPL_LOADER_CPU_X (plan.h) times the cold read's. Plain mmap faults the pages in from the
+   compute's own thread: its stream_ms is all blocked (hpl_blocked) and already holds that work. */
+static double hpl_loader_ms(const hpl_device *d, const hpl_dev_cost *dc) {
+    if (dc->mmap || dc->stream_bytes <= 0 || !(d->disk_cpu_ms_gb > 0)) return 0;
+    const double cores = hpl_quota_binds(d) ? d->cpu_quota : HR_MAX(d->n_threads, 1);
+    return dc->stream_bytes / 1e9 * d->disk_cpu_ms_gb * HPL_LOADER_CPU_X / cores;
+}
+
 static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p) {
     const hpl_device *d = &c->dev[0];
     hpl_dev_cost *dc = &p->dc[0];
@@ -443,7 +456,7 @@ static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_promp
                     m->block_max_bytes, dc, p->why, sizeof p->why))
         return 0;
     p->head_extra_ms = hpl_head_extra_ms(d, m, hpl_mapped(dc));
-    dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, 1, 0, hpl_mapped(dc)) + p->head_extra_ms;
+    dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, 1, 0, hpl_mapped(dc)) + p->head_extra_ms + hpl_loader_ms(d, dc);
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
     dc->blocked_ms = hpl_blocked(dc, 0);
     if (hpl_plan_bursts(c, p)) {
@@ -476,7 +489,7 @@ static double hpl_tp_dev(const hpl_cluster *c, const hpl_model *m, const hpl_pla
     *ok = hpl_memory(d, m, x * m->layer_bytes * m->n_layer, p->dev[i] == 0 ? m->out_bytes : 0,
                      x * m->kv_bytes_per_layer * m->n_layer, HR_MAX(x * m->block_max_bytes, 1), dc, why, cap);
     if (!*ok) return INFINITY;
-    dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, x, 0, hpl_mapped(dc));
+    dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, x, 0, hpl_mapped(dc)) + hpl_loader_ms(d, dc);
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
     dc->blocked_ms = hpl_blocked(dc, 0);
     return dc->compute_ms + dc->blocked_ms;
@@ -711,12 +724,12 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         at = to;
     }
     p->n_messages = hops;
-    /* the head's output head: once its memory says whether it computes from the mapping */
     double sum_c = 0, sum_pf = 0, blocked = 0, blocked_pf = 0, g_fwd = 0, g_ar = 0;
     if (g > 1) {
         double t, tb, t_pf;
         if (!hpl_group_cost(c, m, &pl, gs, g, n_prompt, p, &t, &tb, &t_pf, &comm, &comm_pf, &loss, &loss_pf, &g_fwd, &g_ar))
             return 0;
+        /* the head's output head, priced once its memory says whether it computes from the mapping */
         if (gs == 0) p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m, hpl_mapped(&p->dc[0]));
         double extra = gs == 0 ? p->head_extra_ms : 0;
         p->dc[gs].compute_ms += extra;
@@ -736,8 +749,9 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         if (!hpl_memory(d, m, dc->layers * m->layer_bytes, i == 0 ? m->out_bytes : 0, dc->layers * m->kv_bytes_per_layer,
                         m->block_max_bytes, dc, p->why, sizeof p->why))
             return 0;
-        if (i == 0) p->head_extra_ms = hpl_head_extra_ms(d, m, hpl_mapped(dc));
-        dc->compute_ms = hpl_layers_ms(d, m, dc->layers, 1, 0, hpl_mapped(dc)) + (i == 0 ? p->head_extra_ms : 0);
+        if (i == 0) p->head_extra_ms = hpl_head_extra_ms(d, m, hpl_mapped(dc)); /* as in the group above */
+        dc->compute_ms = hpl_layers_ms(d, m, dc->layers, 1, 0, hpl_mapped(dc)) + (i == 0 ? p->head_extra_ms : 0) +
+                         hpl_loader_ms(d, dc);
         dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
         sum_c += dc->compute_ms;
         sum_pf += hpl_layers_ms(d, m, dc->layers, 1, n_prompt, hpl_mapped(dc)) + (i == 0 ? p->head_extra_ms : 0);
@@ -772,6 +786,13 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     return 0;
 }
 
+int hpl_disk_first(const hpl_cluster *c, int i) {
+    if (!c->dev[i].disk_id[0]) return -1;
+    for (int j = 0; j < i; j++)
+        if (!strcmp(c->dev[j].disk_id, c->dev[i].disk_id)) return j;
+    return i;
+}
+
 /* Devices that read their weights from one disk (the same disk_id: two workers on one machine, the testbed's
    devices) share its throughput: each device's streaming is costed at the speed it measured alone, and a
    token takes at least what the disk needs to read all their streamed bytes one after another. (home4-8b-small,
@@ -779,20 +800,14 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
    2-28% with it; docs/planner.md, "Session 27".) A bound only: how much of the reading overlaps compute is the
    devices' own business (hpl_blocked). */
 static void hpl_shared_disks(const hpl_cluster *c, hpl_plan *p) {
-    bool seen[HPL_MAX_DEVICES] = {false};
-    double worst = 0;
+    double sum[HPL_MAX_DEVICES] = {0}, worst = 0;
+    int k[HPL_MAX_DEVICES] = {0};
     for (int i = 0; i < p->n; i++) {
-        const char *id = c->dev[p->dev[i]].disk_id;
-        if (seen[i] || !id[0]) continue;
-        double sum = 0;
-        int k = 0;
-        for (int j = i; j < p->n; j++)
-            if (!seen[j] && !strcmp(c->dev[p->dev[j]].disk_id, id)) {
-                seen[j] = true;
-                sum += p->dc[j].stream_ms;
-                k += p->dc[j].stream_bytes > 0;
-            }
-        if (k > 1) worst = HR_MAX(worst, sum);
+        const int d = hpl_disk_first(c, p->dev[i]);
+        if (d < 0) continue;
+        sum[d] += p->dc[i].stream_ms;
+        k[d] += p->dc[i].stream_bytes > 0;
+        if (k[d] > 1) worst = HR_MAX(worst, sum[d]);
     }
     if (worst > p->ms_per_token) {
         p->shared_disk_ms = worst - p->ms_per_token;

@@ -51,6 +51,9 @@ typedef struct hpl_type_speed {
     double matvec_map_gbps, matmul_map_gbps;
 } hpl_type_speed;
 #define HPL_MATMUL_ROWS 32
+/* a streaming device's loader spends this many times the CPU per byte of the profile's cold read
+   (disk_cpu_ms_gb), inside the device's quota (cost.c, hpl_loader_ms) */
+#define HPL_LOADER_CPU_X 2.6
 
 typedef struct hpl_device {
     char     name[80];
@@ -69,6 +72,9 @@ typedef struct hpl_device {
                                  default one falls back to plain mmap) */
     double   mem_bw_gbps;     /* streaming read bandwidth, all threads */
     double   disk_gbps;       /* cold read of the disk holding its weights; 0 unknown */
+    double   disk_cpu_ms_gb;  /* the CPU time that cold read took per GB (the page cache's work: readahead,
+                                 mapping, eviction), which a streaming device's loader spends inside its
+                                 quota beside the compute; 0 unknown (saved before session 28: not costed) */
     char     disk_id[64];     /* that disk, as "boot id/major:minor" (read fresh, not cached): devices with the
                                  same id read from one disk and share its throughput (two workers on one machine,
                                  the testbed's devices); "" unknown */
@@ -256,6 +262,9 @@ typedef struct hpl_plan {
     hpl_dev_cost dc[HPL_MAX_DEVICES];
 } hpl_plan;
 
+/* the first device of c whose weights are on device i's disk (disk_id), i itself when it is the first;
+   -1 when i's disk is unknown */
+int hpl_disk_first(const hpl_cluster *c, int i);
 /* Predicts decode ms/token, prefill ms for n_prompt tokens and every device's memory. Sets feasible
    (false with why when a device's KV cache and scratch do not fit its budget). */
 int hpl_cost(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_plan *p, hr_err *err);

@@ -172,19 +172,30 @@ static void hpl_disk_dir(const char *path, char *out, size_t cap) {
     snprintf(out, cap, ".");
 }
 
-/* "boot id/major:minor" of the disk that holds path (the folder or the file's folder); "" when unknown */
-static void hpl_disk_id(const char *path, char *out, size_t cap) {
-    char dir[2048], boot[64] = "";
-    out[0] = 0;
-    hpl_disk_dir(path, dir, sizeof dir);
+/* the major:minor of the disk that holds path (the folder or the file's folder); false when unknown */
+static bool hpl_disk_dev(const char *path, unsigned *maj, unsigned *min) {
+    char dir[2048];
     struct stat st;
+    hpl_disk_dir(path, dir, sizeof dir);
+    *maj = *min = 0;
+    if (stat(dir, &st)) return false;
+    *maj = major(st.st_dev);
+    *min = minor(st.st_dev);
+    return true;
+}
+
+/* "boot id/major:minor" of the disk that holds path; "" when unknown */
+static void hpl_disk_id(const char *path, char *out, size_t cap) {
+    char boot[64] = "";
+    unsigned maj, min;
+    out[0] = 0;
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
     if (f) {
         if (!fgets(boot, sizeof boot, f)) boot[0] = 0;
         fclose(f);
     }
     boot[strcspn(boot, "\n")] = 0;
-    if (boot[0] && !stat(dir, &st)) snprintf(out, cap, "%.40s/%u:%u", boot, major(st.st_dev), minor(st.st_dev));
+    if (boot[0] && hpl_disk_dev(path, &maj, &min)) snprintf(out, cap, "%.40s/%u:%u", boot, maj, min);
 }
 
 static int hpl_default_cache_file(char *buf, size_t cap, hr_err *err) {
@@ -212,16 +223,14 @@ void hpl_json_save(const char *file, json_t *root) {
 }
 
 int hpl_profile_key(int n_threads, const char *disk_path, char *buf, size_t cap, hr_err *err) {
-    char cpu[128], dir[2048];
+    char cpu[128];
     hpl_cpu_model(cpu, sizeof cpu);
     hmem_sysmem sm;
     if (hmem_sysmem_read(&sm, err)) return err->code;
     uint64_t lim = sm.cgroup_limit;
     if (sm.env_limit && (!lim || sm.env_limit < lim)) lim = sm.env_limit;
-    hpl_disk_dir(disk_path, dir, sizeof dir);
-    struct stat st;
-    unsigned dmaj = 0, dmin = 0;
-    if (!stat(dir, &st)) { dmaj = major(st.st_dev); dmin = minor(st.st_dev); }
+    unsigned dmaj, dmin;
+    hpl_disk_dev(disk_path, &dmaj, &dmin);
     snprintf(buf, cap, "v6|%s|cpus %ld|cores %d|simd %s|threads %d|quota %.2f|memtotal %" PRIu64 "|memlimit %" PRIu64
              "|disk %u:%u", cpu, sysconf(_SC_NPROCESSORS_ONLN), hr_physical_cores(), hq_simd_name(), n_threads,
              hpl_cpu_quota(), sm.mem_total, lim, dmaj, dmin);
@@ -506,8 +515,12 @@ static double hpl_bench_membw(hr_pool *pool, int ms, hpl_cpu_share cores) {
    loader streams (src/mem, load_range): the range mapped, then made resident 16 MiB at a time with
    MADV_POPULATE_READ (the fault path's readahead, large folios), or a read per page where the kernel
    lacks it. Until session 22 this was 4 MiB preads with WILLNEED ahead: 0.9-1.3 GB/s on the testbed's
-   disk, where the loader streams at 1.6-1.7 (docs/planner.md). bytes/ns; off is page-aligned */
-static double hpl_cold_read(int fd, off_t off, size_t len) {
+   disk, where the loader streams at 1.6-1.7 (docs/planner.md). bytes/ns; off is page-aligned. *cpu: the
+   process CPU time it took, ns per byte, from the first drop to the last (the loader drops what it has
+   streamed too) */
+static double hpl_cold_read(int fd, off_t off, size_t len, double *cpu) {
+    const int64_t c0 = hr_cpu_time_ns();
+    *cpu = 0;
     posix_fadvise(fd, off, (off_t)len, POSIX_FADV_DONTNEED);
     uint8_t *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, off);
     if (p == MAP_FAILED) return 0;
@@ -530,19 +543,29 @@ static double hpl_cold_read(int fd, off_t off, size_t len) {
     int64_t t1 = hr_time_ns();
     munmap(p, len);
     posix_fadvise(fd, off, (off_t)len, POSIX_FADV_DONTNEED);
+    if (ok) *cpu = (double)(hr_cpu_time_ns() - c0) / (double)len;
     return ok && t1 > t0 ? (double)len / (double)(t1 - t0) : 0;
 }
 
 /* cold read speed of the disk holding path: HPL_DISK_BYTES of the file itself when it is that large,
    else of a file written (and synced) for the purpose in its folder; 0 when neither can be done */
-static double hpl_bench_disk(const char *path) {
+/* the better of two cold reads; *cpu_ms_gb: the smaller CPU figure (what else the process did in one of
+   them only adds to it) */
+static double hpl_cold_reads(int fd, off_t off, size_t len, double *cpu_ms_gb) {
+    double c1, c2, v = HR_MAX(hpl_cold_read(fd, off, len, &c1), hpl_cold_read(fd, off, len, &c2));
+    *cpu_ms_gb = (c1 > 0 && c2 > 0 ? HR_MIN(c1, c2) : HR_MAX(c1, c2)) * 1e3;   /* ns/byte = 1e3 ms/GB */
+    return v;
+}
+
+static double hpl_bench_disk(const char *path, double *cpu_ms_gb) {
+    *cpu_ms_gb = 0;
     struct stat st;
     if (path && !stat(path, &st) && S_ISREG(st.st_mode) && st.st_size >= (off_t)(HPL_DISK_BYTES / 2)) {
         int fd = open(path, O_RDONLY);
         if (fd < 0) return 0;
         size_t len = (size_t)HR_MIN((off_t)HPL_DISK_BYTES, st.st_size);
         off_t at = (st.st_size - (off_t)len) / 2 / 4096 * 4096;
-        double v = HR_MAX(hpl_cold_read(fd, at, len), hpl_cold_read(fd, at, len)); /* the better of two */
+        double v = hpl_cold_reads(fd, at, len, cpu_ms_gb);
         close(fd);
         return v;
     }
@@ -560,7 +583,7 @@ static double hpl_bench_disk(const char *path) {
         ok = write(fd, buf, 1u << 20) == (ssize_t)(1u << 20);
     }
     free(buf);
-    if (ok && !fsync(fd)) v = HR_MAX(hpl_cold_read(fd, 0, HPL_DISK_BYTES), hpl_cold_read(fd, 0, HPL_DISK_BYTES));
+    if (ok && !fsync(fd)) v = hpl_cold_reads(fd, 0, HPL_DISK_BYTES, cpu_ms_gb);
     close(fd);
     return v;
 }
@@ -587,6 +610,7 @@ static json_t *hpl_device_to_json(const hpl_device *d, bool speeds_only) {
     json_object_set_new(o, "tick_ms", json_real(d->tick_ms));
     json_object_set_new(o, "mem_bw_gbps", json_real(d->mem_bw_gbps));
     json_object_set_new(o, "disk_gbps", json_real(d->disk_gbps));
+    if (d->disk_cpu_ms_gb > 0) json_object_set_new(o, "disk_cpu_ms_per_gb", json_real(d->disk_cpu_ms_gb));
     for (int i = 0; i < d->n_types; i++) {
         json_t *t = json_object();
         json_object_set_new(t, "type", json_string(hq_type_name(d->ts[i].type)));
@@ -612,6 +636,7 @@ static bool hpl_speeds_from_json(json_t *o, hpl_device *d) {
     if (!json_is_array(ts) || json_array_size(ts) > HPL_MAX_TYPES) return false;
     d->mem_bw_gbps = json_number_value(json_object_get(o, "mem_bw_gbps"));
     d->disk_gbps = json_number_value(json_object_get(o, "disk_gbps"));
+    d->disk_cpu_ms_gb = json_number_value(json_object_get(o, "disk_cpu_ms_per_gb")); /* 0 when absent */
     d->n_types = 0;
     for (size_t i = 0; i < json_array_size(ts); i++) {
         json_t *t = json_array_get(ts, i);
@@ -649,9 +674,9 @@ static int hpl_cluster_device_json(const char *path, json_t *o, int i, hpl_clust
     if (!hpl_json_num(o, "cpu_quota", 0, 4096, &d->cpu_quota) || !hpl_json_num(o, "cpu_period_ms", 0, 1e6, &d->cpu_period_ms))
         return hr_fail(err, HR_EINVAL, "%s: device %d: no cpu_quota / cpu_period_ms (0: none)", path, i);
     if (!hpl_json_num(o, "tick_ms", 0, 1000, &d->tick_ms)) d->tick_ms = 0;   /* saved before session 25: unknown */
-    if (!hpl_speeds_from_json(o, d) || !(d->disk_gbps >= 0))
+    if (!hpl_speeds_from_json(o, d) || !(d->disk_gbps >= 0) || !(d->disk_cpu_ms_gb >= 0 && d->disk_cpu_ms_gb < 1e6))
         return hr_fail(err, HR_EINVAL, "%s: device %d: no speeds (types: [{type, matvec_gbps, matmul_gbps}], mem_bw_gbps, "
-                       "disk_gbps)", path, i);
+                       "disk_gbps; disk_cpu_ms_per_gb >= 0 if given)", path, i);
     d->budget_set = json_is_true(json_object_get(o, "budget_set"));
     d->cached = true;
     const char *disk = json_string_value(json_object_get(o, "disk_id"));   /* saved before session 27: none */
@@ -810,7 +835,8 @@ int hpl_profile_self(const hpl_profile_params *p, hpl_device *out, hr_err *err) 
     hr_pool_free(pool);
     if (rc) return rc;
     int64_t td = hr_time_ns();
-    out->disk_gbps = again ? hpl_bench_disk(p->disk_path ? p->disk_path : file) : old.disk_gbps;
+    out->disk_cpu_ms_gb = old.disk_cpu_ms_gb;
+    out->disk_gbps = again ? hpl_bench_disk(p->disk_path ? p->disk_path : file, &out->disk_cpu_ms_gb) : old.disk_gbps;
     HR_LOGD("profile: kernels %.0f ms, disk %.0f ms", (td - t0) / 1e6, (hr_time_ns() - td) / 1e6);
     hpl_cache_put(file, key, out);
     out->profile_ms = (double)(hr_time_ns() - t0) / 1e6;
@@ -852,6 +878,7 @@ int hpl_device_to_kv(const hpl_device *d, hc_kv_text *o) {
     HPL_KV(o, "budget_set", "%d", d->budget_set);
     HPL_KV(o, "mem_bw_gbps", "%.6g", d->mem_bw_gbps);
     HPL_KV(o, "disk_gbps", "%.6g", d->disk_gbps);
+    HPL_KV(o, "disk_cpu", "%.6g", d->disk_cpu_ms_gb);
     if (d->disk_id[0]) HPL_KV(o, "disk_id", "%s", d->disk_id);
     HPL_KV(o, "cached", "%d", d->cached);
     HPL_KV(o, "profile_ms", "%.3f", d->profile_ms);
@@ -916,6 +943,7 @@ int hpl_device_from_kv(const hn_profile *p, hpl_device *d, hr_err *err) {
         else if (!strcmp(key, "budget_set")) d->budget_set = v != 0;
         else if (!strcmp(key, "mem_bw_gbps")) d->mem_bw_gbps = v;
         else if (!strcmp(key, "disk_gbps")) d->disk_gbps = v;
+        else if (!strcmp(key, "disk_cpu")) d->disk_cpu_ms_gb = HR_MIN(v, 1e6);
         else if (!strcmp(key, "cached")) d->cached = v != 0;
         else if (!strcmp(key, "profile_ms")) d->profile_ms = v;
         else if (!strncmp(key, "mv.", 3) || !strncmp(key, "mm.", 3) || !strncmp(key, "mvm.", 4) || !strncmp(key, "mmm.", 4)) {
