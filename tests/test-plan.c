@@ -546,6 +546,25 @@ static void test_mapped_speed(void) {
            "head %.4f ms, worker %.4f ms", pp.dc[0].compute_ms, pp.dc[1].compute_ms);
 }
 
+/* TP: a device's loader reads while its compute thread waits for the all-reduces, so what blocks is the
+   streaming its compute and those waits do not cover. */
+static void test_tp_stream_waits(void) {
+    hpl_cluster c = {.n = 2};
+    c.dev[0] = dev(10, 150 * MIB, 0.2);        /* the head streams part of its share from a slow disk */
+    c.dev[1] = dev(10, 4000 * MIB, 1.0);
+    links(&c, 2.0, 0.1);
+    hpl_model m = model(10, 50 * MIB, 20 * MIB, 1 * MIB);
+    hpl_plan p = {.kind = HPL_TP, .n = 2, .dev = {0, 1}, .share = {0.5, 0.5}};
+    hr_err err = {0};
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[0].stream_bytes > 0 && p.dc[1].stream_bytes == 0);
+    const double own = p.dc[0].compute_ms - p.head_extra_ms, want = HR_MAX(0, p.dc[0].stream_ms - own - p.comm_ms);
+    CHECKF(p.comm_ms > 0 && want > 0 && fabs(p.dc[0].blocked_ms - want) < 1e-6 && fabs(p.blocked_ms - want) < 1e-6,
+           "blocked %.3f ms, want %.3f (streaming %.3f, compute %.3f, waits %.3f)", p.dc[0].blocked_ms, want,
+           p.dc[0].stream_ms, own, p.comm_ms);
+    links(&c, 400.0, 0.1);                     /* waits that cover it all */
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[0].blocked_ms == 0 && p.blocked_ms == 0);
+}
+
 /* A streaming device's loader spends CPU inside the device's quota: HPL_LOADER_CPU_X x the cold read's CPU per
    byte, over the cores the device gets; nothing when nothing streams, or under plain mmap (its faults are in
    its blocked time), or when the profile has no figure. */
@@ -744,6 +763,7 @@ int main(void) {
     test_mmap_fallback();
     test_mapped_speed();
     test_loader_cpu();
+    test_tp_stream_waits();
     test_shared_disk();
     test_kv_roundtrip();
     test_place_groups();

@@ -535,6 +535,20 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     ar_pf = rtt + xfer_pf;
     fwd = rtt / 2 + xfer / 2;
     fwd_pf = rtt / 2 + xfer_pf / 2;
+    /* a device's loader goes on reading while its compute thread waits for the all-reduces: those waits
+       come at every block, so the loader, behind whenever the device is disk-bound, never fills its window
+       of two blocks in them (home4-8b-small, TP over four devices with the head streaming: predicted +22% to
+       +58% with the waits left out, -5% to +23% with them; docs/planner.md, "Session 28") */
+    {
+        const double waits = fwd + 2.0 * m->n_layer * ar;
+        layers = 0;
+        p->blocked_ms = 0;
+        for (int i = 0; i < p->n; i++) {
+            p->dc[i].blocked_ms = hpl_blocked(&p->dc[i], waits);
+            layers = HR_MAX(layers, p->dc[i].compute_ms + p->dc[i].blocked_ms);
+            p->blocked_ms = HR_MAX(p->blocked_ms, p->dc[i].blocked_ms);
+        }
+    }
     p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m, hpl_mapped(&p->dc[0]));
     /* the token as bursts: the FORWARD, every block's compute on every device and its all-reduce, the
        output head */
