@@ -365,7 +365,9 @@ typedef struct hpl_kjob {
 /* the jobs' matvec and matmul rates, bytes/ns, into *out_mv / *out_mm; w: the test matrix
    (HPL_BENCH_BYTES), s: the results (the most rows x HPL_MATMUL_ROWS) */
 static void hpl_bench_kernels(hr_pool *pool, hpl_kjob *job, int n_jobs, uint8_t *w, float *s, int ms, hpl_cpu_share cores) {
-    const int turn = HR_MAX(1, ms / HPL_ROUNDS), cap = HPL_MAX_PASSES;
+    /* each turn takes at most its share of a job's HPL_MAX_PASSES, so that a fast device's early rounds
+       do not use them all */
+    const int turn = HR_MAX(1, ms / HPL_ROUNDS), per_turn = HPL_MAX_PASSES / HPL_ROUNDS;
     for (int r = 0; r < HPL_ROUNDS; r++)
         for (int j = 0; j < n_jobs; j++) {
             hpl_kjob *k = &job[j];
@@ -378,13 +380,13 @@ static void hpl_bench_kernels(hr_pool *pool, hpl_kjob *job, int n_jobs, uint8_t 
             if (r == 0) hpl_bench_pass(&b); /* warm-up: the threads' first wake, the kernel's code */
             const int min = r == 0 ? 1 : 0;
             hpl_time_passes(hpl_bench_pass, &b, turn, min, (double)rows * (double)k->bx, w, (size_t)rows * k->bx, cores,
-                            k->mv, &k->n_mv, cap);
+                            k->mv, &k->n_mv, k->n_mv + per_turn);
             /* prefill: compute-bound (each weight byte serves 32 rows), so a quarter of the matrix gives the
                same rate in a quarter of the time of a pass — which, at 1 thread, is longer than a turn */
             b.nc = HPL_MATMUL_ROWS;
             b.rows = HR_MAX(HQ_BAND, rows / 4 / HQ_BAND * HQ_BAND);
             hpl_time_passes(hpl_bench_pass, &b, turn, min, (double)b.rows * (double)k->bx * HPL_MATMUL_ROWS, w,
-                            (size_t)b.rows * k->bx, cores, k->mm, &k->n_mm, cap);
+                            (size_t)b.rows * k->bx, cores, k->mm, &k->n_mm, k->n_mm + per_turn);
         }
     for (int j = 0; j < n_jobs; j++) {
         *job[j].out_mv = hr_median(job[j].mv, job[j].n_mv);
