@@ -50,7 +50,8 @@ const cli_command cli_profile = {
     "profile", CLI_PROFILE, "measure this device for the planner (cached)", "[-t N] [-m MODEL] [--json] [--no-cache]",
     "Measures this device once — matrix-vector and matrix-matrix speed per weight type with hearth's\n"
     "kernels, memory bandwidth, the memory it may use, its CPU quota, the cold read speed of the disk\n"
-    "holding MODEL and the CPU time that read takes per GB — and caches it in $XDG_CACHE_HOME/hearth/profile.json (or ~/.cache/...), keyed by\n"
-    "the CPU, core count, threads, memory and CPU limits and the disk: a change of any of them measures\n"
-    "again. The memory figures are read fresh every time. docs/planner.md.",
+    "holding MODEL and the CPU time that read takes per GB — and caches it in\n"
+    "$XDG_CACHE_HOME/hearth/profile.json (or ~/.cache/...), keyed by the CPU, core count, threads,\n"
+    "memory and CPU limits and the disk: a change of any of them measures again. The memory figures\n"
+    "are read fresh every time. docs/planner.md.",
     .run = profile_run};
