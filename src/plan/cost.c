@@ -514,11 +514,9 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
     int nb = (n_prompt + m->n_batch - 1) / m->n_batch, per = HR_MIN(n_prompt, m->n_batch);
     for (int i = 0; i < p->n; i++) {
         bool ok;
-        double t = hpl_tp_dev(c, m, p, i, p->share[i], &p->dc[i], &ok, p->why, sizeof p->why);
+        hpl_tp_dev(c, m, p, i, p->share[i], &p->dc[i], &ok, p->why, sizeof p->why);
         if (!ok) return 0;
-        layers = HR_MAX(layers, t);
         p->compute_ms = HR_MAX(p->compute_ms, p->dc[i].compute_ms);
-        p->blocked_ms = HR_MAX(p->blocked_ms, p->dc[i].blocked_ms);
         layers_pf = HR_MAX(layers_pf, hpl_layers_ms(&c->dev[p->dev[i]], m, m->n_layer, p->share[i], n_prompt,
                                                     hpl_mapped(&p->dc[i])));
         stream = HR_MAX(stream, p->dc[i].stream_ms);
@@ -539,15 +537,10 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
        come at every block, so the loader, behind whenever the device is disk-bound, never fills its window
        of two blocks in them (home4-8b-small, TP over four devices with the head streaming: predicted +22% to
        +58% with the waits left out, -5% to +23% with them; docs/planner.md, "Session 28") */
-    {
-        const double waits = fwd + 2.0 * m->n_layer * ar;
-        layers = 0;
-        p->blocked_ms = 0;
-        for (int i = 0; i < p->n; i++) {
-            p->dc[i].blocked_ms = hpl_blocked(&p->dc[i], waits);
-            layers = HR_MAX(layers, p->dc[i].compute_ms + p->dc[i].blocked_ms);
-            p->blocked_ms = HR_MAX(p->blocked_ms, p->dc[i].blocked_ms);
-        }
+    for (int i = 0; i < p->n; i++) {
+        p->dc[i].blocked_ms = hpl_blocked(&p->dc[i], fwd + 2.0 * m->n_layer * ar);
+        layers = HR_MAX(layers, p->dc[i].compute_ms + p->dc[i].blocked_ms);
+        p->blocked_ms = HR_MAX(p->blocked_ms, p->dc[i].blocked_ms);
     }
     p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m, hpl_mapped(&p->dc[0]));
     /* the token as bursts: the FORWARD, every block's compute on every device and its all-reduce, the
