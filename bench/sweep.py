@@ -208,10 +208,12 @@ def run_argv(bin_, model, args, plan, addrs, n_tokens):
     return argv + plan["flags"]
 
 
-def plan_argv(bin_, model, addrs, ctx, serial):
-    """step 1: `hearth plan --json --no-cache` on d0 over every other device's worker"""
+def plan_argv(bin_, model, addrs, ctx, serial, trial=0, cache_max="1500M"):
+    """step 1: `hearth plan --json --no-cache` on d0 over every other device's worker (--trial N: with
+    --plan-trial N, the planner's N best-predicted candidates measured and the fastest chosen)"""
     return [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1", "-c", str(ctx),
-            "--json", "--no-cache"] + (["--profile-serial"] if serial else [])
+            "--json", "--no-cache"] + (["--profile-serial"] if serial else []) + (
+            ["--plan-trial", str(trial), "--cache-max", cache_max] if trial else [])
 
 
 def drop_work_caches(work):
@@ -243,8 +245,9 @@ def measure(args):
             # waits longer than the default 20 s and drops the session
             tp.start_worker(bed, args, bin_, f"d{i}", ["-t", "1", "--cache-max", args.cache_max,
                                                        "--setup-timeout", "300"], procs)
-        argv = plan_argv(bin_, model, addrs, args.ctx, args.serial)
+        argv = plan_argv(bin_, model, addrs, args.ctx, args.serial, args.trial, args.cache_max)
         res["plan_command"] = " ".join(argv)
+        res["trial"] = args.trial
         t0 = time.time()
         r = tp.sh(bed.cmd("d0", env + argv), timeout=900)
         if r.returncode:
@@ -254,12 +257,16 @@ def measure(args):
         res["plan"] = plan
         res["chosen"] = plan["chosen"]
         plans = [cand_plan(i, c, plan["chosen"]) for i, c in enumerate(plan["candidates"]) if c.get("feasible")]
+        for p in plans:  # with --trial: what the prediction alone would have chosen, measured too
+            p["predicted_choice"] = p["candidate"] == plan.get("predicted_choice", plan["chosen"])
+            if "measured_ms_per_token" in plan["candidates"][p["candidate"]]:
+                p["trial_ms_per_token"] = plan["candidates"][p["candidate"]]["measured_ms_per_token"]
         if args.top:
             # only the chosen plan and the best-predicted others are measured (8B sweeps: a plan's warm-up sends
             # GBs of slices over the emulated links); the rest stay in results.json, marked, unmeasured
             keep = {id(p) for p in sorted(plans, key=lambda p: p["predicted_ms_per_token"])[:args.top]}
             for p in plans:
-                if id(p) not in keep and not p["chosen"]:
+                if id(p) not in keep and not p["chosen"] and not p["predicted_choice"]:
                     p["error"] = f"not measured (--top {args.top}: not among the best predicted)"
                     p["skipped"] = True
             res["top"] = args.top
@@ -397,7 +404,9 @@ def report(res, path):
     for p in order:
         pred = p.get("predicted_ms_per_token")
         meas = p.get("measured_ms_per_token")
-        src = "hand" if p.get("hand") else f"candidate {p['candidate']}" + (" (chosen)" if p.get("chosen") else "")
+        src = "hand" if p.get("hand") else f"candidate {p['candidate']}" + (" (chosen)" if p.get("chosen") else "") + (
+            " (prediction's choice)" if p.get("predicted_choice") and not p.get("chosen") else "") + (
+            f" (trial {p['trial_ms_per_token']:.1f})" if p.get("trial_ms_per_token") else "")
         err = f"{(pred - meas) / meas * 100:+.0f}%" if pred and meas else "–"
         m = (f"{meas:.1f} ({min(p['runs_ms']):.1f}–{max(p['runs_ms']):.1f})" if meas
              else "not measured (--top)" if p.get("skipped")
@@ -432,6 +441,14 @@ def report(res, path):
                  f"best of the sweep ({s['n_cand']} candidates + {s['n_hand']} hand-written plans): "
                  f"{short_label(s['best'], info['n_layer'])}, {s['best']['measured_ms_per_token']:.1f} ms/token: chosen/best = "
                  f"{s['ratio']:.2f} (goal ≤ 1.10).")
+    if res.get("trial"):
+        pc = next((p for p in res["plans"] if p.get("predicted_choice")), None)
+        tr = res["plan"].get("trial", {})
+        L.append(f"The planner chose by a trial (`--plan-trial {res['trial']}`: {len(tr.get('candidates', []))} candidates, "
+                 f"{tr.get('rounds')} rounds of {tr.get('tokens')} tokens, {tr.get('elapsed_ms', 0) / 1000:.0f} s)"
+                 + (f"; by prediction alone it would have run {short_label(pc, info['n_layer'])}, measured "
+                    f"{pc['measured_ms_per_token']:.1f} ms/token here ({pc['measured_ms_per_token'] / s['best']['measured_ms_per_token']:.2f}x the best)"
+                    if pc and pc.get("measured_ms_per_token") and s.get("best") else "") + ".")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
 
@@ -497,6 +514,8 @@ def main():
                     "slices are sent again: slower, the same figures)")
     ap.add_argument("--top", type=int, metavar="N", help="measure only the chosen plan and the N candidates predicted "
                     "fastest (and every hand-written plan); the other candidates are listed, not measured")
+    ap.add_argument("--trial", type=int, default=0, metavar="N", help="plan with --plan-trial N: the planner measures its N "
+                    "best-predicted candidates and chooses the fastest (the prediction's own choice is measured too)")
     ap.add_argument("--keep-caches", action="store_true", help="leave the devices' slice caches in --work")
     ap.add_argument("--report", metavar="RESULTS_JSON", help="re-render report.md and sweep.svg beside it")
     ap.add_argument("--repredict", metavar="RESULTS_JSON", help="predict the hand-written plans of an earlier sweep "

@@ -284,6 +284,67 @@ got=$(plan_links)
 if [[ $got == "0-1:measured:800 0-2:measured:800 1-2:measured:0" ]] && python3 -c "import json,sys; assert len(json.load(open(sys.argv[1]))['links']) == 3" "$LC"
 then ok; else bad "link cache, a corrupt file: $got"; fi
 
+# ---- --plan-trial: the best-predicted candidates measured, the fastest run (docs/planner.md, "Trial") ------
+export XDG_CACHE_HOME=$TMP/trial-cache
+model=$S/stories260K.gguf
+run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
+check_same "$model" "$(workers 1 2)" --plan-trial 3
+rounds=$(grep -c "plan trial: round [12]/2: candidate" "$TMP/cl.err")
+if [[ $rounds -ge 4 ]] && grep -q "plan: .*: measured .* ms/token, the fastest of [234] candidates in this trial" "$TMP/cl.err"
+then ok; else bad "run --plan-trial 3: $rounds trial runs, $(grep 'plan' "$TMP/cl.err" | tail -3)"; fi
+if python3 -c "
+import json, sys
+t = list(json.load(open(sys.argv[1]))['trials'].values())
+assert len(t) == 1 and len(t[0]['plans']) == len(t[0]['ms_per_token']) >= 2, t
+assert all(x > 0 for x in t[0]['ms_per_token']), t" "$TMP/trial-cache/hearth/trial.json"; then ok
+else bad "trial.json after the trial: $(head -c 400 "$TMP/trial-cache/hearth/trial.json")"; fi
+# plan --json --plan-trial: the measured figures, chosen the fastest of them, the prediction's choice beside it
+if "$BIN" plan -m "$model" --workers "$(workers 1 2)" -t 1 --json --plan-trial 3 > "$TMP/trial.json" 2> "$TMP/trial.err" &&
+    python3 - "$TMP/trial.json" << 'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["chosen_by"] == "trial" and isinstance(j["predicted_choice"], int), j["chosen_by"]
+t = j["trial"]
+# 3 best-predicted candidates and one neighbour of the best pipeline; measured now, or by the run above
+assert 2 <= len(t["candidates"]) <= 4 and t["rounds"] == 2 and t["tokens"] == 8, t
+nb = [i for i, c in enumerate(j["candidates"]) if c.get("neighbour")]
+assert len(nb) <= 1 and all(i in t["candidates"] for i in nb) and nb == sorted(nb) and all(
+    c["kind"] in ("pp", "hybrid") for c in (j["candidates"][i] for i in nb)), (nb, t)
+m = {i: j["candidates"][i]["measured_ms_per_token"] for i in t["candidates"]}
+assert all(v > 0 for v in m.values()), m
+assert j["chosen"] in m and m[j["chosen"]] == min(m.values()), (j["chosen"], m)
+assert all("measured_ms_per_token" not in c for i, c in enumerate(j["candidates"]) if i not in m)
+best = min(c["predicted_ms_per_token"] for c in j["candidates"] if c["feasible"] and not c.get("neighbour"))
+assert j["candidates"][j["predicted_choice"]]["predicted_ms_per_token"] == best
+for i in m: assert j["candidates"][i]["predicted_ms_per_token"] <= 1.5 * best
+PY
+then ok; else bad "plan --json --plan-trial 3: $(tail -3 "$TMP/trial.err")"; fi
+# the same devices and links again (--cluster: costed, nothing measured): the earlier trial's choice, from trial.json
+if "$BIN" plan -m "$model" --cluster "$TMP/trial.json" -t 1 --json > "$TMP/trial2.json" 2> "$TMP/trial2.err" &&
+    python3 -c "
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert b['chosen_by'] == 'trial' and b['trial']['cached'] and b['chosen'] == a['chosen'], (b['chosen_by'], b.get('trial'))
+assert b['predicted_choice'] == a['predicted_choice']" "$TMP/trial.json" "$TMP/trial2.json"; then ok
+else bad "plan --cluster after a trial: $(tail -3 "$TMP/trial2.err")"; fi
+"$BIN" plan -m "$model" --cluster "$TMP/trial.json" -t 1 > "$TMP/trial3.txt" 2>&1
+if grep -q "^trial (from an earlier one" "$TMP/trial3.txt" && grep -q "^chosen: .*: measured .* of an earlier trial" "$TMP/trial3.txt"
+then ok; else bad "plan's table after a trial: $(tail -5 "$TMP/trial3.txt")"; fi
+# another context length: another key, the prediction decides; a corrupt trial.json is ignored (a cache)
+for case in ctx corrupt; do
+    extra=(); [[ $case == ctx ]] && extra=(-c 64)
+    [[ $case == corrupt ]] && echo '{"trials": {"x": {"plans": [1], "ms_per_token": "oops' > "$TMP/trial-cache/hearth/trial.json"
+    if "$BIN" plan -m "$model" --cluster "$TMP/trial.json" -t 1 --json "${extra[@]}" > "$TMP/trial4.json" 2> "$TMP/trial4.err" &&
+        python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['chosen_by']=='prediction' and j['chosen']==j['predicted_choice'] and 'trial' not in j"         "$TMP/trial4.json"; then ok; else bad "plan --cluster, $case: $(tail -3 "$TMP/trial4.err")"; fi
+done
+expect_error "--plan-trial needs --workers" --plan-trial 2
+expect_error "--plan-trial measures the planner's candidates; a plan flag" --workers "$(workers 1)" --plan-trial 2 --tp-shares 1,1
+expect_error "--plan-trial measures the planner's candidates; a plan flag" --workers "$(workers 1)" --plan-trial 2 --pp
+expect_error "plan-trial" --workers "$(workers 1)" --plan-trial 17
+"$BIN" plan -m "$model" --cluster "$TMP/trial.json" --plan-trial 2 > /dev/null 2> "$TMP/c.err"; rc=$?
+if [[ $rc == 2 ]] && grep -q "plan-trial runs the plans; --cluster FILE measures nothing" "$TMP/c.err"; then ok
+else bad "plan --cluster --plan-trial: rc $rc, $(cat "$TMP/c.err")"; fi
+
 # ---- the profile cache ---------------------------------------------------------------------------------
 export XDG_CACHE_HOME=$TMP/profile-cache
 "$BIN" profile -t 1 > "$TMP/p1.txt" 2>&1 || bad "profile 1"

@@ -158,11 +158,33 @@ static int plan_run(cli_opts *o) {
             goto done;
         }
     }
+    /* --plan-trial: the best-predicted candidates measured, the fastest chosen (trial.c) */
+    cli_trial tr = {.best = -1};
+    const int predicted = ch->chosen;
+    if (ch->chosen >= 0) {
+        if (cli_trial_run(o, e.m, &cp, true, cl, np, ch, &tr, &err)) {
+            fprintf(stderr, "hearth plan: %s\n", err.msg);
+            cli_engine_close(&e);
+            goto done;
+        }
+        ch->chosen = tr.best;
+    }
+    char why[1024];
+    if (tr.n > 0)
+        snprintf(why, sizeof why, "measured %.2f ms/token, the fastest of the %d candidates %s (%d rounds of %d tokens); "
+                 "by prediction alone: candidate %d (%s)", cli_trial_ms(&tr, ch->chosen), tr.n,
+                 tr.cached ? "of an earlier trial" : "measured", 2, tr.tokens, predicted, ch->why);
+    else snprintf(why, sizeof why, "%s", ch->why);
     cli_engine_close(&e);
     if (o->json) {
         json_t *root = json_object(), *devs = json_array(), *cands = json_array();
         for (int i = 0; i < cl->n; i++) json_array_append_new(devs, plan_json_device(i, cl));
         for (int i = 0; i < ch->n; i++) json_array_append_new(cands, plan_json_cand(&ch->cand[i], np));
+        for (int i = tr.n_listed; i < ch->n; i++) /* the trial's own: a neighbour of the best-predicted pipeline */
+            json_object_set_new(json_array_get(cands, (size_t)i), "neighbour", json_true());
+        for (int k = 0; k < tr.n; k++) /* the trial's figure (null: that candidate did not run) */
+            json_object_set_new(json_array_get(cands, (size_t)tr.idx[k]), "measured_ms_per_token",
+                                isnan(tr.ms[k]) ? json_null() : json_real(tr.ms[k]));
         json_object_set_new(root, "devices", devs);
         json_t *links = json_array();
         for (int a = 0; a < cl->n; a++)
@@ -187,7 +209,21 @@ static int plan_run(cli_opts *o) {
         json_object_set_new(root, "profile_ms", json_real(cl->profile_ms));
         json_object_set_new(root, "candidates", cands);
         json_object_set_new(root, "chosen", ch->chosen >= 0 ? json_integer(ch->chosen) : json_null());
-        json_object_set_new(root, "why", json_string(ch->why));
+        json_object_set_new(root, "why", json_string(why));
+        /* how the choice was made: "prediction", or "trial" (the candidates measured, their figures in
+           measured_ms_per_token; predicted_choice: what the prediction alone would have run) */
+        json_object_set_new(root, "chosen_by", json_string(tr.n > 0 ? "trial" : "prediction"));
+        json_object_set_new(root, "predicted_choice", predicted >= 0 ? json_integer(predicted) : json_null());
+        if (tr.n > 0) {
+            json_t *t = json_object(), *idx = json_array();
+            for (int k = 0; k < tr.n; k++) json_array_append_new(idx, json_integer(tr.idx[k]));
+            json_object_set_new(t, "candidates", idx);
+            json_object_set_new(t, "rounds", json_integer(2));
+            json_object_set_new(t, "tokens", json_integer(tr.tokens));
+            json_object_set_new(t, "cached", json_boolean(tr.cached));
+            json_object_set_new(t, "elapsed_ms", json_real(tr.elapsed_ms));
+            json_object_set_new(root, "trial", t);
+        }
         if (given) { /* docs/planner.md, "A given plan" */
             json_t *g = plan_json_cand(given, np);
             json_object_set_new(g, "source", json_string("user"));
@@ -233,7 +269,23 @@ static int plan_run(cli_opts *o) {
             plan_print_row(&ch->cand[i], i == ch->chosen ? "*" : " ", num, width);
         }
         if (given) plan_print_row(given, "g", "-", width);
-        if (ch->chosen >= 0) printf("chosen: %d: %s\n", ch->chosen, ch->why);
+        if (tr.n_listed + 1 == ch->n)
+            printf("  (%d: a neighbour of the best-predicted pipeline, added by the trial)\n", tr.n_listed);
+        else if (tr.n_listed < ch->n)
+            printf("  (%d-%d: neighbours of the best-predicted pipeline, added by the trial)\n", tr.n_listed, ch->n - 1);
+        if (tr.n > 0) {
+            if (tr.cached) printf("trial (from an earlier one, trial.json; --no-cache measures again):\n");
+            else printf("trial (%d rounds of %d tokens each, %.1f s):\n", 2, tr.tokens, tr.elapsed_ms / 1000);
+            for (int k = 0; k < tr.n; k++) {
+                const hpl_plan *p = &ch->cand[tr.idx[k]];
+                char desc[256];
+                hpl_plan_describe(p, desc, sizeof desc);
+                if (isnan(tr.ms[k])) printf("  %-3d %-*s did not run (the warnings above say why)\n", tr.idx[k], width, desc);
+                else printf("  %-3d %-*s measured %8.2f ms/token, predicted %8.2f (%+.0f%%)\n", tr.idx[k], width, desc,
+                            tr.ms[k], p->ms_per_token, 100 * (p->ms_per_token / tr.ms[k] - 1));
+            }
+        }
+        if (ch->chosen >= 0) printf("chosen: %d: %s\n", ch->chosen, why);
         else printf("%s\n", ch->why);
         if (given) {
             char desc[256];
@@ -264,6 +316,7 @@ static int plan_check(const cli_command *c, cli_opts *o) {
     if (rc) return rc;
     if (!o->cluster_file) return cli_check_cluster(c, o);
     if (o->head.n_workers || o->workers_auto) return cli_usage_error(c, "--cluster FILE or --workers: not both");
+    if (o->plan_trial) return cli_usage_error(c, "--plan-trial runs the plans; --cluster FILE measures nothing");
     if (o->no_cache || o->profile_serial)
         return cli_usage_error(c, "%s measures; --cluster FILE measures nothing", o->no_cache ? "--no-cache" : "--profile-serial");
     return 0;
@@ -282,5 +335,8 @@ const cli_command cli_plan = {
     "plan flags runs that plan. With plan flags (--tp-shares, --pp, --layer-windows, --stages, --lossy),\n"
     "the plan they give, read and checked as `hearth run` reads them, is costed too: a row marked g,\n"
     "\"given_plan\" in the JSON, and its predicted ms/token against the chosen plan's. With --cluster\n"
-    "FILE nothing is measured: the devices and links are FILE's. docs/planner.md.",
+    "FILE nothing is measured: the devices and links are FILE's. With --plan-trial N the N best-\n"
+    "predicted candidates are run for a few tokens each and the fastest measured is chosen (a\n"
+    "\"trial\" table; measured_ms_per_token and \"chosen_by\": \"trial\" in the JSON); `hearth run`\n"
+    "with the same workers then takes that choice from trial.json. docs/planner.md.",
     .check = plan_check, .run = plan_run};

@@ -111,10 +111,40 @@ static int cli_plan_pick(const hpl_choice *ch, const char **hook, int *pick, hr_
     return hr_fail(err, HR_EINVAL, "HEARTH_PLAN_PICK=%s: want single, tp, pp, hybrid or a candidate's index", v);
 }
 
+void cli_plan_apply(const hpl_plan *p, const char *const *addr, hc_head_params *h) {
+    h->n_workers = p->n - 1;
+    for (int i = 1; i < p->n; i++) h->workers[i - 1] = addr[p->dev[i] - 1];
+    h->pp = false;
+    h->n_shares = h->n_windows = h->n_stages = 0;
+    h->shares_auto = false;
+    h->lossy = p->lossy; /* the lossy all-reduce (docs/lossy.md): star, UDP partials with a deadline */
+    if (p->lossy) h->allreduce = HC_ALLREDUCE_STAR;
+    if (p->kind == HPL_TP) {
+        h->n_shares = p->n;
+        memcpy(h->shares, p->share, sizeof p->share[0] * (size_t)p->n);
+    } else if (p->kind == HPL_PP) {
+        h->pp = true;
+        h->n_windows = p->n;
+        memcpy(h->layer_windows, p->window, sizeof p->window[0] * (size_t)p->n);
+    } else if (p->kind == HPL_HYBRID) {
+        /* the workers are in the plan's order, the stages' devices one after the other: one device a
+           stage, but the group's at stage gstage (0: the head's) */
+        h->pp = true;
+        h->n_stages = p->n - p->group + 1;
+        for (int s = 0; s < h->n_stages; s++) h->stage_devs[s] = s == p->gstage ? p->group : 1;
+        h->n_shares = p->group;
+        memcpy(h->shares, p->share, sizeof p->share[0] * (size_t)p->group);
+        h->n_windows = h->n_stages;
+        memcpy(h->layer_windows, p->window, sizeof p->window[0] * (size_t)h->n_stages);
+    }
+}
+
 /* The planner's choice for o's model over h's workers becomes h's plan (h->n_workers 0: one device);
-   loss (optional): each of the plan's workers' measured datagram loss in percent, in h->workers order. */
+   loss (optional): each of the plan's workers' measured datagram loss in percent, in h->workers order.
+   trial: with --plan-trial, the best-predicted candidates measured and the fastest run (managed: as
+   cli_engine_start's); a re-plan after a failure does not measure. */
 static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, hc_head_params *h,
-                             double *loss, hr_err *err) {
+                             double *loss, bool trial, bool managed, hr_err *err) {
     hpl_cluster *cl = malloc(sizeof *cl);
     hpl_choice *ch = malloc(sizeof *ch);
     cli_opts *oo = malloc(sizeof *oo);
@@ -139,6 +169,9 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
     const char *hook = NULL;
     int pick = -1;
     if (!rc) rc = cli_plan_pick(ch, &hook, &pick, err);
+    cli_trial tr = {.best = -1};
+    if (!rc && trial && !hook && !(rc = cli_trial_run(oo, m, cp, managed, cl, 512, ch, &tr, err)))
+        pick = tr.best;
     if (!rc) {
         const hpl_plan *p = &ch->cand[pick];
         char desc[256];
@@ -146,6 +179,11 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
         if (hook)
             HR_LOGW("plan: candidate %d forced by the test hook HEARTH_PLAN_PICK=%s, not the planner's choice (%d): "
                     "%s: predicted %.2f ms/token", pick, hook, ch->chosen, desc, p->ms_per_token);
+        else if (tr.n > 0)
+            HR_LOGI("plan: %s: measured %.2f ms/token, the fastest of %d candidates %s (predicted %.2f; the "
+                    "planner's own choice was candidate %d)", desc, cli_trial_ms(&tr, pick), tr.n,
+                    tr.cached ? "in an earlier trial (trial.json in the profile cache)" : "in this trial", p->ms_per_token,
+                    ch->chosen);
         else
             HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
                     p->ms_per_token, cl->profile_ms);
@@ -154,34 +192,8 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
                     "links lose datagrams: %s", p->deadline_ms, ch->why);
         const char *all[HC_MAX_DEVICES - 1];
         memcpy(all, h->workers, sizeof all);
-        h->n_workers = p->n - 1;
-        for (int i = 1; i < p->n; i++) {
-            h->workers[i - 1] = all[p->dev[i] - 1];
-            if (loss) loss[i - 1] = cl->link[0][p->dev[i]].loss * 100;
-        }
-        h->pp = false;
-        h->n_shares = h->n_windows = h->n_stages = 0;
-        h->shares_auto = false;
-        h->lossy = p->lossy; /* the lossy all-reduce (docs/lossy.md): star, UDP partials with a deadline */
-        if (p->lossy) h->allreduce = HC_ALLREDUCE_STAR;
-        if (p->kind == HPL_TP) {
-            h->n_shares = p->n;
-            memcpy(h->shares, p->share, sizeof p->share[0] * (size_t)p->n);
-        } else if (p->kind == HPL_PP) {
-            h->pp = true;
-            h->n_windows = p->n;
-            memcpy(h->layer_windows, p->window, sizeof p->window[0] * (size_t)p->n);
-        } else if (p->kind == HPL_HYBRID) {
-            /* the workers are in the plan's order, the stages' devices one after the other: one device a
-               stage, but the group's at stage gstage (0: the head's) */
-            h->pp = true;
-            h->n_stages = p->n - p->group + 1;
-            for (int s = 0; s < h->n_stages; s++) h->stage_devs[s] = s == p->gstage ? p->group : 1;
-            h->n_shares = p->group;
-            memcpy(h->shares, p->share, sizeof p->share[0] * (size_t)p->group);
-            h->n_windows = h->n_stages;
-            memcpy(h->layer_windows, p->window, sizeof p->window[0] * (size_t)h->n_stages);
-        }
+        cli_plan_apply(p, all, h);
+        for (int i = 1; i < p->n && loss; i++) loss[i - 1] = cl->link[0][p->dev[i]].loss * 100;
     }
     free(cl);
     free(ch);
@@ -197,7 +209,7 @@ static int cli_engine_replan(void *user, hc_head_params *p, hr_err *err) {
     int64_t until = hr_time_ns() + 5000 * 1000000LL;
     for (;;) {
         hc_head_params q = *p;
-        int rc = cli_engine_choose(e->o, e->m, &e->cp, &q, NULL, err);
+        int rc = cli_engine_choose(e->o, e->m, &e->cp, &q, NULL, false, false, err);
         if (!rc) {
             *p = q;
             return 0;
@@ -296,7 +308,8 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
     bool planner = o->head.n_workers && !o->plan_given && !o->head.pp;
     /* --importance without --link-loss: the placement takes the loss the planner's probe measured */
     const bool probed = planner && o->importance && !o->n_link_loss && !o->n_sim_loss;
-    if (planner && cli_engine_choose(o, e->m, cp, &o->head, probed ? o->link_loss : NULL, err)) return err->code;
+    if (planner && cli_engine_choose(o, e->m, cp, &o->head, probed ? o->link_loss : NULL, true, managed, err))
+        return err->code;
     if (probed) {
         o->n_link_loss = o->head.n_workers;
         for (int i = 0; i < o->n_link_loss; i++)

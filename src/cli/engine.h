@@ -38,6 +38,34 @@ int  cli_importance_load(const hm_model *m, const char *path, hpl_importance *im
    ch->why when nothing fits). */
 int  cli_engine_plan(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, int n_prompt, hpl_cluster *cl,
                      hpl_choice *ch, hr_err *err);
+/* Plan p (a candidate of the planner's) as h's plan flags: its workers (addr[i]: cluster device i+1's
+   "HOST:PORT"), shares, windows, stages, lossy mode; what h says besides (key, timeouts) is kept. */
+void cli_plan_apply(const hpl_plan *p, const char *const *addr, hc_head_params *h);
+
+/* The trial (trial.c; docs/planner.md, "Trial"): with o->plan_trial N, the N best-predicted candidates of
+   ch (feasible, within 1.5x of the best, one of each description) and N/2 (at least one) neighbours of the
+   best-predicted pipeline (a layer moved between two stages, the trips doubled or halved: appended to ch)
+   run for a few tokens each, in two rounds, as `hearth run` runs them (managed: as cli_engine_start's),
+   unless an earlier trial of the same model, devices, threads, context and candidates is in trial.json
+   (the profile cache's folder; o->no_cache: measured again). Without --plan-trial only that look-up: an
+   earlier trial that measured the prediction's choice decides among what it measured. best: the candidate
+   measured fastest (ch->chosen when there was no trial: n 0). A candidate that fails is warned about and
+   left out; none that runs is an error. n_prompt: the prefill figure's prompt, for the neighbours' costs. */
+#define CLI_TRIAL_MAX 16
+typedef struct cli_trial {
+    int    n;                      /* candidates measured */
+    int    idx[CLI_TRIAL_MAX];     /* their indices in the choice */
+    double ms[CLI_TRIAL_MAX];      /* their decode ms/token, the median of the rounds; NAN: it failed */
+    int    tokens;                 /* timed decode passes a run */
+    int    best;                   /* index in the choice */
+    int    n_listed;               /* the planner's own candidates: the neighbours the trial added come after */
+    bool   cached;                 /* the figures came from an earlier trial */
+    double elapsed_ms;             /* the trial's time (0 when cached) */
+} cli_trial;
+int    cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, bool managed, const hpl_cluster *cl,
+                     int n_prompt, hpl_choice *ch, cli_trial *t, hr_err *err);
+double cli_trial_ms(const cli_trial *t, int cand);   /* candidate cand's measured figure; NAN: not measured */
+
 /* One forward pass of tokens[0..n) at pos0.. -> the logits of the last token (all: of every token). */
 int  cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all, hr_err *err);
 /* HR_ERANGE, with how many, when any of logits[0..n) is NaN or Inf (broken weights): run and chat stop

@@ -539,8 +539,9 @@ static const cli_flag flags[] = {
      "of its own; a slice file is never written into the disk's last 5%, at\n"
      "most 1 GiB: old ones are removed first, and if that is not enough the\n"
      "head is told)"},
-    {CLI_RUN | CLI_CHAT | CLI_SERVE, "--cache-max", "SIZE", F_FN, 0, 0, 0, fn_cache_max,
-     "with --workers: most the head's slice cache (--cache) may take, as a\n"
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN, "--cache-max", "SIZE", F_FN, 0, 0, 0, fn_cache_max,
+     "with --workers: most the head's slice cache (--cache) may take (plan: in\n"
+     "its --plan-trial's runs), as a\n"
      "worker's --cache-max: beyond it the least recently used slice files are\n"
      "removed, never one in use (default: twice the model file, or half of what\n"
      "the disk has free for the cache if that is less; and never the disk's\n"
@@ -624,6 +625,14 @@ static const cli_flag flags[] = {
     {CLI_PLAN | CLI_RUN | CLI_CHAT, "--profile-serial", NULL, F_ON, AT(profile_serial), 0, 0, NULL,
      "the planner's devices measure themselves one after another instead of at\n"
      "once (devices that share one machine's cores, as on tools/testbed)"},
+    {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial", "N", F_LONG, AT(plan_trial), 0, 16, NULL,
+     "choose by measurement: run the planner's N best-predicted candidates\n"
+     "(feasible, within 1.5x of the best) for a few tokens each, two rounds,\n"
+     "and take the fastest measured (default 0: by prediction alone). Kept in\n"
+     "trial.json beside the profile cache: a later run that plans the same\n"
+     "candidates takes that choice without measuring (plan --no-cache: again)"},
+    {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial-tokens", "N", F_LONG, AT(plan_trial_tokens), 1, 4096,
+     NULL, "timed decode passes of each trial run (default 8; 2 untimed before)"},
     {CLI_PLAN, "--prompt-tokens", "N", F_LONG, AT(prompt_tokens), 1, I24, NULL,
      "prompt length the predicted prefill time is for (default 512)"},
     {CLI_PLAN, "--cluster", "FILE", F_STR, AT(cluster_file), 0, 0, NULL,
@@ -877,7 +886,11 @@ int cli_check_model(const cli_command *c, const cli_opts *o) {
 
 int cli_check_cluster(const cli_command *c, const cli_opts *o) {
     const hc_head_params *h = &o->head;
+    if (o->plan_trial && (o->plan_given || h->pp))
+        return cli_usage_error(c, "--plan-trial measures the planner's candidates; a plan flag (--tp-shares, --pp, "
+                               "--layer-windows, --stages, --allreduce, --lossy) chooses by hand: not both");
     if (h->n_workers || o->workers_auto) return 0;
+    if (o->plan_trial) return cli_usage_error(c, "--plan-trial needs --workers");
     const char *f = h->n_stages ? "--stages" : h->pp ? "--pp" : h->n_windows ? "--layer-windows"
                   : h->n_shares || h->shares_auto ? "--tp-shares"
                   : h->timings ? "--timings" : h->pp_micro > 1 ? "--pp-micro" : h->no_recover ? "--no-recover"
