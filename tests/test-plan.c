@@ -748,6 +748,59 @@ static void test_profile_types(void) {
     rmdir(dir);
 }
 
+/* ---- the neighbours of a pipeline (what --plan-trial measures beside the candidates) --------------------- */
+static void test_neighbours(void) {
+    hpl_cluster c = {.n = 3};
+    for (int i = 0; i < 3; i++) c.dev[i] = dev(8, 2000 * MIB, 1.0);
+    links(&c, 1.0, 0.1);
+    hpl_model m = model(16, 30 * MIB, 50 * MIB, 1 * MIB);
+    hr_err err = {0};
+    static hpl_plan nb[HPL_MAX_NEIGHBOURS];
+    /* 0,16 over the head and one worker: the head takes a layer (1,15); the windows halve (0,8: 2 trips); the
+       worker never gives its last layer (16 is its only window, so 0,16 -> 0+1,15 is the one move), and one
+       trip cannot be halved */
+    hpl_plan p = {.kind = HPL_PP, .n = 2, .dev = {0, 2}, .window = {0, 16}};
+    CHECK(hpl_cost(&c, &m, 128, &p, &err) == 0 && p.feasible && p.trips == 1);
+    int n = hpl_neighbours(&c, &m, 128, &p, nb, HPL_MAX_NEIGHBOURS);
+    CHECKF(n == 2, "%d neighbours of 0,16", n);
+    bool one = false, halved = false;
+    for (int i = 0; i < n; i++) {
+        CHECK(nb[i].feasible && nb[i].kind == HPL_PP && nb[i].dev[1] == 2 && nb[i].ms_per_token > 0);
+        one = one || (nb[i].window[0] == 1 && nb[i].window[1] == 15 && nb[i].trips == 1);
+        halved = halved || (nb[i].window[0] == 0 && nb[i].window[1] == 8 && nb[i].trips == 2);
+    }
+    CHECK(one && halved);
+    /* three stages, 2 trips: every move between two stages that leaves each worker a layer (6 of them), the
+       windows doubled (1 trip); not halved (odd windows) */
+    hpl_plan q = {.kind = HPL_PP, .n = 3, .dev = {0, 1, 2}, .window = {2, 3, 3}};
+    CHECK(hpl_cost(&c, &m, 128, &q, &err) == 0 && q.trips == 2);
+    n = hpl_neighbours(&c, &m, 128, &q, nb, HPL_MAX_NEIGHBOURS);
+    CHECKF(n == 7, "%d neighbours of 2,3,3 x2", n);
+    int sum_ok = 0, doubled = 0;
+    for (int i = 0; i < n; i++) {
+        int s = nb[i].window[0] + nb[i].window[1] + nb[i].window[2];
+        sum_ok += s == 8 && nb[i].window[1] >= 1 && nb[i].window[2] >= 1;
+        doubled += s == 16 && nb[i].trips == 1;
+    }
+    CHECK(sum_ok == 6 && doubled == 1);
+    /* a cap, and other kinds have none */
+    CHECK(hpl_neighbours(&c, &m, 128, &q, nb, 3) == 3);
+    hpl_plan t = {.kind = HPL_TP, .n = 2, .dev = {0, 1}, .share = {0.5, 0.5}};
+    CHECK(hpl_neighbours(&c, &m, 128, &t, nb, HPL_MAX_NEIGHBOURS) == 0);
+    /* a neighbour that does not fit is left out: a worker whose budget (given) holds the scratch, one block
+       of weights and the KV cache of 8 layers, not of 9 (its weights stream); of 8,8 that leaves 9,7 and 4,4 x2 */
+    c.dev[2] = dev(8, 8 * MIB + 20 * MIB + 8.5 * MIB, 1.0);
+    c.dev[2].budget_set = true;
+    hpl_plan r = {.kind = HPL_PP, .n = 2, .dev = {0, 2}, .window = {8, 8}};
+    CHECK(hpl_cost(&c, &m, 128, &r, &err) == 0 && r.feasible);
+    hpl_plan r9 = r;
+    r9.window[0] = 7, r9.window[1] = 9;
+    CHECK(hpl_cost(&c, &m, 128, &r9, &err) == 0 && !r9.feasible);
+    n = hpl_neighbours(&c, &m, 128, &r, nb, HPL_MAX_NEIGHBOURS);
+    CHECKF(n == 2, "%d neighbours of 8,8 on a small worker", n);
+    for (int i = 0; i < n; i++) CHECKF(nb[i].window[1] <= 8, "a neighbour beyond the worker's budget: %d,%d", nb[i].window[0], nb[i].window[1]);
+}
+
 int main(void) {
     test_profile_types();
     test_ilp_enumerate();
@@ -765,6 +818,7 @@ int main(void) {
     test_loader_cpu();
     test_tp_stream_waits();
     test_shared_disk();
+    test_neighbours();
     test_kv_roundtrip();
     test_place_groups();
     test_importance_file();

@@ -540,12 +540,11 @@ static const cli_flag flags[] = {
      "most 1 GiB: old ones are removed first, and if that is not enough the\n"
      "head is told)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN, "--cache-max", "SIZE", F_FN, 0, 0, 0, fn_cache_max,
-     "with --workers: most the head's slice cache (--cache) may take (plan: in\n"
-     "its --plan-trial's runs), as a\n"
+     "with --workers: most the head's slice cache (--cache) may take, as a\n"
      "worker's --cache-max: beyond it the least recently used slice files are\n"
      "removed, never one in use (default: twice the model file, or half of what\n"
      "the disk has free for the cache if that is less; and never the disk's\n"
-     "last 5%, at most 1 GiB)"},
+     "last 5%, at most 1 GiB). plan: in the runs of its --plan-trial"},
     {CLI_WORKER, "--name", "NAME", F_STR, AT(name), 0, 0, NULL,
      "name shown to heads (default: worker) and in announcements (default: the\nhost name)"},
     {CLI_WORKER, "--sessions", "N", F_LONG, AT(sessions), 1, 1 << 30, NULL,

@@ -58,39 +58,6 @@ static int trial_pick(const hpl_choice *ch, int max, int *idx) {
     return n;
 }
 
-/* The neighbours of a pipeline (or hybrid) plan p, costed into out[0..cap): one layer moved from one
-   stage to another (a worker's stage keeps one at least), and the windows halved (twice the trips) or
-   doubled (half). Why these: the sweeps' best plans were often one such step from the prediction's choice
-   (home4-8b-small, 1B: `0,16` chosen, `2,14` and `0,8 x2` 17-20% faster, docs/planner.md), where the
-   cost model's error is larger than the difference it predicts. */
-static int trial_neighbours(const hpl_cluster *cl, const hpl_model *pm, int n_prompt, const hpl_plan *p, hpl_plan *out,
-                            int cap) {
-    if (p->kind != HPL_PP && p->kind != HPL_HYBRID) return 0;
-    const int ns = p->kind == HPL_PP ? p->n : p->n - p->group + 1;
-    int n = 0;
-    for (int v = 0; n < cap; v++) {
-        hpl_plan q = *p;
-        if (v < ns * ns) {          /* a layer from stage a to stage b */
-            const int a = v / ns, b = v % ns;
-            if (a == b || q.window[a] < (a ? 2 : 1)) continue;
-            q.window[a]--;
-            q.window[b]++;
-        } else if (v == ns * ns) {  /* twice the trips */
-            bool even = true;
-            for (int st = 0; st < ns; st++) even = even && q.window[st] % 2 == 0;
-            if (!even || q.window[1] < 2) continue;
-            for (int st = 0; st < ns; st++) q.window[st] /= 2;
-        } else if (v == ns * ns + 1) { /* half the trips */
-            if (q.trips < 2) continue;
-            for (int st = 0; st < ns; st++) q.window[st] *= 2;
-        } else break;
-        hr_err e = {0};
-        if (hpl_cost(cl, pm, n_prompt, &q, &e) || !q.feasible) continue;
-        out[n++] = q;
-    }
-    return n;
-}
-
 /* is a plan of this description already among ch's candidates? */
 static bool trial_listed(const hpl_choice *ch, const hpl_plan *q) {
     char d[256], e[256];
@@ -112,11 +79,11 @@ static int trial_add_neighbours(const hpl_cluster *cl, const hpl_model *pm, int 
         if (ch->cand[i].feasible && (ch->cand[i].kind == HPL_PP || ch->cand[i].kind == HPL_HYBRID) &&
             (b < 0 || ch->cand[i].ms_per_token < ch->cand[b].ms_per_token))
             b = i;
-    if (b < 0 || max < 1) return n;
-    hpl_plan nb[2 * HPL_MAX_DEVICES * HPL_MAX_DEVICES + 2];
-    const int k = trial_neighbours(cl, pm, n_prompt, &ch->cand[b], nb, (int)(sizeof nb / sizeof nb[0]));
+    hpl_plan *nb = b < 0 || max < 1 ? NULL : malloc(sizeof *nb * HPL_MAX_NEIGHBOURS);
+    if (!nb) return n;   /* none (out of memory: the trial goes on without them) */
+    const int k = hpl_neighbours(cl, pm, n_prompt, &ch->cand[b], nb, HPL_MAX_NEIGHBOURS);
     const double best = ch->cand[ch->chosen].ms_per_token;
-    bool used[sizeof nb / sizeof nb[0]] = {0};
+    bool used[HPL_MAX_NEIGHBOURS] = {0};
     for (int added = 0; added < max && n < CLI_TRIAL_MAX && ch->n < HPL_MAX_CANDIDATES;) {
         int j = -1;
         for (int i = 0; i < k; i++)
@@ -129,6 +96,7 @@ static int trial_add_neighbours(const hpl_cluster *cl, const hpl_model *pm, int 
         idx[n++] = ch->n++;
         added++;
     }
+    free(nb);
     return n;
 }
 

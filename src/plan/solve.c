@@ -600,6 +600,35 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
     return 0;
 }
 
+/* ---- the neighbours of a pipeline (`--plan-trial`) ---------------------------------------------------------- */
+
+int hpl_neighbours(const hpl_cluster *c, const hpl_model *m, int n_prompt, const hpl_plan *p, hpl_plan *out, int cap) {
+    if (p->kind != HPL_PP && p->kind != HPL_HYBRID) return 0;
+    const int ns = p->kind == HPL_PP ? p->n : p->n - p->group + 1;   /* stages */
+    int n = 0;
+    for (int v = 0; v < ns * ns + 2 && n < cap; v++) {
+        hpl_plan q = *p;
+        if (v < ns * ns) {          /* a layer from stage a to stage b */
+            const int a = v / ns, b = v % ns;
+            if (a == b || q.window[a] < (a ? 2 : 1)) continue;
+            q.window[a]--;
+            q.window[b]++;
+        } else if (v == ns * ns) {  /* twice the trips */
+            bool even = q.window[1] >= 2;
+            for (int s = 0; s < ns; s++) even = even && q.window[s] % 2 == 0;
+            if (!even) continue;
+            for (int s = 0; s < ns; s++) q.window[s] /= 2;
+        } else {                    /* half the trips */
+            if (q.trips < 2) continue;
+            for (int s = 0; s < ns; s++) q.window[s] *= 2;
+        }
+        hr_err e = {0};
+        if (hpl_cost(c, m, n_prompt, &q, &e) || !q.feasible) continue;
+        out[n++] = q;
+    }
+    return n;
+}
+
 /* ---- a plan the user gave ----------------------------------------------------------------------------- */
 
 /* a device's decode speed over the model's layers (bytes per ms): its matvec speed per weight type,
