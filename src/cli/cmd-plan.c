@@ -286,6 +286,11 @@ static int plan_run(cli_opts *o) {
             }
         }
         if (ch->chosen >= 0) printf("chosen: %d: %s\n", ch->chosen, why);
+        const int near = tr.n ? 0 : cli_trial_near(ch, CLI_TRIAL_HINT);
+        if (near > 1 && !o->cluster_file)
+            printf("%d other candidates are predicted within %.0f%% of the chosen one, closer than the prediction can "
+                   "order them:\n`--plan-trial %d` measures them and keeps the fastest (docs/planner.md, \"Trial\")\n",
+                   near - 1, (CLI_TRIAL_HINT - 1) * 100, HR_MIN(near, 6));
         else printf("%s\n", ch->why);
         if (given) {
             char desc[256];

@@ -172,6 +172,7 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
     cli_trial tr = {.best = -1};
     if (!rc && trial && !hook && !(rc = cli_trial_run(oo, m, cp, managed, cl, 512, ch, &tr, err)))
         pick = tr.best;
+    const bool trial_hint = trial && !o->plan_trial;
     if (!rc) {
         const hpl_plan *p = &ch->cand[pick];
         char desc[256];
@@ -184,9 +185,15 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
                     "planner's own choice was candidate %d)", desc, cli_trial_ms(&tr, pick), tr.n,
                     tr.cached ? "in an earlier trial (trial.json in the profile cache)" : "in this trial", p->ms_per_token,
                     ch->chosen);
-        else
+        else {
             HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
                     p->ms_per_token, cl->profile_ms);
+            const int near = trial_hint ? cli_trial_near(ch, CLI_TRIAL_HINT) : 0;
+            if (near > 1)
+                HR_LOGI("plan: %d candidates are predicted within %.0f%% of it, closer than the prediction can order "
+                        "them: --plan-trial %d measures them (docs/planner.md, \"Trial\")", near - 1,
+                        (CLI_TRIAL_HINT - 1) * 100, HR_MIN(near, 6));
+        }
         if (p->lossy && !hook)
             HR_LOGI("plan: lossy mode (--lossy: the all-reduces' partials as UDP datagrams, %.0f ms deadline), since the "
                     "links lose datagrams: %s", p->deadline_ms, ch->why);

@@ -64,7 +64,11 @@ typedef struct cli_trial {
 } cli_trial;
 int    cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, bool managed, const hpl_cluster *cl,
                      int n_prompt, hpl_choice *ch, cli_trial *t, hr_err *err);
-double cli_trial_ms(const cli_trial *t, int cand);   /* candidate cand's measured figure; NAN: not measured */
+double cli_trial_ms(const cli_trial *t, int cand);
+/* distinct feasible candidates of ch predicted within `within` times the best (the best included): near-ties,
+   which the prediction alone cannot order (the hint to use --plan-trial) */
+#define CLI_TRIAL_HINT 1.10
+int    cli_trial_near(const hpl_choice *ch, double within);   /* candidate cand's measured figure; NAN: not measured */
 
 /* One forward pass of tokens[0..n) at pos0.. -> the logits of the last token (all: of every token). */
 int  cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all, hr_err *err);

@@ -29,10 +29,11 @@
                                    largest prediction errors were -47% / +58% */
 #define CLI_TRIAL_CACHED 32     /* results trial.json keeps (the newest) */
 
-/* the candidates worth measuring: feasible, predicted within CLI_TRIAL_WITHIN of the best, one of each
+/* the candidates worth measuring: feasible, one of each
    description (a TP plan's lossy twin only where its exact twin can meet loss: on links that lose
-   nothing it is the same plan with more datagrams), fastest predicted first; n at most max */
-static int trial_pick(const hpl_choice *ch, int max, int *idx) {
+   nothing it is the same plan with more datagrams), within `within` times the best, fastest predicted first;
+   n at most max */
+static int trial_pick(const hpl_choice *ch, int max, double within, int *idx) {
     if (ch->chosen < 0) return 0;
     const double best = ch->cand[ch->chosen].ms_per_token;
     bool used[HPL_MAX_CANDIDATES] = {0};
@@ -40,18 +41,22 @@ static int trial_pick(const hpl_choice *ch, int max, int *idx) {
     while (n < max) {
         int b = -1;
         for (int i = 0; i < ch->n; i++)
-            if (!used[i] && ch->cand[i].feasible && ch->cand[i].ms_per_token <= best * CLI_TRIAL_WITHIN &&
+            if (!used[i] && ch->cand[i].feasible && ch->cand[i].ms_per_token <= best * within &&
                 (b < 0 || ch->cand[i].ms_per_token < ch->cand[b].ms_per_token))
                 b = i;
         if (b < 0) break;
         used[b] = true;
         char d[256], e[256];
-        hpl_plan_describe(&ch->cand[b], d, sizeof d);
+        hpl_plan x = ch->cand[b];
+        x.lossy = false;              /* the lossy twin's description says "(lossy)" */
+        hpl_plan_describe(&x, d, sizeof d);
         bool dup = false;
         for (int k = 0; k < n && !dup; k++) {
-            const hpl_plan *q = &ch->cand[idx[k]];
-            hpl_plan_describe(q, e, sizeof e);
-            dup = !strcmp(d, e) && (ch->cand[b].lossy == q->lossy || q->p_hit == 0);
+            hpl_plan q = ch->cand[idx[k]];
+            const bool lossy = q.lossy;
+            q.lossy = false;
+            hpl_plan_describe(&q, e, sizeof e);
+            dup = !strcmp(d, e) && (ch->cand[b].lossy == lossy || q.p_hit == 0);
         }
         if (!dup) idx[n++] = b;
     }
@@ -118,12 +123,8 @@ static uint64_t trial_key(const cli_opts *o, const hpl_cluster *cl, const hm_ctx
     return hr_hasher_final(&h);
 }
 
-/* a plan's name in trial.json: its description, and the lossy mode (a TP plan's twin) */
-static void trial_name(const hpl_plan *p, char *buf, size_t cap) {
-    char d[256];
-    hpl_plan_describe(p, d, sizeof d);
-    snprintf(buf, cap, "%s%s", d, p->lossy ? " [lossy]" : "");
-}
+/* a plan's name in trial.json: its description (which says "(lossy)" of a TP plan's lossy twin) */
+static void trial_name(const hpl_plan *p, char *buf, size_t cap) { hpl_plan_describe(p, buf, cap); }
 
 static int trial_file(char *buf, size_t cap, hr_err *err) {
     hpl_profile_params pp = hpl_cluster_default_params().self;
@@ -297,7 +298,7 @@ int cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp,
     const int n0 = ch->n, want = (int)HR_MIN(o->plan_trial, CLI_TRIAL_MAX);
     int pick[CLI_TRIAL_MAX], n_pick = 0;
     if (want) { /* the N best-predicted candidates, and N/2 (at least one) of the best pipeline's neighbours */
-        n_pick = trial_pick(ch, want, pick);
+        n_pick = trial_pick(ch, want, CLI_TRIAL_WITHIN, pick);
         n_pick = trial_add_neighbours(cl, &pm, n_prompt, ch, HR_MAX(1, want / 2), CLI_TRIAL_WITHIN, pick, n_pick);
     } else /* a look-up: every neighbour, so that an earlier trial's may be found */
         trial_add_neighbours(cl, &pm, n_prompt, ch, HPL_MAX_CANDIDATES, INFINITY, pick, 0);
@@ -374,4 +375,9 @@ double cli_trial_ms(const cli_trial *t, int cand) {
     for (int k = 0; k < t->n; k++)
         if (t->idx[k] == cand) return t->ms[k];
     return NAN;
+}
+
+int cli_trial_near(const hpl_choice *ch, double within) {
+    int idx[CLI_TRIAL_MAX];
+    return trial_pick(ch, CLI_TRIAL_MAX, within, idx);
 }
