@@ -499,7 +499,10 @@ def write_svg(res, path):
             cx, cy = x(pred), y + row / 2
             o.append(f'<path d="M{cx:.1f},{cy - 5} l5,5 l-5,5 l-5,-5 z" fill="orange" stroke="black" stroke-width="0.5"/>')
         if p.get("chosen"):
-            o.append(f'<text x="{hi + 8:.1f}" y="{y + 14}" fill="#d62728" font-weight="bold">← chosen</text>')
+            o.append(f'<text x="{hi + 8:.1f}" y="{y + 14}" fill="#d62728" font-weight="bold">← chosen'
+                     + (" (trial)" if res.get("trial") else "") + '</text>')
+        elif p.get("predicted_choice") and res.get("trial"):  # --trial: what the prediction alone would have run
+            o.append(f'<text x="{max(hi, x(pred or 0)) + 8:.1f}" y="{y + 14}" fill="#444">← the prediction\'s choice</text>')
     o.append(f'<text x="10" y="{h - 6}" fill="#444">dark blue: planner candidates, light blue: hand-written plans, '
              'red: the chosen plan</text>')
     o.append("</svg>")
