@@ -173,7 +173,7 @@ static int plan_run(cli_opts *o) {
     if (tr.n > 0)
         snprintf(why, sizeof why, "measured %.2f ms/token, the fastest of the %d candidates %s (%d rounds of %d tokens); "
                  "by prediction alone: candidate %d (%s)", cli_trial_ms(&tr, ch->chosen), tr.n,
-                 tr.cached ? "of an earlier trial" : "measured", 2, tr.tokens, predicted, ch->why);
+                 tr.cached ? "of an earlier trial" : "measured", tr.rounds, tr.tokens, predicted, ch->why);
     else snprintf(why, sizeof why, "%s", ch->why);
     cli_engine_close(&e);
     if (o->json) {
@@ -218,7 +218,7 @@ static int plan_run(cli_opts *o) {
             json_t *t = json_object(), *idx = json_array();
             for (int k = 0; k < tr.n; k++) json_array_append_new(idx, json_integer(tr.idx[k]));
             json_object_set_new(t, "candidates", idx);
-            json_object_set_new(t, "rounds", json_integer(2));
+            json_object_set_new(t, "rounds", json_integer(tr.rounds));
             json_object_set_new(t, "tokens", json_integer(tr.tokens));
             json_object_set_new(t, "cached", json_boolean(tr.cached));
             json_object_set_new(t, "elapsed_ms", json_real(tr.elapsed_ms));
@@ -275,7 +275,7 @@ static int plan_run(cli_opts *o) {
             printf("  (%d-%d: neighbours of the best-predicted pipeline, added by the trial)\n", tr.n_listed, ch->n - 1);
         if (tr.n > 0) {
             if (tr.cached) printf("trial (from an earlier one, trial.json; --no-cache measures again):\n");
-            else printf("trial (%d rounds of %d tokens each, %.1f s):\n", 2, tr.tokens, tr.elapsed_ms / 1000);
+            else printf("trial (%d rounds of %d tokens each, %.1f s):\n", tr.rounds, tr.tokens, tr.elapsed_ms / 1000);
             for (int k = 0; k < tr.n; k++) {
                 const hpl_plan *p = &ch->cand[tr.idx[k]];
                 char desc[256];
@@ -286,12 +286,12 @@ static int plan_run(cli_opts *o) {
             }
         }
         if (ch->chosen >= 0) printf("chosen: %d: %s\n", ch->chosen, why);
+        else printf("%s\n", ch->why);
         const int near = tr.n ? 0 : cli_trial_near(ch, CLI_TRIAL_HINT);
         if (near > 1 && !o->cluster_file)
             printf("%d other candidates are predicted within %.0f%% of the chosen one, closer than the prediction can "
                    "order them:\n`--plan-trial %d` measures them and keeps the fastest (docs/planner.md, \"Trial\")\n",
                    near - 1, (CLI_TRIAL_HINT - 1) * 100, HR_MIN(near, 6));
-        else printf("%s\n", ch->why);
         if (given) {
             char desc[256];
             hpl_plan_describe(given, desc, sizeof desc);

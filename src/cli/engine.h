@@ -57,6 +57,7 @@ typedef struct cli_trial {
     int    idx[CLI_TRIAL_MAX];     /* their indices in the choice */
     double ms[CLI_TRIAL_MAX];      /* their decode ms/token, the median of the rounds; NAN: it failed */
     int    tokens;                 /* timed decode passes a run */
+    int    rounds;                 /* runs of each candidate (the median of them is its figure) */
     int    best;                   /* index in the choice */
     int    n_listed;               /* the planner's own candidates: the neighbours the trial added come after */
     bool   cached;                 /* the figures came from an earlier trial */

@@ -271,6 +271,7 @@ static bool trial_cached(const cli_opts *o, uint64_t key, const hpl_choice *ch, 
         }
     t->cached = true;
     t->tokens = tokens;
+    t->rounds = CLI_TRIAL_ROUNDS;
     return true;
 }
 
@@ -316,6 +317,7 @@ int cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp,
         t->tokens = (int)HR_MIN(o->plan_trial_tokens > 0 ? o->plan_trial_tokens : 8, n_ctx - 1 - CLI_TRIAL_WARM);
         if (t->tokens < 1) return hr_fail(err, HR_EINVAL, "a context of %d positions is too short for a trial", n_ctx);
         t->n = n_pick;
+        t->rounds = CLI_TRIAL_ROUNDS;
         memcpy(t->idx, pick, sizeof pick[0] * (size_t)n_pick);
         double runs[CLI_TRIAL_MAX][CLI_TRIAL_ROUNDS];
         int ok[CLI_TRIAL_MAX] = {0};
