@@ -4,10 +4,12 @@
    worker-led hybrid where it must win and where it must not), an
    impossible cluster, a single-device cost computed by hand, CPU quotas' bursts, the profile's key/values round trip and
    the cgroup cpu.max parser, the profile
-   measuring only the types asked for (the rest from the cache); HALO's loss-aware placement of unit groups on the paper's own example,
+   measuring only the types asked for (the rest from the cache); the residency manager's loader played out on
+   layouts worked by hand; HALO's loss-aware placement of unit groups on the paper's own example,
    and the importance file's round trip. */
 #include "test.h"
 
+#include "mem/mem.h"
 #include "plan/plan.h"
 #include "quant/quant.h"
 
@@ -38,7 +40,7 @@ static hpl_model model(int L, double layer, double out, double kv) {
     hpl_model m = {.n_layer = L, .n_embd = 2048, .n_vocab = 32000, .n_ctx = 1024, .n_batch = 512, .n_types = 1,
                    .layer_bytes = layer, .block_max_bytes = layer * 2 / 3, .attn_bytes = layer / 3,
                    .ffn_bytes = layer * 2 / 3, .out_type = HQ_TYPE_Q8_0,
-                   .out_bytes = out, .kv_bytes_per_layer = kv, .scratch_bytes = 8 * MIB};
+                   .out_bytes = out, .kv_bytes_per_layer = kv, .scratch_bytes = 8 * MIB, .scratch_worker_bytes = 8 * MIB};
     m.type[0] = HQ_TYPE_Q8_0;
     m.layer_bytes_of[0] = layer;
     snprintf(m.name, sizeof m.name, "synthetic");
@@ -557,11 +559,14 @@ static void test_tp_stream_waits(void) {
     hpl_plan p = {.kind = HPL_TP, .n = 2, .dev = {0, 1}, .share = {0.5, 0.5}};
     hr_err err = {0};
     CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[0].stream_bytes > 0 && p.dc[1].stream_bytes == 0);
-    const double own = p.dc[0].compute_ms - p.head_extra_ms, want = HR_MAX(0, p.dc[0].stream_ms - own - p.comm_ms);
-    CHECKF(p.comm_ms > 0 && want > 0 && fabs(p.dc[0].blocked_ms - want) < 1e-6 && fabs(p.blocked_ms - want) < 1e-6,
-           "blocked %.3f ms, want %.3f (streaming %.3f, compute %.3f, waits %.3f)", p.dc[0].blocked_ms, want,
+    /* the loader played out with a wait after every block: no less than what the disk cannot read in the
+       whole token (compute and waits), no more than the whole read */
+    const double own = p.dc[0].compute_ms - p.head_extra_ms, low = HR_MAX(0, p.dc[0].stream_ms - own - p.comm_ms);
+    CHECKF(p.comm_ms > 0 && low > 0 && p.dc[0].blocked_ms >= low - 1e-6 && p.dc[0].blocked_ms <= p.dc[0].stream_ms + 1e-6 &&
+           fabs(p.blocked_ms - p.dc[0].blocked_ms) < 1e-9,
+           "blocked %.3f ms, want within [%.3f, %.3f] (compute %.3f, waits %.3f)", p.dc[0].blocked_ms, low,
            p.dc[0].stream_ms, own, p.comm_ms);
-    links(&c, 400.0, 0.1);                     /* waits that cover it all */
+    links(&c, 400.0, 0.1);                     /* waits that cover it all: each block read in the wait before it */
     CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[0].blocked_ms == 0 && p.blocked_ms == 0);
 }
 
@@ -630,6 +635,66 @@ static void test_shared_disk(void) {
     snprintf(g.dev[1].disk_id, sizeof g.dev[1].disk_id, "boot/8:2");
     snprintf(g.dev[2].disk_id, sizeof g.dev[2].disk_id, "boot/8:1");
     CHECK(hpl_disk_first(&g, 0) == 0 && hpl_disk_first(&g, 1) == 1 && hpl_disk_first(&g, 2) == 0 && hpl_disk_first(&g, 3) == -1);
+}
+
+/* The loader played out (hpl_stream_blocked) on layouts whose waits are worked out by hand: blocks of 8 MiB
+   (two of the loader's 4 MiB chunks), the disk 10 ms a block, the room two blocks. */
+static void test_stream_blocked(void) {
+    const double S = 8 * MIB, D = 10.0 / S;   /* ms per byte */
+    /* streamed blocks between pinned ones: each read while the pinned block before it computes (10 ms) */
+    double by[8] = {S, S, S, S, S, S, S, S}, c[8], gap[8] = {0};
+    bool pin[8] = {true, false, true, false, true, false, true, false};
+    for (int i = 0; i < 8; i++) c[i] = pin[i] ? 10 : 1;
+    double b = hpl_stream_blocked(8, by, pin, c, gap, 2 * S, D);
+    CHECKF(fabs(b) < 1e-9, "interleaved: blocked %.3f ms, want 0", b);
+    /* one stretch after four pinned blocks: two read ahead while they compute, then the third can start only
+       when the first is done (41 ms) and is ready at 51 (a wait of 9 after the second ends at 42), the fourth
+       follows it (ready at 61, a wait of 9): 18 ms a pass; the next pass's two are read while its pinned compute */
+    bool run[8] = {true, true, true, true, false, false, false, false};
+    for (int i = 0; i < 8; i++) c[i] = run[i] ? 10 : 1;
+    b = hpl_stream_blocked(8, by, run, c, gap, 2 * S, D);
+    CHECKF(fabs(b - 18) < 1e-9, "stretch: blocked %.3f ms, want 18", b);
+    /* a room of four blocks holds the whole stretch, read while the pinned blocks compute: blocked 0 */
+    b = hpl_stream_blocked(8, by, run, c, gap, 4 * S, D);
+    CHECKF(fabs(b) < 1e-9, "stretch, room 4: blocked %.3f ms, want 0", b);
+    /* everything streamed, 1 ms of compute a block: the disk's pace, 80 ms a pass of 8 ms compute */
+    bool none[8] = {false};
+    for (int i = 0; i < 8; i++) c[i] = 1, gap[i] = 0;
+    b = hpl_stream_blocked(8, by, none, c, gap, 2 * S, D);
+    CHECKF(fabs(b - (80 - 8)) < 1e-9, "all streamed: blocked %.3f ms, want 72", b);
+    /* the ring's idle time reads ahead only as far as the room: 80 ms idle after the pass reads the next pass's
+       first two blocks, and each of the other six still waits 9 ms */
+    gap[7] = 80;
+    b = hpl_stream_blocked(8, by, none, c, gap, 2 * S, D);
+    CHECKF(fabs(b - 54) < 1e-9, "all streamed, idle 80: blocked %.3f ms, want 54", b);
+    /* nothing streamed: nothing to wait for */
+    bool all[8] = {true, true, true, true, true, true, true, true};
+    b = hpl_stream_blocked(8, by, all, c, gap, 2 * S, D);
+    CHECKF(b == 0, "all pinned: blocked %.3f ms", b);
+}
+
+/* The pipeline's cost plays the loader out: a stage's blocked time lies between what the disk cannot read in
+   the whole cycle (stream - compute - idle, the formula before) and the whole read, and a disk fast enough
+   hides it all. */
+static void test_pp_stream_sim(void) {
+    hpl_cluster c = {.n = 2};
+    c.dev[0] = dev(10, 4000 * MIB, 1.0);
+    c.dev[1] = dev(10, 300 * MIB, 0.5);     /* 8 of 10 layers of 50 MiB: streams part of its window */
+    links(&c, 1, 0.1);
+    hpl_model m = model(10, 50 * MIB, 20 * MIB, 0);   /* no KV cache: the pins at the start are the pins */
+    hpl_plan p = {.kind = HPL_PP, .n = 2, .dev = {0, 1}, .window = {2, 8}};
+    hr_err err = {0};
+    for (double disk = 0.5; disk < 64; disk *= 2) {
+        c.dev[1].disk_gbps = disk;
+        CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[1].stream_bytes > 0 && p.dc[0].stream_bytes == 0);
+        /* the manager's pins may stream up to 1/32 fewer bytes than the memory model's best pins (src/mem) */
+        const double idle = p.dc[0].compute_ms + p.comm_ms, L = p.dc[1].stream_ms, C = p.dc[1].compute_ms,
+                     low = HR_MAX(0, L - C - idle) - L / HMEM_PIN_BEST_GAIN;
+        CHECKF(p.dc[1].blocked_ms >= low && p.dc[1].blocked_ms <= L + 1e-6, "disk %.1f GB/s: blocked %.2f ms, want within "
+               "[%.2f, %.2f]", disk, p.dc[1].blocked_ms, low, L);
+    }
+    c.dev[1].disk_gbps = 1000;
+    CHECK(hpl_cost(&c, &m, 100, &p, &err) == 0 && p.feasible && p.dc[1].blocked_ms < 1e-3);
 }
 
 static void test_kv_roundtrip(void) {
@@ -818,6 +883,8 @@ int main(void) {
     test_loader_cpu();
     test_tp_stream_waits();
     test_shared_disk();
+    test_stream_blocked();
+    test_pp_stream_sim();
     test_neighbours();
     test_kv_roundtrip();
     test_place_groups();

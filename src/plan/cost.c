@@ -2,6 +2,7 @@
    the formulas are in docs/planner.md, "The cost model" */
 #include "plan.h"
 
+#include "mem/mem.h"
 #include "quant/quant.h"
 
 #include <limits.h>
@@ -56,6 +57,7 @@ int hpl_model_from(const hm_model *mod, const hm_ctx_params *cp, hpl_model *m, h
             hpl_add_bytes(m, ffn[i]->type, b / hp->n_layer);
         }
         m->layer_bytes += (a + f) / hp->n_layer;
+        if (il < HPL_MAX_LAYERS) m->attn_bytes_of[il] = a, m->ffn_bytes_of[il] = f;
         m->attn_bytes += a / hp->n_layer;
         m->ffn_bytes += f / hp->n_layer;
         m->block_max_bytes = HR_MAX(m->block_max_bytes, HR_MAX(a, f));
@@ -68,6 +70,10 @@ int hpl_model_from(const hm_model *mod, const hm_ctx_params *cp, hpl_model *m, h
     m->kv_bytes_per_layer = 2.0 * m->n_ctx * n_seq * hp->n_head_kv * hp->head_dim * elt;
     double total = (double)hm_ctx_bytes_estimate(hp, cp);
     m->scratch_bytes = HR_MAX(0, total - m->kv_bytes_per_layer * hp->n_layer);
+    hm_ctx_params wp = *cp;   /* a worker's context: the batch the head sends it */
+    wp.n_batch = HR_MIN(m->n_batch, m->n_ctx);
+    wp.n_ctx = m->n_ctx;
+    m->scratch_worker_bytes = HR_MAX(0, (double)hm_ctx_bytes_estimate(hp, &wp) - m->kv_bytes_per_layer * hp->n_layer);
     return 0;
 }
 
@@ -133,36 +139,37 @@ static double hpl_pinned_bytes(const hpl_model *m, double weights, double fixed,
     return HR_MAX(0, avail - HR_MIN(2 * HR_MAX(big, fixed), avail)); /* the search gave up: the room, less two blocks */
 }
 
-static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, double fixed, double kv,
+static bool hpl_memory(const hpl_device *d, const hpl_model *m, bool head, double weights, double fixed, double kv,
                        double block, hpl_dev_cost *dc, char *why, size_t cap) {
     const double x = m->block_max_bytes > 0 ? block / m->block_max_bytes : 1; /* TP: the share */
+    const double scratch = head ? m->scratch_bytes : m->scratch_worker_bytes;
     dc->kv_bytes = kv;
-    dc->scratch_bytes = m->scratch_bytes;
+    dc->scratch_bytes = scratch;
     dc->budget = (double)d->budget;
     block = HR_MAX(block, fixed);
-    double all = weights + fixed, avail = dc->budget - kv - m->scratch_bytes;
+    double all = weights + fixed, avail = dc->budget - kv - scratch;
     if (all <= avail) {
         dc->resident_bytes = all;
         dc->stream_bytes = 0;
-        dc->mem_bytes = all + kv + m->scratch_bytes;
+        dc->mem_bytes = all + kv + scratch;
         return true;
     }
     if (avail < block && !d->budget_set) {
-        double usable = (double)d->mem_usable - kv - m->scratch_bytes;
+        double usable = (double)d->mem_usable - kv - scratch;
         if (usable < 0) {
             snprintf(why, cap, "%s: its memory (%.0f MiB) does not hold the KV cache (%.0f MiB) and the scratch (%.0f MiB)",
-                     d->name, d->mem_usable / 1048576.0, kv / 1048576, m->scratch_bytes / 1048576);
+                     d->name, d->mem_usable / 1048576.0, kv / 1048576, scratch / 1048576);
             return false;
         }
         dc->mmap = true;
         dc->resident_bytes = all <= usable ? all : 0;
         dc->stream_bytes = all <= usable ? 0 : all;
-        dc->mem_bytes = HR_MIN(all, usable) + kv + m->scratch_bytes;
+        dc->mem_bytes = HR_MIN(all, usable) + kv + scratch;
         return true;
     }
     if (avail < block) {
         snprintf(why, cap, "%s: its budget %.0f MiB does not hold the KV cache (%.0f MiB), the scratch (%.0f MiB) and one "
-                 "block of weights (%.0f MiB)", d->name, dc->budget / 1048576, kv / 1048576, m->scratch_bytes / 1048576,
+                 "block of weights (%.0f MiB)", d->name, dc->budget / 1048576, kv / 1048576, scratch / 1048576,
                  block / 1048576);
         return false;
     }
@@ -185,6 +192,122 @@ static bool hpl_mapped(const hpl_dev_cost *dc) { return dc->mmap || dc->stream_b
 static double hpl_blocked(const hpl_dev_cost *dc, double hidden_ms) {
     if (dc->mmap) return dc->stream_ms;
     return HR_MAX(0, dc->stream_ms - dc->compute_ms - hidden_ms);
+}
+
+/* The residency manager's loader played out over a device's passes (src/mem/mem.c, loader_main): n blocks in
+   execution order, the loader reading the streamed ones in that order a chunk at a time, each chunk once the
+   streamed bytes from the block being computed (the one after the last finished) up to the chunk's end fit
+   the room; a block's compute waits until it is loaded, and the device idles gap_ms[i] after block i while
+   the rest of the ring computes (the loader reads on). Three passes from an empty room; the waits of the third,
+   the steady state, are the blocked time of a pass. */
+#define HPL_LOAD_CHUNK (4.0 * 1048576)   /* the loader's step (src/mem/mem.c, HMEM_CHUNK) */
+double hpl_stream_blocked(int n, const double *bytes, const bool *pinned, const double *compute_ms, const double *gap_ms,
+                          double room, double ms_per_byte) {
+    if (n < 1) return 0;
+    const int N = 3 * n;
+    double *t_end = malloc(sizeof *t_end * (size_t)N), *before = malloc(sizeof *before * ((size_t)N + 1));
+    if (!t_end || !before) {
+        free(t_end);
+        free(before);
+        return -1;
+    }
+    before[0] = 0;   /* the streamed bytes of the unrolled passes' blocks before g */
+    for (int g = 0; g < N; g++) before[g + 1] = before[g] + (pinned[g % n] ? 0 : bytes[g % n]);
+    double load_t = 0, free_t = 0, wait = 0;   /* the loader's clock; when the compute may begin the next block */
+    int b = 0;
+    for (int g = 0; g < N; g++) {
+        const int i = g % n;
+        double ready = free_t;
+        if (!pinned[i]) {
+            for (double a = 0; a < bytes[i]; a += HPL_LOAD_CHUNK) {
+                const double len = HR_MIN(HPL_LOAD_CHUNK, bytes[i] - a), need = before[g] + a + len - room;
+                while (b < g && before[b] < need) b++;   /* from block b on, the streamed bytes up to here fit */
+                const double may = b == 0 ? 0 : t_end[b - 1];   /* when the compute finished block b - 1 */
+                load_t = HR_MAX(load_t, may) + len * ms_per_byte;
+            }
+            ready = HR_MAX(ready, load_t);
+        }
+        if (g >= 2 * n) wait += ready - free_t;
+        t_end[g] = ready + compute_ms[i];
+        free_t = t_end[g] + gap_ms[i];
+    }
+    free(t_end);
+    free(before);
+    return wait;
+}
+
+/* A streaming device's blocked time (hpl_stream_blocked) over its blocks: the attention and FFN blocks of each
+   of its layer ranges (a pipeline stage's windows; a TP device's one range of every layer, x of each), each
+   layer's own sizes (Q4_K_M gives some layers Q6_K), then the output head on the head; pinned as the residency
+   manager pins them at the start of a generation (hmem_plan_at for the first positions, as the runtime plans
+   them: src/cluster/worker.c); the layers' compute spread over their blocks by bytes, the output head's its
+   own; idle after each range (a pipeline: the rest of the ring) and after each block (TP: the all-reduce), when
+   the loader reads on. What hides the streaming is then where the streamed
+   blocks lie: streamed blocks among pinned ones (attention blocks between pinned FFN blocks) are read while the
+   pinned ones compute, while one stretch of streamed blocks is read ahead only as far as the room reaches, then
+   at the disk's pace. (Session 30, home4-8b-small's d2, `--timings`: 31 layers, 21 of 62 blocks streamed mostly
+   in the window's second half, blocked 275 ms a pass; 30 layers with every attention block streamed between
+   pinned FFN blocks, 0-3 ms; the formula before, stream - compute - idle, said 0 for both.) -1: no plan (the
+   caller falls back to that formula). */
+typedef struct hpl_sim_in {
+    double x;                  /* the share of every layer (1 in a pipeline) */
+    const hm_window *win;      /* the layer ranges, in execution order */
+    int    n_win;
+    bool   head;               /* the output head comes last */
+    double layers_ms, head_ms; /* compute: of the layers (the loader's CPU in it), of the output head */
+    double idle_ms;            /* idle after the ranges (a pipeline: the rest of the ring), spread over them */
+    double block_gap;          /* idle after each block (TP: the all-reduce) */
+    double budget, kv, scratch, ms_per_byte;
+} hpl_sim_in;
+
+static double hpl_stream_sim(const hpl_model *m, const hpl_sim_in *in) {
+    int n = in->head, nl = 0, ranges = 0;
+    for (int w = 0; w < in->n_win; w++) {
+        nl += in->win[w].end - in->win[w].begin;
+        ranges += in->win[w].end > in->win[w].begin;
+    }
+    n += 2 * nl;
+    if (n < 1 || in->budget < 1) return -1;
+    uint64_t *bytes = malloc(sizeof *bytes * (size_t)n);
+    uint8_t *kind = malloc((size_t)n);
+    bool *pinned = malloc(sizeof *pinned * (size_t)n);
+    double *sz = malloc(sizeof *sz * (size_t)n), *c = malloc(sizeof *c * (size_t)n), *gap = calloc((size_t)n, sizeof *gap);
+    double blocked = -1, layers = 0;
+    if (!bytes || !kind || !pinned || !sz || !c || !gap) goto done;
+    int k = 0;
+    for (int w = 0; w < in->n_win; w++) {
+        for (int l = in->win[w].begin; l < in->win[w].end; l++) {
+            const bool known = l < HPL_MAX_LAYERS && m->attn_bytes_of[l] > 0 && m->ffn_bytes_of[l] > 0;
+            gap[k] = in->block_gap;
+            bytes[k] = (uint64_t)(in->x * (known ? m->attn_bytes_of[l] : m->attn_bytes)), kind[k++] = HM_BLOCK_ATTN;
+            gap[k] = in->block_gap;
+            bytes[k] = (uint64_t)(in->x * (known ? m->ffn_bytes_of[l] : m->ffn_bytes)), kind[k++] = HM_BLOCK_FFN;
+        }
+        if (in->win[w].end > in->win[w].begin) gap[k - 1] += in->idle_ms / ranges;
+    }
+    if (in->head) bytes[k] = (uint64_t)m->out_bytes, kind[k++] = HM_BLOCK_OUTPUT;
+    if (ranges == 0) gap[k - 1] += in->idle_ms;
+    for (int i = 0; i < 2 * nl; i++) layers += (double)bytes[i];
+    hmem_params hp = hmem_default_params();
+    hp.ctx_bytes = (uint64_t)HR_MAX(in->kv + in->scratch, 0);
+    hp.n_ctx = m->n_ctx;
+    hp.ctx_base_bytes = (uint64_t)HR_MAX(in->scratch, 0);
+    hmem_plan plan;
+    hr_err e = {0};
+    if (hmem_plan_at(bytes, kind, n, &hp, (uint64_t)in->budget, 1, pinned, &plan, &e) || plan.mode != HMEM_STREAM) goto done;
+    for (int i = 0; i < n; i++) {
+        sz[i] = (double)bytes[i];
+        c[i] = i < 2 * nl ? (layers > 0 ? in->layers_ms * sz[i] / layers : 0) : in->head_ms;
+    }
+    blocked = hpl_stream_blocked(n, sz, pinned, c, gap, (double)plan.room_bytes, in->ms_per_byte);
+done:
+    free(bytes);
+    free(kind);
+    free(pinned);
+    free(sz);
+    free(c);
+    free(gap);
+    return blocked;
 }
 
 static const hpl_link *hpl_link_of(const hpl_cluster *c, int a, int b) { return &c->link[a][b]; }
@@ -452,7 +575,7 @@ static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_promp
     dc->dev = 0;
     dc->share = 1;
     dc->layers = m->n_layer;
-    if (!hpl_memory(d, m, m->layer_bytes * m->n_layer, m->out_bytes, m->kv_bytes_per_layer * m->n_layer,
+    if (!hpl_memory(d, m, true, m->layer_bytes * m->n_layer, m->out_bytes, m->kv_bytes_per_layer * m->n_layer,
                     m->block_max_bytes, dc, p->why, sizeof p->why))
         return 0;
     p->head_extra_ms = hpl_head_extra_ms(d, m, hpl_mapped(dc));
@@ -486,7 +609,7 @@ static double hpl_tp_dev(const hpl_cluster *c, const hpl_model *m, const hpl_pla
     dc->dev = p->dev[i];
     dc->share = x;
     dc->layers = m->n_layer;
-    *ok = hpl_memory(d, m, x * m->layer_bytes * m->n_layer, p->dev[i] == 0 ? m->out_bytes : 0,
+    *ok = hpl_memory(d, m, p->dev[i] == 0, x * m->layer_bytes * m->n_layer, p->dev[i] == 0 ? m->out_bytes : 0,
                      x * m->kv_bytes_per_layer * m->n_layer, HR_MAX(x * m->block_max_bytes, 1), dc, why, cap);
     if (!*ok) return INFINITY;
     dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, x, 0, hpl_mapped(dc)) + hpl_loader_ms(d, dc);
@@ -537,12 +660,20 @@ static int hpl_cost_tp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
        come at every block, so the loader, behind whenever the device is disk-bound, never fills its window
        of two blocks in them (home4-8b-small, TP over four devices with the head streaming: predicted +22% to
        +58% with the waits left out, -5% to +23% with them; docs/planner.md, "Session 28") */
-    for (int i = 0; i < p->n; i++) {
-        p->dc[i].blocked_ms = hpl_blocked(&p->dc[i], fwd + 2.0 * m->n_layer * ar);
-        layers = HR_MAX(layers, p->dc[i].compute_ms + p->dc[i].blocked_ms);
-        p->blocked_ms = HR_MAX(p->blocked_ms, p->dc[i].blocked_ms);
-    }
     p->head_extra_ms = hpl_head_extra_ms(&c->dev[0], m, hpl_mapped(&p->dc[0]));
+    const hm_window all = {0, m->n_layer};
+    for (int i = 0; i < p->n; i++) {
+        hpl_dev_cost *dc = &p->dc[i];
+        /* the loader played out (hpl_stream_sim): the waits for the all-reduce after every block */
+        hpl_sim_in in = {.x = p->share[i], .win = &all, .n_win = 1, .head = p->dev[i] == 0, .layers_ms = dc->compute_ms,
+                         .head_ms = p->dev[i] == 0 ? p->head_extra_ms : 0, .idle_ms = fwd, .block_gap = ar,
+                         .budget = dc->budget, .kv = dc->kv_bytes, .scratch = dc->scratch_bytes,
+                         .ms_per_byte = hpl_disk_ms_per_byte(&c->dev[p->dev[i]])};
+        double sim = dc->mmap || dc->stream_bytes <= 0 ? -1 : hpl_stream_sim(m, &in);
+        dc->blocked_ms = sim >= 0 ? sim : hpl_blocked(dc, fwd + 2.0 * m->n_layer * ar);
+        layers = HR_MAX(layers, dc->compute_ms + dc->blocked_ms);
+        p->blocked_ms = HR_MAX(p->blocked_ms, dc->blocked_ms);
+    }
     /* the token as bursts: the FORWARD, every block's compute on every device and its all-reduce, the
        output head */
     if (hpl_plan_bursts(c, p)) {
@@ -753,7 +884,7 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         dc->dev = p->dev[i];
         dc->window = p->window[st];
         for (int w = 0; w < pl.n_win[st]; w++) dc->layers += pl.win[st][w].end - pl.win[st][w].begin;
-        if (!hpl_memory(d, m, dc->layers * m->layer_bytes, i == 0 ? m->out_bytes : 0, dc->layers * m->kv_bytes_per_layer,
+        if (!hpl_memory(d, m, p->dev[i] == 0, dc->layers * m->layer_bytes, i == 0 ? m->out_bytes : 0, dc->layers * m->kv_bytes_per_layer,
                         m->block_max_bytes, dc, p->why, sizeof p->why))
             return 0;
         if (i == 0) p->head_extra_ms = hpl_head_extra_ms(d, m, hpl_mapped(dc)); /* as in the group above */
@@ -773,8 +904,13 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         const hpl_device *d = &c->dev[p->dev[di[st]]];
         double idle = sum_c - dc->compute_ms + comm;
         double room_ms = pl.n_win[st] * HR_MIN(2 * m->block_max_bytes, dc->stream_bytes) * hpl_disk_ms_per_byte(d);
-        double hidden = HR_MIN(idle, room_ms);
-        dc->blocked_ms = hpl_blocked(dc, hidden);
+        const double head_ms = di[st] == 0 ? p->head_extra_ms : 0;
+        hpl_sim_in in = {.x = 1, .win = pl.win[st], .n_win = pl.n_win[st], .head = di[st] == 0,
+                         .layers_ms = dc->compute_ms - head_ms, .head_ms = head_ms, .idle_ms = idle,
+                         .budget = dc->budget, .kv = dc->kv_bytes, .scratch = dc->scratch_bytes,
+                         .ms_per_byte = hpl_disk_ms_per_byte(d)};
+        double sim = dc->mmap ? -1 : hpl_stream_sim(m, &in);
+        dc->blocked_ms = sim >= 0 ? sim : hpl_blocked(dc, HR_MIN(idle, room_ms));
         blocked += dc->blocked_ms;
         double own_pf = hpl_layers_ms(d, m, dc->layers, 1, n_prompt, hpl_mapped(dc));
         blocked_pf += HR_MAX(0, dc->stream_ms - own_pf - HR_MIN(sum_pf - own_pf + comm_pf, room_ms));

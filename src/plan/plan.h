@@ -183,6 +183,7 @@ int hpl_cluster_profile(const char *const *workers, int n_workers, const hpl_clu
                         hr_err *err);
 
 /* ---- the model, as the cost model sees it ------------------------------------------------------------- */
+#define HPL_MAX_LAYERS 512
 typedef struct hpl_model {
     char     name[128];
     int      n_layer, n_embd, n_vocab, n_ctx, n_batch;
@@ -192,13 +193,25 @@ typedef struct hpl_model {
     double   layer_bytes;                    /* per layer, all types */
     double   block_max_bytes;                /* the largest block (attention or FFN half of a layer) */
     double   attn_bytes, ffn_bytes;          /* per layer (average): its attention and FFN blocks */
+    double   attn_bytes_of[HPL_MAX_LAYERS],  /* each layer's: their sizes differ (Q4_K_M gives some layers Q6_K), */
+             ffn_bytes_of[HPL_MAX_LAYERS];   /* which changes the blocks the residency manager pins; 0: unknown,
+                                                the averages (layers past HPL_MAX_LAYERS, hand-made models) */
     int      out_type;
     double   out_bytes;                      /* output norm + head */
     double   embd_bytes;                     /* token_embd (not read whole per token; counted in memory only
                                                 when tied, as the output head) */
     double   kv_bytes_per_layer;             /* K + V at n_ctx */
-    double   scratch_bytes;                  /* the context's scratch (beyond the KV cache) */
+    double   scratch_bytes;                  /* the context's scratch (beyond the KV cache), on the head */
+    double   scratch_worker_bytes;           /* on a worker: its batches are at most n_ctx tokens (the head
+                                                sends min(n_batch, n_ctx), src/cluster/head.c) */
 } hpl_model;
+
+/* The blocked ms of one pass of a device whose residency manager streams (cost.c, the loader played out):
+   n blocks in execution order of bytes[i] each, pinned or streamed, computing compute_ms[i] and then idle
+   gap_ms[i] (the rest of the ring); room: the bytes of streamed blocks that may be resident at once (the
+   manager's room), ms_per_byte: the disk. -1: out of memory. */
+double hpl_stream_blocked(int n, const double *bytes, const bool *pinned, const double *compute_ms, const double *gap_ms,
+                          double room, double ms_per_byte);
 
 /* From a loaded model (weights not needed) and the context the run will use. */
 int hpl_model_from(const hm_model *m, const hm_ctx_params *cp, hpl_model *out, hr_err *err);
