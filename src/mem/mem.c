@@ -17,10 +17,6 @@
 #define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels answer EINVAL and we touch pages instead */
 #endif
 
-/* The loader makes a block resident a chunk at a time, so that a block too big for the room left can
-   be loaded in part ahead of time and finished as soon as the block before it is released. */
-#define HMEM_CHUNK ((uint64_t)4 << 20)
-
 typedef struct hmem_span { uint64_t off, len; } hmem_span; /* bytes of the file, not page-rounded */
 
 typedef struct hmem_blk {

@@ -136,6 +136,10 @@ int hmem_pin_best_classes(const uint64_t *size, const int *count, int k, int w, 
                           uint64_t *pinned_bytes);
 /* RUN gives way to hmem_pin_best when that streams more than 1/HMEM_PIN_BEST_GAIN fewer bytes */
 #define HMEM_PIN_BEST_GAIN 32
+/* The loader makes a block resident a chunk at a time, so that a block too big for the room left can
+   be loaded in part ahead of time and finished as soon as the block before it is released (the planner's
+   cost model plays the loader out in the same steps: src/plan/cost.c, hpl_stream_blocked). */
+#define HMEM_CHUNK ((uint64_t)4 << 20)
 
 /* The residency plan for n blocks of the given byte sizes and kinds (enum hm_block) in execution
    order, under budget (resolved, > 0): KEEP when everything fits (or mode is KEEP), else STREAM with

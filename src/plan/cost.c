@@ -200,7 +200,6 @@ static double hpl_blocked(const hpl_dev_cost *dc, double hidden_ms) {
    the room; a block's compute waits until it is loaded, and the device idles gap_ms[i] after block i while
    the rest of the ring computes (the loader reads on). Three passes from an empty room; the waits of the third,
    the steady state, are the blocked time of a pass. */
-#define HPL_LOAD_CHUNK (4.0 * 1048576)   /* the loader's step (src/mem/mem.c, HMEM_CHUNK) */
 double hpl_stream_blocked(int n, const double *bytes, const bool *pinned, const double *compute_ms, const double *gap_ms,
                           double room, double ms_per_byte) {
     if (n < 1) return 0;
@@ -219,8 +218,8 @@ double hpl_stream_blocked(int n, const double *bytes, const bool *pinned, const 
         const int i = g % n;
         double ready = free_t;
         if (!pinned[i]) {
-            for (double a = 0; a < bytes[i]; a += HPL_LOAD_CHUNK) {
-                const double len = HR_MIN(HPL_LOAD_CHUNK, bytes[i] - a), need = before[g] + a + len - room;
+            for (double a = 0; a < bytes[i]; a += (double)HMEM_CHUNK) {
+                const double len = HR_MIN((double)HMEM_CHUNK, bytes[i] - a), need = before[g] + a + len - room;
                 while (b < g && before[b] < need) b++;   /* from block b on, the streamed bytes up to here fit */
                 const double may = b == 0 ? 0 : t_end[b - 1];   /* when the compute finished block b - 1 */
                 load_t = HR_MAX(load_t, may) + len * ms_per_byte;
