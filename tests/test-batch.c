@@ -300,6 +300,14 @@ static void test_bad(const char *shared) {
     const uint64_t one = 2ull * hp->n_layer * 256 * hp->n_head_kv * hp->head_dim * 2 + 4;
     CHECK(hm_ctx_bytes_estimate(hp, &p4) - hm_ctx_bytes_estimate(hp, &p1) == 3 * one);
     CHECK(hm_ctx_bytes_for_shard(hp, &sh, &p4) - hm_ctx_bytes_for_shard(hp, &sh, &p1) == 3 * one);
+    /* a batch never holds more tokens than the cache (hm_ctx_create clamps n_batch to n_ctx), so the estimate
+       at n_batch > n_ctx is the one at n_batch = n_ctx, and it covers what the ctx takes */
+    hm_ctx_params pb = p1, pc = p1;
+    pb.n_ctx = pc.n_ctx = 64, pb.n_batch = 512, pc.n_batch = 64, pb.n_threads = pc.n_threads = 1;
+    CHECK(hm_ctx_bytes_estimate(hp, &pb) == hm_ctx_bytes_estimate(hp, &pc));
+    hm_ctx *cb = hm_ctx_create(m, &sh, &pb, &err);
+    CHECK(cb != NULL && hm_ctx_bytes(cb) <= hm_ctx_bytes_estimate(hp, &pb));
+    hm_ctx_free(cb);
     hm_model_free(m);
     gguf_close(g);
 }

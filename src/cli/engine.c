@@ -344,12 +344,10 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
     if (e->groups) hm_groups_attach(e->groups, &sh);
     uint64_t ctx_bytes = hm_ctx_bytes_estimate(&e->m->hp, cp);
     /* the plan follows the KV cache's use (cli_engine_eval says how many positions): the scratch is
-       what a one-position context needs beside its single position */
-    hm_ctx_params one = *cp;
-    one.n_ctx = 1;
+       what the context takes beside its positions */
     int32_t n_ctx = hm_ctx_resolve_n_ctx(&e->m->hp, cp->n_ctx);
-    if (managed ? hmem_setup_kv(e->m, &sh, o->model, &o->mem, ctx_bytes, hm_ctx_bytes_estimate(&e->m->hp, &one), n_ctx,
-                                &e->mm, err)
+    if (managed ? hmem_setup_kv(e->m, &sh, o->model, &o->mem, ctx_bytes, hm_ctx_base_bytes_for_shard(&e->m->hp, &sh, cp),
+                                n_ctx, &e->mm, err)
                 : hmem_check_ctx(ctx_bytes, err))
         return err->code;
     if (hmem_load_weights(e->mm, e->m, &sh, o->use_mmap, o->no_repack, err)) return err->code;

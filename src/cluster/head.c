@@ -669,9 +669,7 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if (hmem_check_ctx(hm_ctx_bytes_for_shard(hp, &sh, &cp), err)) goto err;
     /* as on one device, the plan follows the KV cache's use (hc_core_eval says how many positions);
        with several sequences the whole cache counts from the start */
-    hm_ctx_params one = cp;
-    one.n_ctx = 1;
-    const uint64_t ctx_all = hm_ctx_bytes_for_shard(hp, &sh, &cp), ctx_one = hm_ctx_bytes_for_shard(hp, &sh, &one);
+    const uint64_t ctx_all = hm_ctx_bytes_for_shard(hp, &sh, &cp), ctx_one = hm_ctx_base_bytes_for_shard(hp, &sh, &cp);
     const int32_t kv_n_ctx = cp.n_seq <= 1 ? hm_ctx_resolve_n_ctx(hp, cp.n_ctx) : 0;
     if (own) {
         /* as a worker: a manager over the slice file, and the weights loaded and packed when they fit */

@@ -1115,10 +1115,8 @@ static int hc_create_context(hc_session *s) {
     /* the plan follows the KV cache's use, as on one device (docs/memory.md, "The KV cache grows into
        the budget"): each FORWARD says how many positions are in use. With several sequences the cache
        fills per sequence, so the whole of it counts from the start, as before */
-    hm_ctx_params one = cp;
-    one.n_ctx = 1;
     if (hmem_setup_kv(s->m, &sh, s->path, &s->w->mem, hm_ctx_bytes_for_shard(hp, &sh, &cp),
-                      hm_ctx_bytes_for_shard(hp, &sh, &one), s->n_seq == 1 ? s->n_ctx : 0, &s->mem, &e))
+                      hm_ctx_base_bytes_for_shard(hp, &sh, &cp), s->n_seq == 1 ? s->n_ctx : 0, &s->mem, &e))
         return hc_bad(s, 0, e.code, "%s", e.msg);
     if (s->mem) {
         char line[512];

@@ -87,27 +87,40 @@ static int64_t hm_max_dim(const hm_hparams *hp) {
     return d;
 }
 
-static uint64_t hm_ctx_bytes_need(const hm_hparams *hp, int64_t n_layers, int64_t n_kv, const hm_ctx_params *p) {
-    int32_t n_ctx = hm_ctx_resolve_n_ctx(hp, p->n_ctx);
+/* KV cache + scratch of a context of these parameters over n_layers layers and n_kv KV heads. base: only what it
+   takes beside its cache's positions, one position's KV and the whole scratch (sized for the context's batch,
+   however few positions are in use) */
+static uint64_t hm_ctx_bytes_need(const hm_hparams *hp, int64_t n_layers, int64_t n_kv, const hm_ctx_params *p,
+                                  bool base) {
+    const int32_t n_ctx = hm_ctx_resolve_n_ctx(hp, p->n_ctx), n_pos = base ? 1 : n_ctx;
     int64_t B = p->n_batch > 0 ? p->n_batch : 512, n_seq = p->n_seq > 0 ? p->n_seq : 1;
-    uint64_t kv = 2ull * (uint64_t)n_layers * hm_kv_layer_bytes(hp, n_ctx, p->kv_type) / (uint64_t)hp->n_head_kv *
+    B = HR_MIN(B, (int64_t)n_ctx);   /* as hm_ctx_create clamps it: a batch never holds more than the cache */
+    uint64_t kv = 2ull * (uint64_t)n_layers * hm_kv_layer_bytes(hp, n_pos, p->kv_type) / (uint64_t)hp->n_head_kv *
                   (uint64_t)n_kv * (uint64_t)n_seq;
     int64_t Dq = (int64_t)hp->n_head * hp->head_dim, Dkv = (int64_t)hp->n_head_kv * hp->head_dim;
     uint64_t scratch = (uint64_t)B * (3 * hp->n_embd + 2 * Dq + 2 * Dkv + 2 * hp->n_ff + hp->head_dim) * 4;
     scratch += (uint64_t)B * hm_max_dim(hp) * 4 * 3;   /* quantized and prepared copies (upper bound) */
     scratch += (uint64_t)B * 9 + (uint64_t)n_seq * 4;   /* the batch's sequences, positions, paths */
     int nt = p->n_threads > 0 ? p->n_threads : hr_physical_cores();
-    scratch += (uint64_t)nt * ((uint64_t)n_ctx * 8 + hp->head_dim * 4 + 256);
+    scratch += (uint64_t)nt * ((uint64_t)n_pos * 8 + hp->head_dim * 4 + 256);
     return kv + scratch;
 }
 
 uint64_t hm_ctx_bytes_estimate(const hm_hparams *hp, const hm_ctx_params *p) {
-    return hm_ctx_bytes_need(hp, hp->n_layer, hp->n_head_kv, p);
+    return hm_ctx_bytes_need(hp, hp->n_layer, hp->n_head_kv, p, false);
+}
+
+static uint64_t hm_ctx_shard_need(const hm_hparams *hp, const hm_shard *s, const hm_ctx_params *p, bool base) {
+    int32_t kv_end = s->kv_end < 0 ? hp->n_head_kv : s->kv_end;
+    return hm_ctx_bytes_need(hp, hm_shard_n_layers(s), HR_MAX(kv_end - s->kv_begin, 0), p, base);
 }
 
 uint64_t hm_ctx_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const hm_ctx_params *p) {
-    int32_t kv_end = s->kv_end < 0 ? hp->n_head_kv : s->kv_end;
-    return hm_ctx_bytes_need(hp, hm_shard_n_layers(s), HR_MAX(kv_end - s->kv_begin, 0), p);
+    return hm_ctx_shard_need(hp, s, p, false);
+}
+
+uint64_t hm_ctx_base_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const hm_ctx_params *p) {
+    return hm_ctx_shard_need(hp, s, p, true);
 }
 
 void hm_ctx_free(hm_ctx *c) {

@@ -232,6 +232,10 @@ uint64_t hm_ctx_bytes_estimate(const hm_hparams *hp, const hm_ctx_params *p);
 int32_t hm_ctx_resolve_n_ctx(const hm_hparams *hp, int32_t n_ctx);
 /* the same for a shard: the KV cache of its layers only */
 uint64_t hm_ctx_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const hm_ctx_params *p);
+/* what such a context takes beside its cache's positions: the scratch at the batch hm_ctx_create gives it
+   (n_batch, at most n_ctx) and one position's KV; the residency manager adds the positions in use
+   (hmem_params.ctx_base_bytes) */
+uint64_t hm_ctx_base_bytes_for_shard(const hm_hparams *hp, const hm_shard *s, const hm_ctx_params *p);
 
 /* One call's tokens, what goes in and what comes out (all borrowed). A batch at pos overwrites the
    cache from pos on: to restart generation or drop a turn, run the next batch at the earlier pos.
