@@ -40,7 +40,7 @@ static hpl_model model(int L, double layer, double out, double kv) {
     hpl_model m = {.n_layer = L, .n_embd = 2048, .n_vocab = 32000, .n_ctx = 1024, .n_batch = 512, .n_types = 1,
                    .layer_bytes = layer, .block_max_bytes = layer * 2 / 3, .attn_bytes = layer / 3,
                    .ffn_bytes = layer * 2 / 3, .out_type = HQ_TYPE_Q8_0,
-                   .out_bytes = out, .kv_bytes_per_layer = kv, .scratch_bytes = 8 * MIB, .scratch_worker_bytes = 8 * MIB};
+                   .out_bytes = out, .kv_bytes_per_layer = kv, .scratch_bytes = 8 * MIB};
     m.type[0] = HQ_TYPE_Q8_0;
     m.layer_bytes_of[0] = layer;
     snprintf(m.name, sizeof m.name, "synthetic");

@@ -70,10 +70,6 @@ int hpl_model_from(const hm_model *mod, const hm_ctx_params *cp, hpl_model *m, h
     m->kv_bytes_per_layer = 2.0 * m->n_ctx * n_seq * hp->n_head_kv * hp->head_dim * elt;
     double total = (double)hm_ctx_bytes_estimate(hp, cp);
     m->scratch_bytes = HR_MAX(0, total - m->kv_bytes_per_layer * hp->n_layer);
-    hm_ctx_params wp = *cp;   /* a worker's context: the batch the head sends it */
-    wp.n_batch = HR_MIN(m->n_batch, m->n_ctx);
-    wp.n_ctx = m->n_ctx;
-    m->scratch_worker_bytes = HR_MAX(0, (double)hm_ctx_bytes_estimate(hp, &wp) - m->kv_bytes_per_layer * hp->n_layer);
     return 0;
 }
 
@@ -139,10 +135,10 @@ static double hpl_pinned_bytes(const hpl_model *m, double weights, double fixed,
     return HR_MAX(0, avail - HR_MIN(2 * HR_MAX(big, fixed), avail)); /* the search gave up: the room, less two blocks */
 }
 
-static bool hpl_memory(const hpl_device *d, const hpl_model *m, bool head, double weights, double fixed, double kv,
+static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, double fixed, double kv,
                        double block, hpl_dev_cost *dc, char *why, size_t cap) {
     const double x = m->block_max_bytes > 0 ? block / m->block_max_bytes : 1; /* TP: the share */
-    const double scratch = head ? m->scratch_bytes : m->scratch_worker_bytes;
+    const double scratch = m->scratch_bytes;
     dc->kv_bytes = kv;
     dc->scratch_bytes = scratch;
     dc->budget = (double)d->budget;
@@ -574,7 +570,7 @@ static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_promp
     dc->dev = 0;
     dc->share = 1;
     dc->layers = m->n_layer;
-    if (!hpl_memory(d, m, true, m->layer_bytes * m->n_layer, m->out_bytes, m->kv_bytes_per_layer * m->n_layer,
+    if (!hpl_memory(d, m, m->layer_bytes * m->n_layer, m->out_bytes, m->kv_bytes_per_layer * m->n_layer,
                     m->block_max_bytes, dc, p->why, sizeof p->why))
         return 0;
     p->head_extra_ms = hpl_head_extra_ms(d, m, hpl_mapped(dc));
@@ -608,7 +604,7 @@ static double hpl_tp_dev(const hpl_cluster *c, const hpl_model *m, const hpl_pla
     dc->dev = p->dev[i];
     dc->share = x;
     dc->layers = m->n_layer;
-    *ok = hpl_memory(d, m, p->dev[i] == 0, x * m->layer_bytes * m->n_layer, p->dev[i] == 0 ? m->out_bytes : 0,
+    *ok = hpl_memory(d, m, x * m->layer_bytes * m->n_layer, p->dev[i] == 0 ? m->out_bytes : 0,
                      x * m->kv_bytes_per_layer * m->n_layer, HR_MAX(x * m->block_max_bytes, 1), dc, why, cap);
     if (!*ok) return INFINITY;
     dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, x, 0, hpl_mapped(dc)) + hpl_loader_ms(d, dc);
@@ -883,7 +879,7 @@ static int hpl_cost_pp(const hpl_cluster *c, const hpl_model *m, int n_prompt, h
         dc->dev = p->dev[i];
         dc->window = p->window[st];
         for (int w = 0; w < pl.n_win[st]; w++) dc->layers += pl.win[st][w].end - pl.win[st][w].begin;
-        if (!hpl_memory(d, m, p->dev[i] == 0, dc->layers * m->layer_bytes, i == 0 ? m->out_bytes : 0, dc->layers * m->kv_bytes_per_layer,
+        if (!hpl_memory(d, m, dc->layers * m->layer_bytes, i == 0 ? m->out_bytes : 0, dc->layers * m->kv_bytes_per_layer,
                         m->block_max_bytes, dc, p->why, sizeof p->why))
             return 0;
         if (i == 0) p->head_extra_ms = hpl_head_extra_ms(d, m, hpl_mapped(dc)); /* as in the group above */

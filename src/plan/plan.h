@@ -201,9 +201,9 @@ typedef struct hpl_model {
     double   embd_bytes;                     /* token_embd (not read whole per token; counted in memory only
                                                 when tied, as the output head) */
     double   kv_bytes_per_layer;             /* K + V at n_ctx */
-    double   scratch_bytes;                  /* the context's scratch (beyond the KV cache), on the head */
-    double   scratch_worker_bytes;           /* on a worker: its batches are at most n_ctx tokens (the head
-                                                sends min(n_batch, n_ctx), src/cluster/head.c) */
+    double   scratch_bytes;                  /* the context's scratch (beyond the KV cache), on every device: its
+                                                batches are at most min(n_batch, n_ctx) tokens, which the head
+                                                sends the workers (src/cluster/head.c) and the estimate counts */
 } hpl_model;
 
 /* The blocked ms of one pass of a device whose residency manager streams (cost.c, the loader played out):

@@ -82,7 +82,7 @@ static void hpl_ilp_setup(const hpl_cluster *c, const hpl_model *m, const hpl_pl
         q->c[i] = 0;
         for (int t = 0; t < m->n_types; t++) q->c[i] += m->layer_bytes_of[t] / (hpl_speed(d, m->type[t], false, false) * 1e6);
         q->D[i] = 1.0 / ((d->disk_gbps > 0 ? d->disk_gbps : 0.1) * 1e6);
-        q->F[i] = p->dev[i] == 0 ? m->scratch_bytes : m->scratch_worker_bytes;
+        q->F[i] = m->scratch_bytes;
         q->E[i] = i == 0 ? m->out_bytes : 0;
         q->M[i] = (double)d->budget;
         double room = q->M[i] - q->F[i] - m->block_max_bytes;
@@ -567,7 +567,7 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
     out->chosen = best;
     if (best < 0) {
         double need = m->kv_bytes_per_layer * m->n_layer, have = 0;
-        for (int d = 0; d < c->n; d++) have += HR_MAX(0, (double)c->dev[d].budget - (d == 0 ? m->scratch_bytes : m->scratch_worker_bytes) -
+        for (int d = 0; d < c->n; d++) have += HR_MAX(0, (double)c->dev[d].budget - m->scratch_bytes -
                                     m->block_max_bytes);
         snprintf(out->why, sizeof out->why,
                  "no plan fits: the KV cache at %d tokens needs %.0f MiB and each device also needs %.0f MiB of scratch "
