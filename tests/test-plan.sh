@@ -288,7 +288,9 @@ then ok; else bad "link cache, a corrupt file: $got"; fi
 export XDG_CACHE_HOME=$TMP/trial-cache
 model=$S/stories260K.gguf
 run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
-check_same "$model" "$(workers 1 2)" --plan-trial 3
+# --plan-trial-within 20: stories260K computes a token in ~0.04 ms, so a loopback RTT of a few tens of us under load
+# puts every multi-device plan past the default 1.5x of the single device, and no trial would run
+check_same "$model" "$(workers 1 2)" --plan-trial 3 --plan-trial-within 20
 rounds=$(grep -c "plan trial: round [12]/2: candidate" "$TMP/cl.err")
 if [[ $rounds -ge 4 ]] && grep -q "plan: .*: measured .* ms/token, the fastest of [234] candidates in this trial" "$TMP/cl.err"
 then ok; else bad "run --plan-trial 3: $rounds trial runs, $(grep 'plan' "$TMP/cl.err" | tail -3)"; fi
@@ -299,7 +301,7 @@ assert len(t) == 1 and len(t[0]['plans']) == len(t[0]['ms_per_token']) >= 2, t
 assert all(x > 0 for x in t[0]['ms_per_token']), t" "$TMP/trial-cache/hearth/trial.json"; then ok
 else bad "trial.json after the trial: $(head -c 400 "$TMP/trial-cache/hearth/trial.json")"; fi
 # plan --json --plan-trial: the measured figures, chosen the fastest of them, the prediction's choice beside it
-if "$BIN" plan -m "$model" --workers "$(workers 1 2)" -t 1 --json --plan-trial 3 > "$TMP/trial.json" 2> "$TMP/trial.err" &&
+if "$BIN" plan -m "$model" --workers "$(workers 1 2)" -t 1 --json --plan-trial 3 --plan-trial-within 20 > "$TMP/trial.json" 2> "$TMP/trial.err" &&
     python3 - "$TMP/trial.json" << 'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -316,7 +318,7 @@ assert j["chosen"] in m and m[j["chosen"]] == min(m.values()), (j["chosen"], m)
 assert all("measured_ms_per_token" not in c for i, c in enumerate(j["candidates"]) if i not in m)
 best = min(c["predicted_ms_per_token"] for c in j["candidates"] if c["feasible"] and not c.get("neighbour"))
 assert j["candidates"][j["predicted_choice"]]["predicted_ms_per_token"] == best
-for i in m: assert j["candidates"][i]["predicted_ms_per_token"] <= 1.5 * best
+for i in m: assert j["candidates"][i]["predicted_ms_per_token"] <= 20 * best
 PY
 then ok; else bad "plan --json --plan-trial 3: $(tail -3 "$TMP/trial.err")"; fi
 # the same devices and links again (--cluster: costed, nothing measured): the earlier trial's choice, from trial.json

@@ -626,7 +626,7 @@ static const cli_flag flags[] = {
      "once (devices that share one machine's cores, as on tools/testbed)"},
     {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial", "N", F_LONG, AT(plan_trial), 0, 16, NULL,
      "choose by measurement: run the planner's N best-predicted candidates\n"
-     "(feasible, within 1.5x of the best) and N/2 neighbours of its best\n"
+     "(feasible, within 1.5x of the best: --plan-trial-within) and N/2 neighbours of its best\n"
      "pipeline (a layer moved between stages, the trips doubled or halved) for\n"
      "a few tokens each, two rounds, and take the fastest measured (default 0:\n"
      "by prediction alone). Kept in trial.json beside the profile cache: a\n"
@@ -634,6 +634,9 @@ static const cli_flag flags[] = {
      "measuring (plan --no-cache: measure again)"},
     {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial-tokens", "N", F_LONG, AT(plan_trial_tokens), 1, 4096,
      NULL, "timed decode passes of each trial run (default 8; 2 untimed before)"},
+    {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial-within", "X", F_F64, AT(plan_trial_within), 1, 1e6,
+     NULL, "the trial measures only candidates predicted within X times the best\n"
+     "(default 1.5)"},
     {CLI_PLAN, "--prompt-tokens", "N", F_LONG, AT(prompt_tokens), 1, I24, NULL,
      "prompt length the predicted prefill time is for (default 512)"},
     {CLI_PLAN, "--cluster", "FILE", F_STR, AT(cluster_file), 0, 0, NULL,

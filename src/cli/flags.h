@@ -60,6 +60,7 @@ typedef struct cli_opts {
     long        prompt_tokens;       /* plan: prompt length the prefill figure is for */
     long        plan_trial;          /* --plan-trial N: the planner's N best-predicted candidates measured (trial.c) */
     long        plan_trial_tokens;   /* --plan-trial-tokens: timed decode passes a trial run (0: 8) */
+    double      plan_trial_within;   /* --plan-trial-within X: candidates predicted within X of the best (0: 1.5) */
     const char *cluster_file;        /* plan --cluster: a saved `plan --json` (devices, links) instead of measuring */
     char       *workers_copy;        /* owned: the split --workers text, or the discovered addresses */
     bool        workers_auto;        /* --workers auto: found by discovery before the command runs */

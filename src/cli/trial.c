@@ -299,8 +299,9 @@ int cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp,
     const int n0 = ch->n, want = (int)HR_MIN(o->plan_trial, CLI_TRIAL_MAX);
     int pick[CLI_TRIAL_MAX], n_pick = 0;
     if (want) { /* the N best-predicted candidates, and N/2 (at least one) of the best pipeline's neighbours */
-        n_pick = trial_pick(ch, want, CLI_TRIAL_WITHIN, pick);
-        n_pick = trial_add_neighbours(cl, &pm, n_prompt, ch, HR_MAX(1, want / 2), CLI_TRIAL_WITHIN, pick, n_pick);
+        const double within = o->plan_trial_within > 0 ? o->plan_trial_within : CLI_TRIAL_WITHIN;
+        n_pick = trial_pick(ch, want, within, pick);
+        n_pick = trial_add_neighbours(cl, &pm, n_prompt, ch, HR_MAX(1, want / 2), within, pick, n_pick);
     } else /* a look-up: every neighbour, so that an earlier trial's may be found */
         trial_add_neighbours(cl, &pm, n_prompt, ch, HPL_MAX_CANDIDATES, INFINITY, pick, 0);
     const uint64_t key = trial_key(o, cl, cp);
