@@ -356,6 +356,48 @@ static uint64_t ctx_bytes(const hm_model *m) {
 
 typedef struct { const char *label; double frac; int window; hmem_pin pin; hmem_mode mode; bool no_prefetch; } budget_case;
 
+/* the output head's parts (hm_output_parts): rows [0, n_vocab) in order, no gap or overlap, every part but
+   the last a whole number of 16-row bands, none larger than the largest layer block (or HM_OUTPUT_PART_MIN)
+   when there are several (unless the cap on their number binds),
+   and block ranges that are those rows (the norm with part 0) */
+static void test_output_parts(const hm_model *m, const char *path) {
+    const int np = hm_output_parts(m);
+    CHECKF(np >= 1 && np <= HM_OUTPUT_PARTS_MAX, "%s: %d parts", path, np);
+    uint64_t big = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        hm_range r[16];
+        for (int b = HM_BLOCK_ATTN; b <= HM_BLOCK_FFN; b++) {
+            int nr = hm_block_ranges(m, NULL, il, (enum hm_block)b, r, 16);
+            uint64_t sum = 0;
+            for (int k = 0; k < nr && k < 16; k++) sum += r[k].len;
+            big = HR_MAX(big, sum);
+        }
+    }
+    big = HR_MAX(big, HM_OUTPUT_PART_MIN);
+    const uint64_t ob = (uint64_t)m->output.row_bytes * (uint64_t)m->output.ne1;
+    const bool capped = (ob + big - 1) / big > HM_OUTPUT_PARTS_MAX;
+    int64_t at = 0;
+    for (int k = 0; k < np; k++) {
+        int64_t rows[2];
+        hm_output_part_rows(m, k, rows);
+        CHECKF(rows[0] == at && rows[1] > rows[0], "%s: part %d rows [%lld, %lld) after %lld", path, k,
+               (long long)rows[0], (long long)rows[1], (long long)at);
+        CHECK(k == np - 1 || (rows[1] - rows[0]) % 16 == 0);
+        hm_range r[4];
+        int nr = hm_block_ranges(m, NULL, m->hp.n_layer + k, HM_BLOCK_OUTPUT, r, 4);
+        const hm_range *head = &r[nr - 1];
+        CHECK(nr == (k == 0 && m->output_norm.data ? 2 : 1));
+        CHECK(head->ptr == (const uint8_t *)m->output.map + rows[0] * (int64_t)m->output.row_bytes);
+        CHECK(head->len == (size_t)(rows[1] - rows[0]) * m->output.row_bytes);
+        if (np > 1 && !capped) CHECKF(head->len <= big + 16 * m->output.row_bytes, "%s: part %d of %zu bytes, block %llu", path, k,
+                           head->len, (unsigned long long)big);
+        at = rows[1];
+    }
+    CHECK(at == m->output.ne1);
+    CHECK(hm_block_ranges(m, NULL, m->hp.n_layer + np, HM_BLOCK_OUTPUT, NULL, 0) == 0);
+    printf("  %-40s output head in %d part(s)\n", strrchr(path, '/') + 1, np);
+}
+
 static void test_model(const char *path, bool last) {
     hr_err err = {0};
     gguf_ctx *g = gguf_open(path, &err);
@@ -385,7 +427,12 @@ static void test_model(const char *path, bool last) {
     CHECK(got && n_got == n_ref && !memcmp(got, ref, n_ref * sizeof *ref));
     free(got);
     hmem_free(h);
-    CHECK(n_blocks == 2 * m->hp.n_layer + (last ? 1 : 0));
+    const int n_out = hm_output_parts(m);
+    CHECK(n_blocks == 2 * m->hp.n_layer + (last ? n_out : 0));
+    test_output_parts(m, path);
+    if (last && n_out > 1) /* the "1 block" budget below cannot hold the whole output head beside the ctx */
+        CHECKF(big < (uint64_t)m->output.row_bytes * (uint64_t)m->output.ne1, "%s: largest block %llu", path,
+               (unsigned long long)big);
 
     const budget_case cases[] = {
         {"100%", 1.0, 2, HMEM_PIN_RUN, HMEM_AUTO, false},        {"50%", 0.5, 2, HMEM_PIN_RUN, HMEM_AUTO, false},
@@ -415,7 +462,7 @@ static void test_model(const char *path, bool last) {
         const hmem_sample *smp = hmem_samples(h, &ns);
         CHECK(ns == N_TOK - N_PROMPT + 1);
         CHECK(st.kind[HM_BLOCK_ATTN].n_begin == (int64_t)m->hp.n_layer * ns);
-        CHECK(st.kind[HM_BLOCK_OUTPUT].n_begin == (last ? ns : 0));
+        CHECK(st.kind[HM_BLOCK_OUTPUT].n_begin == (last ? (int64_t)n_out * ns : 0));
         bool want_stream = bc->mode == HMEM_STREAM || bc->frac < 1.0;
         CHECKF(pl->mode == (want_stream ? HMEM_STREAM : HMEM_KEEP), "%s %s: mode %s", path, bc->label,
                hmem_mode_name(pl->mode));

@@ -270,6 +270,70 @@ static void test_decode_threads(const char *shared) {
     }
 }
 
+/* The output head computed in parts (hm_output_parts, each its own block for the residency manager) against a
+   plain reference: the hidden states the forward pass hands out (embd_out) normalized and multiplied by every
+   row of the head in double, for a batch of 7 tokens (logits of all of them: parts write column ranges of
+   each token's row) and a decode step, from the file's layout and from the packed copy. A part computed from
+   the wrong rows or written to the wrong columns is off by the logits' own size; the kernels' quantized
+   activations by ~1%. */
+static void test_output_parts(const char *shared) {
+    const char *path = test_path(shared, "models/llama-2-tiny-random.gguf");
+    for (int repack = 0; repack <= 1; repack++) {
+        hr_err err = {0};
+        gguf_ctx *g = gguf_open(path, &err);
+        hm_model *m = g ? hm_model_load(g, &err) : NULL;
+        hm_shard sh = m ? hm_shard_full(m) : (hm_shard){0};
+        uint64_t copied = 0, packed = 0;
+        if (m && repack && hm_model_load_weights(m, &sh, true, &copied, &packed, &err)) hm_model_free(m), m = NULL;
+        if (!m) { fprintf(stderr, "%s: %s\n", path, err.msg); CHECK(0); gguf_close(g); return; }
+        CHECKF(hm_output_parts(m) > 1, "%s: the output head in %d part(s): the test needs several", path,
+               hm_output_parts(m));
+        hm_ctx_params p = hm_ctx_default_params();
+        p.n_ctx = 16;
+        p.n_threads = 2;
+        hm_ctx *c = hm_ctx_create(m, &sh, &p, &err);
+        const int V = m->hp.n_vocab, E = m->hp.n_embd, N = 7;
+        float *lg = malloc(sizeof(float) * (size_t)(N + 1) * V), *x = malloc(sizeof(float) * (size_t)(N + 1) * E);
+        float *row = malloc(sizeof(float) * (size_t)E), *xn = malloc(sizeof(float) * (size_t)E);
+        int32_t tok[N + 1];
+        for (int i = 0; i <= N; i++) tok[i] = (int32_t)(1 + (i * 131) % (V - 1));
+        REQUIRE_VOID(c && lg && x && row && xn);
+        const hm_batch b = {.tokens = tok, .n = N, .pos = 0, .logits = lg, .all_logits = true, .embd_out = x};
+        const hm_batch d = {.tokens = tok + N, .n = 1, .pos = N, .logits = lg + (size_t)N * V, .embd_out = x + (size_t)N * E};
+        CHECKF(!hm_eval(c, &b, &err) && !hm_eval(c, &d, &err), "%s", err.msg);
+        double num = 0, den = 0;
+        int agree = 0;
+        for (int t = 0; t <= N; t++) {
+            double ss = 0;
+            for (int e = 0; e < E; e++) ss += (double)x[(size_t)t * E + e] * x[(size_t)t * E + e];
+            const double inv = 1.0 / sqrt(ss / E + m->hp.rms_eps);
+            for (int e = 0; e < E; e++) xn[e] = (float)(x[(size_t)t * E + e] * inv * ((const float *)m->output_norm.data)[e]);
+            int best = 0, best_ref = 0;
+            double best_v = -INFINITY;
+            for (int r = 0; r < V; r++) {
+                hm_tensor_row_f32(&m->output, r, row);
+                double ref = 0;
+                for (int e = 0; e < E; e++) ref += (double)row[e] * xn[e];
+                const double got = lg[(size_t)t * V + r], dv = got - ref;
+                num += dv * dv;
+                den += ref * ref;
+                if (ref > best_v) best_v = ref, best_ref = r;
+                if (got > lg[(size_t)t * V + best]) best = r;
+            }
+            agree += best == best_ref;
+        }
+        const double rel = sqrt(num / HR_MAX(den, 1e-30));
+        CHECKF(rel < 0.03 && agree >= N, "%s%s: the parted output head's logits, rel. RMS %.4f against the plain "
+               "product, top-1 %d of %d", path, repack ? " (packed)" : "", rel, agree, N + 1);
+        printf("output head in %d parts%s: rel. RMS %.5f against the plain product, top-1 %d of %d\n",
+               hm_output_parts(m), repack ? " (packed)" : "", rel, agree, N + 1);
+        free(lg), free(x), free(row), free(xn);
+        hm_ctx_free(c);
+        hm_model_free(m);
+        gguf_close(g);
+    }
+}
+
 int main(void) {
     hr_init();
     const char *shared = test_shared_dir();
@@ -278,5 +342,6 @@ int main(void) {
     test_stories(shared);
     test_synth(shared);
     test_decode_threads(shared);
+    test_output_parts(shared);
     return test_summary();
 }

@@ -41,6 +41,7 @@ struct hmem {
     int         n;              /* blocks, in execution order */
     hmem_blk   *blk;
     int32_t    *layer_blk;      /* [n_layer]: index of the layer's attention block, or -1 (not the shard's) */
+    int         n_out;          /* the output head's parts (hm_output_parts), the last blocks; 0: not the shard's */
     hmem_span  *spans;
     hmem_span  *res;            /* page-aligned union of all blocks, for mincore */
     int         n_res;
@@ -273,7 +274,10 @@ static void *loader_main(void *arg) {
 /* ---- the hook ------------------------------------------------------------------------------------ */
 
 static int block_index(const hmem *h, int layer, enum hm_block block) {
-    if (block == HM_BLOCK_OUTPUT) return h->shard.last ? h->n - 1 : -1;
+    if (block == HM_BLOCK_OUTPUT) {
+        const int k = layer - h->m->hp.n_layer;
+        return k >= 0 && k < h->n_out ? h->n - h->n_out + k : -1;
+    }
     if (layer < 0 || layer >= h->m->hp.n_layer || h->layer_blk[layer] < 0 || (block != HM_BLOCK_ATTN && block != HM_BLOCK_FFN))
         return -1;
     return h->layer_blk[layer] + (block == HM_BLOCK_FFN);
@@ -355,7 +359,8 @@ void hmem_free(hmem *h) {
 static int build_blocks(hmem *h, hr_err *err) {
     const hm_model *m = h->m;
     int nl = hm_shard_n_layers(&h->shard);
-    h->n = 2 * nl + (h->shard.last ? 1 : 0);
+    h->n_out = h->shard.last ? hm_output_parts(m) : 0;
+    h->n = 2 * nl + h->n_out;
     if (h->n == 0) return hr_fail(err, HR_EINVAL, "the shard has no blocks of weights to manage");
     enum { CAP = 16 };
     h->layer_blk = malloc((size_t)m->hp.n_layer * sizeof *h->layer_blk);
@@ -364,7 +369,7 @@ static int build_blocks(hmem *h, hr_err *err) {
     h->res = calloc((size_t)h->n * CAP, sizeof *h->res);
     h->allow = calloc((size_t)h->n, sizeof *h->allow);
     if (!h->layer_blk || !h->blk || !h->spans || !h->res || !h->allow) return hr_fail(err, HR_ENOMEM, "out of memory");
-    /* execution order: the windows' layers (attention, FFN), then the output head */
+    /* execution order: the windows' layers (attention, FFN), then the output head's parts */
     for (int il = 0; il < m->hp.n_layer; il++) h->layer_blk[il] = -1;
     for (int w = 0, i = 0; w < h->shard.n_windows; w++)
         for (int il = h->shard.windows[w].begin; il < h->shard.windows[w].end; il++, i += 2) {
@@ -372,7 +377,8 @@ static int build_blocks(hmem *h, hr_err *err) {
             h->blk[i] = (hmem_blk){.layer = il, .kind = HM_BLOCK_ATTN};
             h->blk[i + 1] = (hmem_blk){.layer = il, .kind = HM_BLOCK_FFN};
         }
-    if (h->shard.last) h->blk[h->n - 1] = (hmem_blk){.layer = m->hp.n_layer, .kind = HM_BLOCK_OUTPUT};
+    for (int k = 0; k < h->n_out; k++)
+        h->blk[h->n - h->n_out + k] = (hmem_blk){.layer = m->hp.n_layer + k, .kind = HM_BLOCK_OUTPUT};
     uint64_t align = gguf_alignment(m->gguf);
     int ns = 0;
     for (int i = 0; i < h->n; i++) {

@@ -472,19 +472,24 @@ int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err) {
         c->t.total_ns = hr_time_ns() - t_start;
         return 0;
     }
-    /* final norm and output head, for the wanted tokens (out), or the last token or all of them */
-    hm_weights(c, m->hp.n_layer, HM_BLOCK_OUTPUT, HM_PHASE_BEGIN);
+    /* final norm and output head, for the wanted tokens (out), or the last token or all of them; the head
+       part by part (hm_output_parts), each its own block for the weights hook, the norm with part 0 */
     int cnt = 0;
-    for (int t = 0; t < n; t++)
-        if (b->out ? b->out[t] != 0 : b->all_logits || t == n - 1)
-            hm_rmsnorm(c->xn + (int64_t)cnt++ * E, c->x + (int64_t)t * E, m->output_norm.data, E, hp->rms_eps);
-    if (b->logits && cnt > 0) {
-        hm_act_set(&c->act_in, c->xn, cnt, E);
-        const hm_tensor *wout[] = {&m->output};
-        float *olog[] = {b->logits};
-        hm_matmul(c, &c->act_in, wout, olog, 1, false, NULL);
+    for (int k = 0, np = hm_output_parts(m); k < np; k++) {
+        hm_weights(c, m->hp.n_layer + k, HM_BLOCK_OUTPUT, HM_PHASE_BEGIN);
+        if (k == 0) {
+            for (int t = 0; t < n; t++)
+                if (b->out ? b->out[t] != 0 : b->all_logits || t == n - 1)
+                    hm_rmsnorm(c->xn + (int64_t)cnt++ * E, c->x + (int64_t)t * E, m->output_norm.data, E, hp->rms_eps);
+            if (b->logits && cnt > 0) hm_act_set(&c->act_in, c->xn, cnt, E);
+        }
+        if (b->logits && cnt > 0) {
+            int64_t r[2];
+            hm_output_part_rows(m, k, r);
+            hm_matmul_rows(c, &c->act_in, &m->output, r[0], r[1], b->logits);
+        }
+        hm_weights(c, m->hp.n_layer + k, HM_BLOCK_OUTPUT, HM_PHASE_END);
     }
-    hm_weights(c, m->hp.n_layer, HM_BLOCK_OUTPUT, HM_PHASE_END);
     if (b->embd_out) memcpy(b->embd_out, c->x, (size_t)n * E * sizeof(float));
     c->t.total_ns = hr_time_ns() - t_start;
     return 0;

@@ -105,7 +105,8 @@ typedef struct hm_mm_item {
     const hm_tensor *w;
     const uint8_t *y;   /* activations in w's vec_dot_type */
     size_t y_row;
-    float *out;         /* [n][w->ne1] */
+    float *out;         /* [n][ld] */
+    size_t ld;          /* out's row stride (w->ne1, or more for a view of some rows: hm_matmul_rows) */
 } hm_mm_item;
 
 typedef struct hm_mm_job {
@@ -138,7 +139,7 @@ static uint64_t hm_mm_rows(const hm_mm_job *j, int p, int64_t r0, int64_t r1) {
         const int64_t chunk = j->n == 1 ? HR_MAX(r1 - r0, 1) : HM_ROW_CHUNK;
         for (int64_t r = r0; r < r1; r += chunk) {
             int nr = (int)HR_MIN(chunk, r1 - r);
-            gemm((int)w->ne0, m->out + r, (size_t)w->ne1, w->data + r * w->row_bytes, w->row_bytes, nr, m->y,
+            gemm((int)w->ne0, m->out + r, m->ld, w->data + r * w->row_bytes, w->row_bytes, nr, m->y,
                  m->y_row, j->n);
         }
         bytes += (uint64_t)HR_MAX(r1 - r0, 0) * w->row_bytes;
@@ -235,8 +236,8 @@ static void hm_mm_worker(void *arg, int ith, int nth) {
     if (j->hooks && j->hooks->then) j->hooks->then(j->hooks->arg, ith, nth);
 }
 
-void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *outs, int nw, bool glu,
-               const hm_mm_hooks *hooks) {
+static void hm_matmul_ld(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *outs, const size_t *ld,
+                         int nw, bool glu, const hm_mm_hooks *hooks) {
     int64_t t0 = hr_time_ns();
     hm_mm_job j = {.n_items = nw, .n = a->n, .speed = c->dec_speed, .glu = glu ? hq_get_silu_mul(false) : NULL, .hooks = hooks};
     for (int i = 0; i < nw; i++) {
@@ -244,6 +245,7 @@ void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *o
         j.items[i].w = ws[i];
         j.items[i].y = hm_act_get(c, a, ai, &j.items[i].y_row);
         j.items[i].out = outs[i];
+        j.items[i].ld = ld ? ld[i] : (size_t)ws[i]->ne1;
     }
     /* a decode step of one sequence or of several (continuous batching): the same weight stream, and
        the same threads' speeds; its rows cost more per byte, not differently from one thread to the other */
@@ -253,6 +255,23 @@ void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *o
     }
     hr_pool_run(c->pool, hm_mm_worker, &j);
     c->t.matmul_ns += hr_time_ns() - t0;
+}
+
+void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *outs, int nw, bool glu,
+               const hm_mm_hooks *hooks) {
+    hm_matmul_ld(c, a, ws, outs, NULL, nw, glu, hooks);
+}
+
+void hm_matmul_rows(hm_ctx *c, hm_act *a, const hm_tensor *w, int64_t r0, int64_t r1, float *out) {
+    if (r1 <= r0) return;
+    hm_tensor v = *w; /* a view of the rows: the same bytes per row in either layout, bands whole from r0 on */
+    v.ne1 = r1 - r0;
+    v.data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    v.map = (const uint8_t *)w->map + (size_t)r0 * w->row_bytes;
+    const hm_tensor *ws[] = {&v};
+    float *outs[] = {out + r0};
+    const size_t ld[] = {(size_t)w->ne1};
+    hm_matmul_ld(c, a, ws, outs, ld, 1, false, NULL);
 }
 
 /* ---- the FFN pipe ------------------------------------------------------------------------------- */

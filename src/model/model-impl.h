@@ -156,6 +156,9 @@ int hm_act_init(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, int nw, int64_
    ws[1] are the gate and up projections, and outs[0] becomes silu(gate) * up.  hooks: decode only. */
 void hm_matmul(hm_ctx *c, hm_act *a, const hm_tensor *const *ws, float *const *outs, int nw, bool glu,
                const hm_mm_hooks *hooks);
+/* rows [r0, r1) of w (r0 a multiple of 16: whole packed bands) into out[n][w->ne1]'s columns [r0, r1):
+   each row's result as hm_matmul gives it */
+void hm_matmul_rows(hm_ctx *c, hm_act *a, const hm_tensor *w, int64_t r0, int64_t r1, float *out);
 /* gate = silu(Wg xn) * (Wu xn) from act_in (act_ff set to gate); a decode also converts gate into
    ffn_down's form as its rows come in (hm_ff_pipe) */
 void hm_ff_gate_up(hm_ctx *c, const hm_layer *L, int n);

@@ -141,11 +141,24 @@ typedef void (*hm_weights_fn)(void *user, int layer, enum hm_block block, enum h
    whole; with a (normalized) shard only the rows its share of wq/wk/wv/w_gate/w_up and the biases
    reads, while the column-sliced wo and w_down stay whole (a column range is one piece per row) and
    a block with no units reads only its norm. Writes at most cap ranges; returns the number of ranges
-   the block has. layer = n_layer with HM_BLOCK_OUTPUT means the output norm and head. */
+   the block has. HM_BLOCK_OUTPUT: layer = n_layer + k is part k of the output head (hm_output_parts). */
 typedef struct hm_range { const void *ptr; size_t len; } hm_range;
 struct hm_shard;
 int hm_block_ranges(const hm_model *m, const struct hm_shard *shard, int layer, enum hm_block block, hm_range *out,
                     int cap);
+
+/* The output head in parts (docs/memory.md, "The output head in parts"): the forward pass computes it
+   part by part, calling the weights hook around each with layer = n_layer + k, so that the residency
+   manager can stream it like any other blocks and a head whose budget cannot hold the whole output head
+   beside its KV cache still gets a manager (a Q6_K head of a 128k vocabulary is 431 MB: four of an 8B
+   model's FFN blocks). Each part is at most the model's largest attention or FFN block (or
+   HM_OUTPUT_PART_MIN, for toy models), in rows of whole packed bands; part 0 holds the output norm too.
+   hm_output_parts: how many (1 when the head is no larger than that, at most HM_OUTPUT_PARTS_MAX);
+   hm_output_part_rows: rows [r[0], r[1]) of part k. */
+#define HM_OUTPUT_PARTS_MAX 64
+#define HM_OUTPUT_PART_MIN  ((uint64_t)64 << 10)
+int  hm_output_parts(const hm_model *m);
+void hm_output_part_rows(const hm_model *m, int k, int64_t r[2]);
 
 /* The weights a block reads, whole tensors, where the kernels read them (the loaded copy, or the
    mapping): what hearth bench --roofline streams against a decode step. Same layer/block/cap/return

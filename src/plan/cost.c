@@ -31,6 +31,10 @@ static void hpl_add_bytes(hpl_model *m, int type, double bytes) {
 
 static double hpl_tensor_bytes(const hm_tensor *t) { return t->data || t->map ? (double)t->row_bytes * (double)t->ne1 : 0; }
 
+/* the output head's parts (hm_output_parts), taken as equal: `fixed` bytes of it (0: none) in blocks of part bytes */
+static int hpl_out_parts(const hpl_model *m, double fixed) { return fixed > 0 ? HR_MAX(m->out_parts, 1) : 0; }
+static double hpl_out_part_bytes(const hpl_model *m, double fixed) { return fixed > 0 ? fixed / hpl_out_parts(m, fixed) : 0; }
+
 int hpl_model_from(const hm_model *mod, const hm_ctx_params *cp, hpl_model *m, hr_err *err) {
     const hm_hparams *hp = &mod->hp;
     memset(m, 0, sizeof *m);
@@ -64,6 +68,7 @@ int hpl_model_from(const hm_model *mod, const hm_ctx_params *cp, hpl_model *m, h
     }
     m->out_type = mod->output.type;
     m->out_bytes = hpl_tensor_bytes(&mod->output) + hpl_tensor_bytes(&mod->output_norm);
+    m->out_parts = hm_output_parts(mod);
     m->embd_bytes = hpl_tensor_bytes(&mod->tok_embd);
     const double elt = cp->kv_type == HQ_TYPE_F32 ? 4 : 2;
     const int n_seq = cp->n_seq > 0 ? cp->n_seq : 1;
@@ -122,17 +127,22 @@ static double hpl_disk_ms_per_byte(const hpl_device *d) {
 static double hpl_pinned_bytes(const hpl_model *m, double weights, double fixed, double x, double avail) {
     double per = x * m->layer_bytes;
     int n = per > 0 ? (int)lround(weights / per) : 0;
-    uint64_t size[3] = {(uint64_t)(x * m->attn_bytes), (uint64_t)(x * m->ffn_bytes), (uint64_t)fixed}, pinned = 0;
-    int count[3] = {n, n, fixed > 0}, pin[3], k = fixed > 0 ? 3 : 2;
-    uint64_t big = HR_MAX(size[0], size[1]), two = fixed > 0 ? (uint64_t)fixed + big : 2 * big;
-    if (n == 0) two = (uint64_t)fixed;
+    const int np = hpl_out_parts(m, fixed);
+    const uint64_t part = (uint64_t)hpl_out_part_bytes(m, fixed);
+    uint64_t size[3] = {(uint64_t)(x * m->attn_bytes), (uint64_t)(x * m->ffn_bytes), part}, pinned = 0;
+    int count[3] = {n, n, np}, pin[3], k = np > 0 ? 3 : 2;
+    /* the two largest blocks: the window's room (n copies of the larger layer block, np of the part) */
+    uint64_t big = HR_MAX(size[0], size[1]), top = HR_MAX(big, np > 0 ? part : 0);
+    int n_top = (n > 0 && big == top ? n : 0) + (np > 0 && part == top ? np : 0);
+    uint64_t second = n_top >= 2 ? top : part == top ? (n > 0 ? big : 0) : (np > 0 ? part : 0);
+    uint64_t two = top + second;
     int w = (double)two <= avail ? 2 : 1;
     if (n + count[2] > 0 && !hmem_pin_best_classes(size, count, k, w, (uint64_t)HR_MAX(avail, 0), pin, &pinned)) {
         bool every = true; /* every block pinned: all of it (the sizes above are rounded down to bytes) */
         for (int i = 0; i < k; i++) every = every && pin[i] == count[i];
         return every ? weights + fixed : (double)pinned;
     }
-    return HR_MAX(0, avail - HR_MIN(2 * HR_MAX(big, fixed), avail)); /* the search gave up: the room, less two blocks */
+    return HR_MAX(0, avail - HR_MIN(2 * HR_MAX(big, part), avail)); /* the search gave up: the room, less two blocks */
 }
 
 static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, double fixed, double kv,
@@ -142,7 +152,7 @@ static bool hpl_memory(const hpl_device *d, const hpl_model *m, double weights, 
     dc->kv_bytes = kv;
     dc->scratch_bytes = scratch;
     dc->budget = (double)d->budget;
-    block = HR_MAX(block, fixed);
+    block = HR_MAX(block, hpl_out_part_bytes(m, fixed));
     double all = weights + fixed, avail = dc->budget - kv - scratch;
     if (all <= avail) {
         dc->resident_bytes = all;
@@ -256,7 +266,8 @@ typedef struct hpl_sim_in {
 } hpl_sim_in;
 
 static double hpl_stream_sim(const hpl_model *m, const hpl_sim_in *in) {
-    int n = in->head, nl = 0, ranges = 0;
+    const int np = in->head ? hpl_out_parts(m, m->out_bytes) : 0;
+    int n = np, nl = 0, ranges = 0;
     for (int w = 0; w < in->n_win; w++) {
         nl += in->win[w].end - in->win[w].begin;
         ranges += in->win[w].end > in->win[w].begin;
@@ -280,7 +291,7 @@ static double hpl_stream_sim(const hpl_model *m, const hpl_sim_in *in) {
         }
         if (in->win[w].end > in->win[w].begin) gap[k - 1] += in->idle_ms / ranges;
     }
-    if (in->head) bytes[k] = (uint64_t)m->out_bytes, kind[k++] = HM_BLOCK_OUTPUT;
+    for (int j = 0; j < np; j++) bytes[k] = (uint64_t)hpl_out_part_bytes(m, m->out_bytes), kind[k++] = HM_BLOCK_OUTPUT;
     if (ranges == 0) gap[k - 1] += in->idle_ms;
     for (int i = 0; i < 2 * nl; i++) layers += (double)bytes[i];
     hmem_params hp = hmem_default_params();
@@ -292,7 +303,7 @@ static double hpl_stream_sim(const hpl_model *m, const hpl_sim_in *in) {
     if (hmem_plan_at(bytes, kind, n, &hp, (uint64_t)in->budget, 1, pinned, &plan, &e) || plan.mode != HMEM_STREAM) goto done;
     for (int i = 0; i < n; i++) {
         sz[i] = (double)bytes[i];
-        c[i] = i < 2 * nl ? (layers > 0 ? in->layers_ms * sz[i] / layers : 0) : in->head_ms;
+        c[i] = i < 2 * nl ? (layers > 0 ? in->layers_ms * sz[i] / layers : 0) : in->head_ms / np;
     }
     blocked = hpl_stream_blocked(n, sz, pinned, c, gap, (double)plan.room_bytes, in->ms_per_byte);
 done:

@@ -198,6 +198,8 @@ typedef struct hpl_model {
                                                 the averages (layers past HPL_MAX_LAYERS, hand-made models) */
     int      out_type;
     double   out_bytes;                      /* output norm + head */
+    int      out_parts;                      /* the blocks the residency manager streams it as (hm_output_parts);
+                                                0 or 1: one */
     double   embd_bytes;                     /* token_embd (not read whole per token; counted in memory only
                                                 when tied, as the output head) */
     double   kv_bytes_per_layer;             /* K + V at n_ctx */
