@@ -512,9 +512,10 @@ static const cli_flag flags[] = {
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--worker-timeout", "SEC", F_F64, AT(worker_timeout), 0.1, 86400, NULL,
      "a worker that has not answered within SEC s of a forward pass (plus 20\n"
      "ms per token of the batch) has left: the answer goes on without it\n"
-     "(default: 10 s until a token has been timed, then 10 times a token's\n"
-     "time, at least 3 s: a stopped or unplugged device is noticed quickly,\n"
-     "a slow one is not mistaken for one)"},
+     "(default: 10 s plus 1 s per token of the batch until a token has been\n"
+     "timed, then 10 times a token's time, at least 3 s, plus one token's time\n"
+     "per token of the batch: a stopped or unplugged device is noticed\n"
+     "quickly, a slow one is not mistaken for one)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--no-recover", NULL, F_ON, AT(head.no_recover), 0, 0, NULL,
      "a worker that leaves ends the answer with an error (default: the head\n"
      "plans again over the devices that remain, recomputes the context and\n"

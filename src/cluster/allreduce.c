@@ -10,7 +10,9 @@
 #include <sys/socket.h>
 #include <time.h>
 
-int64_t hc_ar_deadline(const hc_ar *a, int n) { return hn_deadline_ms((int64_t)a->timeout_ms + 20 * (int64_t)n); }
+int64_t hc_ar_deadline(const hc_ar *a, int n) {
+    return hn_deadline_ms(a->timeout_ms + (a->token_ms > 0 ? a->token_ms : HC_TOKEN_MS) * (int64_t)n);
+}
 
 static const char *hc_role(int dev) { return dev == 0 ? "head" : "worker"; }
 

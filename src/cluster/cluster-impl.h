@@ -13,11 +13,17 @@
 /* deadlines (docs/reliability.md, "A device that leaves"): timeout_ms 0 (automatic) waits
    HC_SETUP_DEADLINE_MS for set-up replies and for passes until a decode step has been timed, then
    HC_DEADLINE_FACTOR times the decode step (passes of up to HC_STEP_MAX_TOKENS tokens), at least
-   HC_DEADLINE_FLOOR_MS; every pass adds 20 ms per token (hc_ar_deadline) */
+   HC_DEADLINE_FLOOR_MS; every pass adds HC_TOKEN_MS per token of its batch (hc_ar_deadline) — with the
+   automatic deadline HC_UNTIMED_TOKEN_MS until a decode step has been timed, then the step itself (no token
+   of a prompt costs more than a decode step: a batch reads the weights once for all its tokens) */
 #define HC_SETUP_DEADLINE_MS 10000
 #define HC_DEADLINE_FLOOR_MS 3000
 #define HC_DEADLINE_FACTOR   10
 #define HC_STEP_MAX_TOKENS   16
+#define HC_TOKEN_MS          20
+#define HC_UNTIMED_TOKEN_MS  1000   /* a 225-token prompt's first pass on home4-8b-tiny (8B, devices streaming
+                                       at 0.3-0.8 core) took minutes: at 20 ms a token its deadline of 14.5 s
+                                       dropped every worker in turn (session 32) */
 #define HC_HELLO_DEADLINE_MS 3000   /* a live worker answers HELLO at once (or says it is busy) */
 #define HC_PING_MS           1000   /* a pipeline that missed its deadline: how long each worker has to answer */
 
@@ -178,6 +184,7 @@ typedef struct hc_ar {
     const hc_hook *hook;
     uint32_t  seq;             /* all-reduces so far in this session */
     int64_t   timeout_ms;      /* base deadline of a receive */
+    int64_t   token_ms;        /* and per token of the pass's batch; 0: HC_TOKEN_MS */
     /* counters since the last stats read */
     int64_t   compute_ns, wait_ns, send_ns;
     int64_t   mark;            /* end of the previous sync (or start of the pass): compute since then */

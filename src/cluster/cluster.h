@@ -151,8 +151,9 @@ typedef struct hc_head_params {
     int   allreduce;         /* enum hc_allreduce */
     int   timeout_ms;        /* deadline of each receive inside a forward pass (plus 20 ms per token of a
                                 batch) and of the set-up steps; 0 (default): automatic, 10 s for set-up
-                                and until a decode step is timed, then 10 times a decode step, at
-                                least 3 s (cluster-impl.h, HC_DEADLINE_*) */
+                                and until a decode step is timed (plus 1 s per token), then 10 times a
+                                decode step, at least 3 s (plus a step per token) (cluster-impl.h,
+                                HC_DEADLINE_*) */
     int   bench_ms;          /* auto shares: benchmark time per device (default 300) */
     bool  timings;           /* the caller asked for per-device figures (hc_head_stats) */
     bool  pp;                /* piped-ring pipeline instead of tensor parallelism */

@@ -622,7 +622,8 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     cp.n_batch = HR_MIN(cp.n_batch, fwd_max);
     h->ar = (hc_ar){.mode = p->allreduce, .k = p->pp ? h->group : h->k, .me = 0, .conn = h->conn, .rx = h->rx,
                     .names = h->name_ptr,
-                    .hook = &h->hook, .timeout_ms = h->p.timeout_ms, .lossy = p->lossy,
+                    .hook = &h->hook, .timeout_ms = h->p.timeout_ms, .token_ms = h->timeout_auto ? HC_UNTIMED_TOKEN_MS : 0,
+                    .lossy = p->lossy,
                     .lossy_deadline_ms = h->p.lossy_deadline_ms, .drop_seed = p->lossy_drop_seed,
                     .drop_ppm = hc_drops(p, 0) ? p->lossy_drop_ppm : 0, .dup = hc_drops(p, 0) && p->lossy_dup,
                     .ll = h->ll, .n_layer = hp->n_layer};
@@ -1059,8 +1060,10 @@ static void hc_step_done(hc_core *h, int n, int64_t ns) {
     if (n > HC_STEP_MAX_TOKENS) return;
     double ms = (double)ns * 1e-6;
     h->step_ms = ms > h->step_ms ? ms : 0.9 * h->step_ms + 0.1 * ms;
-    if (h->timeout_auto)
+    if (h->timeout_auto) {
         h->ar.timeout_ms = (int64_t)HR_MAX((double)HC_DEADLINE_FLOOR_MS, HC_DEADLINE_FACTOR * h->step_ms);
+        h->ar.token_ms = (int64_t)HR_MAX((double)HC_TOKEN_MS, h->step_ms);
+    }
 }
 
 /* the embeddings of tokens[0..n) into h->x: the embedding stays here, workers get hidden states,
