@@ -78,6 +78,30 @@ static int hm_bind(const gguf_ctx *g, hm_tensor *t, const char *name, int64_t ne
     return 0;
 }
 
+static uint64_t hm_tensor_bytes(const hm_tensor *t) { return t->data ? (uint64_t)t->row_bytes * (uint64_t)t->ne1 : 0; }
+
+/* the rows of each part but the last (hm_model.out_part_rows, set at load): the head's rows over the parts the
+   size of the largest block gives, rounded up to whole row chunks (16 rows: packed bands, the matmul's work
+   units) */
+static int64_t hm_output_part_step(const hm_model *m) {
+    const hm_tensor *o = &m->output;
+    uint64_t big = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const hm_layer *L = &m->layers[il];
+        const hm_tensor *a[] = {&L->wq, &L->wk, &L->wv, &L->wo}, *f[] = {&L->w_gate, &L->w_up, &L->w_down};
+        uint64_t ab = 0, fb = 0;
+        for (size_t i = 0; i < sizeof a / sizeof *a; i++) ab += hm_tensor_bytes(a[i]);
+        for (size_t i = 0; i < sizeof f / sizeof *f; i++) fb += hm_tensor_bytes(f[i]);
+        big = HR_MAX(big, HR_MAX(ab, fb));
+    }
+    const uint64_t ob = hm_tensor_bytes(o);
+    big = HR_MAX(big, HM_OUTPUT_PART_MIN);
+    if (!ob || ob <= big || o->ne1 < 32) return HR_MAX(o->ne1, 1);
+    int64_t parts = (int64_t)HR_MIN((ob + big - 1) / big, (uint64_t)HM_OUTPUT_PARTS_MAX);
+    int64_t step = (o->ne1 + parts - 1) / parts;
+    return (step + 15) / 16 * 16;
+}
+
 hm_model *hm_model_load(const gguf_ctx *g, hr_err *err) {
     hm_model *m = calloc(1, sizeof *m);
     if (!m) { hr_fail(err, HR_ENOMEM, "out of memory"); return NULL; }
@@ -171,6 +195,7 @@ hm_model *hm_model_load(const gguf_ctx *g, hr_err *err) {
         BIND(w_down, "ffn_down.weight", F, E, false, false)
 #undef BIND
     }
+    m->out_part_rows = hm_output_part_step(m);
     return m;
 err:
     hm_model_free(m);
@@ -448,36 +473,13 @@ static int hm_add_elems(const hm_tensor *t, int64_t e0, int64_t e1, hm_range *ou
     return n + 1;
 }
 
-static uint64_t hm_tensor_bytes(const hm_tensor *t) { return t->data ? (uint64_t)t->row_bytes * (uint64_t)t->ne1 : 0; }
-
-/* the rows of each part but the last: the head's rows over the parts the size of the largest block gives,
-   rounded up to whole row chunks (16 rows: packed bands, the matmul's work units) */
-static int64_t hm_output_part_step(const hm_model *m) {
-    const hm_tensor *o = &m->output;
-    uint64_t big = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        const hm_layer *L = &m->layers[il];
-        const hm_tensor *a[] = {&L->wq, &L->wk, &L->wv, &L->wo}, *f[] = {&L->w_gate, &L->w_up, &L->w_down};
-        uint64_t ab = 0, fb = 0;
-        for (size_t i = 0; i < sizeof a / sizeof *a; i++) ab += hm_tensor_bytes(a[i]);
-        for (size_t i = 0; i < sizeof f / sizeof *f; i++) fb += hm_tensor_bytes(f[i]);
-        big = HR_MAX(big, HR_MAX(ab, fb));
-    }
-    const uint64_t ob = hm_tensor_bytes(o);
-    big = HR_MAX(big, HM_OUTPUT_PART_MIN);
-    if (!ob || ob <= big || o->ne1 < 32) return HR_MAX(o->ne1, 1);
-    int64_t parts = (int64_t)HR_MIN((ob + big - 1) / big, (uint64_t)HM_OUTPUT_PARTS_MAX);
-    int64_t step = (o->ne1 + parts - 1) / parts;
-    return (step + 15) / 16 * 16;
-}
-
 int hm_output_parts(const hm_model *m) {
-    const int64_t step = hm_output_part_step(m), rows = HR_MAX(m->output.ne1, 1);
+    const int64_t step = HR_MAX(m->out_part_rows, 1), rows = HR_MAX(m->output.ne1, 1);
     return (int)((rows + step - 1) / step);
 }
 
 void hm_output_part_rows(const hm_model *m, int k, int64_t r[2]) {
-    const int64_t step = hm_output_part_step(m), rows = m->output.ne1;
+    const int64_t step = HR_MAX(m->out_part_rows, 1), rows = m->output.ne1;
     r[0] = HR_MIN((int64_t)k * step, rows);
     r[1] = HR_MIN(r[0] + step, rows);
 }

@@ -114,6 +114,7 @@ typedef struct hm_model {
     bool       slice_head;                 /* a head's slice file: token_embd, output_norm and output too */
     uint8_t   *has_layer;                  /* [n_layer]: the layer's tensors are in the file; NULL = all */
     int32_t    slice_n_head_kv, slice_n_ff;/* units a slice file holds (0..n_head_kv, 0..n_ff) */
+    int64_t    out_part_rows;              /* rows of each part of the output head but the last (hm_output_parts) */
     void      *loaded;                     /* hm_model_load_weights's buffer (anonymous mmap) or NULL */
     size_t     loaded_cap;
 } hm_model;
