@@ -587,7 +587,14 @@ static int hpl_cost_single(const hpl_cluster *c, const hpl_model *m, int n_promp
     p->head_extra_ms = hpl_head_extra_ms(d, m, hpl_mapped(dc));
     dc->compute_ms = hpl_layers_ms(d, m, m->n_layer, 1, 0, hpl_mapped(dc)) + p->head_extra_ms + hpl_loader_ms(d, dc);
     dc->stream_ms = dc->stream_bytes * hpl_disk_ms_per_byte(d);
-    dc->blocked_ms = hpl_blocked(dc, 0);
+    /* the loader played out over the manager's pins, as for a pipeline stage: one window of every layer,
+       then the output head, nothing idle between passes but the sampler's share of the head's work */
+    const hm_window all = {0, m->n_layer};
+    hpl_sim_in in = {.x = 1, .win = &all, .n_win = 1, .head = true, .layers_ms = dc->compute_ms - p->head_extra_ms,
+                     .head_ms = p->head_extra_ms, .budget = dc->budget, .kv = dc->kv_bytes, .scratch = dc->scratch_bytes,
+                     .ms_per_byte = hpl_disk_ms_per_byte(d)};
+    const double sim = dc->mmap || dc->stream_bytes <= 0 ? -1 : hpl_stream_sim(m, &in);
+    dc->blocked_ms = sim >= 0 ? sim : hpl_blocked(dc, 0);
     if (hpl_plan_bursts(c, p)) {
         hpl_sched s = {0};
         hpl_sched_steady(&s, p);
@@ -759,9 +766,25 @@ static bool hpl_group_cost(const hpl_cluster *c, const hpl_model *m, const hc_pp
         *loss_pf += nwin * hpl_tcp_recovery_ms(c, lead, d, B * per) +
                     2.0 * ms.n_layer * (hpl_tcp_recovery_ms(c, d, lead, B * per) + hpl_tcp_recovery_ms(c, lead, d, B * per));
     }
-    *tb = worst - *t;
     *fwd = rtt / 2 + up;
     *ar = rtt + 2 * up;
+    /* a member that streams: its loader played out over its pins (hpl_stream_sim), reading on in the waits
+       for the all-reduce after every block; the rest of the ring's time is not counted as idle here (it is
+       not known yet), so a member's wait is if anything overstated */
+    worst = 0;
+    for (int i = 0; i < g; i++) {
+        hpl_dev_cost *dc = &p->dc[gs + i];
+        const bool head = pg.dev[i] == 0;
+        const double head_ms = head ? hpl_head_extra_ms(&c->dev[0], m, hpl_mapped(dc)) : 0;
+        hpl_sim_in in = {.x = p->share[i], .win = pl->win[gs], .n_win = pl->n_win[gs], .head = head,
+                         .layers_ms = dc->compute_ms, .head_ms = head_ms, .block_gap = *ar, .budget = dc->budget,
+                         .kv = dc->kv_bytes, .scratch = dc->scratch_bytes,
+                         .ms_per_byte = hpl_disk_ms_per_byte(&c->dev[pg.dev[i]])};
+        const double sim = dc->mmap || dc->stream_bytes <= 0 ? -1 : hpl_stream_sim(m, &in);
+        if (sim >= 0) dc->blocked_ms = sim;
+        worst = HR_MAX(worst, dc->compute_ms + dc->blocked_ms);
+    }
+    *tb = worst - *t;
     *comm += nwin * (rtt / 2 + up) + 2.0 * ms.n_layer * (rtt + 2 * up);
     *comm_pf += nwin * (rtt / 2 + up_pf) + 2.0 * ms.n_layer * (rtt + 2 * up_pf);
     p->n_messages += (g - 1) * (nwin + 4 * ms.n_layer);
