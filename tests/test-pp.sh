@@ -3,6 +3,7 @@
 # `hearth run --workers ... --pp --layer-windows ...` heads.
 # - 2, 3 and 4 devices, one round and several rounds per token (windows dealt round the ring), a head
 #   that owns no layers, the default split: exactly the single-device greedy text on stories260K
+#   (the head's weights loaded and packed when they fit, as one device's are)
 #   (5 layers), on the synth models (2 layers) and on a 6-layer synth model;
 # - memory budgets below what each device holds (streaming, with and without prefetch) on the workers
 #   and the head: the same text, and --stats-json reports resident bytes, disk reads and blocked time;
@@ -31,6 +32,9 @@ for model in "$S/synth/synth-llama-Q8_0.gguf" "$S/synth/synth-qwen2-Q8_0.gguf" "
              "$S/synth/synth-llama-Q4_K_M-mix.gguf"; do
     run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $model"
     check_same "$model" "$(workers 1)" --pp --layer-windows 1,1
+    # the head's window and output head fit its budget: loaded and packed, as on one device
+    if grep -q "weights: .* loaded into memory (.* packed" "$TMP/cl.err"; then ok
+    else bad "$(basename "$model"): the pipeline's head did not load its weights: $(grep -E 'weights|mem:' "$TMP/cl.err" | tail -2)"; fi
     check_same "$model" "$(workers 1 2)" --pp --layer-windows 0,1,1
 done
 six=$TMP/six.gguf
