@@ -8,7 +8,8 @@
 #   hook forced it, the stages it ran; a bad value or no candidate of the kind: a clear error;
 # - `hearth plan --json` lists the devices, every link (worker <-> worker measured by a worker),
 #   candidates of every kind (hybrid too) with predictions, and a chosen index;
-# - `hearth profile`: the second run reads the cache; another thread count measures again; the link cache;
+# - `hearth profile`: the second run reads the cache; another thread count measures again; the matvec over a
+#   decode's footprint (its scale within [0.5, 1], none where the budget is small); the link cache;
 # - usage errors: plan without -m.
 # Every process started here is killed on exit (trap). Env: HEARTH_BIN, HEARTH_SHARED.
 set -u
@@ -349,11 +350,19 @@ else bad "plan --cluster --plan-trial: rc $rc, $(cat "$TMP/c.err")"; fi
 
 # ---- the profile cache ---------------------------------------------------------------------------------
 export XDG_CACHE_HOME=$TMP/profile-cache
-"$BIN" profile -t 1 > "$TMP/p1.txt" 2>&1 || bad "profile 1"
+HEARTH_LOG=debug "$BIN" profile -t 1 > "$TMP/p1.txt" 2>&1 || bad "profile 1"
 "$BIN" profile -t 1 > "$TMP/p2.txt" 2>&1 || bad "profile 2"
 "$BIN" profile -t 2 > "$TMP/p3.txt" 2>&1 || bad "profile 3"
 if grep -q "measured" "$TMP/p1.txt" && grep -q "from the cache" "$TMP/p2.txt" && grep -q "measured" "$TMP/p3.txt"; then ok
 else bad "profile cache: $(head -1 "$TMP/p1.txt") / $(head -1 "$TMP/p2.txt") / $(head -1 "$TMP/p3.txt")"; fi
+# the matvec also timed over a decode's footprint (256 MiB of copies), its figures scaled by at most 1; a device
+# whose budget's quarter holds fewer than two test matrices keeps the test matrix's figures
+f=$(sed -n 's/.*over \([0-9]*\) copies (256 MiB).*figures x \([0-9.]*\).*/\2/p' "$TMP/p1.txt")
+if [[ -n "$f" ]] && python3 -c "import sys; assert 0.5 <= float(sys.argv[1]) <= 1" "$f"; then ok
+else bad "profile: no footprint figure in the log, or a scale outside [0.5, 1]: '$f' ($(grep -m1 'copies' "$TMP/p1.txt"))"; fi
+TESTBED_MEM_LIMIT=200M HEARTH_LOG=debug "$BIN" profile -t 1 --no-cache > "$TMP/p5.txt" 2>&1 || bad "profile at 200M"
+if grep -q "measured" "$TMP/p5.txt" && ! grep -q "copies (" "$TMP/p5.txt"; then ok
+else bad "profile at 200M: $(grep -m1 'copies (' "$TMP/p5.txt")"; fi
 "$BIN" profile -t 1 --json > "$TMP/p4.json" 2>&1 || bad "profile --json"
 if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['cached'] and d['types'][0]['matvec_gbps'] > 0" \
     "$TMP/p4.json"; then ok; else bad "profile --json: $(cat "$TMP/p4.json")"; fi
