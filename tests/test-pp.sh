@@ -3,8 +3,8 @@
 # `hearth run --workers ... --pp --layer-windows ...` heads.
 # - 2, 3 and 4 devices, one round and several rounds per token (windows dealt round the ring), a head
 #   that owns no layers, the default split: exactly the single-device greedy text on stories260K
-#   (the head's weights loaded and packed when they fit, as one device's are)
-#   (5 layers), on the synth models (2 layers) and on a 6-layer synth model;
+#   (5 layers), on the synth models (2 layers) and on a 6-layer synth model; the head's weights loaded
+#   and packed when they fit, as one device's are;
 # - memory budgets below what each device holds (streaming, with and without prefetch) on the workers
 #   and the head: the same text, and --stats-json reports resident bytes, disk reads and blocked time;
 # - the slice cache: a second identical run sends 0 weight bytes;

@@ -518,7 +518,7 @@ static int hpl_bench_types(hr_pool *pool, uint32_t mask, int ms, hpl_cpu_share c
     uint8_t *foot = foot_n ? hpl_alloc_huge(foot_n) : NULL;   /* none: the test matrix's figures as they are */
     float *s = rc || !n_jobs ? NULL : hr_alloc_aligned((size_t)rows_max * HPL_MATMUL_ROWS * sizeof(float), 64);
     if (!rc && n_jobs && (!w || !s)) rc = hr_fail(err, HR_ENOMEM, "profile: out of memory");
-    if (!rc && n_jobs) hpl_bench_kernels(pool, job, n_jobs, w, s, ms, cores, foot, foot ? foot_n : 0);
+    if (!rc && n_jobs) hpl_bench_kernels(pool, job, n_jobs, w, s, ms, cores, foot, foot_n);
     for (int i = first; !rc && i < *n; i++) {
         hpl_type_speed *ts = &out[i];
         if (ts->matvec_map_gbps <= 0) { /* a type that does not pack: one layout, both figures */
