@@ -10,13 +10,19 @@
      (HR_EAUTH); a replayed counter refused (HR_EEXIST); the sealed limits (fewer elements, within
      HN_DGRAM_MAX_BYTES; no counter past HN_REKEY_MESSAGES); a plaintext connection seals nothing;
    - two UDP sockets beside a loopback TCP connection: connect, send, receive; a datagram from another
-     address is refused by the peer check, an empty or oversized one reported as such.
+     address is refused by the peer check, an empty or oversized one reported as such;
+   - the worker's side of the planner's loss probe (hc_loss_probe_answer) against a slow head that
+     echoes one datagram a millisecond, long after the worker's last send: every echo counted (the
+     window stays open while echoes come; a window of wait_ms after the last send counted under half
+     of them); a head that stops echoing halfway: half counted, and the answer within a second.
    HEARTH_DGRAM_SEED_DIR=dir writes the valid samples as seeds for tests/fuzz-dgram.c. */
 #include "test.h"
 
+#include "cluster/cluster.h"
 #include "net/net.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,6 +293,76 @@ static void test_sockets(void) {
     hn_listener_close(l);
 }
 
+typedef struct probe_job {
+    hn_conn *conn;
+    hn_loss_probe rq;
+    hn_kv kv[3];
+    char vals[3][24];
+    uint32_t n_kv;
+    hr_err e;
+    int rc;
+} probe_job;
+
+static void *probe_worker(void *arg) {
+    probe_job *j = arg;
+    j->rc = hc_loss_probe_answer(j->conn, &j->rq, 1, j->kv, j->vals, &j->n_kv, &j->e);
+    return NULL;
+}
+
+/* a head that takes everything the worker sends, then echoes the first `echo` of them 1 ms apart */
+static void slow_head(uint32_t count, uint32_t echo, long *echoed, double *answer_ms) {
+    hr_err e = {0};
+    hn_listener *l = hn_listen("127.0.0.1:0", &e);
+    REQUIRE_VOID(l);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", hn_listener_port(l));
+    hn_conn *c = hn_connect(addr, hn_deadline_ms(5000), &e);
+    hn_conn *a = c ? hn_accept(l, hn_deadline_ms(5000), &e) : NULL;
+    REQUIRE_VOID(c && a);
+    hn_udp *u = hn_udp_open(c, &e);
+    REQUIRE_VOID(u);
+    hn_udp_expect_peer(u, c);
+    probe_job j = {.conn = a, .rq = {.session = 77, .port = hn_udp_port(u), .count = count, .interval_us = 100,
+                                     .elems = 4, .wait_ms = 60}};
+    pthread_t th;
+    REQUIRE_VOID(pthread_create(&th, NULL, probe_worker, &j) == 0);
+    uint32_t got = 0;
+    uint8_t buf[HN_DGRAM_MAX_BYTES], out[HN_DGRAM_MAX_BYTES];
+    for (int64_t until = hr_time_ns() + 2000000000LL; got < count && hr_time_ns() < until;) {
+        long n = hn_udp_recv(u, buf, sizeof buf);
+        if (n > 0) got++;
+        else usleep(200);
+    }
+    CHECKF(got == count, "the head received %u of %u probe datagrams", got, count);
+    hn_udp_reply_to_last(u);   /* echoes go where the probes came from */
+    int64_t t0 = hr_time_ns();
+    static const float zeros[4] = {0};
+    for (uint32_t i = 0; i < echo; i++) {
+        hn_dgram g = {.kind = HN_DGRAM_PROBE, .session = 77, .seq = i, .device = 0, .total = 4, .n = 4, .data = zeros};
+        size_t n = hn_dgram_encode(&g, NULL, out, sizeof out);
+        CHECK(n > 0 && hn_udp_send(u, out, n) == 0);
+        usleep(1000);
+    }
+    pthread_join(th, NULL);
+    *answer_ms = (double)(hr_time_ns() - t0) / 1e6;
+    CHECKF(j.rc == 0 && j.n_kv == 3, "%s", j.e.msg);
+    *echoed = strtol(j.vals[1], NULL, 10);
+    CHECKF(strtol(j.vals[0], NULL, 10) == (long)count, "sent %s of %u", j.vals[0], count);
+    hn_udp_close(u);
+    hn_conn_close(a);
+    hn_conn_close(c);
+    hn_listener_close(l);
+}
+
+static void test_loss_probe_window(void) {
+    long echoed = -1;
+    double ms = 0;
+    slow_head(200, 200, &echoed, &ms);
+    CHECKF(echoed == 200, "a slow head's echoes: %ld of 200 counted", echoed);
+    slow_head(200, 100, &echoed, &ms);
+    CHECKF(echoed == 100 && ms < 1000, "a head that stopped: %ld of 100 counted, answered %.0f ms after", echoed, ms);
+}
+
 int main(void) {
     hr_init();
     test_round_trip();
@@ -294,5 +370,6 @@ int main(void) {
     test_decoder_refuses();
     test_sealed();
     test_sockets();
+    test_loss_probe_window();
     return test_summary();
 }

@@ -43,11 +43,14 @@ static bool hpl_peer_link(hc_probe_conn *pc, const char *b_addr, const hpl_clust
     return true;
 }
 
-/* the link's datagram loss (LOSS_PROBE), both ways; the worker waits for the echoes a few RTTs */
+/* the link's datagram loss (LOSS_PROBE), both ways; the worker waits for the echoes a few RTTs, and while
+   they still come, HPL_LOSS_GAP_MS after the latest: a head with a quarter core echoing seven probes at
+   once (klonet8) paused one probe's echoes 30-45 ms, and 30 ms had priced its lossless links at 2-86% */
+#define HPL_LOSS_GAP_MS 100
 static int hpl_link_loss(hc_probe_conn *pc, const hpl_cluster_params *p, hpl_link *l, hr_err *e) {
     hc_loss_params lp = {.count = (uint32_t)HR_MIN(p->loss_count, HN_MAX_LOSS_PROBE),
                          .interval_us = (uint32_t)HR_MAX(0, p->loss_interval_us), .elems = HPL_LOSS_ELEMS,
-                         .wait_ms = (uint32_t)HR_MIN(HN_MAX_LOSS_WAIT_MS, HR_MAX(30, 4 * l->rtt_ms)),
+                         .wait_ms = (uint32_t)HR_MIN(HN_MAX_LOSS_WAIT_MS, HR_MAX(HPL_LOSS_GAP_MS, 4 * l->rtt_ms)),
                          .drop_seed = p->loss_drop_seed, .drop_ppm = p->loss_drop_ppm};
     if ((uint64_t)lp.count * lp.interval_us > HN_MAX_LOSS_PROBE_US) lp.interval_us = HN_MAX_LOSS_PROBE_US / lp.count;
     hc_loss_result r;
