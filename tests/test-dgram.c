@@ -237,15 +237,23 @@ static void test_sealed(void) {
     CHECK(!snd.on);
 }
 
-static void test_sockets(void) {
+/* a loopback TCP connection: *c the connecting side, *a the accepted one (the listener is returned) */
+static hn_listener *loop_pair(hn_conn **c, hn_conn **a) {
     hr_err e = {0};
     hn_listener *l = hn_listen("127.0.0.1:0", &e);
-    REQUIRE_VOID(l);
+    if (!l) return NULL;
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%u", hn_listener_port(l));
-    hn_conn *c = hn_connect(addr, hn_deadline_ms(5000), &e);
-    hn_conn *a = c ? hn_accept(l, hn_deadline_ms(5000), &e) : NULL;
-    REQUIRE_VOID(c && a);
+    *c = hn_connect(addr, hn_deadline_ms(5000), &e);
+    *a = *c ? hn_accept(l, hn_deadline_ms(5000), &e) : NULL;
+    return l;
+}
+
+static void test_sockets(void) {
+    hr_err e = {0};
+    hn_conn *c = NULL, *a = NULL;
+    hn_listener *l = loop_pair(&c, &a);
+    REQUIRE_VOID(l && c && a);
     hn_dgram_crypt x;
     CHECK(hn_dgram_crypt_init(&x, c, &e) == 0 && !x.on);   /* a plaintext connection: nothing sealed */
     hn_udp *head = hn_udp_open(a, &e), *worker = hn_udp_open(c, &e);
@@ -312,13 +320,9 @@ static void *probe_worker(void *arg) {
 /* a head that takes everything the worker sends, then echoes the first `echo` of them 1 ms apart */
 static void slow_head(uint32_t count, uint32_t echo, long *echoed, double *answer_ms) {
     hr_err e = {0};
-    hn_listener *l = hn_listen("127.0.0.1:0", &e);
-    REQUIRE_VOID(l);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", hn_listener_port(l));
-    hn_conn *c = hn_connect(addr, hn_deadline_ms(5000), &e);
-    hn_conn *a = c ? hn_accept(l, hn_deadline_ms(5000), &e) : NULL;
-    REQUIRE_VOID(c && a);
+    hn_conn *c = NULL, *a = NULL;
+    hn_listener *l = loop_pair(&c, &a);
+    REQUIRE_VOID(l && c && a);
     hn_udp *u = hn_udp_open(c, &e);
     REQUIRE_VOID(u);
     hn_udp_expect_peer(u, c);
