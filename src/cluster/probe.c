@@ -193,7 +193,7 @@ int hc_loss_probe_answer(hn_conn *head, const hn_loss_probe *rq, uint16_t device
     /* the window closes wait_ms after the last send, or wait_ms after the latest echo while echoes still
        come (up to HN_MAX_LOSS_WAIT_MS after the last send): a head with a quarter core echoing seven
        probes at once falls tens of ms behind, and an echo that is late is not a datagram the link lost
-       (klonet8: 2-68% "lost" head -> worker on lossless links, the planner's TP plans priced 10x) */
+       (klonet8: 2-86% "lost" head -> worker on lossless links, the planner's TP plans priced 10x) */
     int64_t t0 = hr_time_ns(), step = (int64_t)rq->interval_us * 1000, wait = (int64_t)rq->wait_ms * 1000000;
     int64_t last = t0 + step * rq->count, end = last + wait, cap = last + (int64_t)HN_MAX_LOSS_WAIT_MS * 1000000;
     for (uint32_t i = 0; !rc;) {

@@ -259,10 +259,10 @@ typedef struct hn_link_probe { hn_str addr; uint32_t n_pings, probe_bytes; } hn_
    probe datagrams (kind HN_DGRAM_PROBE, session, seq 0..count-1, `elems` elements; sealed when the
    session is) to its own head's address at UDP port `port`, one every interval_us, and counts the ones
    the head echoes back until wait_ms after its last send, or after the latest echo while they still come
-   (at most HN_MAX_LOSS_WAIT_MS after the last send: a late echo is not lost); answer PROFILE "sent", "echoed", "dropped". Bounded
-   by the decoder: count <= HN_MAX_LOSS_PROBE, count x interval_us <= HN_MAX_LOSS_PROBE_US, wait_ms <=
-   HN_MAX_LOSS_WAIT_MS, elems <= HN_DGRAM_MAX_ELEMS_SEALED. drop_ppm / drop_seed: the test hook
-   (HEARTH_LOSSY_DROP), the worker drops that share of its probes before sending. */
+   (at most HN_MAX_LOSS_WAIT_MS after the last send: a late echo is not lost); answer PROFILE "sent",
+   "echoed", "dropped". Bounded by the decoder: count <= HN_MAX_LOSS_PROBE, count x interval_us <=
+   HN_MAX_LOSS_PROBE_US, wait_ms <= HN_MAX_LOSS_WAIT_MS, elems <= HN_DGRAM_MAX_ELEMS_SEALED. drop_ppm /
+   drop_seed: the test hook (HEARTH_LOSSY_DROP), the worker drops that share of its probes before sending. */
 #define HN_MAX_LOSS_PROBE    4096
 #define HN_MAX_LOSS_PROBE_US 2000000u
 #define HN_MAX_LOSS_WAIT_MS  1000
