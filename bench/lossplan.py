@@ -73,8 +73,9 @@ def main():
                 addrs = [f"{bed.addr(f'd{i}')}:{PORT}" for i in range(1, N_DEV)]
                 base = [bin_, "-m", args.model, "-t", "1", "-c", "256"]
                 t0 = time.time()
+                # --plan-trial 0: the loss model's own choice (a trial would measure the near-ties instead)
                 r = sh(bed.cmd("d0", [bin_, "plan"] + base[1:] + ["--workers", ",".join(addrs), "--profile-serial",
-                                                                  "--json"]), timeout=args.timeout)
+                                                                  "--json", "--plan-trial", "0"]), timeout=args.timeout)
                 if r.returncode:
                     raise RuntimeError(f"plan at {loss}: {r.stderr[-1500:]}")
                 plan = json.loads(r.stdout)

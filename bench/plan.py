@@ -118,7 +118,9 @@ def main():
         head_cache = os.path.join(args.work, "head-cache")
         env = ["env", f"XDG_CACHE_HOME={head_cache}"]
         plan_argv = [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1", "-c", str(args.ctx),
-                     "--json", "--no-cache"] + (["--profile-serial"] if args.serial else [])
+                     "--json", "--no-cache", "--plan-trial", "0"] + (["--profile-serial"] if args.serial else [])
+        # --plan-trial 0: this measures the cost model, whose choice is the prediction's (bench/sweep.py measures
+        # the planner's default, a trial among near-ties)
         r = tp.sh(bed.cmd("d0", env + plan_argv), timeout=600)
         if r.returncode:
             raise RuntimeError("hearth plan: " + r.stderr[-2000:])

@@ -208,12 +208,13 @@ def run_argv(bin_, model, args, plan, addrs, n_tokens):
     return argv + plan["flags"]
 
 
-def plan_argv(bin_, model, addrs, ctx, serial, trial=0, cache_max="1500M"):
-    """step 1: `hearth plan --json --no-cache` on d0 over every other device's worker (--trial N: with
-    --plan-trial N, the planner's N best-predicted candidates measured and the fastest chosen)"""
+def plan_argv(bin_, model, addrs, ctx, serial, trial=None, cache_max="1500M"):
+    """step 1: `hearth plan --json --no-cache` on d0 over every other device's worker, as a user runs it
+    (its default trial where near-ties are cheap to measure; --trial N: --plan-trial N, the planner's N
+    best-predicted candidates measured and the fastest chosen; --trial 0: by prediction alone)"""
     return [bin_, "plan", "-m", model, "--workers", ",".join(addrs[1:]), "-t", "1", "-c", str(ctx),
-            "--json", "--no-cache"] + (["--profile-serial"] if serial else []) + (
-            ["--plan-trial", str(trial), "--cache-max", cache_max] if trial else [])
+            "--json", "--no-cache", "--cache-max", cache_max] + (["--profile-serial"] if serial else []) + (
+            ["--plan-trial", str(trial)] if trial is not None else [])
 
 
 def drop_work_caches(work):
@@ -247,13 +248,14 @@ def measure(args):
                                                        "--setup-timeout", "300"], procs)
         argv = plan_argv(bin_, model, addrs, args.ctx, args.serial, args.trial, args.cache_max)
         res["plan_command"] = " ".join(argv)
-        res["trial"] = args.trial
         t0 = time.time()
         r = tp.sh(bed.cmd("d0", env + argv), timeout=900)
         if r.returncode:
             raise RuntimeError("hearth plan: " + r.stderr[-2000:])
         plan = json.loads(r.stdout)
         res["plan_s"] = time.time() - t0
+        # how it chose: "--plan-trial N", "default" (the planner's own trial), or None (by prediction alone)
+        res["trial"] = (f"--plan-trial {args.trial}" if args.trial else "default") if plan.get("chosen_by") == "trial" else None
         res["plan"] = plan
         res["chosen"] = plan["chosen"]
         plans = [cand_plan(i, c, plan["chosen"]) for i, c in enumerate(plan["candidates"]) if c.get("feasible")]
@@ -444,7 +446,9 @@ def report(res, path):
     if res.get("trial"):
         pc = next((p for p in res["plans"] if p.get("predicted_choice")), None)
         tr = res["plan"].get("trial", {})
-        L.append(f"The planner chose by a trial (`--plan-trial {res['trial']}`: {len(tr.get('candidates', []))} candidates, "
+        how = res["trial"] if isinstance(res["trial"], str) else f"--plan-trial {res['trial']}"  # older results: N
+        how = "its default trial" if how == "default" else f"`{how}`"
+        L.append(f"The planner chose by a trial ({how}: {len(tr.get('candidates', []))} candidates, "
                  f"{tr.get('rounds')} rounds of {tr.get('tokens')} tokens, {tr.get('elapsed_ms', 0) / 1000:.0f} s)"
                  + (f"; by prediction alone it would have run {short_label(pc, info['n_layer'])}, measured "
                     f"{pc['measured_ms_per_token']:.1f} ms/token here ({pc['measured_ms_per_token'] / s['best']['measured_ms_per_token']:.2f}x the best)"
@@ -517,8 +521,9 @@ def main():
                     "slices are sent again: slower, the same figures)")
     ap.add_argument("--top", type=int, metavar="N", help="measure only the chosen plan and the N candidates predicted "
                     "fastest (and every hand-written plan); the other candidates are listed, not measured")
-    ap.add_argument("--trial", type=int, default=0, metavar="N", help="plan with --plan-trial N: the planner measures its N "
-                    "best-predicted candidates and chooses the fastest (the prediction's own choice is measured too)")
+    ap.add_argument("--trial", type=int, default=None, metavar="N", help="plan with --plan-trial N: the planner measures its N "
+                    "best-predicted candidates and chooses the fastest (the prediction's own choice is measured too); "
+                    "0: by prediction alone; default: `hearth plan`'s own (a trial where near-ties are cheap to measure)")
     ap.add_argument("--keep-caches", action="store_true", help="leave the devices' slice caches in --work")
     ap.add_argument("--report", metavar="RESULTS_JSON", help="re-render report.md and sweep.svg beside it")
     ap.add_argument("--repredict", metavar="RESULTS_JSON", help="predict the hand-written plans of an earlier sweep "

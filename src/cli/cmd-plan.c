@@ -139,6 +139,9 @@ static int plan_run(cli_opts *o) {
     int rc = 1;
     if (!cl || !ch) { fprintf(stderr, "hearth plan: out of memory\n"); goto done; }
     if (cli_engine_open(&e, o, false, &err)) { fprintf(stderr, "hearth plan: %s\n", err.msg); goto done; }
+    /* a saved cluster is costed, not run, and a given plan is the user's: only an earlier trial's look-up */
+    if (o->cluster_file || o->plan_given || o->head.pp) o->plan_trial = 0;
+    if (o->plan_trial_budget < 0) o->plan_trial_budget = CLI_TRIAL_BUDGET_PLAN;
     hm_ctx_params cp = cli_ctx_params(o);
     int np = (int)o->prompt_tokens;
     if (o->cluster_file ? cli_plan_saved(o, e.m, &cp, np, cl, ch, &err) : cli_engine_plan(o, e.m, &cp, np, cl, ch, &err)) {
@@ -222,6 +225,13 @@ static int plan_run(cli_opts *o) {
             json_object_set_new(t, "tokens", json_integer(tr.tokens));
             json_object_set_new(t, "cached", json_boolean(tr.cached));
             json_object_set_new(t, "elapsed_ms", json_real(tr.elapsed_ms));
+            json_object_set_new(t, "estimated_ms", json_real(tr.estimate_s * 1e3));
+            json_object_set_new(root, "trial", t);
+        } else if (tr.over_budget) { /* the default trial, not run: its estimate over the budget */
+            json_t *t = json_object();
+            json_object_set_new(t, "skipped", json_string("over budget"));
+            json_object_set_new(t, "estimated_ms", json_real(tr.estimate_s * 1e3));
+            json_object_set_new(t, "budget_ms", json_real(tr.budget_s * 1e3));
             json_object_set_new(root, "trial", t);
         }
         if (given) { /* docs/planner.md, "A given plan" */
@@ -275,7 +285,8 @@ static int plan_run(cli_opts *o) {
             printf("  (%d-%d: neighbours of the best-predicted pipeline, added by the trial)\n", tr.n_listed, ch->n - 1);
         if (tr.n > 0) {
             if (tr.cached) printf("trial (from an earlier one, trial.json; --no-cache measures again):\n");
-            else printf("trial (%d rounds of %d tokens each, %.1f s):\n", tr.rounds, tr.tokens, tr.elapsed_ms / 1000);
+            else printf("trial (%d rounds of %d tokens each, %.1f s, estimated %.0f s):\n", tr.rounds, tr.tokens,
+                        tr.elapsed_ms / 1000, tr.estimate_s);
             for (int k = 0; k < tr.n; k++) {
                 const hpl_plan *p = &ch->cand[tr.idx[k]];
                 char desc[256];
@@ -288,7 +299,12 @@ static int plan_run(cli_opts *o) {
         if (ch->chosen >= 0) printf("chosen: %d: %s\n", ch->chosen, why);
         else printf("%s\n", ch->why);
         const int near = tr.n ? 0 : cli_trial_near(ch, CLI_TRIAL_HINT);
-        if (near > 1 && !o->cluster_file)
+        if (near > 1 && !o->cluster_file && tr.over_budget)
+            printf("%d other candidates are predicted within %.0f%% of the chosen one, closer than the prediction can "
+                   "order them;\na trial is estimated at %.0f s, over --plan-trial-budget %.0f: `--plan-trial %d` measures "
+                   "them and keeps the fastest (docs/planner.md, \"Trial\")\n", near - 1, (CLI_TRIAL_HINT - 1) * 100,
+                   tr.estimate_s, tr.budget_s, HR_MIN(near, 6));
+        else if (near > 1 && !o->cluster_file)
             printf("%d other candidates are predicted within %.0f%% of the chosen one, closer than the prediction can "
                    "order them:\n`--plan-trial %d` measures them and keeps the fastest (docs/planner.md, \"Trial\")\n",
                    near - 1, (CLI_TRIAL_HINT - 1) * 100, HR_MIN(near, 6));
@@ -321,7 +337,7 @@ static int plan_check(const cli_command *c, cli_opts *o) {
     if (rc) return rc;
     if (!o->cluster_file) return cli_check_cluster(c, o);
     if (o->head.n_workers || o->workers_auto) return cli_usage_error(c, "--cluster FILE or --workers: not both");
-    if (o->plan_trial) return cli_usage_error(c, "--plan-trial runs the plans; --cluster FILE measures nothing");
+    if (o->plan_trial > 0) return cli_usage_error(c, "--plan-trial runs the plans; --cluster FILE measures nothing");
     if (o->no_cache || o->profile_serial)
         return cli_usage_error(c, "%s measures; --cluster FILE measures nothing", o->no_cache ? "--no-cache" : "--profile-serial");
     return 0;
@@ -340,8 +356,11 @@ const cli_command cli_plan = {
     "plan flags runs that plan. With plan flags (--tp-shares, --pp, --layer-windows, --stages, --lossy),\n"
     "the plan they give, read and checked as `hearth run` reads them, is costed too: a row marked g,\n"
     "\"given_plan\" in the JSON, and its predicted ms/token against the chosen plan's. With --cluster\n"
-    "FILE nothing is measured: the devices and links are FILE's. With --plan-trial N the N best-\n"
-    "predicted candidates are run for a few tokens each and the fastest measured is chosen (a\n"
-    "\"trial\" table; measured_ms_per_token and \"chosen_by\": \"trial\" in the JSON); `hearth run`\n"
-    "with the same workers then takes that choice from trial.json. docs/planner.md.",
+    "FILE nothing is measured: the devices and links are FILE's. Where other candidates are\n"
+    "predicted within 1.5x of the best, the 4 best-predicted and 2 neighbours of the best pipeline\n"
+    "are run for a few tokens each and the fastest measured is chosen (a \"trial\" table;\n"
+    "measured_ms_per_token and \"chosen_by\": \"trial\" in the JSON), when that is estimated to take\n"
+    "at most --plan-trial-budget seconds (600; --plan-trial N: N of them, whatever it takes;\n"
+    "--plan-trial 0: none); `hearth run` with the same workers then takes that choice from\n"
+    "trial.json. docs/planner.md.",
     .check = plan_check, .run = plan_run};

@@ -141,8 +141,9 @@ void cli_plan_apply(const hpl_plan *p, const char *const *addr, hc_head_params *
 
 /* The planner's choice for o's model over h's workers becomes h's plan (h->n_workers 0: one device);
    loss (optional): each of the plan's workers' measured datagram loss in percent, in h->workers order.
-   trial: with --plan-trial, the best-predicted candidates measured and the fastest run (managed: as
-   cli_engine_start's); a re-plan after a failure does not measure. */
+   trial: an earlier trial looked up, or the best-predicted candidates measured and the fastest run
+   (--plan-trial N, or the default trial within its budget: trial.c; managed: as cli_engine_start's); a
+   re-plan after a failure does not measure. */
 static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, hc_head_params *h,
                              double *loss, bool trial, bool managed, hr_err *err) {
     hpl_cluster *cl = malloc(sizeof *cl);
@@ -172,7 +173,7 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
     cli_trial tr = {.best = -1};
     if (!rc && trial && !hook && !(rc = cli_trial_run(oo, m, cp, managed, cl, 512, ch, &tr, err)))
         pick = tr.best;
-    const bool trial_hint = trial && !o->plan_trial;
+    const bool trial_hint = trial && o->plan_trial <= 0;
     if (!rc) {
         const hpl_plan *p = &ch->cand[pick];
         char desc[256];
@@ -189,7 +190,12 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
             HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
                     p->ms_per_token, cl->profile_ms);
             const int near = trial_hint ? cli_trial_near(ch, CLI_TRIAL_HINT) : 0;
-            if (near > 1)
+            if (near > 1 && tr.over_budget)
+                HR_LOGI("plan: %d candidates are predicted within %.0f%% of it, closer than the prediction can order "
+                        "them; a trial is estimated at %.0f s, over --plan-trial-budget %.0f: `hearth plan` (600 s) or "
+                        "--plan-trial %d measures them (docs/planner.md, \"Trial\")", near - 1,
+                        (CLI_TRIAL_HINT - 1) * 100, tr.estimate_s, tr.budget_s, HR_MIN(near, 6));
+            else if (near > 1)
                 HR_LOGI("plan: %d candidates are predicted within %.0f%% of it, closer than the prediction can order "
                         "them: --plan-trial %d measures them (docs/planner.md, \"Trial\")", near - 1,
                         (CLI_TRIAL_HINT - 1) * 100, HR_MIN(near, 6));

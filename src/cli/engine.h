@@ -47,10 +47,14 @@ void cli_plan_apply(const hpl_plan *p, const char *const *addr, hc_head_params *
    best-predicted pipeline (a layer moved between two stages, the trips doubled or halved: appended to ch)
    run for a few tokens each, in two rounds, as `hearth run` runs them (managed: as cli_engine_start's),
    unless an earlier trial of the same model, devices, threads, context and candidates is in trial.json
-   (the profile cache's folder; o->no_cache: measured again). Without --plan-trial only that look-up: an
-   earlier trial that measured the prediction's choice decides among what it measured. best: the candidate
-   measured fastest (ch->chosen when there was no trial: n 0). A candidate that fails is warned about and
-   left out; none that runs is an error. n_prompt: the prefill figure's prompt, for the neighbours' costs. */
+   (the profile cache's folder; o->no_cache: measured again). Every choice first looks trial.json up: an
+   earlier trial that measured the prediction's choice decides among what it measured. With no
+   --plan-trial (o->plan_trial -1) and nothing found, the default trial: CLI_TRIAL_AUTO candidates and half
+   as many neighbours, when two or more are within reach and its estimate is at most o->plan_trial_budget
+   seconds (-1: CLI_TRIAL_BUDGET_RUN; over it, t->over_budget and no trial); o->plan_trial 0: the look-up
+   only. best: the candidate measured fastest (ch->chosen when there was no trial: n 0). A candidate that
+   fails is warned about and left out; none that runs is an error. n_prompt: the prefill figure's prompt,
+   for the neighbours' costs. */
 #define CLI_TRIAL_MAX 16
 typedef struct cli_trial {
     int    n;                      /* candidates measured */
@@ -62,7 +66,12 @@ typedef struct cli_trial {
     int    n_listed;               /* the planner's own candidates: the neighbours the trial added come after */
     bool   cached;                 /* the figures came from an earlier trial */
     double elapsed_ms;             /* the trial's time (0 when cached) */
+    double estimate_s;             /* what it was estimated to take (trial.c, trial_estimate_s; 0: not estimated) */
+    bool   over_budget;            /* the default trial did not run: estimate_s over budget_s */
+    double budget_s;
 } cli_trial;
+#define CLI_TRIAL_BUDGET_RUN  120.0 /* s: the default trial of run, chat and serve (--plan-trial-budget) */
+#define CLI_TRIAL_BUDGET_PLAN 600.0 /* s: of `hearth plan`, the household's set-up step */
 int    cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, bool managed, const hpl_cluster *cl,
                      int n_prompt, hpl_choice *ch, cli_trial *t, hr_err *err);
 double cli_trial_ms(const cli_trial *t, int cand);

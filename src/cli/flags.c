@@ -627,12 +627,20 @@ static const cli_flag flags[] = {
      "once (devices that share one machine's cores, as on tools/testbed)"},
     {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial", "N", F_LONG, AT(plan_trial), 0, 16, NULL,
      "choose by measurement: run the planner's N best-predicted candidates\n"
-     "(feasible, within 1.5x of the best: --plan-trial-within) and N/2 neighbours of its best\n"
-     "pipeline (a layer moved between stages, the trips doubled or halved) for\n"
-     "a few tokens each, two rounds, and take the fastest measured (default 0:\n"
-     "by prediction alone). Kept in trial.json beside the profile cache: a\n"
-     "later run that plans the same candidates takes that choice without\n"
-     "measuring (plan --no-cache: measure again)"},
+     "(feasible, within 1.5x of the best: --plan-trial-within) and N/2\n"
+     "neighbours of its best pipeline (a layer moved between stages, the trips\n"
+     "doubled or halved) for a few tokens each, two rounds, and take the\n"
+     "fastest measured. Kept in trial.json beside the profile cache: a later\n"
+     "run that plans the same candidates takes that choice without measuring\n"
+     "(plan --no-cache: measure again). Without the flag a trial of 4 (and 2\n"
+     "neighbours) runs by itself when other candidates are predicted within\n"
+     "1.5x of the best and the trial is estimated to take at most\n"
+     "--plan-trial-budget seconds; 0: never, the prediction alone chooses"},
+    {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial-budget", "S", F_F64, AT(plan_trial_budget), 0, 1e6, NULL,
+     "the trial that runs without --plan-trial: only when its estimated time\n"
+     "(its decode passes at their predicted speed, each run's start, the\n"
+     "workers' weights sent once) is at most S seconds (default 600 for plan,\n"
+     "120 for run, chat and serve; 0: no trial without --plan-trial)"},
     {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial-tokens", "N", F_LONG, AT(plan_trial_tokens), 1, 4096,
      NULL, "timed decode passes of each trial run (default 8; 2 untimed before)"},
     {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial-within", "X", F_F64, AT(plan_trial_within), 1, 1e6,
@@ -698,7 +706,8 @@ cli_opts cli_opts_default(void) {
                   .n_layer = -1, .n_head = -1, .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1,
                   .synth_n_ctx = -1, .rope_base = -1, .tied = -1, .escape = true, .host = "127.0.0.1",
                   .port = 8080, .parallel = 4, .queue = 64, .sse_ping = 5, .discover_ms = 1000, .sim_devices = 4,
-                  .sim_packet = 350, .sim_seed = 1};
+                  .sim_packet = 350, .sim_seed = 1, .plan_trial = -1,
+                  .plan_trial_budget = -1};
     o.mem = o.head.mem;
     o.pin = hmem_default_params().pin;
     o.bench_threads = (cli_list){{hr_physical_cores()}, 1};
@@ -891,11 +900,11 @@ int cli_check_model(const cli_command *c, const cli_opts *o) {
 
 int cli_check_cluster(const cli_command *c, const cli_opts *o) {
     const hc_head_params *h = &o->head;
-    if (o->plan_trial && (o->plan_given || h->pp))
+    if (o->plan_trial > 0 && (o->plan_given || h->pp))
         return cli_usage_error(c, "--plan-trial measures the planner's candidates; a plan flag (--tp-shares, --pp, "
                                "--layer-windows, --stages, --allreduce, --lossy) chooses by hand: not both");
     if (h->n_workers || o->workers_auto) return 0;
-    if (o->plan_trial) return cli_usage_error(c, "--plan-trial needs --workers");
+    if (o->plan_trial > 0) return cli_usage_error(c, "--plan-trial needs --workers");
     const char *f = h->n_stages ? "--stages" : h->pp ? "--pp" : h->n_windows ? "--layer-windows"
                   : h->n_shares || h->shares_auto ? "--tp-shares"
                   : h->timings ? "--timings" : h->pp_micro > 1 ? "--pp-micro" : h->no_recover ? "--no-recover"

@@ -58,9 +58,12 @@ typedef struct cli_opts {
     bool        no_cache;            /* profile/plan --no-cache: measure this device again */
     bool        profile_serial;      /* plan/run --profile-serial: the devices measure one at a time */
     long        prompt_tokens;       /* plan: prompt length the prefill figure is for */
-    long        plan_trial;          /* --plan-trial N: the planner's N best-predicted candidates measured (trial.c) */
+    long        plan_trial;          /* --plan-trial N: the planner's N best-predicted candidates measured (trial.c);
+                                        -1 (no flag): a default trial where near-ties are cheap to measure; 0: none */
     long        plan_trial_tokens;   /* --plan-trial-tokens: timed decode passes a trial run (0: 8) */
     double      plan_trial_within;   /* --plan-trial-within X: candidates predicted within X of the best (0: 1.5) */
+    double      plan_trial_budget;   /* --plan-trial-budget S: the default trial only when estimated at most S
+                                        seconds (-1: the command's default, CLI_TRIAL_BUDGET_PLAN / _RUN) */
     const char *cluster_file;        /* plan --cluster: a saved `plan --json` (devices, links) instead of measuring */
     char       *workers_copy;        /* owned: the split --workers text, or the discovered addresses */
     bool        workers_auto;        /* --workers auto: found by discovery before the command runs */

@@ -28,6 +28,9 @@
 #define CLI_TRIAL_WITHIN 1.5    /* only candidates predicted within this factor of the best: the sweeps'
                                    largest prediction errors were -47% / +58% */
 #define CLI_TRIAL_CACHED 32     /* results trial.json keeps (the newest) */
+#define CLI_TRIAL_AUTO   4      /* the default trial (no --plan-trial): its best-predicted candidates */
+#define CLI_TRIAL_START_S 1.0   /* a run's start beyond loading weights, for the estimate: connections, the
+                                   workers' sessions (home4: 1.2-2.8 s a run in all, with its weights cached) */
 
 /* the candidates worth measuring: feasible, one of each
    description (a TP plan's lossy twin only where its exact twin can meet loss: on links that lose
@@ -103,6 +106,35 @@ static int trial_add_neighbours(const hpl_cluster *cl, const hpl_model *pm, int 
     }
     free(nb);
     return n;
+}
+
+/* A trial's time in seconds, roughly (what the default trial is held to, --plan-trial-budget): each run's
+   decode passes at the candidate's predicted speed, its start (every device loading its weights at its
+   disk's speed, and CLI_TRIAL_START_S), and the workers' weights sent once over their links to the head —
+   at most: a worker's slice cache may hold them, and a pipeline's stages of one worker mostly overlap (its
+   largest is counted), while a TP slice of another share is another slice. */
+static double trial_estimate_s(const hpl_cluster *cl, const hpl_choice *ch, const int *pick, int n, int tokens) {
+    double s = 0, whole[HPL_MAX_DEVICES] = {0}, shares[HPL_MAX_DEVICES] = {0};
+    for (int k = 0; k < n; k++) {
+        const hpl_plan *p = &ch->cand[pick[k]];
+        double load = 0;
+        for (int i = 0; i < p->n; i++) {
+            const hpl_dev_cost *dc = &p->dc[i];
+            const int d = dc->dev;
+            if (d < 0 || d >= cl->n) continue;
+            const double disk = cl->dev[d].disk_gbps > 0 ? cl->dev[d].disk_gbps : 1;
+            load = HR_MAX(load, dc->resident_bytes / (disk * 1e9));
+            if (d == 0) continue;
+            const bool in_group = p->kind == HPL_TP || (p->kind == HPL_HYBRID && i >= p->gstage && i < p->gstage + p->group);
+            const double bytes = dc->resident_bytes + dc->stream_bytes;
+            if (in_group) shares[d] += bytes;
+            else whole[d] = HR_MAX(whole[d], bytes);
+        }
+        s += CLI_TRIAL_ROUNDS * ((1 + CLI_TRIAL_WARM + tokens) * p->ms_per_token / 1e3 + load + CLI_TRIAL_START_S);
+    }
+    for (int d = 1; d < cl->n; d++)
+        if (whole[d] + shares[d] > 0) s += (whole[d] + shares[d]) / (HR_MAX(cl->link[0][d].gbps, 1e-3) * 1e9);
+    return s;
 }
 
 /* what a trial's figures depend on besides the plans: the model file, the devices, threads, context */
@@ -249,7 +281,7 @@ done:
 }
 
 /* the earlier trial's figures for the candidates it measured, when it covers what this run would measure:
-   with --plan-trial, exactly the candidates picked now; without, the prediction's choice among them (so
+   with --plan-trial N, exactly the candidates picked now; without, the prediction's choice among them (so
    that a trial's answer never stands against a candidate it did not see). true: t filled. */
 static bool trial_cached(const cli_opts *o, uint64_t key, const hpl_choice *ch, const int *pick, int n_pick,
                          cli_trial *t) {
@@ -258,7 +290,7 @@ static bool trial_cached(const cli_opts *o, uint64_t key, const hpl_choice *ch, 
     int tokens;
     int n = trial_load(key, ch, found, ms, &tokens);
     if (n < 2) return false;
-    if (o->plan_trial) {
+    if (o->plan_trial > 0) {
         if (n != n_pick) return false;
         for (int k = 0; k < n_pick; k++)
             if (!found[pick[k]]) return false;
@@ -296,32 +328,52 @@ int cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp,
     if (ch->chosen < 0) return 0;
     hpl_model pm;
     if (hpl_model_from(m, cp, &pm, err)) return err->code;
-    const int n0 = ch->n, want = (int)HR_MIN(o->plan_trial, CLI_TRIAL_MAX);
+    /* --plan-trial N: N; no flag (-1): the default trial, when cheap enough; 0: only the look-up */
+    const bool asked = o->plan_trial > 0, by_default = o->plan_trial < 0;
+    const int n0 = ch->n, want = asked ? (int)HR_MIN(o->plan_trial, CLI_TRIAL_MAX) : by_default ? CLI_TRIAL_AUTO : 0;
+    const double within = o->plan_trial_within > 0 ? o->plan_trial_within : CLI_TRIAL_WITHIN;
     int pick[CLI_TRIAL_MAX], n_pick = 0;
-    if (want) { /* the N best-predicted candidates, and N/2 (at least one) of the best pipeline's neighbours */
-        const double within = o->plan_trial_within > 0 ? o->plan_trial_within : CLI_TRIAL_WITHIN;
+    if (asked) { /* the N best-predicted candidates, and N/2 (at least one) of the best pipeline's neighbours */
         n_pick = trial_pick(ch, want, within, pick);
         n_pick = trial_add_neighbours(cl, &pm, n_prompt, ch, HR_MAX(1, want / 2), within, pick, n_pick);
     } else /* a look-up: every neighbour, so that an earlier trial's may be found */
         trial_add_neighbours(cl, &pm, n_prompt, ch, HPL_MAX_CANDIDATES, INFINITY, pick, 0);
     const uint64_t key = trial_key(o, cl, cp);
     const bool reuse = !o->no_cache && trial_cached(o, key, ch, pick, n_pick, t);
-    if (!want) trial_compact(ch, n0, reuse ? t : &(cli_trial){0});
+    if (!asked) trial_compact(ch, n0, reuse ? t : &(cli_trial){0});
     t->n_listed = n0;
+    const int32_t n_ctx = hm_ctx_resolve_n_ctx(&m->hp, cp->n_ctx);
+    const int tokens = (int)HR_MIN(o->plan_trial_tokens > 0 ? o->plan_trial_tokens : 8, n_ctx - 1 - CLI_TRIAL_WARM);
+    if (by_default && !reuse) { /* the default trial: the near-ties, when measuring them is cheap */
+        n_pick = trial_pick(ch, want, within, pick);
+        n_pick = trial_add_neighbours(cl, &pm, n_prompt, ch, want / 2, within, pick, n_pick);
+        const double budget = o->plan_trial_budget >= 0 ? o->plan_trial_budget : CLI_TRIAL_BUDGET_RUN;
+        if (n_pick >= 2 && tokens >= 1) {
+            t->estimate_s = trial_estimate_s(cl, ch, pick, n_pick, tokens);
+            if (t->estimate_s > budget) {
+                t->over_budget = true;
+                t->budget_s = budget;
+                n_pick = 0;
+            }
+        }
+    }
     if (!reuse && n_pick < 2) {               /* nothing to choose between, or no trial asked for */
         ch->n = n0;
         return 0;
     }
     if (!reuse) {
         /* the positions a trial uses: its prompt token, the warm-up and the timed passes */
-        const int32_t n_ctx = hm_ctx_resolve_n_ctx(&m->hp, cp->n_ctx);
-        t->tokens = (int)HR_MIN(o->plan_trial_tokens > 0 ? o->plan_trial_tokens : 8, n_ctx - 1 - CLI_TRIAL_WARM);
+        t->tokens = tokens;
         if (t->tokens < 1) return hr_fail(err, HR_EINVAL, "a context of %d positions is too short for a trial", n_ctx);
         t->n = n_pick;
         t->rounds = CLI_TRIAL_ROUNDS;
         memcpy(t->idx, pick, sizeof pick[0] * (size_t)n_pick);
         double runs[CLI_TRIAL_MAX][CLI_TRIAL_ROUNDS];
         int ok[CLI_TRIAL_MAX] = {0};
+        if (!t->estimate_s) t->estimate_s = trial_estimate_s(cl, ch, t->idx, t->n, t->tokens);
+        HR_LOGI("plan trial: %d candidates, %d rounds of %d tokens each (estimated %.0f s%s; docs/planner.md, "
+                "\"Trial\")", t->n, CLI_TRIAL_ROUNDS, t->tokens, t->estimate_s,
+                by_default ? ", by default: --plan-trial 0 chooses by prediction alone" : "");
         const int64_t t0 = hr_time_ns();
         for (int r = 0; r < CLI_TRIAL_ROUNDS; r++)
             for (int j = 0; j < t->n; j++) {
@@ -357,6 +409,8 @@ int cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp,
             t->ms[k] = (x[(CLI_TRIAL_ROUNDS - 1) / 2] + x[CLI_TRIAL_ROUNDS / 2]) / 2;
         }
         t->elapsed_ms = (double)(hr_time_ns() - t0) / 1e6;
+        HR_LOGI("plan trial: %d candidates measured in %.1f s (estimated %.0f s)", t->n, t->elapsed_ms / 1e3,
+                t->estimate_s);
     }
     int best = -1;
     for (int k = 0; k < t->n; k++)
