@@ -348,7 +348,8 @@ int cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp,
         n_pick = trial_pick(ch, want, within, pick);
         n_pick = trial_add_neighbours(cl, &pm, n_prompt, ch, want / 2, within, pick, n_pick);
         const double budget = o->plan_trial_budget >= 0 ? o->plan_trial_budget : CLI_TRIAL_BUDGET_RUN;
-        if (n_pick >= 2 && tokens >= 1) {
+        if (tokens < 1) n_pick = 0; /* a context too short for one: no trial (asked for, it is an error) */
+        if (n_pick >= 2) {
             t->estimate_s = trial_estimate_s(cl, ch, pick, n_pick, tokens);
             if (t->estimate_s > budget) {
                 t->over_budget = true;
