@@ -301,7 +301,7 @@ static int plan_run(cli_opts *o) {
         const int near = tr.n ? 0 : cli_trial_near(ch, CLI_TRIAL_HINT);
         if (near > 1 && !o->cluster_file && tr.over_budget)
             printf("%d other candidates are predicted within %.0f%% of the chosen one, closer than the prediction can "
-                   "order them;\na trial is estimated at %.0f s, over --plan-trial-budget %.0f: `--plan-trial %d` measures "
+                   "order them;\na trial is estimated at %.0f s, over --plan-trial-budget %g: `--plan-trial %d` measures "
                    "them and keeps the fastest (docs/planner.md, \"Trial\")\n", near - 1, (CLI_TRIAL_HINT - 1) * 100,
                    tr.estimate_s, tr.budget_s, HR_MIN(near, 6));
         else if (near > 1 && !o->cluster_file)
