@@ -137,6 +137,14 @@ static double trial_estimate_s(const hpl_cluster *cl, const hpl_choice *ch, cons
     return s;
 }
 
+/* the candidates a trial of `want` measures: the want best-predicted, and want/2 (at least one) neighbours
+   of the best pipeline, appended to ch; their count, their indices in pick */
+static int trial_select(const hpl_cluster *cl, const hpl_model *pm, int n_prompt, hpl_choice *ch, int want,
+                        double within, int *pick) {
+    const int n = trial_pick(ch, want, within, pick);
+    return trial_add_neighbours(cl, pm, n_prompt, ch, HR_MAX(1, want / 2), within, pick, n);
+}
+
 /* what a trial's figures depend on besides the plans: the model file, the devices, threads, context */
 static uint64_t trial_key(const cli_opts *o, const hpl_cluster *cl, const hm_ctx_params *cp) {
     hr_hasher h;
@@ -333,10 +341,8 @@ int cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp,
     const int n0 = ch->n, want = asked ? (int)HR_MIN(o->plan_trial, CLI_TRIAL_MAX) : by_default ? CLI_TRIAL_AUTO : 0;
     const double within = o->plan_trial_within > 0 ? o->plan_trial_within : CLI_TRIAL_WITHIN;
     int pick[CLI_TRIAL_MAX], n_pick = 0;
-    if (asked) { /* the N best-predicted candidates, and N/2 (at least one) of the best pipeline's neighbours */
-        n_pick = trial_pick(ch, want, within, pick);
-        n_pick = trial_add_neighbours(cl, &pm, n_prompt, ch, HR_MAX(1, want / 2), within, pick, n_pick);
-    } else /* a look-up: every neighbour, so that an earlier trial's may be found */
+    if (asked) n_pick = trial_select(cl, &pm, n_prompt, ch, want, within, pick);
+    else /* a look-up: every neighbour, so that an earlier trial's may be found */
         trial_add_neighbours(cl, &pm, n_prompt, ch, HPL_MAX_CANDIDATES, INFINITY, pick, 0);
     const uint64_t key = trial_key(o, cl, cp);
     const bool reuse = !o->no_cache && trial_cached(o, key, ch, pick, n_pick, t);
@@ -345,8 +351,7 @@ int cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp,
     const int32_t n_ctx = hm_ctx_resolve_n_ctx(&m->hp, cp->n_ctx);
     const int tokens = (int)HR_MIN(o->plan_trial_tokens > 0 ? o->plan_trial_tokens : 8, n_ctx - 1 - CLI_TRIAL_WARM);
     if (by_default && !reuse) { /* the default trial: the near-ties, when measuring them is cheap */
-        n_pick = trial_pick(ch, want, within, pick);
-        n_pick = trial_add_neighbours(cl, &pm, n_prompt, ch, want / 2, within, pick, n_pick);
+        n_pick = trial_select(cl, &pm, n_prompt, ch, want, within, pick);
         const double budget = o->plan_trial_budget >= 0 ? o->plan_trial_budget : CLI_TRIAL_BUDGET_RUN;
         if (tokens < 1) n_pick = 0; /* a context too short for one: no trial (asked for, it is an error) */
         if (n_pick >= 2) {
