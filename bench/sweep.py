@@ -16,7 +16,8 @@ plans, on a testbed profile (issue 26): per scenario
      measured ms/token (min-max whiskers, the prediction where there is one), the chosen plan marked.
 
     sudo bench/sweep.py --profile home4 [--serial] [--model M.gguf] [--tokens 9] [--repeats 3]
-                        [--ctx 256] [--instance sw] [--plans EXTRA.json] [--top N] [--out bench/reports/sweep-home4]
+                        [--ctx 256] [--instance sw] [--plans EXTRA.json] [--top N] [--reprofile]
+                        [--out bench/reports/sweep-home4]
     bench/sweep.py --report bench/reports/sweep-home4/results.json   # re-render report.md and the plot
 
 Measurement: round 0 runs every plan once with -n 2 (fills the workers' slice caches; a plan that
@@ -25,6 +26,10 @@ every other round in reverse order, so that a change of the machine's load touch
 (the testbed shares one machine's cores). Latency = generation time / forward passes (TOKENS - 1);
 a plan's figure is the median of its rounds. --top N measures only the chosen candidate and the N
 predicted fastest (with every hand-written plan): an 8B sweep's warm-ups send GBs of slices a plan.
+--reprofile profiles every device again before each measuring round and predicts every measured plan
+from that round's profiles, so that the report can set each measurement against a prediction from the
+same minutes (the shared host's speed drifts by up to a quarter over a sweep) beside the usual figure
+(every measurement against the first profile, which is what a user's cached profile gives).
 The model is dropped from the page cache before every run (bench/plan.py: pages another cgroup cached
 are never charged to the device). The load average
 is recorded before every run. Every device runs with -t 1. Results: OUT/results.json (after every
@@ -155,48 +160,77 @@ def cand_plan(i, c, chosen):
     return e
 
 
+def predict_one(run, bin_, model, ctx, addrs, h, calls):
+    """the planner's prediction for one plan over its devices: `hearth plan --json` with its flags (docs/planner.md,
+    "A given plan"), from the profile caches; the median of `calls` calls (each measures the links again).
+    Returns (given_plan of the median call or None, why not, seconds of every call)."""
+    argv = [bin_, "plan", "-m", model, "--workers", ",".join(addrs[d] for d in h["devices"][1:]), "-t", "1",
+            "-c", str(ctx), "--json"] + h["flags"]
+    given, times = [], []
+    for _ in range(calls):
+        t0 = time.time()
+        r = run(argv)
+        times.append(time.time() - t0)
+        try:
+            given.append(json.loads(r.stdout)["given_plan"])
+        except (ValueError, KeyError):
+            return None, r.stderr.strip()[-400:] or "no given_plan in hearth plan's output", times
+    if not all(g["feasible"] for g in given):
+        return None, "does not fit: " + next(g.get("why", "") for g in given if not g["feasible"]), times
+    given.sort(key=lambda g: g["predicted_ms_per_token"])
+    g = dict(given[len(given) // 2])
+    g["runs"] = [x["predicted_ms_per_token"] for x in given]
+    return g, None, times
+
+
 def predict_hand(run, bin_, model, ctx, addrs, plans, calls=3):
-    """the planner's prediction for every hand-written plan: `hearth plan --json` over its devices' workers
-    with its flags (docs/planner.md, "A given plan"), from the profile caches the first call filled. Each
-    call measures the links again, which on a loaded machine now and then gives one slow RTT or a burst of
-    loss (on this dev machine's loopback: 0.01-0.03 ms most calls, 4-6 ms now and then, once 3.6% loss, a
-    126 ms prediction): the median of `calls` calls. run(argv) ->
-    CompletedProcess. Sets predicted_ms_per_token (None where the plan does not fit or is refused:
-    predict_error says why), given_split (compute / network / blocked ms of the median call), predict_runs
-    and predict_s (seconds per call); returns the seconds of every call."""
+    """the planner's prediction for every hand-written plan (predict_one), from the profile caches the first
+    call filled. Each call measures the links again, which on a loaded machine now and then gives one slow RTT
+    or a burst of loss (on this dev machine's loopback: 0.01-0.03 ms most calls, 4-6 ms now and then, once 3.6%
+    loss, a 126 ms prediction): the median of `calls` calls. run(argv) -> CompletedProcess. Sets
+    predicted_ms_per_token (None where the plan does not fit or is refused: predict_error says why), given_split
+    (compute / network / blocked ms of the median call), predict_runs and predict_s (seconds per call); returns
+    the seconds of every call."""
     times = []
     for h in plans:
         if len(h["devices"]) < 2:   # one device: no workers, so no plan flags to cost
             continue
-        argv = [bin_, "plan", "-m", model, "--workers", ",".join(addrs[d] for d in h["devices"][1:]), "-t", "1",
-                "-c", str(ctx), "--json"] + h["flags"]
-        given = []
-        for _ in range(calls):
-            t0 = time.time()
-            r = run(argv)
-            times.append(time.time() - t0)
-            try:
-                given.append(json.loads(r.stdout)["given_plan"])
-            except (ValueError, KeyError):
-                h["predict_error"] = r.stderr.strip()[-400:] or "no given_plan in hearth plan's output"
-                break
-        h["predict_s"] = times[-1]
+        g, why, t = predict_one(run, bin_, model, ctx, addrs, h, calls)
+        times += t
+        h["predict_s"] = t[-1]
         h["predicted_ms_per_token"] = None
-        if len(given) < calls:
-            log(f"{h['label']}: no prediction ({h['predict_error'][-200:]})")
+        if g is None:
+            h["predict_error"] = why
+            log(f"{h['label']}: no prediction ({why[-200:]})")
             continue
-        if not all(g["feasible"] for g in given):
-            h["predict_error"] = "does not fit: " + next(g.get("why", "") for g in given if not g["feasible"])
-            log(f"{h['label']}: no prediction ({h['predict_error'][-200:]})")
-            continue
-        given.sort(key=lambda g: g["predicted_ms_per_token"])
-        g = given[len(given) // 2]
-        h["predict_runs"] = [x["predicted_ms_per_token"] for x in given]
+        h["predict_runs"] = g["runs"]
         h["predicted_ms_per_token"] = g["predicted_ms_per_token"]
         h["given_split"] = [g["compute_ms"], g["network_ms"], g["blocked_ms"]]
         log(f"{h['label']}: predicted {g['predicted_ms_per_token']:.1f} ms/token (of "
             + ", ".join(f"{x:.1f}" for x in h["predict_runs"]) + f"; {h['predict_s']:.2f} s a call)")
     return times
+
+
+def reprofile(args, bed, env, bin_, model, addrs, plans, rnd, res):
+    """--reprofile: before measuring round rnd, every device measured again (`hearth plan --no-cache
+    --plan-trial 0`, which rewrites the profile caches) and every plan to be measured predicted from those
+    profiles (predict_one, one call), so that each round's measurement has a prediction from the same minutes;
+    the testbed's host drifts by up to a quarter over a sweep (docs/planner.md, "Session 36")"""
+    r = tp.sh(bed.cmd("d0", env + plan_argv(bin_, model, addrs, args.ctx, args.serial, 0, args.cache_max)), timeout=900)
+    if r.returncode:
+        raise RuntimeError("hearth plan (--reprofile): " + r.stderr[-2000:])
+    devs = json.loads(r.stdout)["devices"]
+    res.setdefault("reprofiles", []).append({
+        "round": rnd, "at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "matvec": [d["types"][0]["matvec_gbps"] if d.get("types") else 0 for d in devs]})
+    run = lambda a: tp.sh(bed.cmd("d0", env + a), timeout=300)  # noqa: E731
+    for p in plans:
+        if p.get("error") or len(p["devices"]) < 2:
+            continue
+        g, why, _ = predict_one(run, bin_, model, args.ctx, addrs, p, 1)
+        p.setdefault("round_pred", {})[str(rnd)] = g["predicted_ms_per_token"] if g else None
+        if g is None:
+            log(f"round {rnd}: {p['label']}: no prediction ({why[-200:]})")
 
 
 def run_argv(bin_, model, args, plan, addrs, n_tokens):
@@ -293,6 +327,8 @@ def measure(args):
                 "well under 1 s)")
         tp.save(res, args.out)
         for rnd in range(args.repeats + 1):
+            if rnd and args.reprofile:
+                reprofile(args, bed, env, bin_, model, addrs, plans, rnd, res)
             # even rounds run the plans in reverse: the machine's load drifts within a round (home4's first
             # run: 7-8 when the candidates ran, 4 for the hand-written plans after them)
             for p in (plans if rnd % 2 else plans[::-1]) if rnd else plans:
@@ -311,6 +347,8 @@ def measure(args):
                     continue
                 ms = tp.parse_run(r.stdout, r.stderr, args.tokens)["token_ms"]
                 p.setdefault("runs_ms", []).append(ms)
+                if p.get("round_pred", {}).get(str(rnd)):
+                    p.setdefault("matched", []).append([p["round_pred"][str(rnd)], ms])
                 p.setdefault("loadavg", []).append(load)
                 p["measured_ms_per_token"] = statistics.median(p["runs_ms"])
                 pred = p.get("predicted_ms_per_token")
@@ -358,6 +396,14 @@ def repredict(args):
     write_svg(res, os.path.join(args.out, "sweep.svg"))
 
 
+def matched_err(p, signed=False):
+    """--reprofile: the median over rounds of (the round's prediction - the round's measurement) / measurement, %"""
+    if not p.get("matched"):
+        return None
+    e = statistics.median((a - b) / b for a, b in p["matched"]) * 100
+    return e if signed else abs(e)
+
+
 def stats(res):
     """the issue's figures: errors over the measured candidates, the chosen plan over the best"""
     meas = [p for p in res["plans"] if p.get("measured_ms_per_token")]
@@ -367,7 +413,10 @@ def stats(res):
     best = min(meas, key=lambda p: p["measured_ms_per_token"]) if meas else None
     chosen = next((p for p in meas if p.get("chosen")), None)
     loads = [x for p in meas for x in p.get("loadavg", [])]
-    return {"errs": errs, "errs_hand": errs_hand, "best": best, "chosen": chosen, "n_hand": sum(1 for p in meas if p.get("hand")),
+    # --reprofile: each round's measurement against the prediction from that round's profiles
+    errs_m = [matched_err(p) for p in meas if matched_err(p) is not None and not p.get("hand")]
+    errs_m_hand = [matched_err(p) for p in meas if matched_err(p) is not None and p.get("hand")]
+    return {"errs": errs, "errs_hand": errs_hand, "errs_m": errs_m, "errs_m_hand": errs_m_hand, "best": best, "chosen": chosen, "n_hand": sum(1 for p in meas if p.get("hand")),
             "n_cand": sum(1 for p in meas if "candidate" in p), "loads": loads,
             "ratio": chosen["measured_ms_per_token"] / best["measured_ms_per_token"] if chosen and best else None}
 
@@ -398,9 +447,13 @@ def report(res, path):
         L.append(f"| d{i} | {d['cpu_quota']:g} | {mv:.2f} | {d['disk_gbps']:.2f} | {d['budget'] / 2**20:.0f} | "
                  + (f"{k['rtt_ms']:.2f}, {k['gbps'] * 1000:.1f} |" if k else "– |"))
     cands = {i: c for i, c in enumerate(plan.get("candidates", []))}
-    L += ["", "Predicted = compute + network + blocked on disk (the planner's split, ms/token).", "",
-          "| plan | source | predicted ms/token (compute / network / blocked) | measured ms/token (min–max) | error |",
-          "|---|---|---|---|---|"]
+    rp = res.get("reprofiles")
+    L += ["", "Predicted = compute + network + blocked on disk (the planner's split, ms/token)."
+          + (" Last column (`--reprofile`): every round's measurement against the prediction from the profiles taken "
+             "just before that round, median over the rounds." if rp else ""), "",
+          "| plan | source | predicted ms/token (compute / network / blocked) | measured ms/token (min–max) | error |"
+          + (" error vs its round's profile |" if rp else ""),
+          "|---|---|---|---|---|" + ("---|" if rp else "")]
     order = sorted(res["plans"], key=lambda p: (p.get("measured_ms_per_token") is None,
                                                 p.get("measured_ms_per_token") or 0))
     for p in order:
@@ -419,7 +472,8 @@ def report(res, path):
         split = f" ({sp[0]:.0f} / {sp[1]:.0f} / {sp[2]:.0f})" if sp and pred else ""
         if pred is None and p.get("predict_error"):
             split = " (" + p["predict_error"].replace("\n", " ").replace("|", "/")[:120] + ")"
-        L.append(f"| {b}{short_label(p, info['n_layer'])}{b} | {src} | {'–' if pred is None else f'{pred:.1f}'}{split} | {m} | {err} |")
+        L.append(f"| {b}{short_label(p, info['n_layer'])}{b} | {src} | {'–' if pred is None else f'{pred:.1f}'}{split} | {m} | {err} |"
+                 + ((f" {matched_err(p, True):+.0f}% |" if p.get("matched") else " – |") if rp else ""))
     L.append("")
     skipped = sum(1 for p in res["plans"] if p.get("skipped"))
     if skipped:
@@ -438,6 +492,15 @@ def report(res, path):
             rp = res["repredicted"]
             L.append(f"(The hand-written plans' predictions are from `--repredict` at {rp['at']}: fresh profiles "
                      f"({rp.get('type', 'Q4_0')} matvec GB/s {', '.join(f'{x:.2f}' for x in rp['matvec'])}), this sweep's measurements.)")
+    if rp:
+        L.append(f"`--reprofile`: the devices were profiled again before each of the {len(rp)} rounds ({res['plan']['devices'][0]['types'][0]['type'] if res.get('plan') else ''} "
+                 "matvec GB/s per device: first profile " + ", ".join(f"{d['types'][0]['matvec_gbps']:.2f}" for d in res["plan"]["devices"])
+                 + "; " + "; ".join(f"round {x['round']} " + ", ".join(f"{v:.2f}" for v in x["matvec"]) for x in rp) + ").")
+        if s["errs_m"]:
+            L.append(f"Against each round's own profile: error over {len(s['errs_m'])} candidates median "
+                     f"{statistics.median(s['errs_m']):.0f}%, largest {max(s['errs_m']):.0f}%"
+                     + (f"; over {len(s['errs_m_hand'])} hand-written plans median {statistics.median(s['errs_m_hand']):.0f}%, "
+                        f"largest {max(s['errs_m_hand']):.0f}%" if s["errs_m_hand"] else "") + ".")
     if s["ratio"]:
         L.append(f"Chosen plan ({short_label(s['chosen'], info['n_layer'])}) measured {s['chosen']['measured_ms_per_token']:.1f} ms/token; "
                  f"best of the sweep ({s['n_cand']} candidates + {s['n_hand']} hand-written plans): "
@@ -524,6 +587,8 @@ def main():
     ap.add_argument("--trial", type=int, default=None, metavar="N", help="plan with --plan-trial N: the planner measures its N "
                     "best-predicted candidates and chooses the fastest (the prediction's own choice is measured too); "
                     "0: by prediction alone; default: `hearth plan`'s own (a trial where near-ties are cheap to measure)")
+    ap.add_argument("--reprofile", action="store_true", help="before every measuring round, profile every device "
+                    "again and predict every plan from that round's profiles (the report gives both errors)")
     ap.add_argument("--keep-caches", action="store_true", help="leave the devices' slice caches in --work")
     ap.add_argument("--report", metavar="RESULTS_JSON", help="re-render report.md and sweep.svg beside it")
     ap.add_argument("--repredict", metavar="RESULTS_JSON", help="predict the hand-written plans of an earlier sweep "
