@@ -211,18 +211,28 @@ def predict_hand(run, bin_, model, ctx, addrs, plans, calls=3):
     return times
 
 
+def matvecs(devs):
+    """each device's matvec GB/s for the first weight type its profile lists (the model's layers' type)"""
+    return [d["types"][0]["matvec_gbps"] if d.get("types") else 0 for d in devs]
+
+
+def profile_again(bed, env, bin_, model, addrs, ctx, serial, why, cache_max="1500M"):
+    """`hearth plan --no-cache --plan-trial 0` on d0: every device measured again, its profile cache rewritten
+    (the predictions that follow read them); returns the devices' profiles"""
+    r = tp.sh(bed.cmd("d0", env + plan_argv(bin_, model, addrs, ctx, serial, 0, cache_max)), timeout=900)
+    if r.returncode:
+        raise RuntimeError(f"hearth plan ({why}): " + r.stderr[-2000:])
+    return json.loads(r.stdout)["devices"]
+
+
 def reprofile(args, bed, env, bin_, model, addrs, plans, rnd, res):
     """--reprofile: before measuring round rnd, every device measured again (`hearth plan --no-cache
     --plan-trial 0`, which rewrites the profile caches) and every plan to be measured predicted from those
-    profiles (predict_one, one call), so that each round's measurement has a prediction from the same minutes;
+    profiles (predict_one, one call; a one-device plan has no plan flags to cost and gets none), so that each round's measurement has a prediction from the same minutes;
     the testbed's host drifts by up to a quarter over a sweep (docs/planner.md, "Session 36")"""
-    r = tp.sh(bed.cmd("d0", env + plan_argv(bin_, model, addrs, args.ctx, args.serial, 0, args.cache_max)), timeout=900)
-    if r.returncode:
-        raise RuntimeError("hearth plan (--reprofile): " + r.stderr[-2000:])
-    devs = json.loads(r.stdout)["devices"]
+    devs = profile_again(bed, env, bin_, model, addrs, args.ctx, args.serial, "--reprofile", args.cache_max)
     res.setdefault("reprofiles", []).append({
-        "round": rnd, "at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "matvec": [d["types"][0]["matvec_gbps"] if d.get("types") else 0 for d in devs]})
+        "round": rnd, "at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "matvec": matvecs(devs)})
     run = lambda a: tp.sh(bed.cmd("d0", env + a), timeout=300)  # noqa: E731
     for p in plans:
         if p.get("error") or len(p["devices"]) < 2:
@@ -380,14 +390,11 @@ def repredict(args):
         addrs = ["head"] + [f"{bed.addr(f'd{i}')}:{tp.PORT}" for i in range(1, n)]
         for i in range(1, n):
             tp.start_worker(bed, args, bin_, f"d{i}", ["-t", "1", "--setup-timeout", "300"], procs)
-        r = tp.sh(bed.cmd("d0", env + plan_argv(bin_, model, addrs, res["ctx"], res.get("serial"))), timeout=900)
-        if r.returncode:
-            raise RuntimeError("hearth plan: " + r.stderr[-2000:])
-        devs = json.loads(r.stdout)["devices"]
+        devs = profile_again(bed, env, bin_, model, addrs, res["ctx"], res.get("serial"), "--repredict")
         res["hand_predict_s"] = predict_hand(lambda a: tp.sh(bed.cmd("d0", env + a), timeout=300), bin_, model,
                                              res["ctx"], addrs, [p for p in res["plans"] if p.get("hand")])
         res["repredicted"] = {"at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                              "matvec": [d["types"][0]["matvec_gbps"] for d in devs], "type": devs[0]["types"][0]["type"], "command": "sudo " + " ".join(sys.argv)}
+                              "matvec": matvecs(devs), "type": devs[0]["types"][0]["type"], "command": "sudo " + " ".join(sys.argv)}
     finally:
         tp.stop_workers(bed, procs)
         bed.down()
@@ -414,8 +421,8 @@ def stats(res):
     chosen = next((p for p in meas if p.get("chosen")), None)
     loads = [x for p in meas for x in p.get("loadavg", [])]
     # --reprofile: each round's measurement against the prediction from that round's profiles
-    errs_m = [matched_err(p) for p in meas if matched_err(p) is not None and not p.get("hand")]
-    errs_m_hand = [matched_err(p) for p in meas if matched_err(p) is not None and p.get("hand")]
+    errs_m = [matched_err(p) for p in meas if p.get("matched") and not p.get("hand")]
+    errs_m_hand = [matched_err(p) for p in meas if p.get("matched") and p.get("hand")]
     return {"errs": errs, "errs_hand": errs_hand, "errs_m": errs_m, "errs_m_hand": errs_m_hand, "best": best, "chosen": chosen, "n_hand": sum(1 for p in meas if p.get("hand")),
             "n_cand": sum(1 for p in meas if "candidate" in p), "loads": loads,
             "ratio": chosen["measured_ms_per_token"] / best["measured_ms_per_token"] if chosen and best else None}
@@ -494,7 +501,7 @@ def report(res, path):
                      f"({rp.get('type', 'Q4_0')} matvec GB/s {', '.join(f'{x:.2f}' for x in rp['matvec'])}), this sweep's measurements.)")
     if rp:
         L.append(f"`--reprofile`: the devices were profiled again before each of the {len(rp)} rounds ({res['plan']['devices'][0]['types'][0]['type'] if res.get('plan') else ''} "
-                 "matvec GB/s per device: first profile " + ", ".join(f"{d['types'][0]['matvec_gbps']:.2f}" for d in res["plan"]["devices"])
+                 "matvec GB/s per device: first profile " + ", ".join(f"{v:.2f}" for v in matvecs(res["plan"]["devices"]))
                  + "; " + "; ".join(f"round {x['round']} " + ", ".join(f"{v:.2f}" for v in x["matvec"]) for x in rp) + ").")
         if s["errs_m"]:
             L.append(f"Against each round's own profile: error over {len(s['errs_m'])} candidates median "
