@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# lossy-study.sh BIN MODEL [CTX [CHUNKS]] (env RANK: --sim-rank of the lowrank rows): the quality table of
+# lossy-study.sh BIN MODEL [CTX [CHUNKS]] (env RANK: --sim-rank of the lowrank and protect rows; PROTECT: --sim-protect): the quality table of
 # docs/lossy.md for one model — perplexity and KL
 # divergence against the lossless run of tests/data/lossy-text.txt when tensor parallelism over 4
 # devices (head + 3 workers, equal shares) loses all-reduce datagrams, at 1/2/5/10% loss, for each
@@ -20,9 +20,9 @@ echo "| --- | --- | --- | --- | --- | --- | --- |"
 for who in all one; do
     for p in 1 2 5 10; do
         loss=$p; [[ $who == one ]] && loss=0,0,$p
-        for pl in importance random oracle per-token prev-token lowrank contiguous; do
+        for pl in importance random oracle per-token prev-token lowrank protect contiguous; do
             "$BIN" perplexity -m "$M" --kl-divergence-base "$TMP/base.kld" --kl-divergence --sim-devices 4 \
-                --sim-loss "$loss" --sim-placement "$pl" --importance "$TMP/imp.json" ${RANK:+--sim-rank $RANK} \
+                --sim-loss "$loss" --sim-placement "$pl" --importance "$TMP/imp.json" ${RANK:+--sim-rank $RANK} ${PROTECT:+--sim-protect $PROTECT} \
                 > "$TMP/o" 2> /dev/null
             awk -v who="$who" -v p="$p" -v pl="$pl" '
                 /^Mean PPL\(Q\) /{ppl=$4} /^Mean PPL\(Q\)\/PPL/{r=$4} /^Mean    KLD/{k=$3} /^Same top p/{t=$4}

@@ -134,6 +134,18 @@ read -r kl4 _ <<< "$(kl "$TMP/sl4.out")"
 read -r ki _ <<< "$(kl "$TMP/si.out")"
 python3 -c "import sys; sys.exit(0 if 0 < float('$kl64') < float('$ki') and float('$kl64') < float('$kl4') else 1)" \
     && ok || bad "lowrank: KLD rank 64 $kl64, rank 4 $kl4, static importance $ki (want rank 64 below both)"
+# protect: the importance placement, less each token's N largest-predicted FFN groups of the lossy worker (the head
+# computes them): N = 0 is the static placement itself; more protected groups lose less (the worker has 43 of 172)
+for n in 0 8 43; do
+    sim --sim-loss 0,0,10 --importance "$TMP/imp.json" --sim-placement protect --sim-rank 64 --sim-protect $n \
+        > "$TMP/sp$n.out" && ok || bad "sim protect $n: $(tail -1 "$TMP/sim.err")"
+done
+cmp <(kl "$TMP/sp0.out") <(kl "$TMP/si.out") > /dev/null && ok || bad "protect 0 is not the importance placement"
+read -r kp8 _ <<< "$(kl "$TMP/sp8.out")"
+read -r kp43 _ <<< "$(kl "$TMP/sp43.out")"
+python3 -c "import sys; sys.exit(0 if 0 < float('$kp43') < float('$kp8') < float('$ki') else 1)" \
+    && ok || bad "protect: KLD 43 groups $kp43, 8 groups $kp8, none $ki (want 0 < 43 < 8 < none)"
+sim --sim-loss 5 --sim-placement protect > /dev/null 2>&1; [[ $? -eq 2 ]] && ok || bad "protect without --importance"
 sim --sim-loss 5 > /dev/null 2>&1; [[ $? -eq 2 ]] && ok || bad "importance placement without --importance"
 sim --sim-loss 5 --sim-placement best > /dev/null 2>&1; [[ $? -eq 2 ]] && ok || bad "an unknown placement"
 sim --sim-loss 5,5 --sim-devices 4 --sim-placement random > /dev/null 2>&1; [[ $? -eq 1 ]] && ok \

@@ -211,10 +211,13 @@ static int ppl_sim_setup(ppl_run *r, cli_opts *o, hr_err *err) {
         const int rank = o->sim_placement == CLI_SIM_PER_TOKEN    ? HM_RANK_TOKEN
                        : o->sim_placement == CLI_SIM_PREV_TOKEN ? HM_RANK_PREV
                        : o->sim_placement == CLI_SIM_LOWRANK    ? HM_RANK_LOWRANK
+                       : o->sim_placement == CLI_SIM_PROTECT    ? HM_RANK_PROTECT
                                                                 : HM_RANK_STATIC;
+        const int32_t nff = hm_groups_count(g, HM_BLOCK_FFN);
         const hm_groups_loss gl = {.n_dev = nd, .loss = loss, .assign = assign, .packet = (int32_t)o->sim_packet,
                                    .seed = (uint64_t)o->sim_seed, .rank = rank, .count = count2,
-                                   .lowrank = o->sim_rank ? (int32_t)o->sim_rank : HR_MAX(1, e->m->hp.n_embd / 8)};
+                                   .lowrank = o->sim_rank ? (int32_t)o->sim_rank : HR_MAX(1, e->m->hp.n_embd / 8),
+                                   .protect = o->sim_protect >= 0 ? (int32_t)o->sim_protect : nff / (4 * nd)};
         rc = hm_groups_set_loss(g, &gl, err);
     }
     free(assign);
@@ -377,8 +380,9 @@ static int ppl_check(const cli_command *c, cli_opts *o) {
     if (!o->model) return cli_usage_error(c, "-m MODEL is required");
     if (o->kld && !o->kld_file) return cli_usage_error(c, "--kl-divergence compares with --kl-divergence-base FILE");
     if (!o->kld && !o->file) return cli_usage_error(c, "-f TEXT is required");
-    if (o->n_sim_loss && o->sim_placement == CLI_SIM_IMPORTANCE && !o->importance)
-        return cli_usage_error(c, "--sim-placement importance needs --importance FILE (hearth calibrate)");
+    if (o->n_sim_loss && (o->sim_placement == CLI_SIM_IMPORTANCE || o->sim_placement == CLI_SIM_PROTECT) &&
+        !o->importance)
+        return cli_usage_error(c, "--sim-placement importance and protect need --importance FILE (hearth calibrate)");
     if (!o->n_sim_loss && o->importance && !o->head.n_workers)
         return cli_usage_error(c, "--importance is for --sim-loss or --workers (the runtime's placement)");
     if (o->n_sim_loss && o->head.n_workers)

@@ -158,10 +158,10 @@ static int fn_link_loss(cli_opts *o, const cli_flag *f, const char *v, char *why
 
 static int fn_sim_placement(cli_opts *o, const cli_flag *f, const char *v, char *why, size_t cap) {
     static const char *const names[] = {"importance", "random", "oracle", "contiguous", "per-token",
-                                        "prev-token", "lowrank"};
+                                        "prev-token", "lowrank", "protect"};
     for (int i = 0; i < (int)HR_ARRAY_LEN(names); i++)
         if (!strcmp(v, names[i])) { o->sim_placement = i; return 0; }
-    snprintf(why, cap, "importance, random, oracle, contiguous, per-token, prev-token or lowrank");
+    snprintf(why, cap, "importance, random, oracle, contiguous, per-token, prev-token, lowrank or protect");
     return -1;
 }
 
@@ -371,9 +371,15 @@ static const cli_flag flags[] = {
      "token's own largest contributions on the least lossy devices: the bound\n"
      "for a runtime predictor), prev-token (ranked by the token before's), or\n"
      "lowrank (FFN ranked per token by a rank --sim-rank predictor from the\n"
-     "block's input, attention by --importance); default importance"},
+     "block's input, attention by --importance), or protect (--importance's\n"
+     "placement, but each token's --sim-protect FFN groups of lossy workers\n"
+     "that the same predictor ranks largest computed by the head); default\n"
+     "importance"},
     {CLI_PERPLEXITY, "--sim-rank", "K", F_LONG, AT(sim_rank), 1, 1 << 20, NULL,
-     "rank of --sim-placement lowrank's predictor (default n_embd/8)"},
+     "rank of --sim-placement lowrank's and protect's predictor (default n_embd/8)"},
+    {CLI_PERPLEXITY, "--sim-protect", "N", F_LONG, AT(sim_protect), 0, 1 << 20, NULL,
+     "--sim-placement protect: FFN groups per token and layer that the head takes\n"
+     "from the lossy workers (default: a quarter of one device's share)"},
     {CLI_PERPLEXITY, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
      "importance file from `hearth calibrate`: --sim-placement importance's, or\n"
      "with --workers the runtime's placement of unit groups (as for run)"},
@@ -706,7 +712,7 @@ cli_opts cli_opts_default(void) {
                   .n_layer = -1, .n_head = -1, .n_head_kv = -1, .n_ff = -1, .n_vocab = -1, .head_dim = -1,
                   .synth_n_ctx = -1, .rope_base = -1, .tied = -1, .escape = true, .host = "127.0.0.1",
                   .port = 8080, .parallel = 4, .queue = 64, .sse_ping = 5, .discover_ms = 1000, .sim_devices = 4,
-                  .sim_packet = 350, .sim_seed = 1, .plan_trial = -1,
+                  .sim_packet = 350, .sim_seed = 1, .sim_protect = -1, .plan_trial = -1,
                   .plan_trial_budget = -1};
     o.mem = o.head.mem;
     o.pin = hmem_default_params().pin;

@@ -24,7 +24,7 @@ enum {
 
 /* perplexity --sim-placement: how the simulated devices get their unit groups (docs/lossy.md) */
 enum cli_sim_placement { CLI_SIM_IMPORTANCE, CLI_SIM_RANDOM, CLI_SIM_ORACLE, CLI_SIM_CONTIGUOUS, CLI_SIM_PER_TOKEN,
-                             CLI_SIM_PREV_TOKEN, CLI_SIM_LOWRANK };
+                             CLI_SIM_PREV_TOKEN, CLI_SIM_LOWRANK, CLI_SIM_PROTECT };
 
 #define CLI_MAX_LIST 16  /* entries of a bench list (-t 1,2,4) */
 
@@ -90,7 +90,7 @@ typedef struct cli_opts {
     int         n_sim_loss;          /* 0: no simulation */
     double      link_loss[HC_MAX_DEVICES]; /* --link-loss, percent per worker (one value: every worker) */
     int         n_link_loss;         /* 0: every link 0 */
-    long        sim_devices, sim_packet, sim_seed, sim_rank;
+    long        sim_devices, sim_packet, sim_seed, sim_rank, sim_protect;
     int         sim_placement;       /* enum cli_sim_placement */
     const char *pos[3];              /* positional arguments */
     int         n_pos;

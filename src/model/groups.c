@@ -30,6 +30,7 @@ struct hm_groups {
     int32_t  packet;
     uint64_t seed;
     int      rank;           /* enum hm_groups_rank */
+    int32_t  protect;        /* HM_RANK_PROTECT: groups per token moved to the head */
     int32_t  dev_count[2][HM_GROUPS_MAX_DEV]; /* ranked modes: groups per device */
     int      dev_order[HM_GROUPS_MAX_DEV];  /* devices by loss, lowest first */
     int32_t *tok_assign;     /* ranked modes: [n_batch][stride], grown as needed */
@@ -269,9 +270,11 @@ int hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err) {
     for (int d = 1; d < l->n_dev; d++)
         if (!(l->loss[d] >= 0 && l->loss[d] <= 1))
             return hr_fail(err, HR_EINVAL, "loss simulation: device %d's loss rate %g outside [0, 1]", d, l->loss[d]);
-    if (l->rank < HM_RANK_STATIC || l->rank > HM_RANK_LOWRANK)
+    if (l->rank < HM_RANK_STATIC || l->rank > HM_RANK_PROTECT)
         return hr_fail(err, HR_EINVAL, "loss simulation: ranking %d", l->rank);
-    if (l->rank != HM_RANK_STATIC) {
+    if (l->rank == HM_RANK_PROTECT && l->protect < 0)
+        return hr_fail(err, HR_EINVAL, "loss simulation: %d groups protected", l->protect);
+    if (l->rank != HM_RANK_STATIC && l->rank != HM_RANK_PROTECT) {
         for (int b = 0; b < 2; b++) {
             int64_t sum = 0;
             for (int d = 0; d < l->n_dev; d++) {
@@ -300,11 +303,12 @@ int hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err) {
                                    l->assign[at], l->n_dev);
                 g->assign[at] = l->assign[at];
             }
-    if (!l->assign && (l->rank == HM_RANK_STATIC || l->rank == HM_RANK_LOWRANK))
+    if (!l->assign && (l->rank == HM_RANK_STATIC || l->rank >= HM_RANK_LOWRANK))
         return hr_fail(err, HR_EINVAL, "loss simulation: no placement");
     g->seed = l->seed;
-    if (l->rank == HM_RANK_LOWRANK && hm_lowrank_setup(g, l->lowrank, err)) return err->code;
+    if (l->rank >= HM_RANK_LOWRANK && hm_lowrank_setup(g, l->lowrank, err)) return err->code;
     g->rank = l->rank;
+    g->protect = l->protect;
     memset(g->prev_norm, 0, sizeof *g->prev_norm * (size_t)g->L * 2 * (size_t)g->stride);
     g->n_dev = l->n_dev;
     g->loss[0] = 0;
@@ -352,16 +356,28 @@ static bool hm_token_assign(hm_groups *g, int layer, int bi, size_t cell, const 
     if (!rk) return false;
     for (int t = 0; t < n; t++) {
         double *nt = g->norms + (size_t)t * g->stride;
-        if (g->rank == HM_RANK_LOWRANK) hm_lowrank_norms(g, layer, in + (size_t)t * g->E, nt);
+        if (g->rank >= HM_RANK_LOWRANK) hm_lowrank_norms(g, layer, in + (size_t)t * g->E, nt);
         else hm_token_norms(g, bi, W, act + (size_t)t * K, K, nt);
     }
     for (int t = 0; t < n; t++) {
+        int32_t *as = g->tok_assign + (size_t)t * g->stride, next = 0;
+        if (g->rank == HM_RANK_PROTECT) {
+            /* the static placement, less the lossy devices' groups predicted largest: to the head */
+            const int32_t *st = g->assign + cell;
+            const double *nrm = g->norms + (size_t)t * g->stride;
+            for (int32_t i = 0; i < g->count[bi]; i++) {
+                as[i] = st[i];
+                if (g->loss[st[i]] > 0) rk[next++] = (hm_rank){nrm[i], i};
+            }
+            qsort(rk, (size_t)next, sizeof *rk, hm_rank_desc);
+            for (int32_t c = 0; c < HR_MIN(next, g->protect); c++) as[rk[c].i] = 0;
+            continue;
+        }
         const double *nrm = g->rank != HM_RANK_PREV ? g->norms + (size_t)t * g->stride
                           : t > 0                    ? g->norms + (size_t)(t - 1) * g->stride
                                                      : g->prev_norm + cell;
         for (int32_t i = 0; i < g->count[bi]; i++) rk[i] = (hm_rank){nrm[i], i};
         qsort(rk, (size_t)g->count[bi], sizeof *rk, hm_rank_desc);
-        int32_t *as = g->tok_assign + (size_t)t * g->stride, next = 0;
         for (int k = 0; k < g->n_dev; k++)
             for (int32_t c = 0; c < g->dev_count[bi][g->dev_order[k]]; c++) as[rk[next++].i] = g->dev_order[k];
     }
@@ -387,8 +403,8 @@ static void hm_groups_probe(void *user, int layer, enum hm_block block, const fl
         }
     }
     if (!g->lossy || layer == 0) return;
-    /* HM_RANK_LOWRANK ranks the FFN only */
-    const bool ranked = g->rank != HM_RANK_STATIC && (g->rank != HM_RANK_LOWRANK || bi == 1);
+    /* HM_RANK_LOWRANK and HM_RANK_PROTECT rank the FFN only */
+    const bool ranked = g->rank != HM_RANK_STATIC && (g->rank < HM_RANK_LOWRANK || bi == 1);
     const bool assigned = !ranked || hm_token_assign(g, layer, bi, cell, W, in, act, K, n);
     HR_ASSERT(assigned); /* out of memory for a few ints per token: the simulation cannot go on */
     const uint64_t call = g->cnt.allreduces++;

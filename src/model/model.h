@@ -331,13 +331,17 @@ typedef struct hm_groups_loss {
        to the token before (what a runtime could know when it deals a decode step's groups) */
     int            rank;
     const int32_t *count;
-    int32_t        lowrank;    /* HM_RANK_LOWRANK: the predictor's rank (1..n_embd) */
+    int32_t        lowrank;    /* HM_RANK_LOWRANK, HM_RANK_PROTECT: the predictor's rank (1..n_embd) */
+    int32_t        protect;    /* HM_RANK_PROTECT: FFN groups per token and layer moved to the head (>= 0) */
 } hm_groups_loss;
 /* HM_RANK_LOWRANK: the FFN's groups ranked per token by a cheap predictor from the block's input —
    rank-k approximations W ~ Q (Q^T W) of ffn_gate and ffn_up (a randomized range finder with one
    power iteration), giving each neuron's predicted activation silu(g) u, times its ffn_down column's
-   norm; k (n_ff + n_embd) multiply-adds per token instead of 2 n_ff n_embd. Attention keeps assign. */
-enum hm_groups_rank { HM_RANK_STATIC = 0, HM_RANK_TOKEN = 1, HM_RANK_PREV = 2, HM_RANK_LOWRANK = 3 };
+   norm; k (n_ff + n_embd) multiply-adds per token instead of 2 n_ff n_embd. Attention keeps assign.
+   HM_RANK_PROTECT: assign for both blocks, but each token's `protect` FFN groups that the same predictor
+   ranks largest among those assigned to a lossy device (loss > 0) are computed by the head instead (the
+   head holds the whole FFN; the workers hold only their own groups and leave those out). */
+enum hm_groups_rank { HM_RANK_STATIC = 0, HM_RANK_TOKEN = 1, HM_RANK_PREV = 2, HM_RANK_LOWRANK = 3, HM_RANK_PROTECT = 4 };
 #define HM_GROUPS_MAX_DEV 64
 typedef struct hm_groups_counters {
     uint64_t allreduces;       /* lossy all-reduces simulated (layer >= 1, per block call) */
