@@ -4,13 +4,14 @@
 # (one token a pass: every pass a decoding step, so every all-reduce but layer 0's goes over UDP) on
 # tests/data/lossy-text.txt, with the HEARTH_LOSSY_DROP test hook dropping the workers' datagrams, for
 # the placements importance (calibrated on ../shared/text/stories.txt), random (an importance file of
-# random numbers) and contiguous (no --importance). KL divergence against the one-device run.
+# random numbers), contiguous (no --importance) and protect (importance, and the head computes each token's
+# --lossy-protect PROTECT groups of the lossy workers' FFN shares). KL divergence against the one-device run.
 # Env: CTX (256), CHUNKS (8), DEADLINE (--lossy-deadline, 30), RATES (hook drop rates, "0.05 0.224"),
-# WHO ("one all": worker 3 only, or all three), SEED (7), HEARTH_SHARED.
+# WHO ("one all": worker 3 only, or all three), SEED (7), PLACEMENTS, PROTECT (10), HEARTH_SHARED.
 set -euo pipefail
 BIN=$(realpath "$1"); M=$2
 CTX=${CTX:-256}; CHUNKS=${CHUNKS:-8}; DEADLINE=${DEADLINE:-30}; RATES=${RATES:-0.05 0.224}; WHO=${WHO:-one all}
-SEED=${SEED:-7}
+SEED=${SEED:-7}; PLACEMENTS=${PLACEMENTS:-importance random contiguous protect}; PROTECT=${PROTECT:-10}
 SRC=$(dirname "$0")/..
 SHARED=${HEARTH_SHARED:-$SRC/../shared}
 T=$SRC/tests/data/lossy-text.txt
@@ -44,10 +45,11 @@ for who in $WHO; do
     for rate in $RATES; do
         pct=$(python3 -c "print(round($rate * 100, 1))")
         if [[ $who == one ]]; then devs=3; loss=0,0,$pct; else devs=1+2+3; loss=$pct; fi
-        for pl in importance random contiguous; do
+        for pl in $PLACEMENTS; do
             imp=()
             [[ $pl != contiguous ]] && imp=(--importance "$TMP/$pl.json" --link-loss "$loss")
-            [[ $pl == importance ]] && imp=(--importance "$TMP/imp.json" --link-loss "$loss")
+            [[ $pl == importance || $pl == protect ]] && imp=(--importance "$TMP/imp.json" --link-loss "$loss")
+            [[ $pl == protect ]] && imp+=(--lossy-protect "$PROTECT")
             t0=$(date +%s)
             HEARTH_LOSSY_DROP=$SEED:$rate:0:$devs "$BIN" perplexity -m "$M" --kl-divergence-base "$TMP/base.kld" \
                 --kl-divergence -b 1 -t 1 --workers "$W" --tp-shares 1,1,1,1 --lossy --lossy-deadline "$DEADLINE" \

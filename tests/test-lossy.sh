@@ -12,6 +12,8 @@
 # - SIGKILL of a worker mid-generation: the head exits non-zero within 5 s naming it (its TCP
 #   connection is watched during the lossy waits);
 # - --lossy refused with --allreduce ring and --pp;
+# - --lossy-protect: no loss gives the one-device text (the head adds exactly what the workers leave out);
+#   under forced loss the devices agree and protecting the lossy worker's FFN loses less; bad flags refused;
 # - with a cluster key (issue 29: the datagrams sealed with the session's datagram keys): no loss gives
 #   the one-device text and the TCP run's sums; forced loss leaves every device's sums equal;
 #   duplicated datagrams (the very same bytes again: a replay) are refused as duplicates; injected
@@ -178,6 +180,42 @@ start_worker 2
 for extra in "--allreduce ring" "--pp"; do
     if run -m "$model" --workers "$(workers 1)" --lossy $extra > /dev/null 2> "$TMP/r.err"; then bad "--lossy $extra was accepted"
     elif grep -q -- "--lossy" "$TMP/r.err"; then ok; else bad "--lossy $extra: unclear error: $(tail -1 "$TMP/r.err")"; fi
+done
+
+# ---- --lossy-protect: the head computes each token's largest-predicted FFN groups of the workers' shares -
+# With nothing lost the text is the one-device run's: the head adds exactly the groups the workers leave out
+# (a group counted twice or not at all, which a head and worker that chose differently would give, changes it).
+for model in "$S/stories260K.gguf" "$S/synth/synth-llama-Q8_0.gguf"; do
+    name=$(basename "$model")
+    run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $name"
+    run -m "$model" --workers "$(workers 1 2 3)" --tp-shares equal --lossy --lossy-deadline $SLOW --lossy-protect 4 \
+        --stats-json "$TMP/p0.json" > "$TMP/p0.txt" 2> "$TMP/p0.err" || bad "$name: protected run: $(tail -2 "$TMP/p0.err")"
+    cmp -s "$TMP/ref.txt" "$TMP/p0.txt" && ok || bad "$name: protected text differs from one device"
+    agree "$TMP/p0.json" && ok || bad "$name: protected: devices' sum hashes differ"
+    [[ $(grep -c "head: protects 4 of the" "$TMP/p0.err") == 3 ]] && ok || bad "$name: not every worker protected"
+done
+# only the lossy worker of --link-loss; its datagrams dropped (30%): the devices agree, and protecting all of
+# its FFN groups (--lossy-protect beyond its share's count: all of them) loses less than protecting none (KL
+# divergence against one device)
+pm=$S/stories260K.gguf
+PT=(-m "$pm" -f "$SHARED/text/stories.txt" -c 128 --chunks 3)
+"$BIN" perplexity "${PT[@]}" --kl-divergence-base "$TMP/pb.kld" > /dev/null 2>&1 || bad "perplexity base"
+for n in 0 1000; do
+    extra=(); [[ $n == 0 ]] || extra=(--lossy-protect $n --link-loss 0,0,30)
+    HEARTH_LOSSY_DROP=5:0.3:0:3 "$BIN" perplexity -m "$pm" --kl-divergence-base "$TMP/pb.kld" --kl-divergence -b 1 \
+        -t 1 --workers "$(workers 1 2 3)" --tp-shares equal --lossy --lossy-deadline 200 "${extra[@]}" \
+        > "$TMP/pk$n.txt" 2> "$TMP/pk$n.err" || bad "protect $n under loss: $(tail -2 "$TMP/pk$n.err")"
+    grep -q "their sums agree" "$TMP/pk$n.txt" && ok || bad "protect $n under loss: devices disagree"
+done
+[[ $(grep -c "head: protects" "$TMP/pk1000.err") == 1 && $(grep -c "head: protects \([0-9]*\) of the \1 FFN groups of $(workers 3)'s" \
+    "$TMP/pk1000.err") == 1 ]] && ok || bad "--link-loss 0,0,30: not worker 3's whole share: $(grep protects "$TMP/pk1000.err")"
+k0=$(sed -n 's/^Mean    KLD: *\([0-9.e-]*\).*/\1/p' "$TMP/pk0.txt")
+k1=$(sed -n 's/^Mean    KLD: *\([0-9.e-]*\).*/\1/p' "$TMP/pk1000.txt")
+python3 -c "import sys; sys.exit(0 if 0 <= float('$k1') < float('$k0') else 1)" && ok \
+    || bad "protecting worker 3's FFN: KLD $k1, unprotected $k0 (want less)"
+for args in "--lossy-protect 4" "--lossy --lossy-protect 4 --lossy-protect-rank 0" "--lossy --lossy-protect-rank 8"; do
+    if run -m "$pm" --workers "$(workers 1)" $args > /dev/null 2> "$TMP/r.err"; then bad "$args was accepted"
+    elif grep -q -- "--lossy-protect" "$TMP/r.err"; then ok; else bad "$args: unclear error: $(tail -1 "$TMP/r.err")"; fi
 done
 
 for i in 1 2 3; do stop_worker $i; done

@@ -2,7 +2,8 @@
 /* test-model: the forward pass against llama.cpp's outputs in ../shared/reference.
  * - every synth model: logits at every position, relative RMS error and top-1 agreement;
  * - stories260K: logits (rel. RMS <= 1e-4) and the greedy continuations token for token;
- * - F32 vs F16 KV cache and batch vs token-by-token evaluation agree.
+ * - F32 vs F16 KV cache and batch vs token-by-token evaluation agree;
+ * - hm_protect: the selected groups, their contribution and the mask (test_protect).
  * Tolerances are the issue's: F16/BF16 <= 0.005, quantized <= 0.03, top-1 >= 90%. */
 #include "test.h"
 
@@ -334,6 +335,123 @@ static void test_output_parts(const char *shared) {
     }
 }
 
+/* hm_protect (the lossy all-reduce's protected groups, docs/lossy.md) on stories260K (F32): a share of 88
+   neurons in a gathered order, groups of 4. At full rank the predictor's activations are exact, so it selects
+   the groups whose sum of (activation x down column norm)^2 is largest; the head's contribution is those
+   groups' part of the FFN output; the worker's mask zeroes exactly them; head and worker select alike. */
+static void test_protect(const char *shared) {
+    const char *path = test_path(shared, "models/stories260K.gguf");
+    hr_err err = {0};
+    gguf_ctx *g = gguf_open(path, &err);
+    hm_model *m = g ? hm_model_load(g, &err) : NULL;
+    if (!m) { fprintf(stderr, "%s: %s\n", path, err.msg); CHECK(0); gguf_close(g); return; }
+    enum { Fs = 88, G = 4, NP = 3 };
+    const int E = m->hp.n_embd, F = m->hp.n_ff, L = m->hp.n_layer;
+    int32_t *nr = malloc(sizeof *nr * (size_t)L * Fs);
+    float *gr = malloc(sizeof(float) * E), *ur = malloc(sizeof(float) * E), *dr = malloc(sizeof(float) * F);
+    float *a = malloc(sizeof(float) * Fs), *xn = malloc(sizeof(float) * E), *o = malloc(sizeof(float) * E);
+    double *ref = malloc(sizeof(double) * E), *dn = malloc(sizeof(double) * Fs), score[22];
+    REQUIRE_VOID(nr && gr && ur && dr && a && xn && o && ref && dn && F >= 170 && E == 64);
+    for (int il = 0; il < L; il++)
+        for (int j = 0; j < Fs; j++) nr[(size_t)il * Fs + j] = 150 - (j * 7) % 151; /* distinct: 7 and 151 coprime */
+    hm_protect_params pp = {.n_ff = Fs, .group = G, .rank = E, .n_protect = NP, .neuron = nr, .head = true};
+    hm_protect *ph = hm_protect_create(m, &pp, &err);
+    pp.head = false;
+    hm_protect *pw = hm_protect_create(m, &pp, &err);
+    REQUIRE_VOID(ph && pw);
+    CHECK(hm_protect_count(ph) == NP && hm_protect_bytes(ph) > hm_protect_bytes(pw));
+    uint64_t z = 12345;
+    int exact = 0, tries = 0;
+    for (int il = 1; il < L; il++)
+        for (int rep = 0; rep < 4; rep++, tries++) {
+            for (int e = 0; e < E; e++) {
+                z = z * 6364136223846793005ull + 1442695040888963407ull;
+                xn[e] = (float)((double)(z >> 11) * 0x1.0p-53 * 2 - 1);
+            }
+            const hm_layer *ly = &m->layers[il];
+            for (int j = 0; j < Fs; j++) {
+                const int r = nr[(size_t)il * Fs + j];
+                hm_tensor_row_f32(&ly->w_gate, r, gr);
+                hm_tensor_row_f32(&ly->w_up, r, ur);
+                double gs = 0, us = 0;
+                for (int e = 0; e < E; e++) gs += (double)gr[e] * xn[e], us += (double)ur[e] * xn[e];
+                a[j] = (float)(gs / (1 + exp(-gs)) * us);
+                dn[j] = 0;
+            }
+            for (int e = 0; e < E; e++) {
+                hm_tensor_row_f32(&ly->w_down, e, dr);
+                for (int j = 0; j < Fs; j++) dn[j] += (double)dr[nr[(size_t)il * Fs + j]] * dr[nr[(size_t)il * Fs + j]];
+            }
+            for (int gi = 0; gi < Fs / G; gi++) {
+                score[gi] = 0;
+                for (int j = gi * G; j < gi * G + G; j++) score[gi] += (double)a[j] * a[j] * dn[j];
+            }
+            int32_t sh[NP], sw[NP];
+            hm_protect_select(ph, il, xn, sh);
+            hm_protect_select(pw, il, xn, sw);
+            CHECK(!memcmp(sh, sw, sizeof sh));
+            CHECK(sh[0] < sh[1] && sh[1] < sh[2]);
+            /* the selection is the exact top 3 (a near tie may swap the last one) */
+            int top[NP] = {-1, -1, -1};
+            for (int k = 0; k < NP; k++)
+                for (int gi = 0; gi < Fs / G; gi++) {
+                    bool used = false;
+                    for (int q = 0; q < k; q++) used |= top[q] == gi;
+                    if (!used && (top[k] < 0 || score[gi] > score[top[k]])) top[k] = gi;
+                }
+            int hit = 0;
+            for (int k = 0; k < NP; k++)
+                for (int q = 0; q < NP; q++) hit += sh[q] == top[k];
+            exact += hit == NP;
+            CHECKF(hit >= NP - 1, "layer %d: selected %d %d %d, largest %d %d %d", il, sh[0], sh[1], sh[2], top[0], top[1],
+                   top[2]);
+            /* the head's contribution: the selected groups' part of ffn_down times the activations */
+            for (int e = 0; e < E; e++) {
+                hm_tensor_row_f32(&ly->w_down, e, dr);
+                ref[e] = 0;
+                for (int k = 0; k < NP; k++)
+                    for (int j = sh[k] * G; j < sh[k] * G + G; j++) ref[e] += (double)dr[nr[(size_t)il * Fs + j]] * a[j];
+                o[e] = 1;
+            }
+            hm_protect_add(ph, il, xn, sh, o);
+            double num = 0, den = 0;
+            for (int e = 0; e < E; e++) num += (o[e] - 1 - ref[e]) * (o[e] - 1 - ref[e]), den += ref[e] * ref[e];
+            CHECKF(den > 0 && num <= 1e-10 * den, "layer %d: contribution rel. error %g", il, sqrt(num / den));
+            /* the worker's mask: exactly the selected groups' activations zeroed */
+            memcpy(dr, a, sizeof(float) * Fs);
+            hm_protect_mask(pw, sh, dr);
+            int wrong = 0;
+            for (int j = 0; j < Fs; j++) {
+                const int gi = j / G;
+                const bool sel = gi == sh[0] || gi == sh[1] || gi == sh[2];
+                wrong += sel ? dr[j] != 0 : dr[j] != a[j];
+            }
+            CHECK(wrong == 0);
+        }
+    CHECKF(exact >= tries * 3 / 4, "the exact top groups selected in %d of %d", exact, tries);
+    hm_protect_free(ph);
+    hm_protect_free(pw);
+    /* impossible settings: a clear error, nothing made */
+    const hm_protect_params bad[] = {
+        {.n_ff = Fs, .group = G, .rank = E, .n_protect = 0, .neuron = nr},
+        {.n_ff = Fs, .group = G, .rank = E, .n_protect = Fs / G + 1, .neuron = nr},
+        {.n_ff = Fs, .group = G, .rank = 0, .n_protect = 1, .neuron = nr},
+        {.n_ff = Fs, .group = G, .rank = E + 1, .n_protect = 1, .neuron = nr},
+        {.n_ff = Fs, .group = 0, .rank = E, .n_protect = 1, .neuron = nr},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err = (hr_err){0};
+        CHECK(!hm_protect_create(m, &bad[i], &err) && err.code == HR_EINVAL && err.msg[0]);
+    }
+    nr[5] = F; /* a neuron outside the model */
+    err = (hr_err){0};
+    CHECK(!hm_protect_create(m, &(hm_protect_params){.n_ff = Fs, .group = G, .rank = 8, .n_protect = 1, .neuron = nr}, &err) &&
+          err.msg[0]);
+    free(nr), free(gr), free(ur), free(dr), free(a), free(xn), free(o), free(ref), free(dn);
+    hm_model_free(m);
+    gguf_close(g);
+}
+
 int main(void) {
     hr_init();
     const char *shared = test_shared_dir();
@@ -343,5 +461,6 @@ int main(void) {
     test_synth(shared);
     test_decode_threads(shared);
     test_output_parts(shared);
+    test_protect(shared);
     return test_summary();
 }

@@ -299,13 +299,14 @@ static int cli_engine_place(void *user, const hc_plan *plan, const char *const *
 /* --importance and --link-loss: what they apply to, the file read and checked, the placement set
    (before the planner, whose choice may then leave it unused: one device, a pipeline) */
 static int cli_engine_importance(cli_engine *e, cli_opts *o, hr_err *err) {
-    if (o->n_link_loss && !o->importance) return hr_fail(err, HR_EINVAL, "--link-loss is for --importance's placement");
+    if (o->n_link_loss && !o->importance && !o->head.lossy_protect)
+        return hr_fail(err, HR_EINVAL, "--link-loss is for --importance's placement or --lossy-protect");
+    if (o->n_link_loss > 1 && !o->n_sim_loss && o->n_link_loss != o->head.n_workers)
+        return hr_fail(err, HR_EINVAL, "--link-loss has %d values for %d workers", o->n_link_loss, o->head.n_workers);
     if (!o->importance || o->n_sim_loss) return 0;   /* the simulation's (cmd-perplexity.c) */
     if (!o->head.n_workers)
         return hr_fail(err, HR_EINVAL, "--importance places unit groups on --workers (tensor parallelism)");
-    /* --link-loss is in --workers order, before the planner leaves any out */
-    if (o->n_link_loss > 1 && o->n_link_loss != o->head.n_workers)
-        return hr_fail(err, HR_EINVAL, "--link-loss has %d values for %d workers", o->n_link_loss, o->head.n_workers);
+    /* --link-loss is in --workers order, before the planner leaves any out (checked above) */
     if (o->head.pp) HR_LOGW("--importance: a pipeline computes whole layers; the placement of unit groups is not used");
     if (cli_importance_load(e->m, o->importance, &e->imp, err)) return err->code;
     o->head.place = cli_engine_place;
@@ -330,6 +331,16 @@ int cli_engine_start(cli_engine *e, cli_opts *o, const hm_ctx_params *cp, bool m
     }
     if (o->head.lossy && !o->head.n_workers) return hr_fail(err, HR_EINVAL, "--lossy needs --workers");
     if (o->head.lossy && cli_lossy_drop(&o->head, err)) return err->code;
+    if (o->head.lossy_protect && !o->head.lossy) return hr_fail(err, HR_EINVAL, "--lossy-protect is for --lossy");
+    if (o->head.lossy_protect_rank && !o->head.lossy_protect)
+        return hr_fail(err, HR_EINVAL, "--lossy-protect-rank is for --lossy-protect");
+    o->head.lossy_protect_devices = 0; /* every worker, unless the links' loss says which are lossy */
+    for (int i = 0; o->head.lossy_protect && i < o->head.n_workers && i < 63 && o->n_link_loss; i++)
+        if (o->link_loss[o->n_link_loss == 1 ? 0 : i] > 0) o->head.lossy_protect_devices |= 1ull << (i + 1);
+    if (o->head.lossy_protect && o->n_link_loss && !o->head.lossy_protect_devices) {
+        HR_LOGW("--lossy-protect: --link-loss gives no worker a loss: nothing to protect");
+        o->head.lossy_protect = 0;
+    }
     if (o->head.n_workers) {
         if (planner) {
             o->head.replan = cli_engine_replan;

@@ -372,14 +372,14 @@ static const cli_flag flags[] = {
      "for a runtime predictor), prev-token (ranked by the token before's), or\n"
      "lowrank (FFN ranked per token by a rank --sim-rank predictor from the\n"
      "block's input, attention by --importance), or protect (--importance's\n"
-     "placement, but each token's --sim-protect FFN groups of lossy workers\n"
+     "placement, but each token's --sim-protect FFN groups of each lossy worker\n"
      "that the same predictor ranks largest computed by the head); default\n"
      "importance"},
     {CLI_PERPLEXITY, "--sim-rank", "K", F_LONG, AT(sim_rank), 1, 1 << 20, NULL,
      "rank of --sim-placement lowrank's and protect's predictor (default n_embd/8)"},
     {CLI_PERPLEXITY, "--sim-protect", "N", F_LONG, AT(sim_protect), 0, 1 << 20, NULL,
      "--sim-placement protect: FFN groups per token and layer that the head takes\n"
-     "from the lossy workers (default: a quarter of one device's share)"},
+     "from each lossy worker (default: a quarter of one device's share)"},
     {CLI_PERPLEXITY, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
      "importance file from `hearth calibrate`: --sim-placement importance's, or\n"
      "with --workers the runtime's placement of unit groups (as for run)"},
@@ -490,6 +490,14 @@ static const cli_flag flags[] = {
      "is lost counts as zero (HALO; for lossy Wi-Fi, docs/lossy.md)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PLAN | CLI_PERPLEXITY, "--lossy-deadline", "MS", F_INT, AT(head.lossy_deadline_ms), 1, 60000, NULL,
      "with --lossy: how long the head waits for the partials of an all-reduce\n(default 10)"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--lossy-protect", "N", F_INT, AT(head.lossy_protect), 1, 1 << 20, NULL,
+     "with --lossy: per token and layer the head computes the N FFN groups of each\n"
+     "lossy worker's share that a low-rank predictor ranks largest, and the worker\n"
+     "leaves them out, so that its link cannot lose them; the head keeps an F32 copy\n"
+     "of those shares' FFN weights. Lossy workers: those --link-loss gives a loss\n"
+     "above 0 for, else every worker (docs/lossy.md, \"The head protects\")"},
+    {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--lossy-protect-rank", "K", F_INT, AT(head.lossy_protect_rank), 1, 1 << 20, NULL,
+     "the rank of --lossy-protect's predictor (default n_embd/2)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
      "tensor parallel: place each layer's unit groups by this importance file\n"
      "(`hearth calibrate`): the least important on the lossiest links, the\n"

@@ -76,7 +76,7 @@ static int hc_partial_check(hc_ar *a, int dev, const hn_partial *p, int layer, u
 /* ---- lossy star (docs/lossy.md): workers' partials as datagrams, merged at a deadline; the sum goes
    back as datagrams too, and a worker that misses any asks again (NACK) until it has all of them ---- */
 
-static bool hc_lossy_on(const hc_ar *a, int layer, int n) {
+bool hc_ar_lossy_on(const hc_ar *a, int layer, int n) {
     return a->lossy && layer > 0 && n <= a->lossy_max_tokens;
 }
 
@@ -452,7 +452,7 @@ static int hc_lossy_worker_result(hc_ar *a, float *x, int n, int E) {
    back over TCP — reliably, so that every device continues from the same values (docs/lossy.md) */
 static int hc_star_head(hc_ar *a, int layer, uint32_t stage, float *x, int n, int E, uint64_t compute_ns) {
     size_t cnt = (size_t)n * E;
-    if (hc_lossy_on(a, layer, n)) {
+    if (hc_ar_lossy_on(a, layer, n)) {
         int rc = hc_lossy_head(a, x, n, E);
         if (!rc && !hc_lossy_last(a, layer, stage)) rc = hc_lossy_head_result(a, x, cnt);
         return rc;
@@ -482,7 +482,7 @@ static int hc_star_head(hc_ar *a, int layer, uint32_t stage, float *x, int n, in
 static int hc_star_worker(hc_ar *a, int layer, uint32_t stage, float *x, int n, int E, uint64_t compute_ns) {
     size_t cnt = (size_t)n * E;
     int rc;
-    if (hc_lossy_on(a, layer, n)) {
+    if (hc_ar_lossy_on(a, layer, n)) {
         int64_t t0 = hr_time_ns();
         a->ll[0].sent += hc_lossy_send(a, &a->ll[0], HN_DGRAM_PARTIAL, a->seq, x, cnt, 0, &a->ll[0].hook_dropped);
         a->send_ns += hr_time_ns() - t0;

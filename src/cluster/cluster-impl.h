@@ -219,6 +219,8 @@ typedef struct hc_ar {
     int64_t   settle_ns;
 } hc_ar;
 
+/* whether layer's all-reduces of an n-token pass go over the lossy transport */
+bool hc_ar_lossy_on(const hc_ar *a, int layer, int n);
 /* head: the buffers of the lossy merge for passes of up to a->lossy_max_tokens tokens */
 int  hc_ar_lossy_alloc(hc_ar *a, int n_embd);
 void hc_ar_lossy_free(hc_ar *a);

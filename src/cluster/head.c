@@ -59,6 +59,8 @@ struct hc_core {
     int        fail_dev;                   /* the worker blamed for it (0: none) */
     bool       timeout_auto;               /* the pass deadline follows step_ms (timeout_ms 0) */
     double     step_ms;                    /* a decode pass's time: a slowly decaying maximum */
+    hm_protect *prot[HC_MAX_DEVICES];      /* --lossy-protect: each protected worker's share (or NULL) */
+    int32_t   *prot_sel;                   /* [most protected groups] */
 };
 
 /* a session id of the lossy all-reduce: datagrams of another session (a previous head's, late) are
@@ -90,6 +92,69 @@ static bool hc_drops(const hc_head_params *p, int d) {
 
 /* the placement the shares' ranges index into, or NULL (contiguous) */
 static const hc_order *hc_core_order(const hc_core *h) { return h->order.order[0] ? &h->order : NULL; }
+
+/* --lossy-protect: whether worker d's share is protected, and the groups per token (0: not) and the
+   predictor's rank it is told */
+static bool hc_protected(const hc_head_params *p, int d) {
+    return p->lossy && p->lossy_protect > 0 && d > 0 &&
+           (!p->lossy_protect_devices || (d < 64 && (p->lossy_protect_devices >> d & 1)));
+}
+static int32_t hc_protect_group(const hc_core *h) {
+    const hc_order *o = hc_core_order(h);
+    return o ? h->m->hp.n_ff / o->n_groups[1] : h->plan.ff_group;
+}
+static int32_t hc_protect_n(const hc_core *h, int d) {
+    const int32_t F = h->plan.dev[d].ff_end - h->plan.dev[d].ff_begin, G = hc_protect_group(h);
+    return hc_protected(&h->p, d) && F > 0 ? HR_MIN(h->p.lossy_protect, (F + G - 1) / G) : 0;
+}
+static int32_t hc_protect_rank(const hc_core *h) {
+    const int32_t E = h->m->hp.n_embd;
+    return h->p.lossy_protect_rank > 0 ? HR_MIN(h->p.lossy_protect_rank, E) : HR_MAX(1, E / 2);
+}
+
+/* the head's copy of each protected worker's FFN share (its rows in the share's order) and predictor */
+static int hc_protect_setup(hc_core *h, hr_err *err) {
+    const hm_hparams *hp = &h->m->hp;
+    const hc_order *o = hc_core_order(h);
+    const int32_t G = hc_protect_group(h);
+    int32_t most = 0;
+    for (int d = 1; d < h->k; d++) {
+        const int32_t N = hc_protect_n(h, d), F = h->plan.dev[d].ff_end - h->plan.dev[d].ff_begin;
+        if (!N) continue;
+        int32_t *nr = malloc(sizeof *nr * (size_t)hp->n_layer * (size_t)F);
+        if (!nr) return hr_fail(err, HR_ENOMEM, "out of memory");
+        for (int il = 0; il < hp->n_layer; il++)
+            for (int32_t j = 0; j < F; j++) {
+                const int32_t at = h->plan.dev[d].ff_begin + j;
+                nr[(size_t)il * F + j] = o ? o->order[1][(size_t)il * o->n_groups[1] + at / G] * G + at % G : at;
+            }
+        const hm_protect_params pp = {.n_ff = F, .group = G, .rank = hc_protect_rank(h), .n_protect = N, .neuron = nr,
+                                      .head = true};
+        const int64_t t0 = hr_time_ns();
+        h->prot[d] = hm_protect_create(h->m, &pp, err);
+        free(nr);
+        if (!h->prot[d]) return err->code;
+        most = HR_MAX(most, N);
+        HR_LOGI("head: protects %d of the %d FFN groups of %s's share per token (predictor rank %d; %.1f MiB, made in "
+                "%.2f s)", N, (F + G - 1) / G, h->names[d], pp.rank, (double)hm_protect_bytes(h->prot[d]) / (1 << 20),
+                (double)(hr_time_ns() - t0) / 1e9);
+    }
+    if (most && !(h->prot_sel = malloc(sizeof *h->prot_sel * (size_t)most))) return hr_fail(err, HR_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* the head's FFN hook: adds the protected groups' contribution to its partial, in a lossy pass */
+static void hc_head_ffn(void *user, int layer, bool after, const float *xn, float *act, int64_t n_ff, float *o, int n) {
+    (void)act, (void)n_ff;
+    hc_core *h = user;
+    if (!after || !hc_ar_lossy_on(&h->ar, layer, n)) return;
+    const int64_t E = h->m->hp.n_embd;
+    for (int d = 1; d < h->k; d++)
+        for (int t = 0; h->prot[d] && t < n; t++) {
+            hm_protect_select(h->prot[d], layer, xn + t * E, h->prot_sel);
+            hm_protect_add(h->prot[d], layer, xn + t * E, h->prot_sel, o + t * E);
+        }
+}
 
 static int hc_dev_fail(hc_core *h, int d, int rc, const char *msg, hr_err *err) {
     h->failed = true;
@@ -170,6 +235,10 @@ static int hc_connect_all(hc_core *h, hr_err *err) {
             return hc_dev_fail(h, d, HR_EUNSUPPORTED, "chose another protocol version", err);
         if (h->p.lossy && !(m.u.hello_ack.caps & HN_CAP_LOSSY_UDP))
             return hc_dev_fail(h, d, HR_EUNSUPPORTED, "cannot take the lossy all-reduce (--lossy)", err);
+        /* a worker that ignored lossy_protect would compute the groups the head adds: each counted twice */
+        if (hc_protected(&h->p, d) && !(m.u.hello_ack.caps & HN_CAP_LOSSY_PROTECT))
+            return hc_dev_fail(h, d, HR_EUNSUPPORTED, "cannot leave out protected groups (--lossy-protect: an older hearth)",
+                               err);
         if (h->p.lossy) {
             /* its partials come to this socket, beside the connection, and only from its address */
             hr_err e = {0};
@@ -295,6 +364,8 @@ static int hc_load_worker(hc_core *h, int d, uint64_t model_hash, uint64_t token
         hc_kv(&kb, "lossy_session", "%016llx", (unsigned long long)h->ar.session);
         hc_kv(&kb, "lossy_max_tokens", "%d", h->ar.lossy_max_tokens);
         hc_kv(&kb, "lossy_deadline_ms", "%d", h->p.lossy_deadline_ms);
+        if (hc_protect_n(h, d))
+            hc_kv(&kb, "lossy_protect", "%d:%d:%d", hc_protect_n(h, d), hc_protect_rank(h), hc_protect_group(h));
         if ((h->p.lossy_drop_ppm || h->p.lossy_dup) && hc_drops(&h->p, d))
             hc_kv(&kb, "lossy_drop", "%016llx:%u:%d", (unsigned long long)h->p.lossy_drop_seed, h->p.lossy_drop_ppm,
                   h->p.lossy_dup);
@@ -666,6 +737,11 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
     if ((p->pp && h->group > 1) || (!p->pp && !alone)) {  /* a hybrid plan's head all-reduces in its group */
         sh.sync = hc_ar_sync;
         sh.sync_user = &h->ar;
+    }
+    if (!p->pp && !alone && p->lossy && p->lossy_protect > 0) {
+        if (hc_protect_setup(h, err)) goto err;
+        sh.ffn = hc_head_ffn;
+        sh.ffn_user = h;
     }
     /* as on one device: the head's share of the KV cache must fit before any of it is committed */
     if (hmem_check_ctx(hm_ctx_bytes_for_shard(hp, &sh, &cp), err)) goto err;
@@ -1369,6 +1445,8 @@ void hc_core_free(hc_core *h) {
         hn_dgram_crypt_wipe(&h->ll[d].crypt);
     }
     hc_ar_lossy_free(&h->ar);
+    for (int d = 0; d < HC_MAX_DEVICES; d++) hm_protect_free(h->prot[d]);
+    free(h->prot_sel);
     hm_ctx_free(h->ctx);
     hmem_free(h->mem);
     hm_model_free(h->pm);

@@ -164,8 +164,13 @@ static void hc_plan_without(const hc_head *H, hc_head_params *p) {
 static int hc_params_now(hc_head *H, hc_head_params *p, hr_err *err) {
     *p = H->orig;
     p->n_workers = 0;
-    for (int i = 0; i < H->orig.n_workers; i++)
-        if (!H->gone[i]) p->workers[p->n_workers++] = H->orig.workers[i];
+    p->lossy_protect_devices = 0; /* its bits follow the workers to their new device indices */
+    for (int i = 0; i < H->orig.n_workers; i++) {
+        if (H->gone[i]) continue;
+        if (i + 1 < 64 && H->orig.lossy_protect_devices >> (i + 1) & 1) p->lossy_protect_devices |= 1ull << (p->n_workers + 1);
+        p->workers[p->n_workers++] = H->orig.workers[i];
+    }
+    if (H->orig.lossy_protect_devices && !p->lossy_protect_devices) p->lossy_protect = 0; /* the lossy ones left */
     bool all = p->n_workers == H->orig.n_workers;
     if (!all) hc_plan_without(H, p);
     if (p->replan && !all) return p->replan(p->replan_user, p, err);

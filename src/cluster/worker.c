@@ -149,6 +149,9 @@ typedef struct hc_session {
     uint32_t   drop_ppm;
     bool       drop_dup;
     int        lossy_max_tokens, lossy_deadline_ms;
+    int32_t    prot_n, prot_rank, prot_group; /* lossy_protect: the head computes prot_n of this share's groups */
+    hm_protect *prot;
+    int32_t   *prot_sel;
     hn_conn   *ar_conn[HC_MAX_DEVICES]; /* the all-reduce's links: [0] the centre (a worker), or a leader's
                                         [1..tp_group) members (connections it opened) */
     hn_frame   ar_rx[HC_MAX_DEVICES];
@@ -165,6 +168,8 @@ typedef struct hc_session {
 
 static void hc_session_free(hc_session *s) {
     hm_ctx_free(s->ctx);
+    hm_protect_free(s->prot);
+    free(s->prot_sel);
     hmem_free(s->mem);
     hr_free_aligned(s->pp_out);
     free(s->layers);
@@ -634,6 +639,15 @@ static int hc_parse_plan(hc_session *s, const hn_msg *msg) {
         if (!(v = hc_param(p, "lossy_deadline_ms")) || !hc_parse_u64(*v, &x, 10) || x < 1 || x > 60000)
             return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'lossy_deadline_ms'");
         s->lossy_deadline_ms = (int)x;
+        if ((v = hc_param(p, "lossy_protect"))) { /* N:RANK:GROUP */
+            char b[64], *end;
+            hn_str_copy(b, sizeof b, *v);
+            long n = strtol(b, &end, 10), k = *end == ':' ? strtol(end + 1, &end, 10) : 0;
+            long g = *end == ':' ? strtol(end + 1, &end, 10) : 0;
+            if (*end || n < 1 || k < 1 || k > s->hp.n_embd || g < 1 || g > s->hp.n_ff || n > s->hp.n_ff)
+                return hc_bad(s, seq, HR_EPROTO, "LOAD_PLAN: bad 'lossy_protect'");
+            s->prot_n = (int32_t)n, s->prot_rank = (int32_t)k, s->prot_group = (int32_t)g;
+        }
         if ((v = hc_param(p, "lossy_drop"))) {
             char b[64], *colon;
             hn_str_copy(b, sizeof b, *v);
@@ -1097,6 +1111,17 @@ static int hc_link(hc_session *s) {
     return 0;
 }
 
+/* the worker's FFN hook, in a lossy pass: zeroes the groups the head computes (hm_protect) */
+static void hc_worker_ffn(void *user, int layer, bool after, const float *xn, float *act, int64_t n_ff, float *o, int n) {
+    (void)o;
+    hc_session *s = user;
+    if (after || !hc_ar_lossy_on(&s->ar, layer, n)) return;
+    for (int t = 0; t < n; t++) {
+        hm_protect_select(s->prot, layer, xn + (size_t)t * s->hp.n_embd, s->prot_sel);
+        hm_protect_mask(s->prot, s->prot_sel, act + (size_t)t * n_ff);
+    }
+}
+
 /* The residency manager, the weights in memory and the context (KV cache) of the share. */
 static int hc_create_context(hc_session *s) {
     hr_err e = {0};
@@ -1111,6 +1136,17 @@ static int hc_create_context(hc_session *s) {
     if (!s->pp || s->lead) {
         sh.sync = hc_ar_sync;
         sh.sync_user = &s->ar;
+    }
+    if (s->prot_n) { /* the head computes the protected groups: from the slice's rows, before they may stream */
+        const hm_protect_params pp = {.n_ff = s->share.ff_end - s->share.ff_begin, .group = s->prot_group,
+                                      .rank = s->prot_rank, .n_protect = s->prot_n};
+        if (!(s->prot = hm_protect_create(s->m, &pp, &e)) ||
+            !(s->prot_sel = malloc(sizeof *s->prot_sel * (size_t)s->prot_n)))
+            return hc_bad(s, 0, s->prot ? HR_ENOMEM : e.code, "lossy_protect: %s", s->prot ? "out of memory" : e.msg);
+        sh.ffn = hc_worker_ffn;
+        sh.ffn_user = s;
+        HR_LOGI("worker: the head computes %d of this share's FFN groups per token (predictor rank %d)", s->prot_n,
+                s->prot_rank);
     }
     /* the plan follows the KV cache's use, as on one device (docs/memory.md, "The KV cache grows into
        the budget"): each FORWARD says how many positions are in use. With several sequences the cache
@@ -1313,7 +1349,7 @@ static void hc_session_run(hc_worker *w, hn_conn *c, hn_frame *f, hn_msg m) {
     hn_msg ack = {.type = HN_MSG_HELLO_ACK, .seq = m.seq};
     ack.u.hello_ack = (hn_hello_ack){.version = HN_PROTO_VERSION,
                                      .caps = HN_CAP_F32_ACT | HN_CAP_SLICE_CACHE | HN_CAP_LOSSY_UDP |
-                                             (w->has_key ? HN_CAP_ENCRYPT : 0),
+                                             HN_CAP_LOSSY_PROTECT | (w->has_key ? HN_CAP_ENCRYPT : 0),
                                      .device = hn_cstr(w->name)};
     if (hn_msg_send(c, &ack, hn_deadline_ms(HC_HELLO_WAIT_MS), &e)) {
         HR_LOGW("worker: head %s: %s", s->head_name, e.msg);

@@ -355,19 +355,25 @@ static void hm_attention_block(hm_ctx *c, const hm_layer *L, int li, int n) {
 
 /* o = FFN block output (this share's partial sum) for xn = rmsnorm(x) * ffn_norm:
    Wd (silu(Wg xn) * Wu xn) */
-static void hm_ffn_block(hm_ctx *c, const hm_layer *L, int n) {
+static void hm_ffn_block(hm_ctx *c, const hm_layer *L, int il, int n) {
     if (c->F == 0) { /* no FFN neurons in this share */
         memset(c->o, 0, (size_t)n * c->m->hp.n_embd * sizeof(float));
+        if (c->shard.ffn) c->shard.ffn(c->shard.ffn_user, il, true, c->xn, NULL, 0, c->o, n);
         return;
     }
     /* gate and up projections, gate = silu(gate) * up */
     hm_act_set(&c->act_in, c->xn, n, c->m->hp.n_embd);
     hm_act_set(&c->act_ff, c->gate, n, c->F);
     hm_ff_gate_up(c, L, n);
+    if (c->shard.ffn) { /* the hook may change the activations: their converted forms are made again */
+        c->shard.ffn(c->shard.ffn_user, il, false, c->xn, c->gate, c->F, NULL, n);
+        hm_act_set(&c->act_ff, c->gate, n, c->F);
+    }
     /* down projection */
     const hm_tensor *wd[] = {&L->w_down};
     float *od[] = {c->o};
     hm_matmul(c, &c->act_ff, wd, od, 1, false, NULL);
+    if (c->shard.ffn) c->shard.ffn(c->shard.ffn_user, il, true, c->xn, NULL, c->F, c->o, n);
 }
 
 int hm_ctx_n_windows(const hm_ctx *c) { return c->shard.n_windows; }
@@ -458,7 +464,7 @@ int hm_eval_window(hm_ctx *c, int w, const hm_batch *b, hr_err *err) {
         /* ffn rmsnorm (with the attention residual x += o folded in) */
         hm_rows(c, n, 1, L->ffn_norm.data);
         hm_weights(c, il, HM_BLOCK_FFN, HM_PHASE_BEGIN);
-        hm_ffn_block(c, L, n);
+        hm_ffn_block(c, L, il, n);
         hm_weights(c, il, HM_BLOCK_FFN, HM_PHASE_END);
         if (c->shard.probe && c->F)
             c->shard.probe(c->shard.probe_user, il, HM_BLOCK_FFN, c->xn, c->gate, c->F, c->o, n, (int)E);

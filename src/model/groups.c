@@ -238,25 +238,41 @@ static int hm_lowrank_setup(hm_groups *g, int32_t k, hr_err *err) {
     return 0;
 }
 
-/* predicted contribution norms of the FFN groups for one token's normalized input xn */
-static void hm_lowrank_norms(hm_groups *g, int layer, const float *xn, double *out) {
-    const int64_t F = g->K[1];
-    const int32_t k = g->lr_k, E = g->E;
-    float *pre = g->lr_scratch, *t = g->lr_scratch + 2 * F;
+/* The low-rank predictor of one layer: gate (0) and up (1) as Q [F][k] B [k][E], ffn_down's column norms dn [F],
+   groups of `cols` neurons. The predicted contribution norms of its `count` groups for one token's normalized
+   input xn: the norm over each group's neurons of silu(g) u times the neuron's down norm (scratch: pre [2][F],
+   t [k]). The simulation's ranking (HM_RANK_LOWRANK) and the runtime's protected groups (hm_protect) alike. */
+typedef struct hm_lr_layer {
+    const float *q[2], *b[2], *dn;
+    int64_t F;
+    int32_t k, E, cols, count;
+} hm_lr_layer;
+
+static void hm_lr_norms(const hm_lr_layer *l, const float *xn, float *pre, float *t, double *out) {
+    const int64_t F = l->F;
+    const int32_t k = l->k, E = l->E;
     for (int i = 0; i < 2; i++) {
-        const float *Q = g->lr_q[i] + (size_t)layer * F * k, *B = g->lr_b[i] + (size_t)layer * k * E;
-        for (int32_t j = 0; j < k; j++) t[j] = (float)hm_dot(B + (size_t)j * E, xn, E);
-        for (int64_t r = 0; r < F; r++) pre[i * F + r] = (float)hm_dot(Q + (size_t)r * k, t, k);
+        for (int32_t j = 0; j < k; j++) t[j] = (float)hm_dot(l->b[i] + (size_t)j * E, xn, E);
+        for (int64_t r = 0; r < F; r++) pre[i * F + r] = (float)hm_dot(l->q[i] + (size_t)r * k, t, k);
     }
-    const float *dn = g->down_norm + (size_t)layer * F;
-    for (int32_t gi = 0; gi < g->count[1]; gi++) {
+    for (int32_t gi = 0; gi < l->count; gi++) {
         double s = 0;
-        for (int64_t j = (int64_t)gi * g->cols[1]; j < HR_MIN(F, (int64_t)(gi + 1) * g->cols[1]); j++) {
-            const double gate = pre[j], a = gate / (1 + exp(-gate)) * pre[F + j], c = a * dn[j];
+        for (int64_t j = (int64_t)gi * l->cols; j < HR_MIN(F, (int64_t)(gi + 1) * l->cols); j++) {
+            const double gate = pre[j], a = gate / (1 + exp(-gate)) * pre[F + j], c = a * l->dn[j];
             s += c * c;
         }
         out[gi] = sqrt(s);
     }
+}
+
+/* predicted contribution norms of the FFN groups for one token's normalized input xn */
+static void hm_lowrank_norms(hm_groups *g, int layer, const float *xn, double *out) {
+    const int64_t F = g->K[1];
+    const int32_t k = g->lr_k, E = g->E;
+    const size_t qo = (size_t)layer * F * k, bo = (size_t)layer * k * E;
+    const hm_lr_layer l = {{g->lr_q[0] + qo, g->lr_q[1] + qo}, {g->lr_b[0] + bo, g->lr_b[1] + bo},
+                           g->down_norm + (size_t)layer * F, F, k, E, g->cols[1], g->count[1]};
+    hm_lr_norms(&l, xn, g->lr_scratch, g->lr_scratch + 2 * F, out);
 }
 
 static double hm_loss_of(const hm_groups_loss *l, int d) { return d == 0 ? 0 : l->loss[d]; }
@@ -362,15 +378,18 @@ static bool hm_token_assign(hm_groups *g, int layer, int bi, size_t cell, const 
     for (int t = 0; t < n; t++) {
         int32_t *as = g->tok_assign + (size_t)t * g->stride, next = 0;
         if (g->rank == HM_RANK_PROTECT) {
-            /* the static placement, less the lossy devices' groups predicted largest: to the head */
+            /* the static placement, less each lossy device's groups predicted largest: to the head */
             const int32_t *st = g->assign + cell;
             const double *nrm = g->norms + (size_t)t * g->stride;
-            for (int32_t i = 0; i < g->count[bi]; i++) {
-                as[i] = st[i];
-                if (g->loss[st[i]] > 0) rk[next++] = (hm_rank){nrm[i], i};
+            memcpy(as, st, sizeof *as * (size_t)g->count[bi]);
+            for (int d = 1; d < g->n_dev; d++) {
+                if (!(g->loss[d] > 0)) continue;
+                next = 0;
+                for (int32_t i = 0; i < g->count[bi]; i++)
+                    if (st[i] == d) rk[next++] = (hm_rank){nrm[i], i};
+                qsort(rk, (size_t)next, sizeof *rk, hm_rank_desc);
+                for (int32_t c = 0; c < HR_MIN(next, g->protect); c++) as[rk[c].i] = 0;
             }
-            qsort(rk, (size_t)next, sizeof *rk, hm_rank_desc);
-            for (int32_t c = 0; c < HR_MIN(next, g->protect); c++) as[rk[c].i] = 0;
             continue;
         }
         const double *nrm = g->rank != HM_RANK_PREV ? g->norms + (size_t)t * g->stride
@@ -436,4 +455,133 @@ static void hm_groups_probe(void *user, int layer, enum hm_block block, const fl
 void hm_groups_attach(hm_groups *g, hm_shard *s) {
     s->probe = hm_groups_probe;
     s->probe_user = g;
+}
+
+/* ---- protected groups (model.h, hm_protect) -------------------------------------------------------------- */
+
+struct hm_protect {
+    int32_t L, E, F, group, count, k, n_protect;
+    float  *q[2], *b[2];     /* per layer: gate and up as Q [F][k] B [k][E] */
+    float  *dn;              /* [L][F] ffn_down's column norms */
+    float  *w[2], *d;        /* head: [L][F][E] gate and up rows, [L][E][F] down columns */
+    float  *pre, *t;         /* scratch: [2][F], [k] */
+    double *norm;            /* [count] */
+    hm_rank *rk;             /* [count] */
+};
+
+void hm_protect_free(hm_protect *p) {
+    if (!p) return;
+    for (int i = 0; i < 2; i++) free(p->q[i]), free(p->b[i]), free(p->w[i]);
+    free(p->dn);
+    free(p->d);
+    free(p->pre);
+    free(p->t);
+    free(p->rk);
+    free(p->norm);
+    free(p);
+}
+
+int32_t hm_protect_count(const hm_protect *p) { return p->n_protect; }
+
+uint64_t hm_protect_bytes(const hm_protect *p) {
+    const uint64_t LF = (uint64_t)p->L * (uint64_t)p->F;
+    return sizeof(float) * (2 * LF * (uint64_t)p->k + 2 * (uint64_t)p->L * p->k * p->E + LF +
+                            (p->d ? 3 * LF * (uint64_t)p->E : 0) + 2 * (uint64_t)p->F + (uint64_t)p->k);
+}
+
+hm_protect *hm_protect_create(const hm_model *m, const hm_protect_params *pp, hr_err *err) {
+    const int32_t E = m->hp.n_embd, L = m->hp.n_layer, F = pp->n_ff, k = pp->rank;
+    const int32_t count = pp->group >= 1 && F >= 1 ? (F + pp->group - 1) / pp->group : 0;
+    if (count < 1 || k < 1 || k > E || pp->n_protect < 1 || pp->n_protect > count) {
+        hr_fail(err, HR_EINVAL, "protected groups: %d of %d groups (%d neurons, groups of %d), rank %d of n_embd %d",
+                pp->n_protect, count, F, pp->group, k, E);
+        return NULL;
+    }
+    hm_protect *p = calloc(1, sizeof *p);
+    if (!p) return hr_fail(err, HR_ENOMEM, "out of memory"), NULL;
+    *p = (hm_protect){.L = L, .E = E, .F = F, .group = pp->group, .count = count, .k = k, .n_protect = pp->n_protect};
+    const size_t LF = (size_t)L * (size_t)F;
+    bool ok = true;
+    for (int i = 0; i < 2; i++) {
+        ok = ok && (p->q[i] = malloc(sizeof(float) * LF * (size_t)k)) && (p->b[i] = malloc(sizeof(float) * (size_t)L * k * E));
+        if (pp->head) ok = ok && (p->w[i] = malloc(sizeof(float) * LF * (size_t)E));
+    }
+    ok = ok && (p->dn = malloc(sizeof(float) * LF)) && (!pp->head || (p->d = malloc(sizeof(float) * LF * (size_t)E)));
+    ok = ok && (p->pre = malloc(sizeof(float) * 2 * (size_t)F)) && (p->t = malloc(sizeof(float) * (size_t)k)) &&
+         (p->rk = malloc(sizeof *p->rk * (size_t)count)) && (p->norm = malloc(sizeof *p->norm * (size_t)count));
+    float *W = malloc(sizeof(float) * (size_t)F * E), *row = NULL;
+    for (int il = 0; ok && W && il < L; il++) {
+        const hm_layer *ly = &m->layers[il];
+        const int32_t *nr = pp->neuron ? pp->neuron + (size_t)il * F : NULL;
+        const int64_t cols = ly->w_down.ne0;
+        for (int j = 0; ok && j < F; j++) ok = (nr ? nr[j] : j) >= 0 && (nr ? nr[j] : j) < cols;
+        if (!ok) break;
+        for (int i = 0; ok && i < 2; i++) {
+            const hm_tensor *t = i == 0 ? &ly->w_gate : &ly->w_up;
+            for (int32_t j = 0; j < F; j++) hm_tensor_row_f32(t, nr ? nr[j] : j, W + (size_t)j * E);
+            if (p->w[i]) memcpy(p->w[i] + (size_t)il * F * E, W, sizeof(float) * (size_t)F * E);
+            /* the seed depends on the layer and tensor only: the head and the worker draw the same */
+            ok = hm_lowrank(W, F, E, k, 0x70726f74656374ull + 17 * (uint64_t)il + (uint64_t)i,
+                            p->q[i] + (size_t)il * F * k, p->b[i] + (size_t)il * k * E);
+        }
+        if (!row && !(row = malloc(sizeof(float) * (size_t)cols))) ok = false;
+        float *dn = p->dn + (size_t)il * F;
+        for (int32_t j = 0; j < F; j++) dn[j] = 0;
+        for (int32_t r = 0; ok && r < E; r++) {
+            hm_tensor_row_f32(&ly->w_down, r, row);
+            for (int32_t j = 0; j < F; j++) {
+                const float v = row[nr ? nr[j] : j];
+                dn[j] += v * v;
+                if (p->d) p->d[((size_t)il * E + r) * F + j] = v;
+            }
+        }
+        for (int32_t j = 0; j < F; j++) dn[j] = sqrtf(dn[j]);
+    }
+    if (!W) ok = false;
+    free(W);
+    free(row);
+    if (!ok) {
+        hm_protect_free(p);
+        return hr_fail(err, HR_ENOMEM, "protected groups: out of memory, or a neuron outside the model"), NULL;
+    }
+    return p;
+}
+
+void hm_protect_select(hm_protect *p, int layer, const float *xn, int32_t *sel) {
+    const int32_t F = p->F, k = p->k, E = p->E;
+    const size_t qo = (size_t)layer * F * k, bo = (size_t)layer * k * E;
+    const hm_lr_layer l = {{p->q[0] + qo, p->q[1] + qo}, {p->b[0] + bo, p->b[1] + bo}, p->dn + (size_t)layer * F,
+                           F, k, E, p->group, p->count};
+    hm_lr_norms(&l, xn, p->pre, p->t, p->norm);
+    for (int32_t gi = 0; gi < p->count; gi++) p->rk[gi] = (hm_rank){p->norm[gi], gi};
+    qsort(p->rk, (size_t)p->count, sizeof *p->rk, hm_rank_desc);
+    for (int32_t i = 0; i < p->n_protect; i++) { /* ascending */
+        int32_t j = i, v = p->rk[i].i;
+        for (; j > 0 && sel[j - 1] > v; j--) sel[j] = sel[j - 1];
+        sel[j] = v;
+    }
+}
+
+void hm_protect_mask(const hm_protect *p, const int32_t *sel, float *act) {
+    for (int32_t i = 0; i < p->n_protect; i++)
+        for (int32_t j = sel[i] * p->group; j < HR_MIN(p->F, (sel[i] + 1) * p->group); j++) act[j] = 0;
+}
+
+void hm_protect_add(hm_protect *p, int layer, const float *xn, const int32_t *sel, float *o) {
+    HR_ASSERT(p->d); /* made with head = true */
+    const int32_t F = p->F, E = p->E;
+    float *a = p->pre; /* the selected neurons' activations, at their positions */
+    for (int32_t i = 0; i < p->n_protect; i++)
+        for (int32_t j = sel[i] * p->group; j < HR_MIN(F, (sel[i] + 1) * p->group); j++) {
+            const double g = hm_dot(p->w[0] + ((size_t)layer * F + j) * E, xn, E);
+            const double u = hm_dot(p->w[1] + ((size_t)layer * F + j) * E, xn, E);
+            a[j] = (float)(g / (1 + exp(-g)) * u);
+        }
+    for (int32_t r = 0; r < E; r++) {
+        const float *D = p->d + ((size_t)layer * E + r) * F;
+        double s = 0;
+        for (int32_t i = 0; i < p->n_protect; i++)
+            for (int32_t j = sel[i] * p->group; j < HR_MIN(F, (sel[i] + 1) * p->group); j++) s += (double)D[j] * a[j];
+        o[r] += (float)s;
+    }
 }

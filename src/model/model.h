@@ -180,6 +180,12 @@ typedef int (*hm_sync_fn)(void *user, int layer, enum hm_block block, float *x, 
    in every normal run, where it costs one test per block. */
 typedef void (*hm_probe_fn)(void *user, int layer, enum hm_block block, const float *in, const float *act,
                             int64_t act_dim, float *x, int n_tokens, int n_embd);
+/* An FFN hook (NULL in every normal run): called twice per layer's FFN block of this shard, with its input
+   xn [n_tokens][n_embd]: before the down projection (after = false), with the activations act
+   [n_tokens][n_ff] it may change (the lossy worker's protected groups, zeroed), and after it (after = true),
+   with the block's partial o [n_tokens][n_embd] it may add to (the head's protected groups). */
+typedef void (*hm_ffn_fn)(void *user, int layer, bool after, const float *xn, float *act, int64_t n_ff, float *o,
+                          int n_tokens);
 
 /* A shard: some layers — one range, or several windows run one hm_eval_window call each — and, for
    tensor parallelism, a share of every layer in it: the attention units [kv_begin, kv_end) (a unit
@@ -202,6 +208,8 @@ typedef struct hm_shard {
     void   *weights_user;
     hm_probe_fn probe;               /* NULL: none (see hm_probe_fn) */
     void   *probe_user;
+    hm_ffn_fn ffn;                   /* NULL: none (see hm_ffn_fn) */
+    void   *ffn_user;
 } hm_shard;
 hm_shard hm_shard_full(const hm_model *m);   /* all layers and units, first and last, no sync */
 /* The shard with kv_end/ff_end < 0 replaced by the model's counts, and its layers as n_windows >= 1
@@ -332,15 +340,15 @@ typedef struct hm_groups_loss {
     int            rank;
     const int32_t *count;
     int32_t        lowrank;    /* HM_RANK_LOWRANK, HM_RANK_PROTECT: the predictor's rank (1..n_embd) */
-    int32_t        protect;    /* HM_RANK_PROTECT: FFN groups per token and layer moved to the head (>= 0) */
+    int32_t        protect;    /* HM_RANK_PROTECT: FFN groups per lossy device, token and layer moved to the head (>= 0) */
 } hm_groups_loss;
 /* HM_RANK_LOWRANK: the FFN's groups ranked per token by a cheap predictor from the block's input —
    rank-k approximations W ~ Q (Q^T W) of ffn_gate and ffn_up (a randomized range finder with one
    power iteration), giving each neuron's predicted activation silu(g) u, times its ffn_down column's
    norm; k (n_ff + n_embd) multiply-adds per token instead of 2 n_ff n_embd. Attention keeps assign.
-   HM_RANK_PROTECT: assign for both blocks, but each token's `protect` FFN groups that the same predictor
-   ranks largest among those assigned to a lossy device (loss > 0) are computed by the head instead (the
-   head holds the whole FFN; the workers hold only their own groups and leave those out). */
+   HM_RANK_PROTECT: assign for both blocks, but of each lossy device's (loss > 0) FFN groups, the `protect`
+   that the same predictor ranks largest for the token are computed by the head instead (the head can
+   compute them; the workers hold only their own groups and leave those out): --lossy-protect's runtime. */
 enum hm_groups_rank { HM_RANK_STATIC = 0, HM_RANK_TOKEN = 1, HM_RANK_PREV = 2, HM_RANK_LOWRANK = 3, HM_RANK_PROTECT = 4 };
 #define HM_GROUPS_MAX_DEV 64
 typedef struct hm_groups_counters {
@@ -365,5 +373,35 @@ int        hm_groups_set_loss(hm_groups *g, const hm_groups_loss *l, hr_err *err
 hm_groups_counters hm_groups_get_counters(const hm_groups *g);
 /* Makes s call g's probe. */
 void       hm_groups_attach(hm_groups *g, hm_shard *s);
+
+/* ---- protected groups: the lossy all-reduce's runtime protection (docs/lossy.md, "The head protects") --
+   One lossy worker's FFN share (n_ff neurons in groups of `group`, in the order of its slice): per token
+   and layer, a low-rank predictor from the FFN input xn (as HM_RANK_LOWRANK, over this share's rows only)
+   ranks the share's groups, and the n_protect largest are computed by the head instead of the worker:
+   the worker zeroes their activations (hm_protect_mask), the head adds their contribution to its own
+   partial (hm_protect_add). Both sides build the predictor from the same rows (the worker from its slice,
+   the head from the model through `neuron`) with the same seed, in plain double arithmetic, so both select
+   the same groups without telling each other (on devices of one kind exactly; another CPU kind may round a
+   near tie the other way, which costs that token one group counted twice or not at all, never a
+   divergence: the devices continue from the head's sum). */
+typedef struct hm_protect hm_protect;
+typedef struct hm_protect_params {
+    int32_t        n_ff;       /* neurons of the share (>= 1) */
+    int32_t        group;      /* neurons per group (the plan's ff_group; the last group may be short) */
+    int32_t        rank;       /* the predictor's rank, 1..n_embd */
+    int32_t        n_protect;  /* groups protected per token and layer, 1..groups */
+    const int32_t *neuron;     /* [n_layer][n_ff] the model's FFN row of the share's neuron j; NULL: row j (a slice) */
+    bool           head;       /* keep F32 copies of the share's rows to compute their contribution */
+} hm_protect_params;
+hm_protect *hm_protect_create(const hm_model *m, const hm_protect_params *p, hr_err *err);
+void        hm_protect_free(hm_protect *p);
+int32_t     hm_protect_count(const hm_protect *p);     /* n_protect */
+uint64_t    hm_protect_bytes(const hm_protect *p);     /* what it holds: the predictor (and the head's copies) */
+/* the groups to protect for one token's FFN input xn[n_embd] of layer: sel[n_protect], ascending */
+void        hm_protect_select(hm_protect *p, int layer, const float *xn, int32_t *sel);
+/* the worker: act[n_ff] (silu(gate) * up of its share) with the selected groups zeroed */
+void        hm_protect_mask(const hm_protect *p, const int32_t *sel, float *act);
+/* the head (head = true): o[n_embd] += the selected groups' contribution for xn */
+void        hm_protect_add(hm_protect *p, int layer, const float *xn, const int32_t *sel, float *o);
 
 #endif

@@ -68,6 +68,7 @@ enum {
     HN_CAP_SLICE_CACHE = 1u << 1, /* keeps weight slices in an on-disk cache (SLICE_HAVE) */
     HN_CAP_LOSSY_UDP   = 1u << 2, /* can send partial sums over UDP (HALO; LOAD_PLAN's lossy_port) */
     HN_CAP_ENCRYPT     = 1u << 3, /* the session is encrypted with the cluster key (set by whoever has a key) */
+    HN_CAP_LOSSY_PROTECT = 1u << 4, /* leaves out the FFN groups the head protects (LOAD_PLAN's lossy_protect) */
 };
 
 /* PROFILE_REQ flags */
