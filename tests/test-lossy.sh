@@ -194,6 +194,15 @@ for model in "$S/stories260K.gguf" "$S/synth/synth-llama-Q8_0.gguf"; do
     agree "$TMP/p0.json" && ok || bad "$name: protected: devices' sum hashes differ"
     [[ $(grep -c "head: protects 4 of the" "$TMP/p0.err") == 3 ]] && ok || bad "$name: not every worker protected"
 done
+# with an importance-aware placement the head reads the worker's rows through the placement's order
+"$BIN" calibrate -m "$S/stories260K.gguf" -f "$SHARED/text/stories.txt" -c 128 -o "$TMP/imp.json" > /dev/null 2>&1 \
+    || bad "calibrate"
+run -m "$S/stories260K.gguf" > "$TMP/ref.txt" 2> /dev/null
+run -m "$S/stories260K.gguf" --workers "$(workers 1 2 3)" --tp-shares equal --lossy --lossy-deadline $SLOW --lossy-protect 8 \
+    --importance "$TMP/imp.json" --link-loss 0,5,5 > "$TMP/pi.txt" 2> "$TMP/pi.err" || bad "placed and protected: $(tail -2 "$TMP/pi.err")"
+cmp -s "$TMP/ref.txt" "$TMP/pi.txt" && ok || bad "placed and protected: the text differs from one device"
+[[ $(grep -c "head: protects 8 of the" "$TMP/pi.err") == 2 ]] && ok || bad "--link-loss 0,5,5: not workers 2 and 3"
+run -m "$S/synth/synth-llama-Q8_0.gguf" > "$TMP/ref.txt" 2> /dev/null   # the keyed runs' reference below
 # only the lossy worker of --link-loss; its datagrams dropped (30%): the devices agree, and protecting all of
 # its FFN groups (--lossy-protect beyond its share's count: all of them) loses less than protecting none (KL
 # divergence against one device)
