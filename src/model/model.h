@@ -380,10 +380,11 @@ void       hm_groups_attach(hm_groups *g, hm_shard *s);
    ranks the share's groups, and the n_protect largest are computed by the head instead of the worker:
    the worker zeroes their activations (hm_protect_mask), the head adds their contribution to its own
    partial (hm_protect_add). Both sides build the predictor from the same rows (the worker from its slice,
-   the head from the model through `neuron`) with the same seed, in plain double arithmetic, so both select
-   the same groups without telling each other (on devices of one kind exactly; another CPU kind may round a
-   near tie the other way, which costs that token one group counted twice or not at all, never a
-   divergence: the devices continue from the head's sum). */
+   the head from the model through `neuron`) with the same seed, in plain double arithmetic compiled without
+   fused multiply-adds, so both select the same groups without telling each other: exactly on devices of one
+   kind; on another kind the FFN input itself may differ in its last bits (the engine's kernels, libm's exp),
+   and a near tie may then go the other way, which costs that token one group counted twice or not at all,
+   never a divergence (the devices continue from the head's sum). */
 typedef struct hm_protect hm_protect;
 typedef struct hm_protect_params {
     int32_t        n_ff;       /* neurons of the share (>= 1) */
