@@ -497,7 +497,7 @@ static const cli_flag flags[] = {
      "of those shares' FFN weights. Lossy workers: those --link-loss gives a loss\n"
      "above 0 for, else every worker (docs/lossy.md, \"The head protects\")"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE | CLI_PERPLEXITY, "--lossy-protect-rank", "K", F_INT, AT(head.lossy_protect_rank), 1, 1 << 20, NULL,
-     "the rank of --lossy-protect's predictor (default n_embd/2)"},
+     "the rank of --lossy-protect's predictor (default n_embd/2, at most 64)"},
     {CLI_RUN | CLI_CHAT | CLI_SERVE, "--importance", "FILE", F_STR, AT(importance), 0, 0, NULL,
      "tensor parallel: place each layer's unit groups by this importance file\n"
      "(`hearth calibrate`): the least important on the lossiest links, the\n"

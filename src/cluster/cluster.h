@@ -182,7 +182,7 @@ typedef struct hc_head_params {
     uint64_t lossy_drop_devices;                  /* test hook: only the devices of these bits (0: all) */
     /* --lossy-protect (docs/lossy.md, "The head protects"): per token and layer the head computes the
        lossy_protect FFN groups of each protected worker's share that a rank lossy_protect_rank predictor
-       (0: n_embd / 2) ranks largest, and the worker leaves them out; 0: none */
+       (0: n_embd / 2, at most 64) ranks largest, and the worker leaves them out; 0: none */
     int32_t  lossy_protect, lossy_protect_rank;
     uint64_t lossy_protect_devices;               /* the protected workers' bits (device index; 0: every worker) */
     /* tensor parallel: importance-aware placement of unit groups (docs/lossy.md); NULL: contiguous */

@@ -93,6 +93,8 @@ static bool hc_drops(const hc_head_params *p, int d) {
 /* the placement the shares' ranges index into, or NULL (contiguous) */
 static const hc_order *hc_core_order(const hc_core *h) { return h->order.order[0] ? &h->order : NULL; }
 
+#define HC_PROTECT_RANK 64 /* --lossy-protect's default predictor rank, at most (stories260K: 32 = n_embd / 2) */
+
 /* --lossy-protect: whether worker d's share is protected, and the groups per token (0: not) and the
    predictor's rank it is told */
 static bool hc_protected(const hc_head_params *p, int d) {
@@ -109,7 +111,7 @@ static int32_t hc_protect_n(const hc_core *h, int d) {
 }
 static int32_t hc_protect_rank(const hc_core *h) {
     const int32_t E = h->m->hp.n_embd;
-    return h->p.lossy_protect_rank > 0 ? HR_MIN(h->p.lossy_protect_rank, E) : HR_MAX(1, E / 2);
+    return h->p.lossy_protect_rank > 0 ? HR_MIN(h->p.lossy_protect_rank, E) : HR_MIN(HC_PROTECT_RANK, HR_MAX(1, E / 2));
 }
 
 /* the head's copy of each protected worker's FFN share (its rows in the share's order) and predictor */
@@ -738,8 +740,8 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         sh.sync = hc_ar_sync;
         sh.sync_user = &h->ar;
     }
-    if (!p->pp && !alone && p->lossy && p->lossy_protect > 0) {
-        if (hc_protect_setup(h, err)) goto err;
+    const bool protect = !p->pp && !alone && p->lossy && p->lossy_protect > 0;
+    if (protect) { /* its predictors are made once the workers have their weights (below): no pass runs before */
         sh.ffn = hc_head_ffn;
         sh.ffn_user = h;
     }
@@ -805,6 +807,8 @@ hc_core *hc_core_create(const hm_model *m, const hc_head_params *p, const hm_ctx
         HR_LOGI("tp: lossy all-reduce: session %016llx, deadline %d ms, the workers' datagrams to UDP ports %s",
                 (unsigned long long)h->ar.session, h->p.lossy_deadline_ms, ports);
     }
+    /* after the workers' set-up, which would otherwise wait on the head's predictors (seconds for a large share) */
+    if (protect && hc_protect_setup(h, err)) goto err;
     free(lay);
     return h;
 err:
