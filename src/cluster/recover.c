@@ -160,17 +160,30 @@ static void hc_plan_without(const hc_head *H, hc_head_params *p) {
     if (o->n_windows) hc_windows_scale(p, k, sum, kept);
 }
 
+/* a set of device bits (bit d: device d, the head 0) over the workers that remain: each worker's bit
+   follows it to its new device index, the head's stays */
+static uint64_t hc_bits_now(const hc_head *H, uint64_t bits) {
+    uint64_t now = bits & 1;
+    for (int i = 0, k = 1; i < H->orig.n_workers; i++) {
+        if (H->gone[i]) continue;
+        if (i + 1 < 64 && k < 64 && (bits >> (i + 1) & 1)) now |= 1ull << k;
+        k++;
+    }
+    return now;
+}
+
 /* the parameters of the next incarnation: the workers that remain, in the given order, and a plan */
 static int hc_params_now(hc_head *H, hc_head_params *p, hr_err *err) {
     *p = H->orig;
     p->n_workers = 0;
-    p->lossy_protect_devices = 0; /* its bits follow the workers to their new device indices */
-    for (int i = 0; i < H->orig.n_workers; i++) {
-        if (H->gone[i]) continue;
-        if (i + 1 < 64 && H->orig.lossy_protect_devices >> (i + 1) & 1) p->lossy_protect_devices |= 1ull << (p->n_workers + 1);
-        p->workers[p->n_workers++] = H->orig.workers[i];
-    }
-    if (H->orig.lossy_protect_devices && !p->lossy_protect_devices) p->lossy_protect = 0; /* the lossy ones left */
+    for (int i = 0; i < H->orig.n_workers; i++)
+        if (!H->gone[i]) p->workers[p->n_workers++] = H->orig.workers[i];
+    /* the sets of devices that are protected, or that the test hook makes drop (0 means every device in
+       both, so a set whose devices all left turns the feature off rather than on for everyone) */
+    p->lossy_protect_devices = hc_bits_now(H, H->orig.lossy_protect_devices);
+    if (H->orig.lossy_protect_devices && !p->lossy_protect_devices) p->lossy_protect = 0;
+    p->lossy_drop_devices = hc_bits_now(H, H->orig.lossy_drop_devices);
+    if (H->orig.lossy_drop_devices && !p->lossy_drop_devices) p->lossy_drop_ppm = 0, p->lossy_dup = false;
     bool all = p->n_workers == H->orig.n_workers;
     if (!all) hc_plan_without(H, p);
     if (p->replan && !all) return p->replan(p->replan_user, p, err);
