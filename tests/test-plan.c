@@ -899,10 +899,24 @@ static void test_neighbours(void) {
         doubled += s == 16 && nb[i].trips == 1;
     }
     CHECK(sum_ok == 6 && doubled == 1);
-    /* a cap, and other kinds have none */
+    /* a cap, and a single device has none */
     CHECK(hpl_neighbours(&c, &m, 128, &q, nb, 3) == 3);
-    hpl_plan t = {.kind = HPL_TP, .n = 2, .dev = {0, 1}, .share = {0.5, 0.5}};
-    CHECK(hpl_neighbours(&c, &m, 128, &t, nb, HPL_MAX_NEIGHBOURS) == 0);
+    hpl_plan one_dev = {.kind = HPL_SINGLE, .n = 1, .dev = {0}};
+    CHECK(hpl_neighbours(&c, &m, 128, &one_dev, nb, HPL_MAX_NEIGHBOURS) == 0);
+    /* TP: the head's share 0.1 and 0.2 up and 0.1 down, the workers' scaled in proportion (2:1 kept) */
+    hpl_plan t = {.kind = HPL_TP, .n = 3, .dev = {0, 1, 2}, .share = {0.4, 0.4, 0.2}};
+    n = hpl_neighbours(&c, &m, 128, &t, nb, HPL_MAX_NEIGHBOURS);
+    CHECKF(n == 3, "%d neighbours of tp 0.4,0.4,0.2", n);
+    const double want_head[3] = {0.5, 0.6, 0.3};
+    for (int i = 0; i < n; i++) {
+        CHECK(nb[i].kind == HPL_TP && nb[i].feasible && nb[i].ms_per_token > 0);
+        CHECKF(fabs(nb[i].share[0] - want_head[i]) < 1e-12, "head %g", nb[i].share[0]);
+        CHECK(fabs(nb[i].share[0] + nb[i].share[1] + nb[i].share[2] - 1) < 1e-12);
+        CHECK(fabs(nb[i].share[1] - 2 * nb[i].share[2]) < 1e-12);
+    }
+    /* none that leaves a member under 1/64: the head at 0.05 can only go up */
+    hpl_plan t2 = {.kind = HPL_TP, .n = 2, .dev = {0, 1}, .share = {0.05, 0.95}};
+    CHECK(hpl_neighbours(&c, &m, 128, &t2, nb, HPL_MAX_NEIGHBOURS) == 2 && fabs(nb[0].share[0] - 0.15) < 1e-12);
     /* a neighbour that does not fit is left out: a worker whose budget (given) holds the scratch, one block
        of weights and the KV cache of 8 layers, not of 9 (its weights stream); of 8,8 that leaves 9,7 and 4,4 x2 */
     c.dev[2] = dev(8, 8 * MIB + 20 * MIB + 8.5 * MIB, 1.0);

@@ -77,16 +77,11 @@ static bool trial_listed(const hpl_choice *ch, const hpl_plan *q) {
     return false;
 }
 
-/* The neighbours of the best-predicted pipeline among ch's candidates (or its hybrid), the `max` predicted
-   fastest that are not candidates already (feasible, within `within` times the best), appended to ch (its
-   n grows) and to idx[n..]. The new n. */
-static int trial_add_neighbours(const hpl_cluster *cl, const hpl_model *pm, int n_prompt, hpl_choice *ch, int max,
-                                double within, int *idx, int n) {
-    int b = -1;
-    for (int i = 0; i < ch->n; i++)
-        if (ch->cand[i].feasible && (ch->cand[i].kind == HPL_PP || ch->cand[i].kind == HPL_HYBRID) &&
-            (b < 0 || ch->cand[i].ms_per_token < ch->cand[b].ms_per_token))
-            b = i;
+/* The neighbours of candidate b of ch (hpl_neighbours), the `max` predicted fastest that are not candidates
+   already (feasible, within `within` times the best), appended to ch (its n grows) and to idx[n..]. The
+   new n. */
+static int trial_add_neighbours_of(const hpl_cluster *cl, const hpl_model *pm, int n_prompt, hpl_choice *ch, int b,
+                                   int max, double within, int *idx, int n) {
     hpl_plan *nb = b < 0 || max < 1 ? NULL : malloc(sizeof *nb * HPL_MAX_NEIGHBOURS);
     if (!nb) return n;   /* none (out of memory: the trial goes on without them) */
     const int k = hpl_neighbours(cl, pm, n_prompt, &ch->cand[b], nb, HPL_MAX_NEIGHBOURS);
@@ -106,6 +101,20 @@ static int trial_add_neighbours(const hpl_cluster *cl, const hpl_model *pm, int 
     }
     free(nb);
     return n;
+}
+
+/* The neighbours of the best-predicted pipeline among ch's candidates (or its hybrid), and of its best TP
+   plan, `max` of each (trial_add_neighbours_of). The new n. */
+static int trial_add_neighbours(const hpl_cluster *cl, const hpl_model *pm, int n_prompt, hpl_choice *ch, int max,
+                                double within, int *idx, int n) {
+    int b = -1;
+    for (int i = 0; i < ch->n; i++)
+        if (ch->cand[i].feasible && (ch->cand[i].kind == HPL_PP || ch->cand[i].kind == HPL_HYBRID) &&
+            (b < 0 || ch->cand[i].ms_per_token < ch->cand[b].ms_per_token))
+            b = i;
+    const int tp = hpl_best_of_kind(ch, HPL_TP);   /* before the pipeline's neighbours join ch */
+    n = trial_add_neighbours_of(cl, pm, n_prompt, ch, b, max, within, idx, n);
+    return trial_add_neighbours_of(cl, pm, n_prompt, ch, tp, max, within, idx, n);
 }
 
 /* A trial's time in seconds, roughly (what the default trial is held to, --plan-trial-budget): each run's
@@ -138,7 +147,7 @@ static double trial_estimate_s(const hpl_cluster *cl, const hpl_choice *ch, cons
 }
 
 /* the candidates a trial of `want` measures: the want best-predicted, and want/2 (at least one) neighbours
-   of the best pipeline, appended to ch; their count, their indices in pick */
+   of the best pipeline and as many of the best TP plan, appended to ch; their count, their indices in pick */
 static int trial_select(const hpl_cluster *cl, const hpl_model *pm, int n_prompt, hpl_choice *ch, int want,
                         double within, int *pick) {
     const int n = trial_pick(ch, want, within, pick);

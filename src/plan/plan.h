@@ -330,12 +330,13 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
 /* The fastest feasible candidate of `kind` (TP: exact, not lossy); -1 when there is none. */
 int hpl_best_of_kind(const hpl_choice *ch, int kind);
 
-/* The neighbours of a pipeline or hybrid plan p, each costed by hpl_cost, the feasible ones into
+/* The neighbours of a pipeline, hybrid or TP plan p, each costed by hpl_cost, the feasible ones into
    out[0..cap): one layer moved from one stage to another (a worker's stage keeps one at least, the head's
    may have none), and the windows halved (twice the trips; every window even) or doubled (half the trips;
    p has two or more). What `--plan-trial` measures beside the candidates (src/cli/trial.c): the sweeps'
    fastest plans were often one such step from the prediction's choice, closer than the cost model's error.
-   The count; 0 for other kinds. */
+   A TP plan's: the head's share 0.1 and 0.2 larger and 0.1 smaller, the workers' scaled in proportion
+   (each member keeps 1/64 at least). The count; 0 for other kinds. */
 #define HPL_MAX_NEIGHBOURS (HPL_MAX_DEVICES * HPL_MAX_DEVICES + 2)
 int hpl_neighbours(const hpl_cluster *c, const hpl_model *m, int n_prompt, const hpl_plan *p, hpl_plan *out, int cap);
 

@@ -601,9 +601,34 @@ int hpl_choose(const hpl_cluster *c, const hpl_model *m, int n_prompt, hpl_choic
     return 0;
 }
 
-/* ---- the neighbours of a pipeline (`--plan-trial`) ---------------------------------------------------------- */
+/* ---- the neighbours of a plan (`--plan-trial`) ------------------------------------------------------------- */
+
+/* a TP plan's neighbours: the head's share moved by each of HPL_TP_STEPS (the workers' scaled in
+   proportion, so that they keep their min-max ratios). The head is the member the min-max gets most
+   wrong where it streams (home4-8b-tiny, sessions 29-41: the head at 0.25 measured 1039-1164 ms/token,
+   min-max's 0.05 1203-1455; the cost model priced them within 1-3%). */
+static const double HPL_TP_STEPS[] = {0.1, 0.2, -0.1};
+
+static int hpl_tp_neighbours(const hpl_cluster *c, const hpl_model *m, int n_prompt, const hpl_plan *p, hpl_plan *out,
+                             int cap) {
+    const double least = 1.0 / 64;   /* every member keeps some of every layer */
+    int n = 0;
+    for (size_t v = 0; v < sizeof HPL_TP_STEPS / sizeof HPL_TP_STEPS[0] && n < cap; v++) {
+        hpl_plan q = *p;
+        const double h = p->share[0] + HPL_TP_STEPS[v], rest = 1 - p->share[0];
+        if (h < least || 1 - h < least * (p->n - 1) || rest <= 0) continue;
+        bool ok = true;
+        q.share[0] = h;
+        for (int i = 1; i < p->n; i++) ok = ok && (q.share[i] = p->share[i] * (1 - h) / rest) >= least;
+        hr_err e = {0};
+        if (!ok || hpl_cost(c, m, n_prompt, &q, &e) || !q.feasible) continue;
+        out[n++] = q;
+    }
+    return n;
+}
 
 int hpl_neighbours(const hpl_cluster *c, const hpl_model *m, int n_prompt, const hpl_plan *p, hpl_plan *out, int cap) {
+    if (p->kind == HPL_TP) return hpl_tp_neighbours(c, m, n_prompt, p, out, cap);
     if (p->kind != HPL_PP && p->kind != HPL_HYBRID) return 0;
     const int ns = p->kind == HPL_PP ? p->n : p->n - p->group + 1;   /* stages */
     int n = 0;
