@@ -298,7 +298,7 @@ run -m "$model" > "$TMP/ref.txt" 2> /dev/null || bad "single-device run of $mode
 # puts every multi-device plan past the default 1.5x of the single device, and no trial would run
 check_same "$model" "$(workers 1 2)" --plan-trial 3 --plan-trial-within 20
 rounds=$(grep -c "plan trial: round [12]/2: candidate" "$TMP/cl.err")
-if [[ $rounds -ge 4 ]] && grep -q "plan: .*: measured .* ms/token, the fastest of [2-5] candidates in this trial" "$TMP/cl.err"
+if [[ $rounds -ge 4 ]] && grep -q "plan: .*: measured .* ms/token, the fastest of [234] candidates in this trial" "$TMP/cl.err"
 then ok; else bad "run --plan-trial 3: $rounds trial runs, $(grep 'plan' "$TMP/cl.err" | tail -3)"; fi
 if python3 -c "
 import json, sys
@@ -313,13 +313,12 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["chosen_by"] == "trial" and isinstance(j["predicted_choice"], int), j["chosen_by"]
 t = j["trial"]
-# 3 best-predicted candidates, one neighbour of the best pipeline and one of the best TP plan; measured now,
-# or by the run above
-assert 2 <= len(t["candidates"]) <= 5 and t["rounds"] == 2 and t["tokens"] == 8, t
+# 3 best-predicted candidates and one neighbour (of the best pipeline; of the best TP plan where the
+# pipeline has none); measured now, or by the run above
+assert 2 <= len(t["candidates"]) <= 4 and t["rounds"] == 2 and t["tokens"] == 8, t
 nb = [i for i, c in enumerate(j["candidates"]) if c.get("neighbour")]
-kinds = [j["candidates"][i]["kind"] for i in nb]
-assert len(nb) <= 2 and all(i in t["candidates"] for i in nb) and nb == sorted(nb) and all(
-    k in ("pp", "hybrid", "tp") for k in kinds) and kinds.count("tp") <= 1, (nb, t)
+assert len(nb) <= 1 and all(i in t["candidates"] for i in nb) and nb == sorted(nb) and all(
+    c["kind"] in ("pp", "hybrid", "tp") for c in (j["candidates"][i] for i in nb)), (nb, t)
 m = {i: j["candidates"][i]["measured_ms_per_token"] for i in t["candidates"]}
 assert all(v > 0 for v in m.values()), m
 assert j["chosen"] in m and m[j["chosen"]] == min(m.values()), (j["chosen"], m)
@@ -358,8 +357,8 @@ else bad "plan --cluster --plan-trial: rc $rc, $(cat "$TMP/c.err")"; fi
 # ---- the default trial (no --plan-trial): near-ties measured when cheap, within --plan-trial-budget -----------
 export XDG_CACHE_HOME=$TMP/trial-default
 check_same "$model" "$(workers 1 2)" --plan-trial-within 20
-if grep -q "plan trial: [2-8] candidates, 2 rounds of 8 tokens each (estimated [0-9]* s, by default" "$TMP/cl.err" &&
-    grep -q "plan: .*: measured .* ms/token, the fastest of [2-8] candidates in this trial" "$TMP/cl.err"
+if grep -q "plan trial: [2-6] candidates, 2 rounds of 8 tokens each (estimated [0-9]* s, by default" "$TMP/cl.err" &&
+    grep -q "plan: .*: measured .* ms/token, the fastest of [2-6] candidates in this trial" "$TMP/cl.err"
 then ok; else bad "run, the default trial: $(grep 'plan' "$TMP/cl.err" | tail -3)"; fi
 for case in default budget off; do
     extra=(--no-cache)
@@ -370,8 +369,8 @@ for case in default budget off; do
 import json, sys
 j, case = json.load(open(sys.argv[1])), sys.argv[2]
 t = j.get("trial")
-if case == "default":   # 4 best-predicted and 2 neighbours each of a pipeline and a TP plan at most, estimated under plan's 600 s
-    assert j["chosen_by"] == "trial" and 2 <= len(t["candidates"]) <= 8 and 0 < t["estimated_ms"] <= 600e3, t
+if case == "default":   # 4 best-predicted and 2 neighbours at most (a pipeline's, a TP plan's), estimated under plan's 600 s
+    assert j["chosen_by"] == "trial" and 2 <= len(t["candidates"]) <= 6 and 0 < t["estimated_ms"] <= 600e3, t
     m = {i: j["candidates"][i]["measured_ms_per_token"] for i in t["candidates"]}
     assert j["chosen"] in m and m[j["chosen"]] == min(m.values()), (j["chosen"], m)
 elif case == "budget":  # six runs' starts alone are estimated at more than 0.5 s: no trial, the reason said
