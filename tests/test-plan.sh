@@ -272,8 +272,14 @@ else bad "link cache: --no-cache then cached: $(links "$TMP/plan2.json") / $(lin
 LC=$XDG_CACHE_HOME/hearth/links.json
 plan_links() { "$BIN" plan -m "$S/stories260K.gguf" --workers "$(workers 1 2)" -t 1 --json --plan-trial 0 > "$TMP/pl.json" 2> "$TMP/pl.err" && links "$TMP/pl.json"; }
 plan_links > /dev/null || bad "plan over two workers: $(tail -2 "$TMP/pl.err")"
-got=$(plan_links)
-if [[ $got == "0-1:cached:800 0-2:cached:800 1-2:cached:0" ]]; then ok; else bad "link cache, two workers: $got"; fi
+# up to three tries: under a sanitizer on a loaded 2-core host a loopback RTT of tens of us can read several
+# times its cached value for a moment, and the link is then rightly measured again (CI, session 41)
+for try in 1 2 3; do
+    got=$(plan_links)
+    [[ $got == "0-1:cached:800 0-2:cached:800 1-2:cached:0" ]] && break
+done
+if [[ $got == "0-1:cached:800 0-2:cached:800 1-2:cached:0" ]]; then ok
+else bad "link cache, two workers: $got / $(grep 'measured again' "$TMP/pl.err" | tail -2)"; fi
 python3 -c "
 import json, sys
 j = json.load(open(sys.argv[1]))
