@@ -616,8 +616,7 @@ static int hpl_tp_neighbours(const hpl_cluster *c, const hpl_model *m, int n_pro
     for (size_t v = 0; v < sizeof HPL_TP_STEPS / sizeof HPL_TP_STEPS[0] && n < cap; v++) {
         hpl_plan q = *p;
         const double h = p->share[0] + HPL_TP_STEPS[v], rest = 1 - p->share[0];
-        if (h < least || 1 - h < least * (p->n - 1) || rest <= 0) continue;
-        bool ok = true;
+        bool ok = h >= least && rest > 0;
         q.share[0] = h;
         for (int i = 1; i < p->n; i++) ok = ok && (q.share[i] = p->share[i] * (1 - h) / rest) >= least;
         hr_err e = {0};
