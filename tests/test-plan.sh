@@ -375,8 +375,8 @@ for case in default budget off; do
 import json, sys
 j, case = json.load(open(sys.argv[1])), sys.argv[2]
 t = j.get("trial")
-if case == "default":   # 4 best-predicted and 2 neighbours at most (a pipeline's, a TP plan's), estimated under plan's 600 s
-    assert j["chosen_by"] == "trial" and 2 <= len(t["candidates"]) <= 6 and 0 < t["estimated_ms"] <= 600e3, t
+if case == "default":   # 4 best-predicted and 2 neighbours at most (a pipeline's, a TP plan's), estimated under plan's 1200 s
+    assert j["chosen_by"] == "trial" and 2 <= len(t["candidates"]) <= 6 and 0 < t["estimated_ms"] <= 1200e3, t
     m = {i: j["candidates"][i]["measured_ms_per_token"] for i in t["candidates"]}
     assert j["chosen"] in m and m[j["chosen"]] == min(m.values()), (j["chosen"], m)
 elif case == "budget":  # six runs' starts alone are estimated at more than 0.5 s: no trial, the reason said

@@ -357,10 +357,10 @@ const cli_command cli_plan = {
     "the plan they give, read and checked as `hearth run` reads them, is costed too: a row marked g,\n"
     "\"given_plan\" in the JSON, and its predicted ms/token against the chosen plan's. With --cluster\n"
     "FILE nothing is measured: the devices and links are FILE's. Where other candidates are\n"
-    "predicted within 1.5x of the best, the 4 best-predicted and 2 neighbours of the best pipeline\n"
-    "are run for a few tokens each and the fastest measured is chosen (a \"trial\" table;\n"
-    "measured_ms_per_token and \"chosen_by\": \"trial\" in the JSON), when that is estimated to take\n"
-    "at most --plan-trial-budget seconds (600; --plan-trial N: N of them, whatever it takes;\n"
-    "--plan-trial 0: none); `hearth run` with the same workers then takes that choice from\n"
-    "trial.json. docs/planner.md.",
+    "predicted within 1.5x of the best, the 4 best-predicted and 2 neighbours (of the best pipeline\n"
+    "and of the best TP plan) are run for a few tokens each and the fastest measured is chosen\n"
+    "(a \"trial\" table; measured_ms_per_token and \"chosen_by\": \"trial\" in the JSON), when that is\n"
+    "estimated to take at most --plan-trial-budget seconds (1200; --plan-trial N: N of them,\n"
+    "whatever it takes; --plan-trial 0: none); `hearth run` with the same workers then takes\n"
+    "that choice from trial.json. docs/planner.md.",
     .check = plan_check, .run = plan_run};

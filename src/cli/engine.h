@@ -71,7 +71,7 @@ typedef struct cli_trial {
     double budget_s;
 } cli_trial;
 #define CLI_TRIAL_BUDGET_RUN  120.0 /* s: the default trial of run, chat and serve (--plan-trial-budget) */
-#define CLI_TRIAL_BUDGET_PLAN 600.0 /* s: of `hearth plan`, the household's set-up step */
+#define CLI_TRIAL_BUDGET_PLAN 1200.0 /* s: of `hearth plan`, the household's set-up step, run once (trial.json keeps its figures) */
 int    cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, bool managed, const hpl_cluster *cl,
                      int n_prompt, hpl_choice *ch, cli_trial *t, hr_err *err);
 double cli_trial_ms(const cli_trial *t, int cand);

@@ -643,18 +643,19 @@ static const cli_flag flags[] = {
      "choose by measurement: run the planner's N best-predicted candidates\n"
      "(feasible, within 1.5x of the best: --plan-trial-within) and N/2\n"
      "neighbours of its best pipeline (a layer moved between stages, the trips\n"
-     "doubled or halved) for a few tokens each, two rounds, and take the\n"
-     "fastest measured. Kept in trial.json beside the profile cache: a later\n"
-     "run that plans the same candidates takes that choice without measuring\n"
-     "(plan --no-cache: measure again). Without the flag a trial of 4 (and 2\n"
-     "neighbours) runs by itself when other candidates are predicted within\n"
-     "1.5x of the best and the trial is estimated to take at most\n"
-     "--plan-trial-budget seconds; 0: never, the prediction alone chooses"},
+     "doubled or halved) and of its best TP plan (the head's share moved) for\n"
+     "a few tokens each, two rounds, and take the fastest measured. Kept in\n"
+     "trial.json beside the profile cache: a later run that plans the same\n"
+     "candidates takes that choice without measuring (plan --no-cache: measure\n"
+     "again). Without the flag a trial of 4 (and 2 neighbours) runs by itself\n"
+     "when other candidates are predicted within 1.5x of the best and the trial\n"
+     "is estimated to take at most --plan-trial-budget seconds; 0: never, the\n"
+     "prediction alone chooses"},
     {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial-budget", "S", F_F64, AT(plan_trial_budget), 0, 1e6, NULL,
      "the trial that runs without --plan-trial: only when its estimated time\n"
-     "(its decode passes at their predicted speed, each run's start, the\n"
-     "workers' weights sent once) is at most S seconds (default 600 for plan,\n"
-     "120 for run, chat and serve; 0: no trial without --plan-trial)"},
+     "(its decode passes at their predicted speed, each run's start, each\n"
+     "candidate's worker weights sent once) is at most S seconds (default 1200\n"
+     "for plan, 120 for run, chat and serve; 0: no trial without --plan-trial)"},
     {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial-tokens", "N", F_LONG, AT(plan_trial_tokens), 1, 4096,
      NULL, "timed decode passes of each trial run (default 8; 2 untimed before)"},
     {CLI_PLAN | CLI_RUN | CLI_CHAT | CLI_SERVE, "--plan-trial-within", "X", F_F64, AT(plan_trial_within), 1, 1e6,

@@ -122,30 +122,25 @@ static int trial_add_neighbours(const hpl_cluster *cl, const hpl_model *pm, int 
 
 /* A trial's time in seconds, roughly (what the default trial is held to, --plan-trial-budget): each run's
    decode passes at the candidate's predicted speed, its start (every device loading its weights at its
-   disk's speed, and CLI_TRIAL_START_S), and the workers' weights sent once over their links to the head —
-   at most: a worker's slice cache may hold them, and a pipeline's stages of one worker mostly overlap (its
-   largest is counted), while a TP slice of another share is another slice. */
+   disk's speed, and CLI_TRIAL_START_S), and each candidate's worker weights sent once over the links, one
+   worker after another (its second round finds them in the workers' slice caches: cli_trial_run measures a
+   candidate's rounds back to back). At most: an earlier candidate's slices, or an earlier trial's, may be
+   cached too (home4-8b-tiny's 8B, session 41: a hybrid's group slices of the same shares were). */
 static double trial_estimate_s(const hpl_cluster *cl, const hpl_choice *ch, const int *pick, int n, int tokens) {
-    double s = 0, whole[HPL_MAX_DEVICES] = {0}, shares[HPL_MAX_DEVICES] = {0};
+    double s = 0;
     for (int k = 0; k < n; k++) {
         const hpl_plan *p = &ch->cand[pick[k]];
-        double load = 0;
+        double load = 0, send = 0;
         for (int i = 0; i < p->n; i++) {
             const hpl_dev_cost *dc = &p->dc[i];
             const int d = dc->dev;
             if (d < 0 || d >= cl->n) continue;
             const double disk = cl->dev[d].disk_gbps > 0 ? cl->dev[d].disk_gbps : 1;
             load = HR_MAX(load, dc->resident_bytes / (disk * 1e9));
-            if (d == 0) continue;
-            const bool in_group = p->kind == HPL_TP || (p->kind == HPL_HYBRID && i >= p->gstage && i < p->gstage + p->group);
-            const double bytes = dc->resident_bytes + dc->stream_bytes;
-            if (in_group) shares[d] += bytes;
-            else whole[d] = HR_MAX(whole[d], bytes);
+            if (d > 0) send += (dc->resident_bytes + dc->stream_bytes) / (HR_MAX(cl->link[0][d].gbps, 1e-3) * 1e9);
         }
-        s += CLI_TRIAL_ROUNDS * ((1 + CLI_TRIAL_WARM + tokens) * p->ms_per_token / 1e3 + load + CLI_TRIAL_START_S);
+        s += send + CLI_TRIAL_ROUNDS * ((1 + CLI_TRIAL_WARM + tokens) * p->ms_per_token / 1e3 + load + CLI_TRIAL_START_S);
     }
-    for (int d = 1; d < cl->n; d++)
-        if (whole[d] + shares[d] > 0) s += (whole[d] + shares[d]) / (HR_MAX(cl->link[0][d].gbps, 1e-3) * 1e9);
     return s;
 }
 
@@ -393,9 +388,12 @@ int cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp,
                 "\"Trial\")", t->n, CLI_TRIAL_ROUNDS, t->tokens, t->estimate_s,
                 by_default ? ", by default: --plan-trial 0 chooses by prediction alone" : "");
         const int64_t t0 = hr_time_ns();
-        for (int r = 0; r < CLI_TRIAL_ROUNDS; r++)
-            for (int j = 0; j < t->n; j++) {
-                const int k = r % 2 ? t->n - 1 - j : j;
+        /* a candidate's rounds back to back: its second finds the workers' slices in their caches (in turns,
+           round 1 of every candidate then round 2 in reverse, home4-8b-tiny's 8B sent 8.6 GiB again, 224 of the
+           trial's 932 s: six candidates' slices outgrew a worker's cache); a burst of load on the host then
+           weighs on one candidate's rounds rather than one round of several */
+        for (int k = 0; k < t->n; k++)
+            for (int r = 0; r < CLI_TRIAL_ROUNDS; r++) {
                 const hpl_plan *p = &ch->cand[t->idx[k]];
                 char desc[256];
                 hpl_plan_describe(p, desc, sizeof desc);
