@@ -298,16 +298,8 @@ static int plan_run(cli_opts *o) {
         }
         if (ch->chosen >= 0) printf("chosen: %d: %s\n", ch->chosen, why);
         else printf("%s\n", ch->why);
-        const int near = tr.n ? 0 : cli_trial_near(ch, CLI_TRIAL_HINT);
-        if (near > 1 && !o->cluster_file && tr.over_budget)
-            printf("%d other candidates are predicted within %.0f%% of the chosen one, closer than the prediction can "
-                   "order them;\na trial is estimated at %.0f s, over --plan-trial-budget %g: `--plan-trial %d` measures "
-                   "them and keeps the fastest (docs/planner.md, \"Trial\")\n", near - 1, (CLI_TRIAL_HINT - 1) * 100,
-                   tr.estimate_s, tr.budget_s, HR_MIN(near, 6));
-        else if (near > 1 && !o->cluster_file)
-            printf("%d other candidates are predicted within %.0f%% of the chosen one, closer than the prediction can "
-                   "order them:\n`--plan-trial %d` measures them and keeps the fastest (docs/planner.md, \"Trial\")\n",
-                   near - 1, (CLI_TRIAL_HINT - 1) * 100, HR_MIN(near, 6));
+        char hint[512];
+        if (!o->cluster_file && cli_trial_hint(ch, &tr, true, hint, sizeof hint)) printf("%s\n", hint);
         if (given) {
             char desc[256];
             hpl_plan_describe(given, desc, sizeof desc);

@@ -189,16 +189,8 @@ static int cli_engine_choose(const cli_opts *o, const hm_model *m, const hm_ctx_
         else {
             HR_LOGI("plan: %s: predicted %.2f ms/token (profiled in %.0f ms; `hearth plan` lists every candidate)", desc,
                     p->ms_per_token, cl->profile_ms);
-            const int near = trial_hint ? cli_trial_near(ch, CLI_TRIAL_HINT) : 0;
-            if (near > 1 && tr.over_budget)
-                HR_LOGI("plan: %d candidates are predicted within %.0f%% of it, closer than the prediction can order "
-                        "them; a trial is estimated at %.0f s, over --plan-trial-budget %g: `hearth plan` (%.0f s) or "
-                        "--plan-trial %d measures them (docs/planner.md, \"Trial\")", near - 1,
-                        (CLI_TRIAL_HINT - 1) * 100, tr.estimate_s, tr.budget_s, CLI_TRIAL_BUDGET_PLAN, HR_MIN(near, 6));
-            else if (near > 1)
-                HR_LOGI("plan: %d candidates are predicted within %.0f%% of it, closer than the prediction can order "
-                        "them: --plan-trial %d measures them (docs/planner.md, \"Trial\")", near - 1,
-                        (CLI_TRIAL_HINT - 1) * 100, HR_MIN(near, 6));
+            char hint[512];
+            if (trial_hint && cli_trial_hint(ch, &tr, false, hint, sizeof hint)) HR_LOGI("plan: %s", hint);
         }
         if (p->lossy && !hook)
             HR_LOGI("plan: lossy mode (--lossy: the all-reduces' partials as UDP datagrams, %.0f ms deadline), since the "

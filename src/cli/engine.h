@@ -44,8 +44,9 @@ void cli_plan_apply(const hpl_plan *p, const char *const *addr, hc_head_params *
 
 /* The trial (trial.c; docs/planner.md, "Trial"): with o->plan_trial N, the N best-predicted candidates of
    ch (feasible, within 1.5x of the best, one of each description) and N/2 (at least one) neighbours of the
-   best-predicted pipeline (a layer moved between two stages, the trips doubled or halved: appended to ch)
-   run for a few tokens each, in two rounds, as `hearth run` runs them (managed: as cli_engine_start's),
+   best-predicted pipeline (a layer moved between two stages, the trips doubled or halved) and of the best
+   TP plan (the head's share moved), appended to ch, run for a few tokens each, two rounds of a candidate
+   back to back, as `hearth run` runs them (managed: as cli_engine_start's),
    unless an earlier trial of the same model, devices, threads, context and candidates is in trial.json
    (the profile cache's folder; o->no_cache: measured again). Every choice first looks trial.json up: an
    earlier trial that measured the prediction's choice decides among what it measured. With no
@@ -74,11 +75,15 @@ typedef struct cli_trial {
 #define CLI_TRIAL_BUDGET_PLAN 1200.0 /* s: of `hearth plan`, the household's set-up step, run once (trial.json keeps its figures) */
 int    cli_trial_run(const cli_opts *o, const hm_model *m, const hm_ctx_params *cp, bool managed, const hpl_cluster *cl,
                      int n_prompt, hpl_choice *ch, cli_trial *t, hr_err *err);
-double cli_trial_ms(const cli_trial *t, int cand);
+double cli_trial_ms(const cli_trial *t, int cand);   /* candidate cand's measured figure; NAN: not measured */
 /* distinct feasible candidates of ch predicted within `within` times the best (the best included): near-ties,
    which the prediction alone cannot order (the hint to use --plan-trial) */
 #define CLI_TRIAL_HINT 1.10
-int    cli_trial_near(const hpl_choice *ch, double within);   /* candidate cand's measured figure; NAN: not measured */
+int    cli_trial_near(const hpl_choice *ch, double within);
+/* after a choice by prediction (t->n 0) among near-ties: the sentence that says so and how to measure them
+   (t->over_budget: the default trial's estimate and budget; !in_plan: `hearth plan` named too) in buf;
+   false, buf untouched, where fewer than two candidates are near */
+bool   cli_trial_hint(const hpl_choice *ch, const cli_trial *t, bool in_plan, char *buf, size_t cap);
 
 /* One forward pass of tokens[0..n) at pos0.. -> the logits of the last token (all: of every token). */
 int  cli_engine_eval(cli_engine *e, const int32_t *tokens, int n, int32_t pos0, float *logits, bool all, hr_err *err);

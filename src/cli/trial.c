@@ -454,3 +454,18 @@ int cli_trial_near(const hpl_choice *ch, double within) {
     int idx[CLI_TRIAL_MAX];
     return trial_pick(ch, CLI_TRIAL_MAX, within, idx);
 }
+
+bool cli_trial_hint(const hpl_choice *ch, const cli_trial *t, bool in_plan, char *buf, size_t cap) {
+    const int near = t->n ? 0 : cli_trial_near(ch, CLI_TRIAL_HINT);
+    if (near < 2) return false;
+    char over[160] = "";
+    if (t->over_budget)
+        snprintf(over, sizeof over, "a trial is estimated at %.0f s, over --plan-trial-budget %g; ", t->estimate_s,
+                 t->budget_s);
+    char plan[64] = "";
+    if (!in_plan) snprintf(plan, sizeof plan, "`hearth plan` (its budget %.0f s) or ", CLI_TRIAL_BUDGET_PLAN);
+    snprintf(buf, cap, "%d other candidates are predicted within %.0f%% of the chosen one, closer than the prediction "
+             "can order them: %s%s`--plan-trial %d` measures them and keeps the fastest (docs/planner.md, \"Trial\")",
+             near - 1, (CLI_TRIAL_HINT - 1) * 100, over, plan, HR_MIN(near, 6));
+    return true;
+}
