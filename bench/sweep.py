@@ -219,7 +219,7 @@ def matvecs(devs):
 def profile_again(bed, env, bin_, model, addrs, ctx, serial, why, cache_max="1500M"):
     """`hearth plan --no-cache --plan-trial 0` on d0: every device measured again, its profile cache rewritten
     (the predictions that follow read them); returns the devices' profiles"""
-    r = tp.sh(bed.cmd("d0", env + plan_argv(bin_, model, addrs, ctx, serial, 0, cache_max)), timeout=900)
+    r = tp.sh(bed.cmd("d0", env + plan_argv(bin_, model, addrs, ctx, serial, 0, cache_max)), timeout=1500)
     if r.returncode:
         raise RuntimeError(f"hearth plan ({why}): " + r.stderr[-2000:])
     return json.loads(r.stdout)["devices"]
@@ -293,7 +293,7 @@ def measure(args):
         argv = plan_argv(bin_, model, addrs, args.ctx, args.serial, args.trial, args.cache_max)
         res["plan_command"] = " ".join(argv)
         t0 = time.time()
-        r = tp.sh(bed.cmd("d0", env + argv), timeout=900)
+        r = tp.sh(bed.cmd("d0", env + argv), timeout=1500)  # the default trial may take hearth plan's budget, 1200 s
         if r.returncode:
             raise RuntimeError("hearth plan: " + r.stderr[-2000:])
         plan = json.loads(r.stdout)
